@@ -1,0 +1,68 @@
+package dev.kvtransfer.api.format;
+
+import dev.kvtransfer.api.model.CacheState;
+
+import java.util.List;
+
+/**
+ * Turns a request's blocks into one part per peer rank (format, context side) and back (unformat, generation
+ * side), re-sharding heads (TP), layers (PP) and blocks (CP).
+ *
+ * <p>Thread-safe: core calls it from several transfer threads at once, each with its own session.
+ */
+public interface CacheFormatter {
+    /**
+     * Sends this rank's share of a request to the peers of the session (nothing when another rank holding
+     * identical data is the designated sender).
+     *
+     * @param session the transfer
+     */
+    void format(TransferSession session);
+
+    /**
+     * Receives the parts from the picked peers and writes them into this rank's blocks of the request.
+     *
+     * @param session the transfer
+     */
+    void unformat(TransferSession session);
+
+    /**
+     * Whether this formatter can convert between the two layouts.
+     *
+     * @param self this side's state
+     * @param peer the other side's state
+     * @return the answer, with the reason when unsupported
+     */
+    Support inquireSupport(CacheState self, CacheState peer);
+
+    /**
+     * Peer rank indices this rank exchanges handshakes with (all of them get a request / ready signal).
+     *
+     * @param self      this side's state
+     * @param selfIndex this rank
+     * @param peer      the other side's state
+     * @return peer rank indices, in target-rank order
+     */
+    List<Integer> counterparts(CacheState self, int selfIndex, CacheState peer);
+
+    /**
+     * Of the counterparts (positions {@code 0..counterparts-1}), those this generation rank receives data
+     * from.
+     *
+     * @param self      this (generation) side's state
+     * @param selfIndex this rank
+     * @param peer      the context side's state
+     * @return positions in the counterpart list
+     */
+    List<Integer> pickRecvConnections(CacheState self, int selfIndex, CacheState peer);
+
+    /**
+     * Whether this context rank sends data (as opposed to only the ready signal) to the given peer instance.
+     *
+     * @param self      this (context) side's state
+     * @param selfIndex this rank
+     * @param peer      the generation side's state
+     * @return true when it sends
+     */
+    boolean needSendCache(CacheState self, int selfIndex, CacheState peer);
+}

@@ -1,0 +1,91 @@
+package dev.kvtransfer.api.format;
+
+import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.memory.BufferManager;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.TransceiverState;
+
+import java.util.function.IntConsumer;
+
+/**
+ * One request's transfer on one rank, as a formatter sees it: who we are, who the peers are, which blocks,
+ * and how to stage, send and receive. Created by core per request and rank; used by one formatter call.
+ *
+ * <p>Peers are addressed by their position in {@link #targets()}{@code .peerRanks()}. {@link #send} and
+ * {@link #recv} move one logical part; core splits a part into messages of the negotiated chunk size on both
+ * sides, so sender and receiver only have to agree on part lengths. Every call honours the request's deadline
+ * and fails with a {@code KvTransferException} carrying the request id.
+ */
+public interface TransferSession {
+    /** @return the context request id */
+    long requestId();
+
+    /** @return true on the context (sending) side */
+    boolean isSender();
+
+    /** @return this rank's state; {@code selfState().selfIndex()} is this rank's index */
+    TransceiverState selfState();
+
+    /** @return the peer instance's cache state (for attention DP: the DP rank serving this request) */
+    CacheState peerCacheState();
+
+    /** @return {@code RankMapping.targetRanks(peerCacheState(), selfState().cacheState(), selfIndex)} */
+    TargetRanks targets();
+
+    /** @return this rank's blocks of the request, in order (block ids of the formatter's cache view) */
+    int[] blockIds();
+
+    /** @return blocks of the whole request on the context side (over all generation CP ranks) */
+    int totalBlocks();
+
+    /**
+     * Staging buffers for this transfer from the {@link TransferBufferPool}, released when the session ends.
+     *
+     * @param sizes byte size of each buffer
+     * @return one buffer per size
+     */
+    MemoryBuffer[] stagingBuffers(long[] sizes);
+
+    /** @return the manager to copy between cache and staging memory */
+    BufferManager bufferManager();
+
+    /**
+     * Sends one part to a peer on the request's data tag.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @param buffer    source
+     * @param offset    first byte
+     * @param length    part length
+     */
+    void send(int peerIndex, MemoryBuffer buffer, long offset, long length);
+
+    /**
+     * Receives one part from a peer on the request's data tag.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @param buffer    destination
+     * @param offset    first byte
+     * @param length    part length (must equal what the peer sent)
+     */
+    void recv(int peerIndex, MemoryBuffer buffer, long offset, long length);
+
+    /**
+     * Runs an action per peer: concurrently when parallel transfer is configured, else in order. Returns when
+     * all are done; the first failure is rethrown after the others finish.
+     *
+     * @param peerIndexes the peers
+     * @param action      what to do for each
+     */
+    void forEachPeer(int[] peerIndexes, IntConsumer action);
+
+    /**
+     * Records one timed movement (for the timing CSV and metrics).
+     *
+     * @param peerIndex  the peer
+     * @param startNanos {@code System.nanoTime()} at start
+     * @param endNanos   {@code System.nanoTime()} at end
+     * @param bytes      bytes moved
+     */
+    void recordMeasure(int peerIndex, long startNanos, long endNanos, long bytes);
+}

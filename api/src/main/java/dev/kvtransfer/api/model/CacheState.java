@@ -1,0 +1,709 @@
+package dev.kvtransfer.api.model;
+
+import dev.kvtransfer.api.wire.MalformedMessageException;
+import dev.kvtransfer.api.wire.WireReader;
+import dev.kvtransfer.api.wire.WireWriter;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * What a rank knows about its instance's KV-cache shape: the model (global KV heads per layer, head size,
+ * tokens per block), the parallel layout (TP, PP, CP, attention DP, layers per PP rank), the element type and
+ * the attention kind. Immutable; build with {@link #builder()}.
+ *
+ * <p>Heads are the model's <em>global</em> KV heads per layer. What one rank holds is derived
+ * ({@link #kvHeadsPerRank(int)}): MLA holds 1; otherwise with {@code g = }{@link #tpPerDpGroup()} ranks
+ * sharing a layer's heads, {@code H/g} heads when {@code g <= H}, else 1 head duplicated on {@code g/H}
+ * ranks. Ranks are laid out {@code rank = pp * (TP*CP) + tp * CP + cp} (CP fastest).
+ */
+public final class CacheState {
+    /** Largest accepted TP, PP, CP or DP size. */
+    public static final int MAX_PARALLELISM = 4096;
+    /** Largest accepted layer count. */
+    public static final int MAX_LAYERS = 65_536;
+    /** Largest accepted head count, head size or tokens per block. */
+    public static final int MAX_DIM = 1 << 20;
+
+    private static final int WIRE_TAG = 0x43; // 'C'
+
+    private final List<Integer> kvHeadsPerLayer;
+    private final int sizePerHead;
+    private final int tokensPerBlock;
+    private final int tensorParallelism;
+    private final int pipelineParallelism;
+    private final int contextParallelism;
+    private final boolean attentionDpEnabled;
+    private final int dpRank;
+    private final int dpSize;
+    private final List<Integer> attentionLayersPerPp;
+    private final DataType dataType;
+    private final AttentionType attentionType;
+    private final int kvFactor;
+    private final boolean blockReuse;
+    private final int[] firstLayerOfPp;
+
+    private CacheState(Builder b, List<Integer> layersPerPp, int kvFactor) {
+        this.kvHeadsPerLayer = b.kvHeadsPerLayer;
+        this.sizePerHead = b.sizePerHead;
+        this.tokensPerBlock = b.tokensPerBlock;
+        this.tensorParallelism = b.tensorParallelism;
+        this.pipelineParallelism = b.pipelineParallelism;
+        this.contextParallelism = b.contextParallelism;
+        this.attentionDpEnabled = b.attentionDpEnabled;
+        this.dpRank = b.dpRank;
+        this.dpSize = b.dpSize;
+        this.attentionLayersPerPp = layersPerPp;
+        this.dataType = b.dataType;
+        this.attentionType = b.attentionType;
+        this.kvFactor = kvFactor;
+        this.blockReuse = b.blockReuse;
+        this.firstLayerOfPp = new int[pipelineParallelism + 1];
+        for (int p = 0; p < pipelineParallelism; p++) {
+            firstLayerOfPp[p + 1] = firstLayerOfPp[p] + layersPerPp.get(p);
+        }
+    }
+
+    /**
+     * A new builder with defaults: TP = PP = CP = 1, attention DP off, FLOAT16, DEFAULT attention, kvFactor 2
+     * (1 for MLA), block reuse off, layers split evenly over PP ranks.
+     *
+     * @return a builder
+     */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /**
+     * A builder holding this state's values.
+     *
+     * @return a builder
+     */
+    public Builder toBuilder() {
+        Builder b = new Builder()
+                .kvHeadsPerLayer(kvHeadsPerLayer)
+                .sizePerHead(sizePerHead)
+                .tokensPerBlock(tokensPerBlock)
+                .tensorParallelism(tensorParallelism)
+                .pipelineParallelism(pipelineParallelism)
+                .contextParallelism(contextParallelism)
+                .attentionDp(attentionDpEnabled, dpRank, dpSize)
+                .attentionLayersPerPp(attentionLayersPerPp)
+                .dataType(dataType)
+                .attentionType(attentionType)
+                .kvFactor(kvFactor)
+                .blockReuse(blockReuse);
+        return b;
+    }
+
+    /**
+     * The same state with another attention-DP rank (the DP rank that serves one request).
+     *
+     * @param newDpRank the DP rank
+     * @return a new state
+     */
+    public CacheState withDpRank(int newDpRank) {
+        return toBuilder().attentionDp(attentionDpEnabled, newDpRank, dpSize).build();
+    }
+
+    /** @return the model's global KV heads, one entry per layer */
+    public List<Integer> kvHeadsPerLayer() {
+        return kvHeadsPerLayer;
+    }
+
+    /** @return number of attention layers of the model */
+    public int numLayers() {
+        return kvHeadsPerLayer.size();
+    }
+
+    /** @return elements per head */
+    public int sizePerHead() {
+        return sizePerHead;
+    }
+
+    /** @return tokens per KV block */
+    public int tokensPerBlock() {
+        return tokensPerBlock;
+    }
+
+    /** @return tensor parallelism */
+    public int tensorParallelism() {
+        return tensorParallelism;
+    }
+
+    /** @return pipeline parallelism */
+    public int pipelineParallelism() {
+        return pipelineParallelism;
+    }
+
+    /** @return context parallelism */
+    public int contextParallelism() {
+        return contextParallelism;
+    }
+
+    /** @return whether attention data parallelism is on */
+    public boolean attentionDpEnabled() {
+        return attentionDpEnabled;
+    }
+
+    /** @return the attention-DP rank this state describes (0 when DP is off) */
+    public int dpRank() {
+        return dpRank;
+    }
+
+    /** @return the attention-DP size (1 when DP is off) */
+    public int dpSize() {
+        return dpSize;
+    }
+
+    /** @return attention layers held by each PP rank; entries may be 0 */
+    public List<Integer> attentionLayersPerPp() {
+        return attentionLayersPerPp;
+    }
+
+    /** @return the element type */
+    public DataType dataType() {
+        return dataType;
+    }
+
+    /** @return the attention kind */
+    public AttentionType attentionType() {
+        return attentionType;
+    }
+
+    /** @return 2 for K and V planes, 1 for K only (MLA) */
+    public int kvFactor() {
+        return kvFactor;
+    }
+
+    /** @return whether block reuse is on */
+    public boolean blockReuse() {
+        return blockReuse;
+    }
+
+    /** @return number of ranks: TP * PP * CP */
+    public int worldSize() {
+        return tensorParallelism * pipelineParallelism * contextParallelism;
+    }
+
+    /**
+     * TP rank of a rank index.
+     *
+     * @param rank rank index in this instance
+     * @return its TP rank
+     */
+    public int tpRank(int rank) {
+        checkRank(rank);
+        return (rank % (tensorParallelism * contextParallelism)) / contextParallelism;
+    }
+
+    /**
+     * PP rank of a rank index.
+     *
+     * @param rank rank index in this instance
+     * @return its PP rank
+     */
+    public int ppRank(int rank) {
+        checkRank(rank);
+        return rank / (tensorParallelism * contextParallelism);
+    }
+
+    /**
+     * CP rank of a rank index.
+     *
+     * @param rank rank index in this instance
+     * @return its CP rank
+     */
+    public int cpRank(int rank) {
+        checkRank(rank);
+        return rank % contextParallelism;
+    }
+
+    /**
+     * Rank index of a (PP, TP, CP) coordinate: {@code pp * (TP*CP) + tp * CP + cp}.
+     *
+     * @param pp PP rank
+     * @param tp TP rank
+     * @param cp CP rank
+     * @return the rank index
+     */
+    public int rankOf(int pp, int tp, int cp) {
+        if (pp < 0 || pp >= pipelineParallelism || tp < 0 || tp >= tensorParallelism
+                || cp < 0 || cp >= contextParallelism) {
+            throw new IllegalArgumentException("coordinate (pp=" + pp + ", tp=" + tp + ", cp=" + cp
+                    + ") outside TP" + tensorParallelism + " PP" + pipelineParallelism + " CP" + contextParallelism);
+        }
+        return pp * (tensorParallelism * contextParallelism) + tp * contextParallelism + cp;
+    }
+
+    private void checkRank(int rank) {
+        if (rank < 0 || rank >= worldSize()) {
+            throw new IllegalArgumentException("rank " + rank + " outside [0, " + worldSize() + ")");
+        }
+    }
+
+    /**
+     * First global layer held by a PP rank.
+     *
+     * @param ppRank the PP rank
+     * @return the global layer index
+     */
+    public int firstLayer(int ppRank) {
+        return firstLayerOfPp[ppRank];
+    }
+
+    /**
+     * Number of layers held by a PP rank.
+     *
+     * @param ppRank the PP rank
+     * @return the layer count, possibly 0
+     */
+    public int layerCount(int ppRank) {
+        return attentionLayersPerPp.get(ppRank);
+    }
+
+    /**
+     * TP ranks that share one request's attention heads: {@code TP / dpSize} with attention DP, else TP.
+     *
+     * @return the TP group size for heads
+     */
+    public int tpPerDpGroup() {
+        return attentionDpEnabled ? tensorParallelism / dpSize : tensorParallelism;
+    }
+
+    /**
+     * KV heads one rank holds for a layer.
+     *
+     * @param layer global layer index
+     * @return heads per rank
+     */
+    public int kvHeadsPerRank(int layer) {
+        if (attentionType == AttentionType.MLA) {
+            return 1;
+        }
+        int h = kvHeadsPerLayer.get(layer);
+        int g = tpPerDpGroup();
+        return g <= h ? h / g : 1;
+    }
+
+    /**
+     * KV heads one rank holds, for a model whose layers all have the same head count.
+     *
+     * @return heads per rank
+     * @throws IllegalStateException if layers have different head counts
+     */
+    public int kvHeadsPerRank() {
+        requireUniformHeads();
+        return kvHeadsPerRank(0);
+    }
+
+    /**
+     * How many TP ranks hold the same heads: {@code g / H} when {@code g = tpPerDpGroup() > H}, else 1.
+     * For MLA every rank of the group holds the same latent head, so it is {@code g}.
+     *
+     * @return the duplication factor
+     */
+    public int headDuplication() {
+        int g = tpPerDpGroup();
+        if (attentionType == AttentionType.MLA) {
+            return g;
+        }
+        requireUniformHeads();
+        int h = kvHeadsPerLayer.get(0);
+        return g > h ? g / h : 1;
+    }
+
+    /**
+     * First global KV head held by a TP rank (0 for MLA).
+     *
+     * @param tpRank the TP rank
+     * @return the global head index
+     */
+    public int firstGlobalHead(int tpRank) {
+        if (attentionType == AttentionType.MLA) {
+            return 0;
+        }
+        requireUniformHeads();
+        int h = kvHeadsPerLayer.get(0);
+        int g = tpPerDpGroup();
+        int t = tpRank % g;
+        return g <= h ? t * (h / g) : t / (g / h);
+    }
+
+    /** @return whether every layer has the same global KV head count */
+    public boolean uniformHeads() {
+        int h0 = kvHeadsPerLayer.get(0);
+        for (int h : kvHeadsPerLayer) {
+            if (h != h0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private void requireUniformHeads() {
+        if (!uniformHeads()) {
+            throw new IllegalStateException("layers have different KV head counts " + kvHeadsPerLayer);
+        }
+    }
+
+    /**
+     * Writes this state (a tag byte, then the fields) without a message header.
+     *
+     * @param w the writer
+     */
+    public void writeTo(WireWriter w) {
+        w.writeByte(WIRE_TAG);
+        w.writeIntList(kvHeadsPerLayer);
+        w.writeInt(sizePerHead);
+        w.writeInt(tokensPerBlock);
+        w.writeInt(tensorParallelism);
+        w.writeInt(pipelineParallelism);
+        w.writeInt(contextParallelism);
+        w.writeBoolean(attentionDpEnabled);
+        w.writeInt(dpRank);
+        w.writeInt(dpSize);
+        w.writeIntList(attentionLayersPerPp);
+        w.writeInt(dataType.wireId());
+        w.writeByte(attentionType == AttentionType.MLA ? 1 : 0);
+        w.writeInt(kvFactor);
+        w.writeBoolean(blockReuse);
+    }
+
+    /**
+     * Reads a state written by {@link #writeTo(WireWriter)}; every field is range-checked and the result is
+     * validated like a built one.
+     *
+     * @param r the reader
+     * @return the state
+     * @throws MalformedMessageException on any bad byte
+     */
+    public static CacheState readFrom(WireReader r) {
+        int start = r.offset();
+        int tag = r.readByte("CacheState tag");
+        if (tag != WIRE_TAG) {
+            throw new MalformedMessageException(start, "expected CacheState tag " + WIRE_TAG + ", found " + tag);
+        }
+        Builder b = builder();
+        b.kvHeadsPerLayer(r.readIntList("kvHeadsPerLayer", 1, MAX_DIM));
+        b.sizePerHead(r.readInt("sizePerHead", 1, MAX_DIM));
+        b.tokensPerBlock(r.readInt("tokensPerBlock", 1, MAX_DIM));
+        b.tensorParallelism(r.readInt("tensorParallelism", 1, MAX_PARALLELISM));
+        b.pipelineParallelism(r.readInt("pipelineParallelism", 1, MAX_PARALLELISM));
+        b.contextParallelism(r.readInt("contextParallelism", 1, MAX_PARALLELISM));
+        boolean dp = r.readBoolean("attentionDpEnabled");
+        int dpRank = r.readInt("dpRank", 0, MAX_PARALLELISM);
+        int dpSize = r.readInt("dpSize", 1, MAX_PARALLELISM);
+        b.attentionDp(dp, dpRank, dpSize);
+        b.attentionLayersPerPp(r.readIntList("attentionLayersPerPp", 0, MAX_LAYERS));
+        int dtOffset = r.offset();
+        int dt = r.readInt("dataType");
+        DataType dataType = DataType.fromWireId(dt);
+        if (dataType == null) {
+            throw new MalformedMessageException(dtOffset, "unknown dataType id " + dt);
+        }
+        b.dataType(dataType);
+        int atOffset = r.offset();
+        int at = r.readByte("attentionType");
+        if (at > 1) {
+            throw new MalformedMessageException(atOffset, "unknown attentionType " + at);
+        }
+        b.attentionType(at == 1 ? AttentionType.MLA : AttentionType.DEFAULT);
+        b.kvFactor(r.readInt("kvFactor", 1, 2));
+        b.blockReuse(r.readBoolean("blockReuse"));
+        try {
+            return b.build();
+        } catch (IllegalArgumentException e) {
+            throw new MalformedMessageException(start, "invalid CacheState: " + e.getMessage());
+        }
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        if (this == o) {
+            return true;
+        }
+        if (!(o instanceof CacheState)) {
+            return false;
+        }
+        CacheState s = (CacheState) o;
+        return sizePerHead == s.sizePerHead && tokensPerBlock == s.tokensPerBlock
+                && tensorParallelism == s.tensorParallelism && pipelineParallelism == s.pipelineParallelism
+                && contextParallelism == s.contextParallelism && attentionDpEnabled == s.attentionDpEnabled
+                && dpRank == s.dpRank && dpSize == s.dpSize && kvFactor == s.kvFactor && blockReuse == s.blockReuse
+                && kvHeadsPerLayer.equals(s.kvHeadsPerLayer) && attentionLayersPerPp.equals(s.attentionLayersPerPp)
+                && dataType == s.dataType && attentionType == s.attentionType;
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(kvHeadsPerLayer, sizePerHead, tokensPerBlock, tensorParallelism, pipelineParallelism,
+                contextParallelism, attentionDpEnabled, dpRank, dpSize, attentionLayersPerPp, dataType,
+                attentionType, kvFactor, blockReuse);
+    }
+
+    @Override
+    public String toString() {
+        String heads = uniformHeads()
+                ? numLayers() + "x" + kvHeadsPerLayer.get(0)
+                : kvHeadsPerLayer.toString();
+        return "CacheState{TP" + tensorParallelism + " PP" + pipelineParallelism + " CP" + contextParallelism
+                + (attentionDpEnabled ? " DP" + dpRank + "/" + dpSize : "")
+                + " layers/pp=" + attentionLayersPerPp + " heads=" + heads + " D=" + sizePerHead
+                + " T=" + tokensPerBlock + " " + dataType + " " + attentionType + " kvF=" + kvFactor
+                + (blockReuse ? " reuse" : "") + "}";
+    }
+
+    /**
+     * The even split of {@code layers} over {@code pp} ranks, remainder to the first ranks.
+     *
+     * @param layers layer count
+     * @param pp     PP size
+     * @return layers per PP rank
+     */
+    public static List<Integer> evenLayerSplit(int layers, int pp) {
+        List<Integer> out = new ArrayList<>(pp);
+        for (int p = 0; p < pp; p++) {
+            out.add(layers / pp + (p < layers % pp ? 1 : 0));
+        }
+        return Collections.unmodifiableList(out);
+    }
+
+    private static boolean isPowerOfTwo(int v) {
+        return v > 0 && (v & (v - 1)) == 0;
+    }
+
+    /** Builds a {@link CacheState}; {@link #build()} validates and names the offending field and value. */
+    public static final class Builder {
+        private List<Integer> kvHeadsPerLayer = List.of();
+        private int sizePerHead;
+        private int tokensPerBlock;
+        private int tensorParallelism = 1;
+        private int pipelineParallelism = 1;
+        private int contextParallelism = 1;
+        private boolean attentionDpEnabled;
+        private int dpRank;
+        private int dpSize = 1;
+        private List<Integer> attentionLayersPerPp;
+        private DataType dataType = DataType.FLOAT16;
+        private AttentionType attentionType = AttentionType.DEFAULT;
+        private Integer kvFactor;
+        private boolean blockReuse;
+
+        private Builder() {
+        }
+
+        /**
+         * The model's global KV heads of every layer.
+         *
+         * @param heads one entry per layer
+         * @return this builder
+         */
+        public Builder kvHeadsPerLayer(List<Integer> heads) {
+            Objects.requireNonNull(heads, "heads");
+            for (Integer h : heads) {
+                Objects.requireNonNull(h, "kvHeadsPerLayer element");
+            }
+            this.kvHeadsPerLayer = List.copyOf(heads);
+            return this;
+        }
+
+        /**
+         * Every layer has {@code heads} global KV heads.
+         *
+         * @param layers number of layers
+         * @param heads  global KV heads per layer
+         * @return this builder
+         */
+        public Builder uniformKvHeads(int layers, int heads) {
+            if (layers < 1 || layers > MAX_LAYERS) {
+                throw new IllegalArgumentException("layers must be in [1, " + MAX_LAYERS + "], was " + layers);
+            }
+            return kvHeadsPerLayer(Collections.nCopies(layers, heads));
+        }
+
+        /**
+         * @param v elements per head
+         * @return this builder
+         */
+        public Builder sizePerHead(int v) {
+            this.sizePerHead = v;
+            return this;
+        }
+
+        /**
+         * @param v tokens per block
+         * @return this builder
+         */
+        public Builder tokensPerBlock(int v) {
+            this.tokensPerBlock = v;
+            return this;
+        }
+
+        /**
+         * @param v tensor parallelism
+         * @return this builder
+         */
+        public Builder tensorParallelism(int v) {
+            this.tensorParallelism = v;
+            return this;
+        }
+
+        /**
+         * @param v pipeline parallelism
+         * @return this builder
+         */
+        public Builder pipelineParallelism(int v) {
+            this.pipelineParallelism = v;
+            return this;
+        }
+
+        /**
+         * @param v context parallelism
+         * @return this builder
+         */
+        public Builder contextParallelism(int v) {
+            this.contextParallelism = v;
+            return this;
+        }
+
+        /**
+         * Attention data parallelism.
+         *
+         * @param enabled whether it is on
+         * @param rank    the DP rank this state describes
+         * @param size    the DP size
+         * @return this builder
+         */
+        public Builder attentionDp(boolean enabled, int rank, int size) {
+            this.attentionDpEnabled = enabled;
+            this.dpRank = rank;
+            this.dpSize = size;
+            return this;
+        }
+
+        /**
+         * Layers per PP rank (default: even split, remainder to the first ranks). Entries may be 0.
+         *
+         * @param layers one entry per PP rank
+         * @return this builder
+         */
+        public Builder attentionLayersPerPp(List<Integer> layers) {
+            if (layers == null) {
+                this.attentionLayersPerPp = null;
+                return this;
+            }
+            for (Integer l : layers) {
+                Objects.requireNonNull(l, "attentionLayersPerPp element");
+            }
+            this.attentionLayersPerPp = List.copyOf(layers);
+            return this;
+        }
+
+        /**
+         * @param v element type
+         * @return this builder
+         */
+        public Builder dataType(DataType v) {
+            this.dataType = Objects.requireNonNull(v, "dataType");
+            return this;
+        }
+
+        /**
+         * @param v attention kind
+         * @return this builder
+         */
+        public Builder attentionType(AttentionType v) {
+            this.attentionType = Objects.requireNonNull(v, "attentionType");
+            return this;
+        }
+
+        /**
+         * @param v 2 (K and V) or 1 (K only, MLA)
+         * @return this builder
+         */
+        public Builder kvFactor(int v) {
+            this.kvFactor = v;
+            return this;
+        }
+
+        /**
+         * @param v whether block reuse is on
+         * @return this builder
+         */
+        public Builder blockReuse(boolean v) {
+            this.blockReuse = v;
+            return this;
+        }
+
+        private static void check(boolean ok, String field, Object value, String rule) {
+            if (!ok) {
+                throw new IllegalArgumentException(field + " = " + value + ": " + rule);
+            }
+        }
+
+        /**
+         * Validates and builds.
+         *
+         * @return the state
+         * @throws IllegalArgumentException naming the field and value that break a rule
+         */
+        public CacheState build() {
+            int layers = kvHeadsPerLayer.size();
+            check(layers >= 1 && layers <= MAX_LAYERS, "kvHeadsPerLayer.size", layers,
+                    "must be in [1, " + MAX_LAYERS + "]");
+            check(sizePerHead >= 1 && sizePerHead <= MAX_DIM, "sizePerHead", sizePerHead, "must be in [1, " + MAX_DIM + "]");
+            check(tokensPerBlock >= 1 && tokensPerBlock <= MAX_DIM, "tokensPerBlock", tokensPerBlock,
+                    "must be in [1, " + MAX_DIM + "]");
+            check(tensorParallelism >= 1 && tensorParallelism <= MAX_PARALLELISM, "tensorParallelism",
+                    tensorParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
+            check(pipelineParallelism >= 1 && pipelineParallelism <= MAX_PARALLELISM, "pipelineParallelism",
+                    pipelineParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
+            check(contextParallelism >= 1 && contextParallelism <= MAX_PARALLELISM, "contextParallelism",
+                    contextParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
+            check(isPowerOfTwo(contextParallelism), "contextParallelism", contextParallelism, "must be a power of two");
+            if (attentionDpEnabled) {
+                check(dpSize >= 1 && tensorParallelism % dpSize == 0, "dpSize", dpSize,
+                        "tensorParallelism " + tensorParallelism + " must be divisible by it");
+                check(dpRank >= 0 && dpRank < dpSize, "dpRank", dpRank, "must be in [0, dpSize=" + dpSize + ")");
+            } else {
+                check(dpRank == 0, "dpRank", dpRank, "must be 0 when attention DP is off");
+                check(dpSize == 1, "dpSize", dpSize, "must be 1 when attention DP is off");
+            }
+            int g = attentionDpEnabled ? tensorParallelism / dpSize : tensorParallelism;
+            check(isPowerOfTwo(g), attentionDpEnabled ? "tensorParallelism/dpSize" : "tensorParallelism", g,
+                    "TP per attention-DP group must be a power of two");
+            for (int l = 0; l < layers; l++) {
+                int h = kvHeadsPerLayer.get(l);
+                check(h >= 1 && h <= MAX_DIM, "kvHeadsPerLayer[" + l + "]", h, "must be in [1, " + MAX_DIM + "]");
+                if (attentionType == AttentionType.MLA) {
+                    check(h == 1, "kvHeadsPerLayer[" + l + "]", h, "MLA has one latent head per layer");
+                } else {
+                    check(h % g == 0 || g % h == 0, "kvHeadsPerLayer[" + l + "]", h,
+                            "must be divisible by the TP group size " + g + " or divide it");
+                }
+            }
+            int kvf = kvFactor != null ? kvFactor : (attentionType == AttentionType.MLA ? 1 : 2);
+            check(kvf == 1 || kvf == 2, "kvFactor", kvf, "must be 1 or 2");
+            if (attentionType == AttentionType.MLA) {
+                check(kvf == 1, "kvFactor", kvf, "MLA stores K only: must be 1");
+            }
+            List<Integer> perPp = attentionLayersPerPp != null
+                    ? attentionLayersPerPp
+                    : evenLayerSplit(layers, pipelineParallelism);
+            check(perPp.size() == pipelineParallelism, "attentionLayersPerPp", perPp,
+                    "needs one entry per PP rank (" + pipelineParallelism + ")");
+            long sum = 0;
+            for (int p = 0; p < perPp.size(); p++) {
+                int v = perPp.get(p);
+                check(v >= 0, "attentionLayersPerPp[" + p + "]", v, "must not be negative");
+                sum += v;
+            }
+            check(sum == layers, "attentionLayersPerPp", perPp, "sums to " + sum + " but the model has " + layers
+                    + " layers");
+            return new CacheState(this, perPp, kvf);
+        }
+    }
+}

@@ -1,0 +1,70 @@
+package dev.kvtransfer.api.model;
+
+import dev.kvtransfer.api.wire.MalformedMessageException;
+import dev.kvtransfer.api.wire.WireReader;
+import dev.kvtransfer.api.wire.WireWriter;
+
+import java.util.Objects;
+
+/**
+ * What one side needs to reach and understand the other: its cache shape and the addresses of its ranks.
+ *
+ * @param cacheState the instance's cache shape
+ * @param commState  the instance's rank addresses and the describing rank's index
+ */
+public record TransceiverState(CacheState cacheState, CommState commState) {
+    private static final int WIRE_TAG = 0x54; // 'T'
+
+    /**
+     * Checks for nulls.
+     *
+     * @param cacheState cache shape
+     * @param commState  addresses
+     */
+    public TransceiverState {
+        Objects.requireNonNull(cacheState, "cacheState");
+        Objects.requireNonNull(commState, "commState");
+        if (commState.size() != cacheState.worldSize()) {
+            throw new IllegalArgumentException("commState has " + commState.size() + " addresses but the cache "
+                    + "layout has " + cacheState.worldSize() + " ranks");
+        }
+    }
+
+    /** @return the describing rank's index, or -1 */
+    public int selfIndex() {
+        return commState.selfIndex();
+    }
+
+    /**
+     * Writes this state.
+     *
+     * @param w the writer
+     */
+    public void writeTo(WireWriter w) {
+        w.writeByte(WIRE_TAG);
+        cacheState.writeTo(w);
+        commState.writeTo(w);
+    }
+
+    /**
+     * Reads a state written by {@link #writeTo(WireWriter)}.
+     *
+     * @param r the reader
+     * @return the state
+     * @throws MalformedMessageException on any bad byte
+     */
+    public static TransceiverState readFrom(WireReader r) {
+        int start = r.offset();
+        int tag = r.readByte("TransceiverState tag");
+        if (tag != WIRE_TAG) {
+            throw new MalformedMessageException(start, "expected TransceiverState tag " + WIRE_TAG + ", found " + tag);
+        }
+        CacheState cache = CacheState.readFrom(r);
+        CommState comm = CommState.readFrom(r);
+        try {
+            return new TransceiverState(cache, comm);
+        } catch (IllegalArgumentException e) {
+            throw new MalformedMessageException(start, "invalid TransceiverState: " + e.getMessage());
+        }
+    }
+}

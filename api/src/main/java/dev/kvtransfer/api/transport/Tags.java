@@ -1,0 +1,28 @@
+package dev.kvtransfer.api.transport;
+
+/**
+ * Message tags of the transfer protocol. Control tags are fixed; payload travels on a per-transfer data tag
+ * chosen by the requester, at least {@link #FIRST_DATA_TAG}, carried in the {@code RequestInfo}.
+ */
+public final class Tags {
+    /** Request id message: a little-endian uint64, {@link #REQUEST_SEND} or {@link #TERMINATION}. */
+    public static final int ID_TAG = 19;
+    /** Size of the following request info, a little-endian uint64. */
+    public static final int INFO_SIZE_TAG = 22;
+    /** The encoded {@code RequestInfo}. */
+    public static final int INFO_TAG = 32;
+    /** The context side's one-byte ready signal: 1 = data follows, 0 = cancelled/refused. */
+    public static final int READY_SIGNAL_TAG = 42;
+    /** Why a ready signal was 0: an encoded UTF-8 reason, sent right after a 0 ready signal. */
+    public static final int REASON_TAG = 43;
+    /** Smallest data tag; data tags are in {@code [FIRST_DATA_TAG, Integer.MAX_VALUE]}. */
+    public static final int FIRST_DATA_TAG = 1 << 10;
+
+    /** Id value: a generation rank asks for a request's cache. */
+    public static final long REQUEST_SEND = 1;
+    /** Id value: stop the responder (used on shutdown). */
+    public static final long TERMINATION = 2;
+
+    private Tags() {
+    }
+}

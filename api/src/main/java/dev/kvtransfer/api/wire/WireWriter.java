@@ -1,0 +1,187 @@
+package dev.kvtransfer.api.wire;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * Writes the kvtransfer binary format: little-endian, lengths as signed 32-bit counts, strings as UTF-8.
+ * A message starts with {@link #MAGIC} and {@link #FORMAT_VERSION} (see {@link #message()}).
+ *
+ * <p>Not thread-safe; one writer per message. Control messages only: payload bytes never go through here.
+ */
+public final class WireWriter {
+    /** First four bytes of every kvtransfer message ("KVTX" little-endian). */
+    public static final int MAGIC = 0x5854564B;
+    /** Format version this writer produces. */
+    public static final int FORMAT_VERSION = 1;
+
+    private byte[] bytes;
+    private int position;
+
+    private WireWriter(int capacity) {
+        bytes = new byte[Math.max(16, capacity)];
+    }
+
+    /**
+     * A writer that has already written the magic and the format version.
+     *
+     * @return a new writer
+     */
+    public static WireWriter message() {
+        WireWriter w = new WireWriter(128);
+        w.writeInt(MAGIC);
+        w.writeShort(FORMAT_VERSION);
+        return w;
+    }
+
+    /**
+     * A writer without a header, for embedding in another framing.
+     *
+     * @return a new writer
+     */
+    public static WireWriter raw() {
+        return new WireWriter(64);
+    }
+
+    private void ensure(int more) {
+        if (position + more > bytes.length) {
+            bytes = Arrays.copyOf(bytes, Math.max(bytes.length * 2, position + more));
+        }
+    }
+
+    /**
+     * Writes one byte.
+     *
+     * @param v the value (low 8 bits)
+     * @return this writer
+     */
+    public WireWriter writeByte(int v) {
+        ensure(1);
+        bytes[position++] = (byte) v;
+        return this;
+    }
+
+    /**
+     * Writes a boolean as one byte, 0 or 1.
+     *
+     * @param v the value
+     * @return this writer
+     */
+    public WireWriter writeBoolean(boolean v) {
+        return writeByte(v ? 1 : 0);
+    }
+
+    /**
+     * Writes 16 bits little-endian.
+     *
+     * @param v the value (low 16 bits)
+     * @return this writer
+     */
+    public WireWriter writeShort(int v) {
+        ensure(2);
+        bytes[position++] = (byte) v;
+        bytes[position++] = (byte) (v >>> 8);
+        return this;
+    }
+
+    /**
+     * Writes 32 bits little-endian.
+     *
+     * @param v the value
+     * @return this writer
+     */
+    public WireWriter writeInt(int v) {
+        ensure(4);
+        for (int i = 0; i < 4; i++) {
+            bytes[position++] = (byte) (v >>> (8 * i));
+        }
+        return this;
+    }
+
+    /**
+     * Writes 64 bits little-endian.
+     *
+     * @param v the value
+     * @return this writer
+     */
+    public WireWriter writeLong(long v) {
+        ensure(8);
+        for (int i = 0; i < 8; i++) {
+            bytes[position++] = (byte) (v >>> (8 * i));
+        }
+        return this;
+    }
+
+    /**
+     * Writes a count-prefixed list of ints.
+     *
+     * @param values the values
+     * @return this writer
+     */
+    public WireWriter writeIntList(List<Integer> values) {
+        writeInt(values.size());
+        for (int v : values) {
+            writeInt(v);
+        }
+        return this;
+    }
+
+    /**
+     * Writes a count-prefixed array of longs.
+     *
+     * @param values the values
+     * @return this writer
+     */
+    public WireWriter writeLongArray(long[] values) {
+        writeInt(values.length);
+        for (long v : values) {
+            writeLong(v);
+        }
+        return this;
+    }
+
+    /**
+     * Writes a length-prefixed UTF-8 string.
+     *
+     * @param s the string
+     * @return this writer
+     */
+    public WireWriter writeString(String s) {
+        byte[] b = s.getBytes(StandardCharsets.UTF_8);
+        writeInt(b.length);
+        ensure(b.length);
+        System.arraycopy(b, 0, bytes, position, b.length);
+        position += b.length;
+        return this;
+    }
+
+    /**
+     * Bytes written so far.
+     *
+     * @return the size
+     */
+    public int size() {
+        return position;
+    }
+
+    /**
+     * A copy of the bytes written.
+     *
+     * @return the message
+     */
+    public byte[] toByteArray() {
+        return Arrays.copyOf(bytes, position);
+    }
+
+    /**
+     * The bytes written as a little-endian heap buffer positioned at 0.
+     *
+     * @return a buffer over a copy of the message
+     */
+    public ByteBuffer toByteBuffer() {
+        return ByteBuffer.wrap(toByteArray()).order(ByteOrder.LITTLE_ENDIAN);
+    }
+}
