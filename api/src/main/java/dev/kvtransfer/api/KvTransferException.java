@@ -12,7 +12,9 @@ public class KvTransferException extends RuntimeException {
     /** The request id used when a failure does not belong to a single request. */
     public static final long NO_REQUEST = -1L;
 
+    /** Why it failed. */
     private final ErrorCode code;
+    /** The request the failure belongs to, or {@link #NO_REQUEST}. */
     private final long requestId;
 
     /**

@@ -10,6 +10,10 @@ import java.util.Objects;
  * Which peer ranks hold the data a rank needs (or need its data): the mapping of TensorRT-LLM's
  * {@code targetIRanks}, with the rank layout {@code rank = pp*(TP*CP) + tp*CP + cp} and peers enumerated
  * CP-major, then TP, then PP. Symmetric: g lists c as a peer exactly when c lists g. Pure and thread-safe.
+ *
+ * <p>A rank whose PP stage owns no layer gets {@link TargetRanks#EMPTY}; a peer PP rank that owns no layer
+ * never appears in anyone's list (the PP domain holds only peer PP ranks sharing at least one layer, in PP
+ * order, so with an empty peer stage in the middle the kept PP ranks need not be consecutive).
  */
 public final class RankMapping {
     private RankMapping() {
@@ -45,16 +49,17 @@ public final class RankMapping {
         if (s1 == s0) {
             return TargetRanks.EMPTY;
         }
-        int ppStart = -1;
+        // Only peers that share at least one layer are kept. Upstream keeps a zero-layer peer PP rank that
+        // sits inside our range (with count 0); that peer's own list is empty, so keeping it would break
+        // symmetry and make the ranks of the domain non-contiguous. Hence the explicit list of kept PP ranks.
+        int[] keptPp = new int[peer.pipelineParallelism()];
         List<Integer> peerLayers = new ArrayList<>();
         for (int k = 0; k < peer.pipelineParallelism(); k++) {
             int a = peer.firstLayer(k);
             int b = a + peer.layerCount(k);
             int overlap = Math.min(b, s1) - Math.max(a, s0);
             if (overlap > 0) {
-                if (ppStart < 0) {
-                    ppStart = k;
-                }
+                keptPp[peerLayers.size()] = k;
                 peerLayers.add(overlap);
             }
         }
@@ -91,8 +96,8 @@ public final class RankMapping {
         List<Integer> ranks = new ArrayList<>(domainTp * domainPp * domainCp);
         for (int cp = cpStart; cp < cpStart + domainCp; cp++) {
             for (int tp = tpStart; tp < tpStart + domainTp; tp++) {
-                for (int pp = ppStart; pp < ppStart + domainPp; pp++) {
-                    ranks.add(peer.rankOf(pp, tp, cp));
+                for (int k = 0; k < domainPp; k++) {
+                    ranks.add(peer.rankOf(keptPp[k], tp, cp));
                 }
             }
         }

@@ -52,8 +52,10 @@ public record TargetRanks(List<Integer> peerRanks, int domainTp, int domainPp, i
      *
      * @param peerIndex position in the peer list
      * @return the layer count
+     * @throws IndexOutOfBoundsException if {@code peerIndex} is not a position of {@link #peerRanks()}
      */
     public int peerLayers(int peerIndex) {
+        Objects.checkIndex(peerIndex, peerRanks.size());
         return peerPpDomainLayers.get(peerIndex % domainPp);
     }
 }

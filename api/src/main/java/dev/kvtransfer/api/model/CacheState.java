@@ -251,7 +251,14 @@ public final class CacheState {
      * @return the global layer index
      */
     public int firstLayer(int ppRank) {
+        checkPpRank(ppRank);
         return firstLayerOfPp[ppRank];
+    }
+
+    private void checkPpRank(int ppRank) {
+        if (ppRank < 0 || ppRank >= pipelineParallelism) {
+            throw new IllegalArgumentException("ppRank " + ppRank + " outside [0, " + pipelineParallelism + ")");
+        }
     }
 
     /**
@@ -261,6 +268,7 @@ public final class CacheState {
      * @return the layer count, possibly 0
      */
     public int layerCount(int ppRank) {
+        checkPpRank(ppRank);
         return attentionLayersPerPp.get(ppRank);
     }
 
@@ -322,6 +330,9 @@ public final class CacheState {
      * @return the global head index
      */
     public int firstGlobalHead(int tpRank) {
+        if (tpRank < 0 || tpRank >= tensorParallelism) {
+            throw new IllegalArgumentException("tpRank " + tpRank + " outside [0, " + tensorParallelism + ")");
+        }
         if (attentionType == AttentionType.MLA) {
             return 0;
         }
@@ -347,6 +358,32 @@ public final class CacheState {
         if (!uniformHeads()) {
             throw new IllegalStateException("layers have different KV head counts " + kvHeadsPerLayer);
         }
+    }
+
+    /**
+     * Encodes this state as a whole message: magic, format version, then {@link #writeTo(WireWriter)}.
+     *
+     * @return the encoded bytes
+     */
+    public byte[] toBytes() {
+        WireWriter w = WireWriter.message();
+        writeTo(w);
+        return w.toByteArray();
+    }
+
+    /**
+     * Decodes a whole message written by {@link #toBytes()}.
+     *
+     * @param bytes the message
+     * @return the state
+     * @throws MalformedMessageException on any bad byte, including trailing bytes
+     */
+    public static CacheState fromBytes(byte[] bytes) {
+        Objects.requireNonNull(bytes, "bytes");
+        WireReader r = WireReader.message(bytes);
+        CacheState state = readFrom(r);
+        r.expectEnd("CacheState");
+        return state;
     }
 
     /**

@@ -55,6 +55,32 @@ public record CommState(String transport, List<String> addresses, int selfIndex)
     }
 
     /**
+     * Encodes this state as a whole message: magic, format version, then {@link #writeTo(WireWriter)}.
+     *
+     * @return the encoded bytes
+     */
+    public byte[] toBytes() {
+        WireWriter w = WireWriter.message();
+        writeTo(w);
+        return w.toByteArray();
+    }
+
+    /**
+     * Decodes a whole message written by {@link #toBytes()}.
+     *
+     * @param bytes the message
+     * @return the state
+     * @throws MalformedMessageException on any bad byte, including trailing bytes
+     */
+    public static CommState fromBytes(byte[] bytes) {
+        Objects.requireNonNull(bytes, "bytes");
+        WireReader r = WireReader.message(bytes);
+        CommState state = readFrom(r);
+        r.expectEnd("CommState");
+        return state;
+    }
+
+    /**
      * Writes this state (tag, transport, addresses, selfIndex).
      *
      * @param w the writer

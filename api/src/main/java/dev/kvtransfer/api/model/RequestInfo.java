@@ -1,5 +1,6 @@
 package dev.kvtransfer.api.model;
 
+import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.wire.MalformedMessageException;
 import dev.kvtransfer.api.wire.WireReader;
 import dev.kvtransfer.api.wire.WireWriter;
@@ -14,7 +15,8 @@ import java.util.Objects;
  * @param indexFromEnd   number of requested blocks minus one
  * @param lastBlockKey   key of the prompt's last block (tokens or hashes; may be empty)
  * @param requesterState the generation rank's own cache and comm state (its {@code selfIndex} set)
- * @param dataTag        the per-transfer tag the payload travels on (unique among in-flight transfers)
+ * @param dataTag        the per-transfer tag the payload travels on (unique among in-flight transfers), at
+ *                       least {@link Tags#FIRST_DATA_TAG} so it never collides with a control tag
  * @param chunkBytes     largest payload message the requester accepts; parts above it are sent in chunks of
  *                       exactly this size (last one shorter); 0 = no chunking
  */
@@ -42,8 +44,18 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         if (chunkBytes < 0) {
             throw new IllegalArgumentException("chunkBytes = " + chunkBytes + ": must be >= 0");
         }
+        if (dataTag < Tags.FIRST_DATA_TAG) {
+            // A smaller tag could be one of the fixed control tags: payload would mix with control messages.
+            throw new IllegalArgumentException("dataTag = " + dataTag + ": must be >= Tags.FIRST_DATA_TAG ("
+                    + Tags.FIRST_DATA_TAG + ")");
+        }
     }
 
+    /**
+     * The key of the prompt's last block.
+     *
+     * @return a copy of the key
+     */
     @Override
     public long[] lastBlockKey() {
         return lastBlockKey.clone();
@@ -106,7 +118,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         int indexFromEnd = r.readInt("indexFromEnd", -1, Integer.MAX_VALUE);
         long[] key = r.readLongArray("lastBlockKey");
         TransceiverState state = TransceiverState.readFrom(r);
-        int dataTag = r.readInt("dataTag");
+        int dataTag = r.readInt("dataTag", Tags.FIRST_DATA_TAG, Integer.MAX_VALUE);
         int chunkAt = r.offset();
         long chunk = r.readLong("chunkBytes");
         if (chunk < 0) {

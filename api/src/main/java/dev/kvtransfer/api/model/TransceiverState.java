@@ -8,6 +8,8 @@ import java.util.Objects;
 
 /**
  * What one side needs to reach and understand the other: its cache shape and the addresses of its ranks.
+ * The address count must equal the cache layout's world size. Equality follows {@link CommState}: it ignores
+ * the describing rank's {@code selfIndex}.
  *
  * @param cacheState the instance's cache shape
  * @param commState  the instance's rank addresses and the describing rank's index
@@ -33,6 +35,32 @@ public record TransceiverState(CacheState cacheState, CommState commState) {
     /** @return the describing rank's index, or -1 */
     public int selfIndex() {
         return commState.selfIndex();
+    }
+
+    /**
+     * Encodes this state as a whole message: magic, format version, then {@link #writeTo(WireWriter)}.
+     *
+     * @return the encoded bytes
+     */
+    public byte[] toBytes() {
+        WireWriter w = WireWriter.message();
+        writeTo(w);
+        return w.toByteArray();
+    }
+
+    /**
+     * Decodes a whole message written by {@link #toBytes()}.
+     *
+     * @param bytes the message
+     * @return the state
+     * @throws MalformedMessageException on any bad byte, including trailing bytes
+     */
+    public static TransceiverState fromBytes(byte[] bytes) {
+        Objects.requireNonNull(bytes, "bytes");
+        WireReader r = WireReader.message(bytes);
+        TransceiverState state = readFrom(r);
+        r.expectEnd("TransceiverState");
+        return state;
     }
 
     /**

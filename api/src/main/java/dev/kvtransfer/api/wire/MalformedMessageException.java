@@ -10,6 +10,7 @@ import dev.kvtransfer.api.KvTransferException;
 public class MalformedMessageException extends KvTransferException {
     private static final long serialVersionUID = 1L;
 
+    /** Byte offset in the message at which decoding failed. */
     private final long offset;
 
     /**

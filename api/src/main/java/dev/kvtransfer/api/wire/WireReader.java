@@ -55,6 +55,10 @@ public final class WireReader {
                     "bad magic 0x%08x, expected 0x%08x: not a kvtransfer message", magic, WireWriter.MAGIC));
         }
         int version = r.readShort("format version");
+        if (version > WireWriter.FORMAT_VERSION) {
+            throw new MalformedMessageException(4, "format version " + version + " is newer than version "
+                    + WireWriter.FORMAT_VERSION + ", the newest this reader understands");
+        }
         if (version != WireWriter.FORMAT_VERSION) {
             throw new MalformedMessageException(4, "unsupported format version " + version
                     + ", this reader understands version " + WireWriter.FORMAT_VERSION);

@@ -2,6 +2,9 @@ package dev.kvtransfer.api.wire;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.CharBuffer;
+import java.nio.charset.CharacterCodingException;
+import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.List;
@@ -148,9 +151,22 @@ public final class WireWriter {
      *
      * @param s the string
      * @return this writer
+     * @throws IllegalArgumentException if the string holds an unpaired surrogate (it has no UTF-8 form)
      */
     public WireWriter writeString(String s) {
-        byte[] b = s.getBytes(StandardCharsets.UTF_8);
+        byte[] b;
+        try {
+            // Strict: String.getBytes would silently turn an unpaired surrogate into '?', a value the reader
+            // then decodes without complaint. Fail at the writer instead.
+            ByteBuffer encoded = StandardCharsets.UTF_8.newEncoder()
+                    .onMalformedInput(CodingErrorAction.REPORT)
+                    .onUnmappableCharacter(CodingErrorAction.REPORT)
+                    .encode(CharBuffer.wrap(s));
+            b = new byte[encoded.remaining()];
+            encoded.get(b);
+        } catch (CharacterCodingException e) {
+            throw new IllegalArgumentException("string is not valid UTF-16 (unpaired surrogate): " + e.getMessage());
+        }
         writeInt(b.length);
         ensure(b.length);
         System.arraycopy(b, 0, bytes, position, b.length);

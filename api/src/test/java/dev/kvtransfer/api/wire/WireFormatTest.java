@@ -1,0 +1,263 @@
+package dev.kvtransfer.api.wire;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.TestStates;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.model.RequestInfo;
+import dev.kvtransfer.api.model.TransceiverState;
+import dev.kvtransfer.api.transport.Tags;
+import org.junit.jupiter.api.Test;
+import org.assertj.core.api.ThrowableAssert.ThrowingCallable;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+import java.nio.ByteBuffer;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Random;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatExceptionOfType;
+import static org.assertj.core.api.Assertions.assertThatIllegalArgumentException;
+import static org.assertj.core.api.Assertions.catchThrowableOfType;
+
+/** The byte layout of the wire format and how each kind of bad input is reported. */
+class WireFormatTest {
+    private static final CacheState SMALL = TestStates.state(1, 1, 1, 2, 4); // 2 layers, 4 heads, D4 T8 FP16
+
+    /** The whole encoding of {@link #SMALL}, field by field. Changing it means bumping FORMAT_VERSION. */
+    private static final String SMALL_HEX = String.join("",
+            "4b565458", "0100",                 // magic "KVTX", format version 1 (LE u16)
+            "43",                               // CacheState tag 'C'
+            "02000000", "04000000", "04000000", // kvHeadsPerLayer: count 2, [4, 4]
+            "04000000",                         // sizePerHead
+            "08000000",                         // tokensPerBlock
+            "01000000", "01000000", "01000000", // TP, PP, CP
+            "00", "00000000", "01000000",       // attention DP off, dpRank 0, dpSize 1
+            "01000000", "02000000",             // attentionLayersPerPp: count 1, [2]
+            "01000000",                         // dataType FLOAT16 (wire id 1)
+            "00",                               // attentionType DEFAULT
+            "02000000",                         // kvFactor
+            "00");                              // blockReuse
+
+    private static MalformedMessageException malformed(ThrowingCallable call) {
+        return catchThrowableOfType(MalformedMessageException.class, call);
+    }
+
+    private static MalformedMessageException malformedCacheState(byte[] bytes) {
+        MalformedMessageException e = malformed(() -> CacheState.fromBytes(bytes));
+        assertThat(e).as("expected MalformedMessageException").isNotNull();
+        assertThat(e.code()).isEqualTo(ErrorCode.MALFORMED);
+        return e;
+    }
+
+    private static byte[] hex(String s) {
+        return HexFormat.of().parseHex(s);
+    }
+
+    private static void putIntLe(byte[] b, int offset, int v) {
+        for (int i = 0; i < 4; i++) {
+            b[offset + i] = (byte) (v >>> (8 * i));
+        }
+    }
+
+    private static TransceiverState ts(CacheState cache) {
+        List<String> addresses = new java.util.ArrayList<>();
+        for (int i = 0; i < cache.worldSize(); i++) {
+            addresses.add("127.0.0.1:" + (4000 + i));
+        }
+        return new TransceiverState(cache, new CommState("aeron", addresses, 0));
+    }
+
+    @Test
+    void cacheStateHasTheDocumentedByteLayout() {
+        assertThat(HexFormat.of().formatHex(SMALL.toBytes())).isEqualTo(SMALL_HEX);
+        assertThat(CacheState.fromBytes(hex(SMALL_HEX))).isEqualTo(SMALL);
+    }
+
+    @Test
+    void everyMessageStartsWithMagicAndVersionLittleEndian() {
+        byte[] b = WireWriter.message().writeInt(0x01020304).writeLong(0x0102030405060708L).toByteArray();
+        assertThat(new String(b, 0, 4, java.nio.charset.StandardCharsets.US_ASCII)).isEqualTo("KVTX");
+        assertThat(HexFormat.of().formatHex(b)).isEqualTo("4b5654580100" + "04030201" + "0807060504030201");
+        WireReader r = WireReader.message(ByteBuffer.wrap(b));
+        assertThat(r.offset()).isEqualTo(6);
+        assertThat(r.readInt("x")).isEqualTo(0x01020304);
+        assertThat(r.readLong("y")).isEqualTo(0x0102030405060708L);
+        r.expectEnd("test");
+    }
+
+    @Test
+    void aNewerFormatVersionIsRejectedNamingBothVersions() {
+        byte[] b = SMALL.toBytes();
+        b[4] = 2;
+        MalformedMessageException e = malformedCacheState(b);
+        assertThat(e.getMessage()).contains("format version 2", "version " + WireWriter.FORMAT_VERSION, "newer");
+        assertThat(e.offset()).isEqualTo(4);
+        b[4] = (byte) 0xff;
+        b[5] = (byte) 0xff;
+        assertThat(malformedCacheState(b).getMessage()).contains("format version 65535", "version 1");
+    }
+
+    @Test
+    void anOlderFormatVersionIsRejected() {
+        byte[] b = SMALL.toBytes();
+        b[4] = 0;
+        assertThat(malformedCacheState(b).getMessage()).contains("unsupported format version 0", "version 1");
+    }
+
+    @Test
+    void aWrongMagicIsRejected() {
+        byte[] b = SMALL.toBytes();
+        b[0] = 'X';
+        MalformedMessageException e = malformedCacheState(b);
+        assertThat(e.getMessage()).contains("bad magic", "not a kvtransfer message");
+        assertThat(e.offset()).isZero();
+    }
+
+    @Test
+    void truncationNamesTheFieldAndOffset() {
+        assertThat(malformedCacheState(new byte[0]).getMessage()).contains("truncated: magic", "at offset 0");
+        byte[] b = SMALL.toBytes();
+        // cut inside sizePerHead (offset 19)
+        MalformedMessageException e = malformedCacheState(java.util.Arrays.copyOf(b, 21));
+        assertThat(e.getMessage()).contains("sizePerHead", "needs 4 bytes, 2 left");
+        assertThat(e.offset()).isEqualTo(19);
+    }
+
+    @Test
+    void trailingBytesAreRejectedForEveryMessageType() {
+        Random rnd = new Random(7);
+        for (Samples.Codec codec : Samples.CODECS) {
+            byte[] good = codec.encode().apply(Samples.sample(codec, rnd));
+            byte[] longer = java.util.Arrays.copyOf(good, good.length + 1);
+            MalformedMessageException e = malformed(() -> codec.decode().apply(longer));
+            assertThat(e).as(codec.name()).isNotNull();
+            assertThat(e.getMessage()).contains("1 trailing bytes after " + codec.name());
+            assertThat(e.offset()).isEqualTo(good.length);
+        }
+    }
+
+    @ParameterizedTest(name = "count {0}")
+    @ValueSource(ints = {0x7fffffff, 0x80000000, -1, WireReader.MAX_COUNT + 1})
+    void hostileCountsAreRejectedBeforeAllocating(int count) {
+        byte[] b = SMALL.toBytes();
+        putIntLe(b, 7, count); // the kvHeadsPerLayer count
+        MalformedMessageException e = malformedCacheState(b);
+        assertThat(e.getMessage()).contains("kvHeadsPerLayer count " + count, "out of range");
+        assertThat(e.offset()).isEqualTo(7);
+    }
+
+    @Test
+    void aCountLargerThanTheBytesLeftIsRejected() {
+        byte[] b = SMALL.toBytes();
+        putIntLe(b, 7, 1000);
+        assertThat(malformedCacheState(b).getMessage())
+                .contains("kvHeadsPerLayer count 1000 needs at least 4000 bytes");
+    }
+
+    @Test
+    void outOfRangeFieldsAreNamed() {
+        byte[] b = SMALL.toBytes();
+        putIntLe(b, 19, 0); // sizePerHead
+        assertThat(malformedCacheState(b).getMessage()).contains("sizePerHead = 0 out of range");
+        b = SMALL.toBytes();
+        b[39] = 2; // attention DP boolean
+        assertThat(malformedCacheState(b).getMessage()).contains("attentionDpEnabled", "must be 0 or 1, was 2");
+        b = SMALL.toBytes();
+        putIntLe(b, 56, 99); // dataType
+        assertThat(malformedCacheState(b).getMessage()).contains("unknown dataType id 99");
+        b = SMALL.toBytes();
+        b[60] = 5; // attentionType
+        assertThat(malformedCacheState(b).getMessage()).contains("unknown attentionType 5");
+        b = SMALL.toBytes();
+        b[6] = 'X'; // tag
+        assertThat(malformedCacheState(b).getMessage()).contains("expected CacheState tag");
+    }
+
+    @Test
+    void aSemanticallyInvalidStateIsMalformedWithTheBuilderReason() {
+        byte[] b = SMALL.toBytes();
+        putIntLe(b, 27, 3); // TP 3
+        MalformedMessageException e = malformedCacheState(b);
+        assertThat(e.getMessage()).contains("invalid CacheState", "tensorParallelism = 3", "power of two");
+        assertThat(e.offset()).isEqualTo(6);
+    }
+
+    @Test
+    void invalidUtf8IsMalformed() {
+        byte[] b = WireWriter.message().writeByte(0x4D).writeInt(2).writeByte(0xC3).writeByte(0x28)
+                .writeInt(0).writeInt(-1).toByteArray();
+        MalformedMessageException e = malformed(() -> CommState.fromBytes(b));
+        assertThat(e.getMessage()).contains("transport: invalid UTF-8");
+        assertThat(e.offset()).isEqualTo(11);
+    }
+
+    @Test
+    void selfIndexMustBeInsideTheAddressList() {
+        byte[] b = new CommState("ucx", List.of("a", "b"), 1).toBytes();
+        putIntLe(b, b.length - 4, 2);
+        assertThat(malformed(() -> CommState.fromBytes(b)).getMessage()).contains("selfIndex = 2 out of range [-1, 1]");
+    }
+
+    @Test
+    void addressCountMustMatchTheCacheLayout() {
+        WireWriter w = WireWriter.message().writeByte(0x54);
+        TestStates.state(2, 1, 1, 2, 4).writeTo(w);
+        new CommState("ucx", List.of("only-one"), 0).writeTo(w);
+        byte[] b = w.toByteArray();
+        MalformedMessageException e = malformed(() -> TransceiverState.fromBytes(b));
+        assertThat(e.getMessage()).contains("invalid TransceiverState", "1 addresses", "2 ranks");
+    }
+
+    @Test
+    void dataTagsMustStayClearOfControlTags() {
+        assertThatIllegalArgumentException()
+                .isThrownBy(() -> new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.READY_SIGNAL_TAG, 0))
+                .withMessageContaining("dataTag = 42");
+        byte[] b = new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG, 0).toBytes();
+        putIntLe(b, b.length - 12, Tags.INFO_TAG);
+        assertThat(malformed(() -> RequestInfo.fromBytes(b)).getMessage()).contains("dataTag = 32 out of range");
+    }
+
+    @Test
+    void negativeChunkBytesAreMalformed() {
+        byte[] b = new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG, 0).toBytes();
+        b[b.length - 1] = (byte) 0x80;
+        assertThat(malformed(() -> RequestInfo.fromBytes(b)).getMessage()).contains("chunkBytes =", "must be >= 0");
+    }
+
+    @Test
+    void contextPhaseParamsCarryTheDescribingRank() {
+        TransceiverState s = new TransceiverState(SMALL, new CommState("aeron", List.of("x"), 0));
+        ContextPhaseParams p = new ContextPhaseParams(9, new long[] {1, 2}, s);
+        ContextPhaseParams other = new ContextPhaseParams(9, new long[] {1, 2},
+                new TransceiverState(SMALL, s.commState().withSelfIndex(-1)));
+        assertThat(p).isNotEqualTo(other);
+        assertThat(ContextPhaseParams.fromBytes(p.toBytes())).isEqualTo(p);
+    }
+
+    @Test
+    void stringsRoundTripAnyUnicodeAndRejectLoneSurrogates() {
+        String s = "漢字 é 😀 \u0000 end";
+        WireReader r = WireReader.raw(WireWriter.raw().writeString(s).toByteArray());
+        assertThat(r.readString("s")).isEqualTo(s);
+        assertThatIllegalArgumentException().isThrownBy(() -> WireWriter.raw().writeString("bad \ud800 half"))
+                .withMessageContaining("surrogate");
+        // the reader refuses an encoded surrogate (CESU-8 style) just the same
+        byte[] b = WireWriter.raw().writeInt(3).writeByte(0xED).writeByte(0xA0).writeByte(0x80).toByteArray();
+        assertThatExceptionOfType(MalformedMessageException.class)
+                .isThrownBy(() -> WireReader.raw(b).readString("s")).withMessageContaining("invalid UTF-8");
+    }
+
+    @Test
+    void theReaderDoesNotMoveTheCallersBuffer() {
+        ByteBuffer buf = ByteBuffer.wrap(SMALL.toBytes());
+        WireReader r = WireReader.message(buf);
+        assertThat(CacheState.readFrom(r)).isEqualTo(SMALL);
+        assertThat(buf.position()).isZero();
+        assertThat(r.remaining()).isZero();
+    }
+}
