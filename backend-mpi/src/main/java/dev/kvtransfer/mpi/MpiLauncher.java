@@ -1,0 +1,238 @@
+package dev.kvtransfer.mpi;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * Builds the {@code mpirun} command line that starts a Java main on every rank, for the cli's
+ * {@code demo --backend mpi} and for tests. Ranks are numbered in launch order, so a caller that wants
+ * "context ranks first, then generation ranks" gives {@code np = ctxRanks + genRanks} and lets each process
+ * derive its role from its world rank.
+ *
+ * <pre>{@code
+ * List<String> cmd = MpiLauncher.builder()
+ *         .np(4).classpath(System.getProperty("java.class.path"))
+ *         .jvmFlag("-Xmx1g").mainClass("dev.kvtransfer.cli.Main").args(List.of("demo", "--rank-from-mpi"))
+ *         .build();
+ * new ProcessBuilder(cmd).inheritIO().start();
+ * }</pre>
+ */
+public final class MpiLauncher {
+    /** Environment variable or system property naming the mpirun binary; default {@code mpirun} on PATH. */
+    public static final String MPIRUN_PROPERTY = "kvtransfer.mpirun";
+
+    private String mpirun = defaultMpirun();
+    private int np = 2;
+    private boolean allowRunAsRoot = "root".equals(System.getProperty("user.name"));
+    private boolean oversubscribe = true;
+    private String javaBinary = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+    private String classpath = System.getProperty("java.class.path");
+    private final List<String> mpiFlags = new ArrayList<>();
+    private final List<String> jvmFlags = new ArrayList<>();
+    private String mainClass;
+    private final List<String> args = new ArrayList<>();
+
+    private MpiLauncher() {
+    }
+
+    /** @return a builder with defaults: 2 ranks, this JVM's java and class path, oversubscribe on */
+    public static MpiLauncher builder() {
+        return new MpiLauncher();
+    }
+
+    /** @return the mpirun to use: {@value #MPIRUN_PROPERTY} property, env var, or {@code mpirun} */
+    public static String defaultMpirun() {
+        String p = System.getProperty(MPIRUN_PROPERTY);
+        if (p == null || p.isBlank()) {
+            p = System.getenv(MPIRUN_PROPERTY.toUpperCase().replace('.', '_'));
+        }
+        return p == null || p.isBlank() ? "mpirun" : p;
+    }
+
+    /**
+     * Finds an mpirun executable on the PATH (or the configured one).
+     *
+     * @return its path, or null when there is none
+     */
+    public static Path findMpirun() {
+        String name = defaultMpirun();
+        if (name.contains("/")) {
+            Path p = Path.of(name);
+            return Files.isExecutable(p) ? p : null;
+        }
+        String path = System.getenv("PATH");
+        if (path == null) {
+            return null;
+        }
+        for (String dir : path.split(java.io.File.pathSeparator)) {
+            if (!dir.isEmpty()) {
+                Path p = Path.of(dir, name);
+                if (Files.isExecutable(p)) {
+                    return p;
+                }
+            }
+        }
+        return null;
+    }
+
+    /**
+     * @param v the mpirun binary
+     * @return this builder
+     */
+    public MpiLauncher mpirun(String v) {
+        this.mpirun = Objects.requireNonNull(v, "mpirun");
+        return this;
+    }
+
+    /**
+     * @param v number of ranks, {@code >= 1}
+     * @return this builder
+     */
+    public MpiLauncher np(int v) {
+        if (v < 1) {
+            throw new IllegalArgumentException("np = " + v + ": must be >= 1");
+        }
+        this.np = v;
+        return this;
+    }
+
+    /**
+     * @param v pass {@code --allow-run-as-root} (default: when running as root)
+     * @return this builder
+     */
+    public MpiLauncher allowRunAsRoot(boolean v) {
+        this.allowRunAsRoot = v;
+        return this;
+    }
+
+    /**
+     * @param v pass {@code --oversubscribe} (default true: more ranks than cores is the normal test case)
+     * @return this builder
+     */
+    public MpiLauncher oversubscribe(boolean v) {
+        this.oversubscribe = v;
+        return this;
+    }
+
+    /**
+     * @param flag an extra mpirun flag, e.g. {@code --mca}; see {@link #mca}
+     * @return this builder
+     */
+    public MpiLauncher mpiFlag(String flag) {
+        mpiFlags.add(Objects.requireNonNull(flag, "flag"));
+        return this;
+    }
+
+    /**
+     * @param key   MCA parameter, e.g. {@code pml}
+     * @param value its value, e.g. {@code ob1}
+     * @return this builder
+     */
+    public MpiLauncher mca(String key, String value) {
+        mpiFlags.add("--mca");
+        mpiFlags.add(Objects.requireNonNull(key, "key"));
+        mpiFlags.add(Objects.requireNonNull(value, "value"));
+        return this;
+    }
+
+    /**
+     * @param v the java executable each rank runs (default: this JVM's)
+     * @return this builder
+     */
+    public MpiLauncher javaBinary(String v) {
+        this.javaBinary = Objects.requireNonNull(v, "javaBinary");
+        return this;
+    }
+
+    /**
+     * @param v class path of each rank (default: this JVM's)
+     * @return this builder
+     */
+    public MpiLauncher classpath(String v) {
+        this.classpath = Objects.requireNonNull(v, "classpath");
+        return this;
+    }
+
+    /**
+     * @param flag a JVM flag for every rank, e.g. {@code -Xmx1g}
+     * @return this builder
+     */
+    public MpiLauncher jvmFlag(String flag) {
+        jvmFlags.add(Objects.requireNonNull(flag, "flag"));
+        return this;
+    }
+
+    /**
+     * @param flags JVM flags for every rank
+     * @return this builder
+     */
+    public MpiLauncher jvmFlags(List<String> flags) {
+        flags.forEach(this::jvmFlag);
+        return this;
+    }
+
+    /**
+     * @param v the main class every rank runs
+     * @return this builder
+     */
+    public MpiLauncher mainClass(String v) {
+        this.mainClass = Objects.requireNonNull(v, "mainClass");
+        return this;
+    }
+
+    /**
+     * @param v program arguments (the same on every rank)
+     * @return this builder
+     */
+    public MpiLauncher args(List<String> v) {
+        v.forEach(a -> args.add(Objects.requireNonNull(a, "arg")));
+        return this;
+    }
+
+    /**
+     * The command line: {@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [mpi flags] java [jvm flags]
+     * -cp CP MAIN [args]}. Each argument is one list element (no shell quoting needed).
+     *
+     * @return the command
+     */
+    public List<String> build() {
+        if (mainClass == null) {
+            throw new IllegalStateException("mainClass is not set");
+        }
+        if (classpath == null || classpath.isBlank()) {
+            throw new IllegalStateException("classpath is empty");
+        }
+        List<String> cmd = new ArrayList<>(mpirunPrefix());
+        cmd.add(javaBinary);
+        cmd.addAll(jvmFlags);
+        cmd.add("-cp");
+        cmd.add(classpath);
+        cmd.add(mainClass);
+        cmd.addAll(args);
+        return List.copyOf(cmd);
+    }
+
+    /**
+     * The mpirun part alone ({@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [mpi flags]}), to
+     * launch a program that is not Java (e.g. the C bandwidth baseline) the same way.
+     *
+     * @return the command prefix
+     */
+    public List<String> mpirunPrefix() {
+        List<String> cmd = new ArrayList<>();
+        cmd.add(mpirun);
+        if (allowRunAsRoot) {
+            cmd.add("--allow-run-as-root");
+        }
+        if (oversubscribe) {
+            cmd.add("--oversubscribe");
+        }
+        cmd.add("-np");
+        cmd.add(Integer.toString(np));
+        cmd.addAll(mpiFlags);
+        return List.copyOf(cmd);
+    }
+}

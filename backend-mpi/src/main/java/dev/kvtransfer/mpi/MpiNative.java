@@ -1,0 +1,135 @@
+package dev.kvtransfer.mpi;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+
+/**
+ * The JNI binding ({@code src/main/c/kvmpi.c}, built by {@code mpicc} into {@code libkvmpi.so} and packaged
+ * under {@code native/linux-x86_64/}). Loading is attempted once; {@link #loadFailure()} says why it failed,
+ * so the provider can report the cause instead of crashing.
+ *
+ * <p>Handles: communicators are {@code MPI_Comm_c2f} integers; requests and matched messages are native cells
+ * passed as {@code long}; payload is a raw off-heap address.
+ */
+final class MpiNative {
+    /** Resource path of the library inside the jar (or target/classes). */
+    static final String LIBRARY_RESOURCE = "/native/linux-x86_64/libkvmpi.so";
+    /** System property naming a library file to load instead of the packaged one. */
+    static final String LIBRARY_PATH_PROPERTY = "kvtransfer.mpi.library";
+
+    private static final Throwable LOAD_FAILURE = load();
+
+    private MpiNative() {
+    }
+
+    /** An MPI call returned an error (the job is not aborted: every communicator uses MPI_ERRORS_RETURN). */
+    static final class MpiCallException extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+        private final int errorCode;
+
+        MpiCallException(int errorCode, String message) {
+            super(message);
+            this.errorCode = errorCode;
+        }
+
+        int errorCode() {
+            return errorCode;
+        }
+    }
+
+    /** @return null when the library is loaded, else why not */
+    static Throwable loadFailure() {
+        return LOAD_FAILURE;
+    }
+
+    private static Throwable load() {
+        try {
+            String explicit = System.getProperty(LIBRARY_PATH_PROPERTY);
+            if (explicit != null && !explicit.isBlank()) {
+                System.load(Path.of(explicit).toAbsolutePath().toString());
+                return null;
+            }
+            String arch = System.getProperty("os.arch");
+            if (!"Linux".equals(System.getProperty("os.name")) || !("amd64".equals(arch) || "x86_64".equals(arch))) {
+                return new UnsupportedOperationException("libkvmpi is built for linux-x86_64 only, this is "
+                        + System.getProperty("os.name") + "/" + arch);
+            }
+            try (InputStream in = MpiNative.class.getResourceAsStream(LIBRARY_RESOURCE)) {
+                if (in == null) {
+                    return new IllegalStateException("native library " + LIBRARY_RESOURCE
+                            + " is not on the class path: backend-mpi was built without mpicc"
+                            + " (install libopenmpi-dev and rebuild)");
+                }
+                // Extracted to a private temp file: System.load needs a file, and a jar entry is not one.
+                Path tmp = Files.createTempFile("libkvmpi-", ".so");
+                tmp.toFile().deleteOnExit();
+                Files.copy(in, tmp, StandardCopyOption.REPLACE_EXISTING);
+                System.load(tmp.toAbsolutePath().toString());
+                return null;
+            }
+        } catch (IOException | RuntimeException | UnsatisfiedLinkError e) {
+            return e;
+        }
+    }
+
+    // lifecycle
+    static native int initThread(int required);
+
+    static native int threadMultiple();
+
+    static native void finalizeMpi();
+
+    static native boolean isFinalized();
+
+    static native String libraryVersion();
+
+    static native int tagUpperBound();
+
+    // communicators
+    static native int commWorld();
+
+    static native int commRank(int comm);
+
+    static native int commSize(int comm);
+
+    static native int commDup(int comm);
+
+    static native int commSplit(int comm, int color, int key);
+
+    static native void commFree(int comm);
+
+    // point to point
+    /** copy: send from a private copy of the bytes (eager: the caller's memory is free on return). */
+    static native long isend(long address, int count, int dest, int tag, int comm, boolean copy);
+
+    static native long improbe(int source, int tag, int comm, long[] sourceAndCount, long spinNanos);
+
+    static native long imrecv(long address, int count, long message);
+
+    /** @return 1 completed, 2 completed truncated (not expected: receives use the probed size), 0 pending */
+    static native int test(long request, long spinNanos);
+
+    /** @return 1 completed or cancelled, 0 released to finish in the background */
+    static native int cancel(long request, long waitNanos);
+
+    /** Releases a request to complete in the background (no cancel). */
+    static native void requestFree(long request);
+
+    // allgather of variable-length long[]
+    static native long allgatherStart(int comm, long[] values);
+
+    static native int allgatherProgress(long handle);
+
+    static native long[][] allgatherResult(long handle);
+
+    // page-aligned host memory (tools and tests)
+    static native long allocate(long bytes);
+
+    static native void release(long address);
+
+    static native ByteBuffer wrap(long address, long bytes);
+}

@@ -1,0 +1,43 @@
+package dev.kvtransfer.mpi;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.List;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+class MpiLauncherTest {
+    @Test
+    void buildsMpirunThenJavaThenMainAndArgs() {
+        List<String> cmd = MpiLauncher.builder().mpirun("/usr/bin/mpirun").np(4).allowRunAsRoot(true)
+                .oversubscribe(true).mca("btl", "self,vader").javaBinary("/jdk/bin/java").classpath("a.jar:b.jar")
+                .jvmFlag("-Xmx1g").jvmFlags(List.of("-Dx=y")).mainClass("dev.kvtransfer.cli.Main")
+                .args(List.of("demo", "--backend", "mpi")).build();
+        assertThat(cmd).containsExactly("/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
+                "--mca", "btl", "self,vader", "/jdk/bin/java", "-Xmx1g", "-Dx=y", "-cp", "a.jar:b.jar",
+                "dev.kvtransfer.cli.Main", "demo", "--backend", "mpi");
+    }
+
+    @Test
+    void flagsCanBeTurnedOffAndPrefixLaunchesNativePrograms() {
+        List<String> prefix = MpiLauncher.builder().mpirun("mpirun").np(2).allowRunAsRoot(false)
+                .oversubscribe(false).mpiFlag("--tag-output").mpirunPrefix();
+        assertThat(prefix).containsExactly("mpirun", "-np", "2", "--tag-output");
+    }
+
+    @Test
+    void defaultsUseThisJvm() {
+        List<String> cmd = MpiLauncher.builder().mainClass("M").build();
+        assertThat(cmd).contains("-np", "2", "M", System.getProperty("java.class.path"));
+        assertThat(cmd.get(cmd.indexOf("-cp") - 1)).endsWith("/bin/java");
+    }
+
+    @Test
+    void rejectsMissingMainAndBadRankCount() {
+        assertThatThrownBy(() -> MpiLauncher.builder().build()).isInstanceOf(IllegalStateException.class)
+                .hasMessageContaining("mainClass");
+        assertThatThrownBy(() -> MpiLauncher.builder().np(0)).isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("np = 0");
+    }
+}

@@ -1,0 +1,157 @@
+package dev.kvtransfer.formatter.mla;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.FormatterProvider;
+import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.model.AttentionType;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.api.model.TransceiverState;
+import dev.kvtransfer.core.cache.PagedKvCache;
+import dev.kvtransfer.core.memory.HostBufferManager;
+import dev.kvtransfer.testkit.KvPattern;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+import java.util.List;
+import java.util.ServiceLoader;
+import java.util.stream.Collectors;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+/** Plugin registration, construction checks and the errors format / unformat raise. */
+class MlaCacheFormatterTest {
+    private final HostBufferManager memory = new HostBufferManager();
+    private final DynamicBufferPool pool = new DynamicBufferPool(memory);
+
+    @AfterEach
+    void noLeaks() {
+        memory.close();
+    }
+
+    private static CacheState mla(int tp, int cp) {
+        return CacheState.builder().uniformKvHeads(4, 1).sizePerHead(8).tokensPerBlock(4)
+                .tensorParallelism(tp).contextParallelism(cp).dataType(DataType.FLOAT16)
+                .attentionType(AttentionType.MLA).build();
+    }
+
+    private static TransceiverState ts(CacheState s, int index) {
+        List<String> addresses = java.util.stream.IntStream.range(0, s.worldSize()).mapToObj(i -> "r" + i)
+                .collect(Collectors.toList());
+        return new TransceiverState(s, new CommState("local", addresses, index));
+    }
+
+    @Test
+    void isFoundByServiceLoaderAsMla() {
+        List<FormatterProvider> found = ServiceLoader.load(FormatterProvider.class).stream()
+                .map(ServiceLoader.Provider::get).collect(Collectors.toList());
+        assertThat(found).extracting(FormatterProvider::name).containsExactly("mla");
+        FormatterProvider p = found.get(0);
+        assertThat(p.handles(AttentionType.MLA)).isTrue();
+        assertThat(p.handles(AttentionType.DEFAULT)).isFalse();
+        assertThatThrownBy(() -> p.create(null, pool)).isInstanceOf(NullPointerException.class)
+                .hasMessage("cache");
+    }
+
+    @Test
+    void refusesAnIndexerPoolThatDoesNotMatchTheMainPool() {
+        CacheState s = mla(1, 1);
+        BlockLayout main = BlockLayout.of(s, 0);
+        BlockLayout wrongLayers = new BlockLayout(3, 1, 1, 4, 16, 1);
+        BlockLayout wrongElement = new BlockLayout(4, 1, 1, 4, 16, 2);
+        for (BlockLayout bad : List.of(wrongLayers, wrongElement)) {
+            try (PagedKvCache cache = new PagedKvCache(memory, main, bad, 2)) {
+                assertThatThrownBy(() -> new MlaCacheFormatter(cache, pool))
+                        .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("indexer-K pool layout");
+            }
+        }
+        try (PagedKvCache cache = new PagedKvCache(memory, main, new BlockLayout(4, 1, 1, 4, 16, 1), 2)) {
+            assertThat(new MlaCacheFormatter(cache, pool).hasIndexerKCache()).isTrue();
+        }
+    }
+
+    @Test
+    void formatRefusesContextCpWithTheReason() {
+        CacheState ctx = mla(1, 2);
+        CacheState gen = mla(1, 1);
+        LocalFabric fabric = new LocalFabric(memory, 100);
+        try (PagedKvCache cache = new PagedKvCache(memory, BlockLayout.of(ctx, 0), 4)) {
+            int[] ids = cache.allocate(7, 2);
+            try (LocalSession s = new LocalSession(7, true, ts(ctx, 0), gen, ids, 4, memory, pool, fabric)) {
+                assertThatThrownBy(() -> new MlaCacheFormatter(cache, pool).format(s))
+                        .isInstanceOfSatisfying(KvTransferException.class, e -> {
+                            assertThat(e.code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
+                            assertThat(e.requestId()).isEqualTo(7);
+                        })
+                        .hasMessageContaining("context contextParallelism=2");
+            }
+        }
+        assertThat(fabric.undelivered()).isZero();
+    }
+
+    @Test
+    void unformatRefusesABlockCountThatIsNotTheCpShare() {
+        CacheState ctx = mla(1, 1);
+        CacheState gen = mla(1, 4);
+        LocalFabric fabric = new LocalFabric(memory, 100);
+        try (PagedKvCache cache = new PagedKvCache(memory, BlockLayout.of(gen, 1), 8)) {
+            int[] ids = cache.allocate(9, 3); // CP rank 1 of 4 holds 3 of 10 blocks... but of 9 it holds 2
+            try (LocalSession s = new LocalSession(9, false, ts(gen, 1), ctx, ids, 9, memory, pool, fabric)) {
+                assertThatThrownBy(() -> new MlaCacheFormatter(cache, pool).unformat(s))
+                        .isInstanceOfSatisfying(KvTransferException.class,
+                                e -> assertThat(e.code()).isEqualTo(ErrorCode.INTERNAL))
+                        .hasMessageContaining("share of 9 blocks is 2");
+            }
+        }
+    }
+
+    @Test
+    void formatRefusesACacheViewWhoseLayoutIsNotTheStates() {
+        CacheState ctx = mla(1, 1);
+        CacheState gen = mla(1, 1);
+        BlockLayout wrong = new BlockLayout(4, 1, 1, 4, 16, 2);
+        LocalFabric fabric = new LocalFabric(memory, 100);
+        try (PagedKvCache cache = new PagedKvCache(memory, wrong, 4)) {
+            int[] ids = cache.allocate(3, 2);
+            try (LocalSession s = new LocalSession(3, true, ts(ctx, 0), gen, ids, 2, memory, pool, fabric)) {
+                assertThatThrownBy(() -> new MlaCacheFormatter(cache, pool).format(s))
+                        .isInstanceOfSatisfying(KvTransferException.class,
+                                e -> assertThat(e.code()).isEqualTo(ErrorCode.INTERNAL))
+                        .hasMessageContaining("does not match its CacheState");
+            }
+        }
+    }
+
+    @Test
+    void indexerPassNeedsBothSidesConfiguredAlike() {
+        // The api's CacheState does not declare the indexer-K pool yet, so each side decides from its own cache:
+        // a receiver that expects the pass from a sender that has no pool waits for it until its deadline.
+        CacheState s = mla(1, 1);
+        BlockLayout main = BlockLayout.of(s, 0);
+        BlockLayout idx = new BlockLayout(4, 1, 1, 4, 16, 1);
+        LocalFabric fabric = new LocalFabric(memory, 200);
+        try (PagedKvCache ctxCache = new PagedKvCache(memory, main, 4);
+             PagedKvCache genCache = new PagedKvCache(memory, main, idx, 4)) {
+            int[] ctxIds = ctxCache.allocate(5, 2);
+            int[] genIds = genCache.allocate(5, 2);
+            KvPattern.fill(ctxCache, ctxIds, s, 0, 5, 2);
+            try (LocalSession tx = new LocalSession(5, true, ts(s, 0), s, ctxIds, 2, memory, pool, fabric);
+                 LocalSession rx = new LocalSession(5, false, ts(s, 0), s, genIds, 2, memory, pool, fabric)) {
+                CacheFormatter sender = new MlaCacheFormatter(ctxCache, pool);
+                CacheFormatter receiver = new MlaCacheFormatter(genCache, pool);
+                sender.format(tx);
+                assertThatThrownBy(() -> receiver.unformat(rx))
+                        .isInstanceOfSatisfying(KvTransferException.class,
+                                e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+                // The main pool arrived whole before the indexer pass timed out.
+                KvPattern.verify(genCache, genIds, s, 0, 5, 2).assertOk();
+            }
+        } finally {
+            fabric.drain();
+        }
+    }
+}
