@@ -1,0 +1,346 @@
+package dev.kvtransfer.cli;
+
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.core.RequestState;
+import dev.kvtransfer.core.TransferRequest;
+import dev.kvtransfer.core.local.LocalInstance;
+import dev.kvtransfer.testkit.KvPattern;
+import org.HdrHistogram.Histogram;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.io.PrintStream;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * {@code kvtransfer demo}: a context instance and a generation instance move the KV cache of
+ * {@code --requests} prompts of {@code --isl} tokens between two layouts, and every received element is
+ * checked against {@link KvPattern}. With a network backend the generation instance runs in a child JVM;
+ * with {@code loopback} both run in this JVM.
+ */
+@Command(name = "demo", mixinStandardHelpOptions = true,
+        description = "Move KV caches from a context instance to a generation instance and verify every byte.")
+public final class DemoCommand implements java.util.concurrent.Callable<Integer> {
+    @Mixin
+    DemoOptions options = new DemoOptions();
+
+    @Option(names = "--requests", description = "number of requests (default 8)")
+    int requests = 8;
+
+    @Option(names = "--isl", description = "prompt length in tokens (default 1024)")
+    int isl = 1024;
+
+    @Option(names = "--max-inflight", description = "requests in flight at once (default: as many as fit in --memory-budget-mib)")
+    Integer maxInflight;
+
+    @Option(names = "--memory-budget-mib", description = "KV memory per instance for in-flight requests (default 2048)")
+    long memoryBudgetMib = 2048;
+
+    @Option(names = "--copy-baseline", negatable = true,
+            description = "also time a plain bulk copy (Unsafe.copyMemory) of the same bytes in this JVM and print the ratio (default on)")
+    boolean copyBaseline = true;
+
+    @Option(names = "--in-process", description = "run the generation instance in this JVM even with a network backend")
+    boolean inProcess;
+
+    private final PrintStream out = System.out;
+
+    @Override
+    public Integer call() {
+        CacheState ctxState = options.contextState();
+        CacheState genState = options.generationState();
+        if (requests < 1 || isl < 1) {
+            throw new IllegalArgumentException("--requests and --isl must be positive");
+        }
+        int ctxBlocks = DemoRanks.totalBlocks(ctxState, isl);
+        long ctxRequestBytes = 0;
+        for (int r = 0; r < ctxState.worldSize(); r++) {
+            ctxRequestBytes = Math.max(ctxRequestBytes, perRankBytes(ctxState, r, ctxBlocks));
+        }
+        long genRequestBytes = 0;
+        for (int r = 0; r < genState.worldSize(); r++) {
+            genRequestBytes = Math.max(genRequestBytes, perRankBytes(genState, r, ctxBlocks));
+        }
+        long perRequestInstanceBytes = Math.max(ctxRequestBytes * ctxState.worldSize(),
+                genRequestBytes * genState.worldSize());
+        int window = maxInflight != null ? maxInflight
+                : (int) Math.max(1, Math.min(requests, (memoryBudgetMib << 20) / Math.max(1, perRequestInstanceBytes)));
+        window = Math.max(1, Math.min(window, requests));
+        int blocksPerRank = window * ctxBlocks;
+        Duration timeout = Duration.ofSeconds(options.timeoutSeconds);
+        if (options.backend.equals("mpi")) {
+            return runMpi(ctxState, genState, window, timeout);
+        }
+        boolean child = !inProcess && !options.backend.equals("loopback");
+
+        out.printf(Locale.ROOT, "kvtransfer demo: backend %s%s, %s%n", options.backend,
+                child ? " (generation instance in a child JVM)" : " (both instances in this JVM)",
+                describe(ctxState));
+        long started = System.nanoTime();
+        try (LocalInstance ctx = Instances.start("ctx", ctxState, options, blocksPerRank);
+             GenSide gen = child ? new ChildProcessGen(options, blocksPerRank, timeout)
+                     : new GenRunner(Instances.start("gen", genState, options, blocksPerRank),
+                     options.verify, options.dumpDir)) {
+            Result result = run(ctx, gen, window, timeout);
+            if (gen instanceof GenRunner) {
+                ((GenRunner) gen).closeInstance();
+            }
+            report(result, ctxState, window, System.nanoTime() - started);
+            if (copyBaseline && result.bytes > 0) {
+                double copy = CopyBaseline.gigabytesPerSecond(result.bytes, perRequestInstanceBytes);
+                double ours = result.bytes / (result.transferNanos / 1e9) / 1e9;
+                out.printf(Locale.ROOT, "%-18s %.2f GB/s (single-thread Unsafe.copyMemory of the same %.3f GiB); ratio %.2f%n",
+                        "bulk copy", copy, result.bytes / (double) (1L << 30), ours / copy);
+            }
+            return result.failed == 0 && result.mismatches == 0 ? 0 : 1;
+        }
+    }
+
+    /**
+     * MPI: every rank of both instances is one process of one {@code mpirun} job (context ranks first); world
+     * rank 0 prints the report.
+     */
+    private int runMpi(CacheState ctxState, CacheState genState, int window, Duration timeout) {
+        out.printf(Locale.ROOT, "kvtransfer demo: backend mpi (%d context + %d generation ranks under mpirun), %s%n",
+                ctxState.worldSize(), genState.worldSize(), describe(ctxState));
+        out.flush();
+        List<String> args = new ArrayList<>();
+        args.add("demo-mpi-rank");
+        args.addAll(options.toArgs());
+        args.add("--requests=" + requests);
+        args.add("--isl=" + isl);
+        args.add("--window=" + window);
+        List<String> cmd = dev.kvtransfer.mpi.MpiLauncher.builder()
+                .np(ctxState.worldSize() + genState.worldSize())
+                .javaBinary(java.nio.file.Paths.get(System.getProperty("java.home"), "bin", "java").toString())
+                .classpath(System.getProperty("java.class.path"))
+                .jvmFlags(java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+                .mainClass(KvTransferCli.class.getName())
+                .args(args)
+                .build();
+        try {
+            Process p = new ProcessBuilder(cmd).inheritIO().start();
+            long limit = timeout.plusSeconds(120).toSeconds() * Math.max(1, (requests + window - 1) / window);
+            if (!p.waitFor(limit, TimeUnit.SECONDS)) {
+                p.destroyForcibly();
+                System.err.println("kvtransfer: mpirun did not finish within " + limit + " s");
+                return 2;
+            }
+            return p.exitValue();
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException("cannot start mpirun: " + cmd, e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return 2;
+        }
+    }
+
+    private static long perRankBytes(CacheState s, int rank, int totalBlocks) {
+        int layers = s.layerCount(s.ppRank(rank));
+        long blockBytes = (long) layers * s.kvFactor() * s.kvHeadsPerRank() * s.tokensPerBlock() * s.sizePerHead()
+                * s.dataType().bytes();
+        return blockBytes * DemoRanks.blocksOnRank(s, rank, totalBlocks);
+    }
+
+    private String describe(CacheState s) {
+        return String.format(Locale.ROOT, "%s%d layers x %d KV heads x %d, %s, %d tokens/block, %s",
+                options.model != null ? options.model + ": " : "", s.numLayers(), s.kvHeadsPerLayer().get(0),
+                s.sizePerHead(), s.dataType(), s.tokensPerBlock(), s.attentionType());
+    }
+
+    private static final class Result {
+        long bytes;
+        long transferNanos;
+        int failed;
+        long checked;
+        long mismatches;
+        String firstError = "";
+        String firstMismatch = "";
+        final Histogram latency = new Histogram(3_600_000_000_000L, 3);
+    }
+
+    private Result run(LocalInstance ctx, GenSide gen, int window, Duration timeout) {
+        CacheState ctxState = ctx.cacheState();
+        int totalBlocks = DemoRanks.totalBlocks(ctxState, isl);
+        Result result = new Result();
+        Progress progress = new Progress(requests);
+        for (int start = 0; start < requests; start += window) {
+            int end = Math.min(requests, start + window);
+            // Untimed: allocate and fill the context ranks' blocks.
+            List<List<TransferRequest>> ctxRequests = new ArrayList<>();
+            for (int i = start; i < end; i++) {
+                long id = i + 1;
+                List<TransferRequest> reqs = new ArrayList<>();
+                for (int r : DemoRanks.serving(ctxState, i)) {
+                    int[] blocks = ctx.cache(r).allocate(id, DemoRanks.blocksOnRank(ctxState, r, totalBlocks));
+                    if (options.verify || options.dumpDir != null) {
+                        KvPattern.fill(ctx.cache(r), blocks, ctx.cacheState(r), r, id, totalBlocks);
+                    }
+                    reqs.add(TransferRequest.context(id, isl, blocks));
+                }
+                ctxRequests.add(reqs);
+            }
+            // Timed: the transfers of this window.
+            long t0 = System.nanoTime();
+            List<CompletableFuture<GenSide.GenTransfer>> genFutures = new ArrayList<>();
+            List<CompletableFuture<?>> ctxFutures = new ArrayList<>();
+            for (int i = start; i < end; i++) {
+                long id = i + 1;
+                List<TransferRequest> reqs = ctxRequests.get(i - start);
+                List<Integer> serving = DemoRanks.serving(ctxState, i);
+                for (int k = 0; k < reqs.size(); k++) {
+                    ctx.transceiver(serving.get(k)).respondAndSendAsync(reqs.get(k));
+                    ctxFutures.add(reqs.get(k).completion().toCompletableFuture());
+                }
+                ContextPhaseParams params = ctx.contextPhaseParams(id, serving.get(0));
+                genFutures.add(gen.submit(i, id, isl, params));
+            }
+            long lastDone = t0;
+            long deadline = System.nanoTime() + timeout.plusSeconds(30).toNanos();
+            for (CompletableFuture<GenSide.GenTransfer> f : genFutures) {
+                GenSide.GenTransfer t = await(f, deadline, "generation transfer");
+                if (t == null) {
+                    result.failed++;
+                    continue;
+                }
+                lastDone = Math.max(lastDone, t.doneNanos());
+                if (t.ok()) {
+                    result.bytes += t.bytes();
+                    result.latency.recordValue(Math.max(1, t.doneNanos() - t.submitNanos()));
+                } else {
+                    result.failed++;
+                    if (result.firstError.isEmpty()) {
+                        result.firstError = "request " + t.requestId() + ": " + t.error();
+                    }
+                }
+            }
+            for (CompletableFuture<?> f : ctxFutures) {
+                await(f, deadline, "context transfer");
+            }
+            result.transferNanos += Math.max(1, lastDone - t0);
+            // Untimed: status agreement, verification, dump, release.
+            for (int i = start; i < end; i++) {
+                long id = i + 1;
+                for (TransferRequest req : ctxRequests.get(i - start)) {
+                    if (req.state() != RequestState.CONTEXT_COMPLETE && result.firstError.isEmpty()) {
+                        result.firstError = "context request " + id + ": " + req.state()
+                                + req.error().map(e -> " " + e.getMessage()).orElse("");
+                    }
+                }
+            }
+            StatusSync.context(ctx, options.timeoutSeconds);
+            if (gen instanceof ChildProcessGen) {
+                ((ChildProcessGen) gen).sync();
+            } else {
+                ((GenRunner) gen).sync(options.timeoutSeconds);
+            }
+            for (int i = start; i < end; i++) {
+                long id = i + 1;
+                GenSide.GenCheck c = gen.check(id);
+                result.checked += c.checked();
+                result.mismatches += c.mismatches();
+                if (result.firstMismatch.isEmpty() && !c.firstMismatch().isEmpty()) {
+                    result.firstMismatch = "request " + id + ": " + c.firstMismatch();
+                }
+                for (int r : DemoRanks.serving(ctxState, i)) {
+                    ctx.cache(r).free(id);
+                }
+                progress.step();
+            }
+        }
+        progress.finish();
+        return result;
+    }
+
+    private static <T> T await(CompletableFuture<T> f, long deadlineNanos, String what) {
+        try {
+            return f.get(Math.max(1, deadlineNanos - System.nanoTime()), TimeUnit.NANOSECONDS);
+        } catch (java.util.concurrent.TimeoutException e) {
+            System.err.println("kvtransfer: " + what + " did not finish before its deadline");
+            return null;
+        } catch (java.util.concurrent.ExecutionException e) {
+            System.err.println("kvtransfer: " + what + " failed: " + e.getCause());
+            return null;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted", e);
+        }
+    }
+
+    private void report(Result r, CacheState ctxState, int window, long wallNanos) {
+        double seconds = r.transferNanos / 1e9;
+        double gbps = seconds > 0 ? r.bytes / seconds / 1e9 : 0;
+        out.printf(Locale.ROOT, "%-18s %s%n", "layout", options.layoutLabel());
+        out.printf(Locale.ROOT, "%-18s %d x %d tokens, %d in flight, %d failed%n", "requests", requests, isl, window,
+                r.failed);
+        out.printf(Locale.ROOT, "%-18s %s%n", "bytes moved", bytes(r.bytes));
+        out.printf(Locale.ROOT, "%-18s %.2f GB/s (%.3f s of transfer, %.1f s wall)%n", "throughput", gbps, seconds,
+                wallNanos / 1e9);
+        if (r.latency.getTotalCount() > 0) {
+            out.printf(Locale.ROOT, "%-18s %.2f ms / %.2f ms%n", "transfer p50/p99",
+                    r.latency.getValueAtPercentile(50) / 1e6, r.latency.getValueAtPercentile(99) / 1e6);
+        }
+        if (!options.verify) {
+            out.printf(Locale.ROOT, "%-18s skipped (--no-verify)%n", "verify");
+        } else if (r.mismatches == 0 && r.failed == 0) {
+            out.printf(Locale.ROOT, "%-18s OK (%d elements checked)%n", "verify", r.checked);
+        } else {
+            out.printf(Locale.ROOT, "%-18s FAILED: %d mismatching elements of %d checked%n", "verify", r.mismatches,
+                    r.checked);
+        }
+        if (!r.firstError.isEmpty()) {
+            out.printf(Locale.ROOT, "%-18s %s%n", "first error", r.firstError);
+        }
+        if (!r.firstMismatch.isEmpty()) {
+            out.printf(Locale.ROOT, "%-18s %s%n", "first mismatch", r.firstMismatch);
+        }
+        if (options.dumpDir != null) {
+            out.printf(Locale.ROOT, "%-18s %s%n", "dump", options.dumpDir.toAbsolutePath());
+        }
+    }
+
+    static String bytes(long b) {
+        if (b >= 1L << 30) {
+            return String.format(Locale.ROOT, "%.3f GiB", b / (double) (1L << 30));
+        }
+        if (b >= 1L << 20) {
+            return String.format(Locale.ROOT, "%.3f MiB", b / (double) (1L << 20));
+        }
+        return b + " B";
+    }
+
+    /** A progress bar on stderr when it is a terminal. */
+    private static final class Progress {
+        private final int total;
+        private final boolean enabled = System.console() != null;
+        private int done;
+
+        Progress(int total) {
+            this.total = total;
+        }
+
+        void step() {
+            done++;
+            if (enabled) {
+                int width = 30;
+                int filled = (int) ((long) width * done / total);
+                System.err.print("\r[" + "#".repeat(filled) + " ".repeat(width - filled) + "] " + done + "/" + total
+                        + " requests");
+                System.err.flush();
+            }
+        }
+
+        void finish() {
+            if (enabled) {
+                System.err.println();
+            }
+        }
+    }
+}

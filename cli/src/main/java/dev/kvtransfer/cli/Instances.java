@@ -1,0 +1,35 @@
+package dev.kvtransfer.cli;
+
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.TransceiverConfig;
+import dev.kvtransfer.core.local.LocalInstance;
+import dev.kvtransfer.core.plugin.Plugins;
+
+import java.time.Duration;
+
+/** Starts a {@link LocalInstance} the way the demo and its worker both need it. */
+final class Instances {
+    private Instances() {
+    }
+
+    static LocalInstance start(String name, CacheState state, DemoOptions options, int blocksPerRank) {
+        Plugins plugins = Plugins.discover();
+        TransceiverConfig config = options.transceiverConfig();
+        TransportProvider transport = plugins.transport(config.backend());
+        TransportConfig base = TransportConfig.builder()
+                .name(name)
+                .defaultTimeout(Duration.ofSeconds(options.timeoutSeconds))
+                .properties(options.transportProperties)
+                .build();
+        return LocalInstance.builder(name, state)
+                .transport(transport, base)
+                .plugins(plugins)
+                .config(config)
+                .blocksPerRank(blocksPerRank)
+                .sharedBufferManager(true)
+                .errorHandler(e -> System.err.println("kvtransfer[" + name + "]: " + e.getMessage()))
+                .start();
+    }
+}

@@ -1,0 +1,47 @@
+package dev.kvtransfer.cli;
+
+import dev.kvtransfer.api.model.DataType;
+
+import java.util.Arrays;
+import java.util.Locale;
+import java.util.stream.Collectors;
+
+/** KV-cache shapes of well-known models (attention layers, KV heads, head size), for {@code --model}. */
+public enum ModelPreset {
+    /** A tiny model for quick checks. */
+    TINY("tiny", 4, 4, 16, 16, DataType.FLOAT16),
+    /** Llama 3 8B: 32 layers, 8 KV heads (GQA), head size 128. */
+    LLAMA3_8B("llama3-8b", 32, 8, 128, 32, DataType.BFLOAT16),
+    /** Llama 3 70B: 80 layers, 8 KV heads, head size 128. */
+    LLAMA3_70B("llama3-70b", 80, 8, 128, 32, DataType.BFLOAT16),
+    /** Qwen2.5 7B: 28 layers, 4 KV heads, head size 128. */
+    QWEN25_7B("qwen2.5-7b", 28, 4, 128, 32, DataType.BFLOAT16),
+    /** DeepSeek-V3-like MLA cache: 61 layers, one latent head of 576 (512 + 64 rope). */
+    DEEPSEEK_V3("deepseek-v3", 61, 1, 576, 64, DataType.BFLOAT16);
+
+    final String id;
+    final int layers;
+    final int kvHeads;
+    final int sizePerHead;
+    final int tokensPerBlock;
+    final DataType dataType;
+
+    ModelPreset(String id, int layers, int kvHeads, int sizePerHead, int tokensPerBlock, DataType dataType) {
+        this.id = id;
+        this.layers = layers;
+        this.kvHeads = kvHeads;
+        this.sizePerHead = sizePerHead;
+        this.tokensPerBlock = tokensPerBlock;
+        this.dataType = dataType;
+    }
+
+    static ModelPreset byId(String id) {
+        for (ModelPreset p : values()) {
+            if (p.id.equals(id.toLowerCase(Locale.ROOT))) {
+                return p;
+            }
+        }
+        throw new IllegalArgumentException("unknown model preset '" + id + "'; known: "
+                + Arrays.stream(values()).map(p -> p.id).collect(Collectors.joining(", ")));
+    }
+}
