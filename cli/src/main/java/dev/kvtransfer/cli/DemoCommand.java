@@ -74,6 +74,11 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                 : (int) Math.max(1, Math.min(requests, (memoryBudgetMib << 20) / Math.max(1, perRequestInstanceBytes)));
         window = Math.max(1, Math.min(window, requests));
         int blocksPerRank = window * ctxBlocks;
+        // Staging: one slot holds a whole request's part of a rank (as TensorRT-LLM's maxTokensInBuffer = isl),
+        // so re-sharding never falls back to per-part dynamic buffers; receive from peers in parallel.
+        options.properties.putIfAbsent(dev.kvtransfer.core.TransceiverConfig.P_TRANSFER_BUFFER_BYTES,
+                Long.toString(Math.max(1L << 20, Math.min(1L << 30, Math.max(ctxRequestBytes, genRequestBytes)))));
+        options.properties.putIfAbsent(dev.kvtransfer.core.TransceiverConfig.P_PARALLEL_RECEIVE, "true");
         Duration timeout = Duration.ofSeconds(options.timeoutSeconds);
         if (options.backend.equals("mpi")) {
             return runMpi(ctxState, genState, window, timeout);

@@ -16,8 +16,12 @@ import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * A {@link BufferManager} for host memory: {@link MemoryKind#HOST} and {@link MemoryKind#PINNED_HOST} (the same
- * thing here: there is no device to pin for), off-heap, page-aligned ({@value #PAGE_SIZE} bytes), zeroed, of any
+ * thing here: there is no device to pin for), off-heap, page-aligned ({@value #PAGE_SIZE} bytes), of any
  * {@code long} size. {@link MemoryKind#DEVICE} is refused with {@link UnsupportedOperationException}.
+ *
+ * <p>Memory is not zeroed (the api leaves the contents unspecified): zeroing a fresh 128 MiB staging buffer
+ * cost more than the transfer that used it, and large allocations are fresh pages the kernel zero-fills on
+ * first touch anyway.
  *
  * <p>Memory comes from {@code Unsafe.allocateMemory} (malloc) rather than {@code ByteBuffer.allocateDirect}, so
  * a buffer may exceed 2 GiB and pools are not capped by {@code -XX:MaxDirectMemorySize} (which defaults to
@@ -72,7 +76,6 @@ public final class HostBufferManager implements BufferManager {
         // Over-allocate by a page less one byte and round up: malloc only promises 16-byte alignment.
         long raw = MemoryAccess.allocate(Math.max(bytes, 1) + PAGE_SIZE - 1);
         long aligned = (raw + PAGE_SIZE - 1) & -PAGE_SIZE;
-        MemoryAccess.fill(aligned, bytes, (byte) 0);
         Owned b = new Owned(NEXT_ID.incrementAndGet(), raw, aligned, bytes, kind,
                 debug ? new Throwable("allocated here") : null);
         outstanding.put(b.id, b);

@@ -1,0 +1,67 @@
+package dev.kvtransfer.aeron;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.TransportCapability;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportProvider;
+
+import java.util.EnumSet;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * The {@code "aeron"} transport: UDP on loopback (or any host) through a media driver embedded in the process.
+ * Pure Java, so it is always available; constructing the provider starts nothing.
+ */
+public final class AeronTransportProvider implements TransportProvider {
+    /** The provider name. */
+    public static final String NAME = "aeron";
+
+    /** The JVM flag Aeron 1.51 needs on Java 17+. */
+    public static final String REQUIRED_JVM_FLAG = "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED";
+
+    /** Creates the provider (no side effects). */
+    public AeronTransportProvider() {
+    }
+
+    @Override
+    public String name() {
+        return NAME;
+    }
+
+    @Override
+    public boolean isAvailable() {
+        return unavailabilityCause() == null;
+    }
+
+    @Override
+    public String unavailabilityCause() {
+        try {
+            Class.forName("io.aeron.driver.MediaDriver", false, AeronTransportProvider.class.getClassLoader());
+        } catch (ClassNotFoundException | LinkageError e) {
+            return "io.aeron:aeron-all is not on the class path: " + e;
+        }
+        // Agrona 2 (inside Aeron 1.51) reaches jdk.internal.misc.Unsafe; without the export every buffer fails.
+        if (!Object.class.getModule().isExported("jdk.internal.misc", AeronTransportProvider.class.getModule())) {
+            return "the JVM lacks " + REQUIRED_JVM_FLAG + " (Aeron's Agrona needs jdk.internal.misc.Unsafe)";
+        }
+        return null;
+    }
+
+    @Override
+    public Set<TransportCapability> capabilities() {
+        return EnumSet.of(TransportCapability.CROSS_PROCESS, TransportCapability.PEER_FAILURE_DETECTION);
+    }
+
+    @Override
+    public ConnectionManager create(TransportConfig config) {
+        Objects.requireNonNull(config, "config");
+        String cause = unavailabilityCause();
+        if (cause != null) {
+            throw new TransportException(ErrorCode.NETWORK, "aeron transport unavailable: " + cause);
+        }
+        return new AeronConnectionManager(Objects.requireNonNull(config, "config"));
+    }
+}

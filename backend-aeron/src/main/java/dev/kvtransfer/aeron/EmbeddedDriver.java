@@ -1,0 +1,128 @@
+package dev.kvtransfer.aeron;
+
+import io.aeron.driver.MediaDriver;
+import io.aeron.driver.ThreadingMode;
+import org.agrona.IoUtil;
+
+import java.io.File;
+import java.lang.System.Logger.Level;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The media driver embedded in this process, shared by every manager with the same driver settings and
+ * reference-counted: the first {@link #acquire} launches it in a private directory, the last
+ * {@link Lease#close()} stops its threads and deletes the directory. One driver per process keeps the idle
+ * CPU to one backing-off thread however many ranks the process hosts.
+ */
+final class EmbeddedDriver {
+    private static final System.Logger LOG = System.getLogger(EmbeddedDriver.class.getName());
+    private static final Map<String, EmbeddedDriver> DRIVERS = new HashMap<>();
+
+    private final String key;
+    private final MediaDriver driver;
+    private final File dir;
+    private int refs;
+
+    private EmbeddedDriver(String key, MediaDriver driver, File dir) {
+        this.key = key;
+        this.driver = driver;
+        this.dir = dir;
+    }
+
+    /** A manager's hold on the shared driver. */
+    static final class Lease implements AutoCloseable {
+        private final EmbeddedDriver driver;
+        private boolean closed;
+
+        private Lease(EmbeddedDriver driver) {
+            this.driver = driver;
+        }
+
+        /** @return the driver's directory, for the Aeron client */
+        String directory() {
+            return driver.dir.getAbsolutePath();
+        }
+
+        @Override
+        public void close() {
+            synchronized (DRIVERS) {
+                if (closed) {
+                    return;
+                }
+                closed = true;
+                if (--driver.refs == 0) {
+                    DRIVERS.remove(driver.key);
+                    driver.driver.close();
+                    // dirDeleteOnShutdown already removed it; this covers a driver that failed half-way.
+                    IoUtil.delete(driver.dir, true);
+                }
+            }
+        }
+    }
+
+    /**
+     * Takes a lease on the driver for these settings, launching it when none runs.
+     *
+     * @param settings the manager's settings
+     * @return the lease; close it once
+     */
+    static Lease acquire(AeronSettings settings) {
+        synchronized (DRIVERS) {
+            EmbeddedDriver d = DRIVERS.get(settings.driverKey());
+            if (d == null) {
+                d = launch(settings);
+                DRIVERS.put(d.key, d);
+            }
+            d.refs++;
+            return new Lease(d);
+        }
+    }
+
+    /** @return how many embedded drivers this process runs now (tests check that close released them) */
+    static int running() {
+        synchronized (DRIVERS) {
+            return DRIVERS.size();
+        }
+    }
+
+    private static EmbeddedDriver launch(AeronSettings s) {
+        File shm = new File("/dev/shm");
+        File base = shm.isDirectory() && shm.canWrite() ? shm : new File(System.getProperty("java.io.tmpdir"));
+        File dir = new File(base, "kvtransfer-aeron-" + ProcessHandle.current().pid() + "-"
+                + UUID.randomUUID().toString().substring(0, 8));
+        MediaDriver.Context ctx = new MediaDriver.Context()
+                .aeronDirectoryName(dir.getAbsolutePath())
+                .dirDeleteOnStart(true)
+                .dirDeleteOnShutdown(true)
+                .warnIfDirectoryExists(false)
+                .threadingMode(s.threading)
+                .termBufferSparseFile(true)
+                .mtuLength(s.mtu)
+                .publicationTermBufferLength(s.termLength)
+                .ipcTermBufferLength(s.termLength)
+                .socketRcvbufLength(s.socketBuffer)
+                .socketSndbufLength(s.socketBuffer)
+                .initialWindowLength(s.receiverWindow())
+                // Peer failure detection: an image without data or heartbeat for this long goes away, and a
+                // publication without status messages for this long reports "not connected".
+                .imageLivenessTimeoutNs(s.peerTimeoutNs)
+                .publicationConnectionTimeoutNs(s.peerTimeoutNs)
+                .timerIntervalNs(TimeUnit.MILLISECONDS.toNanos(100))
+                .publicationLingerTimeoutNs(TimeUnit.MILLISECONDS.toNanos(200))
+                .errorHandler(t -> LOG.log(Level.WARNING, "aeron media driver error in " + dir, t));
+        if (s.threading == ThreadingMode.SHARED) {
+            ctx.sharedIdleStrategy(s.newIdleStrategy());
+        } else if (s.threading == ThreadingMode.SHARED_NETWORK) {
+            ctx.sharedNetworkIdleStrategy(s.newIdleStrategy()).conductorIdleStrategy(s.newIdleStrategy());
+        } else {
+            ctx.conductorIdleStrategy(s.newIdleStrategy())
+                    .senderIdleStrategy(s.newIdleStrategy())
+                    .receiverIdleStrategy(s.newIdleStrategy());
+        }
+        MediaDriver driver = MediaDriver.launch(ctx);
+        return new EmbeddedDriver(s.driverKey(), driver, dir);
+    }
+}

@@ -1,0 +1,487 @@
+package dev.kvtransfer.ucx;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.TransportClosedException;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportException;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import static dev.kvtransfer.ucx.UcxTestSupport.buffer;
+import static dev.kvtransfer.ucx.UcxTestSupport.config;
+import static dev.kvtransfer.ucx.UcxTestSupport.fill;
+import static dev.kvtransfer.ucx.UcxTestSupport.verify;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+/** Direct tests of the UCX manager, two or more managers in this JVM over loopback. */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class UcxConnectionManagerTest {
+    private final List<ConnectionManager> managers = new ArrayList<>();
+    private final ExecutorService pool = Executors.newCachedThreadPool(r -> {
+        Thread t = new Thread(r, "ucx-test-worker");
+        t.setDaemon(true);
+        return t;
+    });
+
+    @AfterEach
+    void tearDown() throws Exception {
+        pool.shutdownNow();
+        for (ConnectionManager m : managers) {
+            m.close();
+        }
+        assertThat(pool.awaitTermination(30, TimeUnit.SECONDS)).isTrue();
+    }
+
+    private UcxConnectionManager manager(String name) {
+        return manager(config(name));
+    }
+
+    private UcxConnectionManager manager(TransportConfig c) {
+        UcxConnectionManager m = (UcxConnectionManager) new UcxTransportProvider().create(c);
+        managers.add(m);
+        return m;
+    }
+
+    private static <T> T get(Future<T> f) throws Exception {
+        return f.get(60, TimeUnit.SECONDS);
+    }
+
+    @Test
+    void localAddressIsHostAndBoundPort() {
+        UcxConnectionManager a = manager("addr");
+        assertThat(a.localAddress()).matches("127\\.0\\.0\\.1:[1-9][0-9]*");
+        assertThat(a.isRunning()).isTrue();
+    }
+
+    @Test
+    void sendAndReceiveEverySizeBothWaysByteExact() throws Exception {
+        UcxConnectionManager a = manager("a");
+        UcxConnectionManager b = manager("b");
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        assertThat(ab.peer()).isEqualTo(b.localAddress());
+        assertThat(ba.peer()).isEqualTo(a.localAddress());
+        long[] sizes = {0, 1, 8, 4097, 65_537, 1 << 20, (16 << 20) + 5};
+        for (long size : sizes) {
+            for (Connection[] dir : new Connection[][] {{ab, ba}, {ba, ab}}) {
+                MemoryBuffer src = buffer(size + 16);
+                MemoryBuffer dst = buffer(size + 16);
+                fill(src, 3, size, size ^ dir.hashCode());
+                Future<?> sent = pool.submit(() -> dir[0].send(1024, src, 3, size));
+                dir[1].recv(1024, dst, 7, size);
+                get(sent);
+                verify(dst, 7, size, size ^ dir.hashCode());
+            }
+        }
+    }
+
+    @Test
+    void smallSendsCompleteBeforeTheReceiverExistsAndArriveInOrder() {
+        UcxConnectionManager a = manager("eager-a");
+        UcxConnectionManager b = manager("eager-b");
+        Connection ab = a.connection(b.localAddress());
+        MemoryBuffer src = buffer(4096);
+        for (int i = 0; i < 20; i++) {
+            fill(src, 0, 100 + i, 500 + i);
+            ab.send(19, src, 0, 100 + i, Duration.ofSeconds(10));
+        }
+        Connection ba = b.connection(a.localAddress());
+        MemoryBuffer dst = buffer(4096);
+        for (int i = 0; i < 20; i++) {
+            ba.recv(19, dst, 0, 100 + i);
+            verify(dst, 0, 100 + i, 500 + i);
+        }
+    }
+
+    @Test
+    void recvConnectNamesTheSenderAndRepliesGoBack() throws Exception {
+        UcxConnectionManager server = manager("server");
+        List<UcxConnectionManager> clients = List.of(manager("c1"), manager("c2"), manager("c3"));
+        MemoryBuffer out = buffer(64);
+        for (UcxConnectionManager c : clients) {
+            fill(out, 0, 64, c.localAddress().hashCode());
+            c.connection(server.localAddress()).send(19, out, 0, 64);
+        }
+        MemoryBuffer in = buffer(64);
+        List<String> seen = new ArrayList<>();
+        for (int i = 0; i < clients.size(); i++) {
+            Connection back = server.recvConnect(19, in, 0, 64, Duration.ofSeconds(30));
+            verify(in, 0, 64, back.peer().hashCode());
+            seen.add(back.peer());
+            fill(out, 0, 32, back.peer().hashCode() + 1);
+            back.send(42, out, 0, 32);
+        }
+        assertThat(seen).containsExactlyInAnyOrder(clients.stream().map(ConnectionManager::localAddress)
+                .toArray(String[]::new));
+        for (UcxConnectionManager c : clients) {
+            MemoryBuffer reply = buffer(32);
+            c.connection(server.localAddress()).recv(42, reply, 0, 32);
+            verify(reply, 0, 32, c.localAddress().hashCode() + 1);
+        }
+    }
+
+    @Test
+    void crossedDialsShareOneConnectionPerPeerAndKeepOrder() throws Exception {
+        UcxConnectionManager a = manager("x-a");
+        UcxConnectionManager b = manager("x-b");
+        int n = 200;
+        List<Future<?>> fs = new ArrayList<>();
+        for (UcxConnectionManager[] p : new UcxConnectionManager[][] {{a, b}, {b, a}}) {
+            Connection out = p[0].connection(p[1].localAddress());
+            Connection in = p[1].connection(p[0].localAddress());
+            long seed = p[0] == a ? 10_000 : 20_000;
+            fs.add(pool.submit(() -> {
+                MemoryBuffer src = buffer(70_000);
+                for (int i = 0; i < n; i++) {
+                    int len = 1 + (i * 347) % 70_000;
+                    fill(src, 0, len, seed + i);
+                    out.send(2048, src, 0, len);
+                }
+                return null;
+            }));
+            fs.add(pool.submit(() -> {
+                MemoryBuffer dst = buffer(70_000);
+                for (int i = 0; i < n; i++) {
+                    int len = 1 + (i * 347) % 70_000;
+                    in.recv(2048, dst, 0, len);
+                    verify(dst, 0, len, seed + i);
+                }
+                return null;
+            }));
+        }
+        for (Future<?> f : fs) {
+            get(f);
+        }
+        assertThat(a.connection(b.localAddress())).isSameAs(a.connection(b.localAddress()));
+    }
+
+    @Test
+    void lengthMismatchIsMalformedAndTheConnectionStaysUsable() {
+        UcxConnectionManager a = manager("len-a");
+        UcxConnectionManager b = manager("len-b");
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        MemoryBuffer src = buffer(256);
+        MemoryBuffer dst = buffer(256);
+        fill(src, 0, 100, 1);
+        ab.send(7000, src, 0, 100);
+        assertThatThrownBy(() -> ba.recv(7000, dst, 0, 64, Duration.ofSeconds(10)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.MALFORMED));
+        fill(src, 0, 30, 2);
+        ab.send(7000, src, 0, 30);
+        assertThatThrownBy(() -> ba.recv(7000, dst, 0, 64, Duration.ofSeconds(10)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.MALFORMED)
+                                .as(e.getMessage()).isNotNull());
+        fill(src, 0, 50, 3);
+        ab.send(7000, src, 0, 50);
+        ba.recv(7000, dst, 0, 50);
+        verify(dst, 0, 50, 3);
+    }
+
+    @Test
+    void recvDeadlineIsTimeoutAndLaterMessagesStillArrive() {
+        UcxConnectionManager a = manager("t-a");
+        UcxConnectionManager b = manager("t-b");
+        Connection ba = b.connection(a.localAddress());
+        MemoryBuffer dst = buffer(8);
+        long t0 = System.nanoTime();
+        assertThatThrownBy(() -> ba.recv(7100, dst, 0, 8, Duration.ofMillis(300)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+        long tookMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertThat(tookMs).isBetween(295L, 3000L);
+        assertThatThrownBy(() -> a.recvConnect(7101, dst, 0, 8, Duration.ofMillis(200)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+        MemoryBuffer src = buffer(8);
+        fill(src, 0, 8, 71);
+        a.connection(b.localAddress()).send(7100, src, 0, 8);
+        ba.recv(7100, dst, 0, 8);
+        verify(dst, 0, 8, 71);
+    }
+
+    @Test
+    void sendDeadlineIsTimeoutBreaksTheConnectionAndANewOneWorks() {
+        UcxConnectionManager a = manager("st-a");
+        UcxConnectionManager b = manager("st-b");
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        MemoryBuffer big = buffer(16 << 20);
+        fill(big, 0, 16 << 20, 9);
+        // Rendezvous-sized and nobody receives: the send cannot complete.
+        long t0 = System.nanoTime();
+        assertThatThrownBy(() -> ab.send(5000, big, 0, 16 << 20, Duration.ofMillis(300)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+        assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isBetween(295L, 3000L);
+        MemoryBuffer small = buffer(64);
+        assertThatThrownBy(() -> ab.send(5001, small, 0, 64, Duration.ofSeconds(5)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.NETWORK));
+        // A fresh connection to the same peer works both ways; the peer drops its stale one.
+        Connection ab2 = a.connection(b.localAddress());
+        assertThat(ab2).isNotSameAs(ab);
+        fill(small, 0, 64, 33);
+        ab2.send(5002, small, 0, 64);
+        Connection ba2 = b.recvConnect(5002, small, 0, 64, Duration.ofSeconds(10));
+        verify(small, 0, 64, 33);
+        assertThat(ba2.peer()).isEqualTo(a.localAddress());
+        assertThat(ba2).isNotSameAs(ba);
+        fill(small, 0, 64, 34);
+        ba2.send(5003, small, 0, 64);
+        MemoryBuffer in = buffer(64);
+        ab2.recv(5003, in, 0, 64);
+        verify(in, 0, 64, 34);
+        assertThatThrownBy(() -> ba.recv(5004, in, 0, 64, Duration.ofSeconds(5)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.PEER_LOST));
+    }
+
+    @Test
+    void closeWakesBlockedCallsAndLaterCallsFailClosed() throws Exception {
+        UcxConnectionManager a = manager("cl-a");
+        UcxConnectionManager b = manager("cl-b");
+        Connection ba = b.connection(a.localAddress());
+        MemoryBuffer d1 = buffer(8);
+        MemoryBuffer d2 = buffer(8);
+        CountDownLatch started = new CountDownLatch(2);
+        Future<?> recv = pool.submit(() -> {
+            started.countDown();
+            ba.recv(7200, d1, 0, 8, Duration.ofSeconds(60));
+            return null;
+        });
+        Future<?> accept = pool.submit(() -> {
+            started.countDown();
+            b.recvConnect(7201, d2, 0, 8, Duration.ofSeconds(60));
+            return null;
+        });
+        assertThat(started.await(10, TimeUnit.SECONDS)).isTrue();
+        b.close();
+        b.close();
+        for (Future<?> f : List.of(recv, accept)) {
+            assertThatThrownBy(() -> get(f)).hasCauseInstanceOf(TransportClosedException.class);
+        }
+        assertThat(b.isRunning()).isFalse();
+        assertThatThrownBy(() -> ba.send(7200, d1, 0, 8)).isInstanceOf(TransportClosedException.class);
+        assertThatThrownBy(() -> b.connection(a.localAddress())).isInstanceOf(TransportClosedException.class);
+        assertThatThrownBy(() -> b.recvConnect(1, d1, 0, 8)).isInstanceOf(TransportClosedException.class);
+        assertThat(Thread.getAllStackTraces().keySet().stream()
+                .filter(t -> t.getName().equals("ucx-progress-cl-b") && t.isAlive())).isEmpty();
+        assertThat(a.isRunning()).isTrue();
+    }
+
+    @Test
+    void peerCloseFailsBlockedReceiveWithPeerLost() throws Exception {
+        UcxConnectionManager a = manager("pl-a");
+        UcxConnectionManager b = manager("pl-b");
+        Connection ba = b.connection(a.localAddress());
+        // Make sure the connection is up first (a message each way).
+        MemoryBuffer m = buffer(8);
+        fill(m, 0, 8, 5);
+        ba.send(1, m, 0, 8);
+        a.recvConnect(1, m, 0, 8).send(2, m, 0, 8);
+        ba.recv(2, m, 0, 8);
+        CountDownLatch started = new CountDownLatch(1);
+        Future<?> recv = pool.submit(() -> {
+            started.countDown();
+            ba.recv(7600, m, 0, 8, Duration.ofSeconds(60));
+            return null;
+        });
+        assertThat(started.await(10, TimeUnit.SECONDS)).isTrue();
+        long t0 = System.nanoTime();
+        a.close();
+        assertThatThrownBy(() -> get(recv)).cause().isInstanceOfSatisfying(TransportException.class,
+                e -> assertThat(e.code()).isEqualTo(ErrorCode.PEER_LOST));
+        assertThat(TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0)).isLessThan(10_000);
+        assertThatThrownBy(() -> ba.recv(7601, m, 0, 8, Duration.ofSeconds(30)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.PEER_LOST));
+        assertThat(b.isRunning()).isTrue();
+    }
+
+    @Test
+    void dialingNobodyFailsWithPeerLostOrTimeout() {
+        UcxConnectionManager a = manager("nobody");
+        Connection c = a.connection("127.0.0.1:1");
+        MemoryBuffer m = buffer(8);
+        assertThatThrownBy(() -> c.send(1, m, 0, 8, Duration.ofSeconds(10)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isIn(ErrorCode.PEER_LOST, ErrorCode.TIMEOUT));
+        assertThat(a.isRunning()).isTrue();
+    }
+
+    @Test
+    void explicitRegistrationMapsEachBufferOnceAndMovesBytes() throws Exception {
+        TransportConfig c = TransportConfig.builder().name("reg-a")
+                .property(UcxConnectionManager.PROP_REGISTRATION, "explicit").build();
+        UcxConnectionManager a = manager(c);
+        UcxConnectionManager b = manager(TransportConfig.builder().name("reg-b")
+                .property(UcxConnectionManager.PROP_REGISTRATION, "explicit").build());
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        MemoryBuffer src = buffer(4 << 20);
+        MemoryBuffer dst = buffer(4 << 20);
+        for (int i = 0; i < 3; i++) {
+            fill(src, 0, 4 << 20, 90 + i);
+            Future<?> sent = pool.submit(() -> ab.send(3000, src, 0, 4 << 20));
+            ba.recv(3000, dst, 0, 4 << 20);
+            get(sent);
+            verify(dst, 0, 4 << 20, 90 + i);
+        }
+        assertThat(a.explicitRegistrations()).isEqualTo(1);
+        assertThat(b.explicitRegistrations()).isEqualTo(1);
+    }
+
+    @Test
+    void badPropertiesAreRejectedByName() {
+        assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
+                .property(UcxConnectionManager.PROP_REGISTRATION, "sometimes").build()))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.registration");
+    }
+
+    @Test
+    void getConnectionsIsOnePerRankInOrder() {
+        UcxConnectionManager self = manager("gc-self");
+        List<UcxConnectionManager> peers = List.of(manager("gc-0"), manager("gc-1"));
+        List<String> addrs = peers.stream().map(ConnectionManager::localAddress).toList();
+        List<Connection> cs = self.getConnections(new CommState("ucx", addrs, 0));
+        MemoryBuffer src = buffer(16);
+        MemoryBuffer dst = buffer(16);
+        for (int i = 0; i < cs.size(); i++) {
+            assertThat(cs.get(i).peer()).isEqualTo(addrs.get(i));
+            fill(src, 0, 16, 40 + i);
+            cs.get(i).send(7400, src, 0, 16);
+            peers.get(i).connection(self.localAddress()).recv(7400, dst, 0, 16);
+            verify(dst, 0, 16, 40 + i);
+        }
+        assertThatThrownBy(() -> self.getConnections(new CommState("aeron", addrs, 0)))
+                .isInstanceOf(IllegalArgumentException.class);
+    }
+
+    @Test
+    void deviceBuffersAreRefusedWhereUcxHasNoCudaSupport() {
+        UcxConnectionManager a = manager("dev-a");
+        Assumptions.assumeFalse(a.supportsDeviceMemory(), "skipped: this libucp reports CUDA memory support;"
+                + " the refusal rule does not apply (the GPU test covers it)");
+        Connection c = a.connection(a.localAddress());
+        MemoryBuffer device = new FakeDeviceBuffer(64);
+        assertThatThrownBy(() -> c.send(1, device, 0, 64)).isInstanceOf(UnsupportedOperationException.class)
+                .hasMessageContaining("CUDA");
+        assertThatThrownBy(() -> c.recv(1, device, 0, 64)).isInstanceOf(UnsupportedOperationException.class);
+        assertThat(new UcxTransportProvider().capabilities())
+                .doesNotContain(dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY);
+    }
+
+    @Test
+    void deviceMemoryMovesAsCudaMemoryType() throws Exception {
+        UcxConnectionManager a = manager("gpu-a");
+        Assumptions.assumeTrue(a.supportsDeviceMemory(), "skipped: the installed libucp reports no CUDA memory"
+                + " support (Debian libucx0 1.13 has no CUDA transports; this machine has no GPU), so DEVICE"
+                + " buffers are refused (see deviceBuffersAreRefusedWhereUcxHasNoCudaSupport); run on a CUDA"
+                + " machine with a CUDA-enabled UCX");
+        CudaBufferManager cuda = CudaBufferManager.tryCreate();
+        Assumptions.assumeTrue(cuda != null, "skipped: UCX reports CUDA support but JCuda cannot allocate here: "
+                + CudaBufferManager.whyUnavailable());
+        assertThat(new UcxTransportProvider().capabilities())
+                .contains(dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY);
+        UcxConnectionManager b = manager("gpu-b");
+        long size = (1L << 20) + 3;
+        MemoryBuffer hostSrc = buffer(size);
+        MemoryBuffer hostDst = buffer(size);
+        fill(hostSrc, 0, size, 123);
+        try (MemoryBuffer d1 = cuda.allocate(size, MemoryKind.DEVICE);
+             MemoryBuffer d2 = cuda.allocate(size, MemoryKind.DEVICE)) {
+            cuda.copy(hostSrc, 0, d1, 0, size);
+            cuda.synchronize();
+            Connection ab = a.connection(b.localAddress());
+            Future<?> sent = pool.submit(() -> ab.send(9000, d1, 0, size));
+            b.connection(a.localAddress()).recv(9000, d2, 0, size);
+            get(sent);
+            cuda.copy(d2, 0, hostDst, 0, size);
+            cuda.synchronize();
+            verify(hostDst, 0, size, 123);
+        }
+        cuda.close();
+    }
+
+    @Test
+    void idleProgressThreadSleeps() throws Exception {
+        UcxConnectionManager a = manager("idle-a");
+        UcxConnectionManager b = manager("idle-b");
+        MemoryBuffer m = buffer(8);
+        fill(m, 0, 8, 1);
+        a.connection(b.localAddress()).send(1, m, 0, 8);
+        b.connection(a.localAddress()).recv(1, m, 0, 8);
+        ThreadMXBean mx = ManagementFactory.getThreadMXBean();
+        Thread t = Thread.getAllStackTraces().keySet().stream()
+                .filter(x -> x.getName().equals("ucx-progress-idle-a")).findFirst().orElseThrow();
+        long cpu0 = mx.getThreadCpuTime(t.getId());
+        long wall0 = System.nanoTime();
+        // Measure an idle second: a blocking receive that times out keeps us from sleeping blindly.
+        assertThatThrownBy(() -> a.recvConnect(99, m, 0, 8, Duration.ofSeconds(1)))
+                .isInstanceOf(TransportException.class);
+        long cpuMs = TimeUnit.NANOSECONDS.toMillis(mx.getThreadCpuTime(t.getId()) - cpu0);
+        long wallMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - wall0);
+        assertThat(cpuMs).as("progress thread CPU over %d ms idle", wallMs).isLessThan(100);
+    }
+
+    /** A device-kind buffer with no memory behind it. */
+    private static final class FakeDeviceBuffer implements MemoryBuffer {
+        private final long size;
+
+        FakeDeviceBuffer(long size) {
+            this.size = size;
+        }
+
+        @Override
+        public long address() {
+            return 0x1000_0000L;
+        }
+
+        @Override
+        public long size() {
+            return size;
+        }
+
+        @Override
+        public MemoryKind kind() {
+            return MemoryKind.DEVICE;
+        }
+
+        @Override
+        public MemoryBuffer slice(long offset, long length) {
+            return new FakeDeviceBuffer(length);
+        }
+
+        @Override
+        public ByteBuffer asByteBuffer() {
+            throw new UnsupportedOperationException("device memory");
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+}

@@ -1,0 +1,50 @@
+package dev.kvtransfer.ucx;
+
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.ucx.internal.DirectMemoryBuffer;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+
+import static org.assertj.core.api.Assertions.fail;
+
+/** Pattern fill / verify over direct buffers and manager configs for this module's own tests. */
+final class UcxTestSupport {
+    private UcxTestSupport() {
+    }
+
+    static TransportConfig config(String name) {
+        return TransportConfig.builder().name(name).defaultTimeout(Duration.ofSeconds(30)).build();
+    }
+
+    static DirectMemoryBuffer buffer(long bytes) {
+        return DirectMemoryBuffer.allocate(bytes);
+    }
+
+    /** The byte at index {@code i} of message {@code seed}: a cheap mix so shifted or swapped data shows. */
+    static byte patternByte(long seed, long i) {
+        long x = (seed * 0x9E3779B97F4A7C15L) ^ (i * 0xC2B2AE3D27D4EB4FL);
+        x ^= x >>> 29;
+        return (byte) (x ^ (x >>> 13));
+    }
+
+    static void fill(MemoryBuffer b, long offset, long length, long seed) {
+        ByteBuffer bb = b.asByteBuffer();
+        for (long i = 0; i < length; i++) {
+            bb.put((int) (offset + i), patternByte(seed, i));
+        }
+    }
+
+    static void verify(MemoryBuffer b, long offset, long length, long seed) {
+        ByteBuffer bb = b.asByteBuffer();
+        for (long i = 0; i < length; i++) {
+            byte got = bb.get((int) (offset + i));
+            byte expect = patternByte(seed, i);
+            if (got != expect) {
+                fail("message " + seed + " of " + length + " bytes differs at byte " + i + ": expected " + expect
+                        + ", found " + got);
+            }
+        }
+    }
+}

@@ -1,0 +1,490 @@
+package dev.kvtransfer.core;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.TransferBufferPool;
+import dev.kvtransfer.api.memory.BufferManager;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.TransceiverState;
+import dev.kvtransfer.api.sync.GroupComm;
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.sync.StatusAgreement;
+import dev.kvtransfer.core.timing.TimingCsvWriter;
+import dev.kvtransfer.core.transfer.CacheReceiver;
+import dev.kvtransfer.core.transfer.CacheSender;
+import dev.kvtransfer.core.transfer.TransferEnv;
+import dev.kvtransfer.core.transfer.TransferMetrics;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.OptionalInt;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.SynchronousQueue;
+import java.util.concurrent.ThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The façade a serving engine calls on each rank (TensorRT-LLM's {@code CacheTransceiver}): context ranks
+ * {@link #respondAndSendAsync}, generation ranks {@link #requestAndReceiveAsync}, both poll
+ * {@link #checkContextTransferStatus} / {@link #checkGenTransferStatus}, which agree over the status
+ * {@link GroupComm} which requests the whole group finished.
+ *
+ * <p>Ownership: the connection manager, formatter, pool, buffer manager and group are the caller's; the
+ * transceiver owns its threads, its control buffers and whatever is registered with {@link #closeWith}.
+ * {@link #close()} ends every pending request ({@code CANCELLED}), stops the threads (bounded wait), then
+ * closes the registered resources. Thread-safe; status checks of one rank are serialized.
+ */
+public final class CacheTransceiver implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(CacheTransceiver.class);
+    private static final Duration CLOSE_WAIT = Duration.ofSeconds(5);
+
+    private final TransceiverConfig config;
+    private final TransceiverState selfState;
+    private final GroupComm statusGroup;
+    private final TransferMetrics metrics;
+    private final TimingCsvWriter timing;
+    private final ThreadPoolExecutor peerExecutor;
+    private final CacheSender sender;
+    private final CacheReceiver receiver;
+    private final Object statusLock = new Object();
+    private final Object checkLock = new Object();
+    private final Map<Long, Tracked> contextRequests = new LinkedHashMap<>();
+    private final Map<Long, Tracked> generationRequests = new LinkedHashMap<>();
+    private final Deque<AutoCloseable> owned = new ArrayDeque<>();
+    private final TransferJournal journal;
+    private volatile boolean closed;
+
+    private record Tracked(TransferRequest request, long submittedNanos) {
+    }
+
+    /**
+     * Creates a transceiver with a logging-only error handler and its own {@link SimpleMeterRegistry}.
+     *
+     * @param config      settings
+     * @param cacheState  this rank's cache state
+     * @param selfIndex   this rank's index in its instance
+     * @param commState   every rank's address in this instance (gathered before construction)
+     * @param connections this rank's transport endpoint
+     * @param formatter   the cache formatter over this rank's KV pool
+     * @param pool        the staging pool the formatter was created with
+     * @param buffers     allocates control buffers and copies
+     * @param statusGroup the ranks that agree on completion (TP group of this PP stage, or TP-in-DP group)
+     */
+    public CacheTransceiver(TransceiverConfig config, CacheState cacheState, int selfIndex, CommState commState,
+                            ConnectionManager connections, CacheFormatter formatter, TransferBufferPool pool,
+                            BufferManager buffers, GroupComm statusGroup) {
+        this(config, cacheState, selfIndex, commState, connections, formatter, pool, buffers, statusGroup,
+                e -> { }, new SimpleMeterRegistry());
+    }
+
+    /**
+     * Creates a transceiver.
+     *
+     * @param config       settings
+     * @param cacheState   this rank's cache state
+     * @param selfIndex    this rank's index in its instance
+     * @param commState    every rank's address in this instance
+     * @param connections  this rank's transport endpoint
+     * @param formatter    the cache formatter over this rank's KV pool
+     * @param pool         the staging pool the formatter was created with
+     * @param buffers      allocates control buffers and copies
+     * @param statusGroup  the ranks that agree on completion
+     * @param errorHandler receives background errors (after they are logged and counted)
+     * @param meters       where counters are registered
+     */
+    public CacheTransceiver(TransceiverConfig config, CacheState cacheState, int selfIndex, CommState commState,
+                            ConnectionManager connections, CacheFormatter formatter, TransferBufferPool pool,
+                            BufferManager buffers, GroupComm statusGroup, ErrorHandler errorHandler,
+                            MeterRegistry meters) {
+        this(config, cacheState, selfIndex, commState, connections, formatter, pool, buffers, statusGroup,
+                errorHandler, meters, TransferJournal.NOOP);
+    }
+
+    /**
+     * Creates a transceiver that records its transfers in a journal. The journal stays the caller's: register
+     * it with {@link #closeWith} to have it closed (flushed) after the transceiver's threads stopped.
+     *
+     * @param config       settings
+     * @param cacheState   this rank's cache state
+     * @param selfIndex    this rank's index in its instance
+     * @param commState    every rank's address in this instance
+     * @param connections  this rank's transport endpoint
+     * @param formatter    the cache formatter over this rank's KV pool
+     * @param pool         the staging pool the formatter was created with
+     * @param buffers      allocates control buffers and copies
+     * @param statusGroup  the ranks that agree on completion
+     * @param errorHandler receives background errors (after they are logged and counted)
+     * @param meters       where counters are registered
+     * @param journal      where transfer events go ({@link TransferJournal#NOOP} for none)
+     */
+    public CacheTransceiver(TransceiverConfig config, CacheState cacheState, int selfIndex, CommState commState,
+                            ConnectionManager connections, CacheFormatter formatter, TransferBufferPool pool,
+                            BufferManager buffers, GroupComm statusGroup, ErrorHandler errorHandler,
+                            MeterRegistry meters, TransferJournal journal) {
+        this.journal = Objects.requireNonNull(journal, "journal");
+        this.config = Objects.requireNonNull(config, "config");
+        Objects.requireNonNull(cacheState, "cacheState");
+        Objects.requireNonNull(commState, "commState");
+        Objects.requireNonNull(connections, "connections");
+        Objects.requireNonNull(formatter, "formatter");
+        Objects.requireNonNull(pool, "pool");
+        Objects.requireNonNull(buffers, "buffers");
+        this.statusGroup = Objects.requireNonNull(statusGroup, "statusGroup");
+        Objects.requireNonNull(errorHandler, "errorHandler");
+        Objects.requireNonNull(meters, "meters");
+        if (selfIndex < 0 || selfIndex >= cacheState.worldSize()) {
+            throw new IllegalArgumentException("selfIndex = " + selfIndex + ": outside [0, " + cacheState.worldSize()
+                    + ")");
+        }
+        if (commState.selfIndex() != -1 && commState.selfIndex() != selfIndex) {
+            throw new IllegalArgumentException("commState.selfIndex = " + commState.selfIndex() + " but selfIndex = "
+                    + selfIndex);
+        }
+        if (!commState.addresses().get(selfIndex).equals(connections.localAddress())) {
+            throw new IllegalArgumentException("commState address of rank " + selfIndex + " is '"
+                    + commState.addresses().get(selfIndex) + "' but the connection manager listens at '"
+                    + connections.localAddress() + "'");
+        }
+        this.selfState = new TransceiverState(cacheState, commState.withSelfIndex(selfIndex));
+        String rank = "rank-" + selfIndex;
+        this.metrics = new TransferMetrics(meters, rank, errorHandler);
+        this.timing = config.timingDir().map(d -> new TimingCsvWriter(d, selfIndex, metrics::error)).orElse(null);
+        String prefix = "kvt-" + commState.transport() + "-" + rank + "@" + Integer.toHexString(System.identityHashCode(this));
+        if (config.parallelReceive()) {
+            AtomicInteger n = new AtomicInteger();
+            peerExecutor = new ThreadPoolExecutor(0, 64, 10, TimeUnit.SECONDS, new SynchronousQueue<>(), r -> {
+                Thread t = new Thread(r, prefix + "-peer-" + n.getAndIncrement());
+                t.setDaemon(true);
+                return t;
+            });
+        } else {
+            peerExecutor = null;
+        }
+        TransferEnv env = new TransferEnv(config, selfState, connections, formatter, pool, buffers, metrics, timing,
+                peerExecutor, prefix, journal);
+        this.sender = new CacheSender(env);
+        this.receiver = new CacheReceiver(env);
+    }
+
+    /**
+     * Registers a resource the transceiver closes (last registered first) after its threads stopped; used by
+     * factories that create the pool for it.
+     *
+     * @param resource the resource
+     * @return this transceiver
+     */
+    public CacheTransceiver closeWith(AutoCloseable resource) {
+        Objects.requireNonNull(resource, "resource");
+        synchronized (owned) {
+            owned.push(resource);
+        }
+        return this;
+    }
+
+    /** @return the config */
+    public TransceiverConfig config() {
+        return config;
+    }
+
+    /** @return this rank's cache and comm state (selfIndex set): what goes into {@code ContextPhaseParams} */
+    public TransceiverState state() {
+        return selfState;
+    }
+
+    /**
+     * Context side: the request's prefill is done; send its cache to whichever generation ranks ask for it.
+     * Returns at once; the request moves to {@code CONTEXT_COMPLETE}, {@code TRANS_ERROR} or {@code CANCELLED}.
+     *
+     * @param request a context request
+     * @throws IllegalArgumentException for a generation request, or an id already in flight on this rank
+     * @throws IllegalStateException    when the request was already submitted or the transceiver is closed
+     */
+    public void respondAndSendAsync(TransferRequest request) {
+        Objects.requireNonNull(request, "request");
+        if (!request.isContext()) {
+            throw new IllegalArgumentException("request " + request.requestId() + " is a generation request");
+        }
+        track(contextRequests, request);
+        journalRequest(request, TransferJournal.Role.CONTEXT);
+        sender.respond(request.handle());
+    }
+
+    /**
+     * Generation side: ask the context instance named by the request's {@code ContextPhaseParams} for the
+     * cache and write it into the request's blocks. Returns at once.
+     *
+     * @param request a generation request
+     * @throws IllegalArgumentException for a context request, or an id already in flight on this rank
+     * @throws IllegalStateException    when the request was already submitted or the transceiver is closed
+     */
+    public void requestAndReceiveAsync(TransferRequest request) {
+        Objects.requireNonNull(request, "request");
+        if (request.isContext()) {
+            throw new IllegalArgumentException("request " + request.requestId() + " is a context request");
+        }
+        track(generationRequests, request);
+        journalRequest(request, TransferJournal.Role.GENERATION);
+        receiver.receive(request.handle());
+    }
+
+    /**
+     * Records the request's acceptance now and its outcome when it ends (whichever path ends it: transfer, error,
+     * cancel, timeout or close). One callback per request; nothing per block or part.
+     */
+    private void journalRequest(TransferRequest request, TransferJournal.Role role) {
+        if (!journal.enabled()) {
+            return;
+        }
+        long id = request.requestId();
+        journal.requestAccepted(role, id, request.promptLength(), request.blockIds().length);
+        request.handle().done().whenComplete((v, e) -> {
+            RequestState s = request.state();
+            if (s == RequestState.CONTEXT_COMPLETE || s == RequestState.GENERATION_TRANS_COMPLETE) {
+                journal.completed(role, id, request.kvCacheSize());
+            } else {
+                KvTransferException err = request.error().orElse(null);
+                journal.ended(role, id, err == null ? (s == RequestState.CANCELLED ? ErrorCode.CANCELLED
+                        : ErrorCode.INTERNAL) : err.code(), err == null ? s.toString() : err.getMessage());
+            }
+        });
+    }
+
+    private void track(Map<Long, Tracked> map, TransferRequest request) {
+        if (closed) {
+            throw new IllegalStateException("the transceiver is closed");
+        }
+        synchronized (statusLock) {
+            if (map.containsKey(request.requestId())) {
+                throw new IllegalArgumentException("request " + request.requestId() + " is already in flight on "
+                        + "this rank");
+            }
+            if (!request.markSubmitted()) {
+                throw new IllegalStateException("request " + request.requestId() + " was already submitted");
+            }
+            map.put(request.requestId(), new Tracked(request, System.nanoTime()));
+        }
+    }
+
+    /**
+     * Cancels a request, if it is still early enough: on the context side before its ready signal went out
+     * (every counterpart is refused with {@code CANCELLED}); on the generation side before its request infos
+     * went out. Later, the transfer runs to its end and this returns false.
+     *
+     * @param request the request
+     * @return whether it was cancelled
+     */
+    public boolean cancelRequest(TransferRequest request) {
+        Objects.requireNonNull(request, "request");
+        return request.isContext() ? sender.cancel(request.handle()) : receiver.cancel(request.handle());
+    }
+
+    /**
+     * Context side status (TensorRT-LLM's {@code checkContextTransferStatus}): allgathers this rank's finished
+     * ids over the status group; selects the ids finished on every member, then, while fewer than
+     * {@code atLeast}, unfinished ones oldest first (all pending ones when {@code atLeast} is empty); waits at
+     * most {@code senderFutureTimeout} on each selected one. Selected requests that ended are reported (once);
+     * others stay pending, except those past {@code kvTransferTimeout} (plus that wait), which fail with
+     * {@code TIMEOUT}.
+     *
+     * @param atLeast the minimum number of requests to wait for, or empty to wait for all
+     * @return the completed and failed request ids
+     * @throws KvTransferException {@code TIMEOUT} when the group does not gather within kvTransferTimeout
+     */
+    public TransferStatus checkContextTransferStatus(OptionalInt atLeast) {
+        return check(contextRequests, true, atLeast);
+    }
+
+    /**
+     * Generation side status (TensorRT-LLM's {@code checkGenTransferStatus}): like
+     * {@link #checkContextTransferStatus} with the generation selection rule (ids most finished across the
+     * group first, then oldest, then every id finished on all members).
+     *
+     * @param atLeast the minimum number of requests to wait for, or empty to wait for all
+     * @return the completed and failed request ids
+     */
+    public TransferStatus checkGenTransferStatus(OptionalInt atLeast) {
+        return check(generationRequests, false, atLeast);
+    }
+
+    private TransferStatus check(Map<Long, Tracked> map, boolean context, OptionalInt atLeast) {
+        Objects.requireNonNull(atLeast, "atLeast");
+        synchronized (checkLock) {
+            List<Long> ids = new ArrayList<>();
+            long[] finished;
+            synchronized (statusLock) {
+                List<Long> done = new ArrayList<>();
+                for (Tracked t : map.values()) {
+                    ids.add(t.request.requestId());
+                    if (t.request.isDone()) {
+                        done.add(t.request.requestId());
+                    }
+                }
+                finished = done.stream().mapToLong(Long::longValue).toArray();
+            }
+            List<long[]> gathered = statusGroup.size() == 1 ? List.of(finished)
+                    : statusGroup.allgather(finished, config.kvTransferTimeout());
+            List<Long> selected = context ? StatusAgreement.selectContext(ids, gathered, atLeast)
+                    : StatusAgreement.selectGeneration(ids, gathered, atLeast);
+            List<Long> completed = new ArrayList<>();
+            List<Long> failed = new ArrayList<>();
+            long overdueNanos = config.kvTransferTimeout().plus(config.senderFutureTimeout()).toNanos();
+            for (Long id : selected) {
+                Tracked t;
+                synchronized (statusLock) {
+                    t = map.get(id);
+                }
+                if (t == null) {
+                    continue;
+                }
+                TransferRequest r = t.request;
+                awaitBounded(r);
+                if (!r.isDone() && System.nanoTime() - t.submittedNanos > overdueNanos) {
+                    // The transfer's own deadlines should have ended it; never let a request stay forever.
+                    r.handle().fail(new KvTransferException(ErrorCode.TIMEOUT, id, "no outcome within "
+                            + config.kvTransferTimeout().toMillis() + " ms", null));
+                }
+                if (r.isDone()) {
+                    synchronized (statusLock) {
+                        map.remove(id);
+                    }
+                    RequestState s = r.state();
+                    if (s == RequestState.CONTEXT_COMPLETE || s == RequestState.GENERATION_TRANS_COMPLETE) {
+                        completed.add(id);
+                    } else {
+                        failed.add(id);
+                    }
+                }
+            }
+            return new TransferStatus(completed, failed);
+        }
+    }
+
+    private void awaitBounded(TransferRequest r) {
+        try {
+            r.handle().done().get(config.senderFutureTimeout().toNanos(), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+            // Stays pending: a later check picks it up.
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } catch (ExecutionException e) {
+            // done() never completes exceptionally; the request's own error says what happened.
+        }
+    }
+
+    /**
+     * @return context-side requests tracked by the responder and not yet dispatched (asked for, locally ready
+     *         or both): a diagnostic, e.g. to see that a generation rank's infos arrived
+     */
+    public int contextRequestsAwaitingDispatch() {
+        return sender.pendingCount();
+    }
+
+    /** @return context requests submitted and not yet reported by a status check */
+    public int pendingContextRequests() {
+        synchronized (statusLock) {
+            return contextRequests.size();
+        }
+    }
+
+    /** @return generation requests submitted and not yet reported by a status check */
+    public int pendingGenerationRequests() {
+        synchronized (statusLock) {
+            return generationRequests.size();
+        }
+    }
+
+    /**
+     * Starts closing without waiting: no new requests, pending ones end {@code CANCELLED} (counterparts that
+     * asked are told), threads are interrupted. Closing the connection manager afterwards wakes threads
+     * blocked in the transport; {@link #close()} then waits for them.
+     */
+    public void shutdown() {
+        closed = true;
+        sender.shutdown();
+        receiver.shutdown();
+        if (peerExecutor != null) {
+            peerExecutor.shutdownNow();
+        }
+    }
+
+    /**
+     * Waits for every thread of this transceiver to end.
+     *
+     * @param timeout how long
+     * @return true when they all ended
+     */
+    public boolean awaitTermination(Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        boolean ok = sender.awaitTermination(timeout);
+        ok &= receiver.awaitTermination(Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
+        if (peerExecutor != null) {
+            try {
+                ok &= peerExecutor.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                ok = false;
+            }
+        }
+        return ok;
+    }
+
+    /**
+     * Shuts down, waits (at most a few seconds) for the threads, flushes the timing files and closes the
+     * resources registered with {@link #closeWith}. Idempotent.
+     *
+     * @throws IllegalStateException when a thread would not stop (resources are then left open) or a registered
+     *                               resource failed to close
+     */
+    @Override
+    public void close() {
+        shutdown();
+        boolean stopped = awaitTermination(CLOSE_WAIT);
+        if (timing != null) {
+            timing.closeAndWait(CLOSE_WAIT);
+        }
+        if (!stopped) {
+            throw new IllegalStateException("transceiver of rank " + selfState.selfIndex() + ": threads still "
+                    + "running after " + CLOSE_WAIT.toSeconds() + " s; close its connection manager to wake them");
+        }
+        RuntimeException failure = null;
+        synchronized (owned) {
+            while (!owned.isEmpty()) {
+                AutoCloseable c = owned.pop();
+                try {
+                    c.close();
+                } catch (Exception e) {
+                    LOG.error("closing {} failed", c, e);
+                    if (failure == null) {
+                        failure = e instanceof RuntimeException re ? re : new IllegalStateException(e);
+                    } else {
+                        failure.addSuppressed(e);
+                    }
+                }
+            }
+        }
+        if (failure != null) {
+            throw failure;
+        }
+    }
+
+    /** @return the executor of per-peer actions when parallel receive is on (tests) */
+    ExecutorService peerExecutor() {
+        return peerExecutor;
+    }
+}

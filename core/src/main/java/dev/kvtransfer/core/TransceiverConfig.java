@@ -1,0 +1,581 @@
+package dev.kvtransfer.core;
+
+import dev.kvtransfer.api.layout.BlockLayout;
+
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.TreeMap;
+
+/**
+ * Settings of one {@link CacheTransceiver}. Immutable; built with {@link #builder()} or
+ * {@link #fromProperties(Map)} and validated once in {@link Builder#build()}, which fails naming the offending
+ * property and value. Every property name and default lives in this class (the {@code P_*} and
+ * {@code DEFAULT_*} constants).
+ */
+public final class TransceiverConfig {
+    /** Prefix of every property understood here. */
+    public static final String PREFIX = "kvtransfer.";
+    /** Transport provider name. */
+    public static final String P_BACKEND = PREFIX + "backend";
+    /** Formatter provider name; empty = chosen by the cache's attention type. */
+    public static final String P_FORMATTER = PREFIX + "formatter";
+    /** Bytes of one staging slot of the transfer buffer pool (used when maxTokensInBuffer is 0). */
+    public static final String P_TRANSFER_BUFFER_BYTES = PREFIX + "transferBufferBytes";
+    /** Tokens one staging slot holds (sizes the slot from the block layout); 0 = use transferBufferBytes. */
+    public static final String P_MAX_TOKENS_IN_BUFFER = PREFIX + "maxTokensInBuffer";
+    /** Sender threads on the context side, and send slots of the buffer pool. */
+    public static final String P_SEND_CONCURRENCY = PREFIX + "sendConcurrency";
+    /** Receive slots of the buffer pool. */
+    public static final String P_RECV_SLOTS = PREFIX + "recvSlots";
+    /** Whether parts to/from different peers move concurrently. */
+    public static final String P_PARALLEL_RECEIVE = PREFIX + "parallelReceive";
+    /** Whether parts that do not fit a slot get dynamically allocated staging buffers. */
+    public static final String P_ALLOW_DYNAMIC_BUFFERS = PREFIX + "allowDynamicBuffers";
+    /** Whether formatters may send blocks without staging when the layouts match. */
+    public static final String P_ZERO_COPY = PREFIX + "zeroCopy";
+    /** Largest payload message in bytes (the requester's value travels in RequestInfo); 0 = no chunking. */
+    public static final String P_CHUNK_BYTES = PREFIX + "chunkBytes";
+    /** Overall deadline of one request's transfer, in milliseconds, from the async call. */
+    public static final String P_KV_TRANSFER_TIMEOUT_MS = PREFIX + "kvTransferTimeoutMs";
+    /** Longest wait on one request's future per status check, in milliseconds. */
+    public static final String P_SENDER_FUTURE_TIMEOUT_MS = PREFIX + "senderFutureTimeoutMs";
+    /** Directory of the timing CSV files; empty = no timing output. */
+    public static final String P_TIMING_DIR = PREFIX + "timingDir";
+    /** Generation-side request threads per context instance. */
+    public static final String P_REQUEST_THREADS_PER_PEER_INSTANCE = PREFIX + "requestThreadsPerPeerInstance";
+    /** Most context-side requests (local or asked for) tracked at once before new ones are refused. */
+    public static final String P_MAX_PENDING_REQUESTS = PREFIX + "maxPendingRequests";
+    /** Directory of the transfer journal (one Chronicle Queue per rank); empty = no journal. */
+    public static final String P_JOURNAL_DIR = PREFIX + "journalDir";
+    /** Whether the journal records a CRC32C of every part's payload (per-byte work on the transfer threads). */
+    public static final String P_JOURNAL_CHECKSUMS = PREFIX + "journalChecksums";
+
+    /** Default transport: Aeron needs nothing installed. */
+    public static final String DEFAULT_BACKEND = "aeron";
+    /** Default formatter: none named, chosen by attention type. */
+    public static final String DEFAULT_FORMATTER = "";
+    /** Default slot size: 64 MiB (TensorRT-LLM uses 512 MiB per slot; we keep tests and laptops happy). */
+    public static final long DEFAULT_TRANSFER_BUFFER_BYTES = 64L << 20;
+    /** Default: slot size from bytes, not tokens. */
+    public static final int DEFAULT_MAX_TOKENS_IN_BUFFER = 0;
+    /** Default sender threads / send slots. */
+    public static final int DEFAULT_SEND_CONCURRENCY = 2;
+    /** Default receive slots (TensorRT-LLM's TRTLLM_KVCACHE_RECV_BUFFER_COUNT). */
+    public static final int DEFAULT_RECV_SLOTS = 2;
+    /** Default: peers one after the other. */
+    public static final boolean DEFAULT_PARALLEL_RECEIVE = false;
+    /** Default: dynamic staging allowed. */
+    public static final boolean DEFAULT_ALLOW_DYNAMIC_BUFFERS = true;
+    /** Default: zero copy when layouts match. */
+    public static final boolean DEFAULT_ZERO_COPY = true;
+    /** Default largest payload message: 8 MiB. */
+    public static final long DEFAULT_CHUNK_BYTES = 8L << 20;
+    /** Default overall per-request deadline: 60 s (TensorRT-LLM's documented value). */
+    public static final long DEFAULT_KV_TRANSFER_TIMEOUT_MS = 60_000;
+    /** Default wait per future per status check. */
+    public static final long DEFAULT_SENDER_FUTURE_TIMEOUT_MS = 1_000;
+    /** Default: no timing output. */
+    public static final String DEFAULT_TIMING_DIR = "";
+    /** Default generation request threads per context instance. */
+    public static final int DEFAULT_REQUEST_THREADS_PER_PEER_INSTANCE = 4;
+    /** Default bound on tracked context-side requests. */
+    public static final int DEFAULT_MAX_PENDING_REQUESTS = 65_536;
+    /** Default: no journal. */
+    public static final String DEFAULT_JOURNAL_DIR = "";
+    /** Default: no part checksums. */
+    public static final boolean DEFAULT_JOURNAL_CHECKSUMS = false;
+
+    private final String backend;
+    private final String formatter;
+    private final long transferBufferBytes;
+    private final int maxTokensInBuffer;
+    private final int sendConcurrency;
+    private final int recvSlots;
+    private final boolean parallelReceive;
+    private final boolean allowDynamicBuffers;
+    private final boolean zeroCopy;
+    private final long chunkBytes;
+    private final Duration kvTransferTimeout;
+    private final Duration senderFutureTimeout;
+    private final Path timingDir;
+    private final int requestThreadsPerPeerInstance;
+    private final int maxPendingRequests;
+    private final Path journalDir;
+    private final boolean journalChecksums;
+
+    private TransceiverConfig(Builder b) {
+        this.backend = b.backend;
+        this.formatter = b.formatter;
+        this.transferBufferBytes = b.transferBufferBytes;
+        this.maxTokensInBuffer = b.maxTokensInBuffer;
+        this.sendConcurrency = b.sendConcurrency;
+        this.recvSlots = b.recvSlots;
+        this.parallelReceive = b.parallelReceive;
+        this.allowDynamicBuffers = b.allowDynamicBuffers;
+        this.zeroCopy = b.zeroCopy;
+        this.chunkBytes = b.chunkBytes;
+        this.kvTransferTimeout = b.kvTransferTimeout;
+        this.senderFutureTimeout = b.senderFutureTimeout;
+        this.timingDir = b.timingDir;
+        this.requestThreadsPerPeerInstance = b.requestThreadsPerPeerInstance;
+        this.maxPendingRequests = b.maxPendingRequests;
+        this.journalDir = b.journalDir;
+        this.journalChecksums = b.journalChecksums;
+    }
+
+    /** @return a builder holding the defaults */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** @return the defaults */
+    public static TransceiverConfig defaults() {
+        return builder().build();
+    }
+
+    /**
+     * Reads the {@code kvtransfer.*} properties of a map; other keys are ignored, an unknown
+     * {@code kvtransfer.*} key is an error (it is almost always a typo).
+     *
+     * @param properties property names and values
+     * @return the validated config
+     * @throws IllegalArgumentException naming the key and value that is wrong
+     */
+    public static TransceiverConfig fromProperties(Map<String, String> properties) {
+        Objects.requireNonNull(properties, "properties");
+        Builder b = builder();
+        for (Map.Entry<String, String> e : new TreeMap<>(properties).entrySet()) {
+            String key = e.getKey();
+            String v = e.getValue() == null ? "" : e.getValue().trim();
+            if (!key.startsWith(PREFIX)) {
+                continue;
+            }
+            switch (key) {
+                case P_BACKEND -> b.backend(v);
+                case P_FORMATTER -> b.formatter(v);
+                case P_TRANSFER_BUFFER_BYTES -> b.transferBufferBytes(parseBytes(key, v));
+                case P_MAX_TOKENS_IN_BUFFER -> b.maxTokensInBuffer(parseInt(key, v));
+                case P_SEND_CONCURRENCY -> b.sendConcurrency(parseInt(key, v));
+                case P_RECV_SLOTS -> b.recvSlots(parseInt(key, v));
+                case P_PARALLEL_RECEIVE -> b.parallelReceive(parseBool(key, v));
+                case P_ALLOW_DYNAMIC_BUFFERS -> b.allowDynamicBuffers(parseBool(key, v));
+                case P_ZERO_COPY -> b.zeroCopy(parseBool(key, v));
+                case P_CHUNK_BYTES -> b.chunkBytes(parseBytes(key, v));
+                case P_KV_TRANSFER_TIMEOUT_MS -> b.kvTransferTimeout(Duration.ofMillis(parseLong(key, v)));
+                case P_SENDER_FUTURE_TIMEOUT_MS -> b.senderFutureTimeout(Duration.ofMillis(parseLong(key, v)));
+                case P_TIMING_DIR -> b.timingDir(v.isEmpty() ? null : Path.of(v));
+                case P_REQUEST_THREADS_PER_PEER_INSTANCE -> b.requestThreadsPerPeerInstance(parseInt(key, v));
+                case P_MAX_PENDING_REQUESTS -> b.maxPendingRequests(parseInt(key, v));
+                case P_JOURNAL_DIR -> b.journalDir(v.isEmpty() ? null : Path.of(v));
+                case P_JOURNAL_CHECKSUMS -> b.journalChecksums(parseBool(key, v));
+                default -> throw new IllegalArgumentException("unknown property " + key + " = '" + v
+                        + "'; known: " + String.join(", ", defaults().toProperties().keySet()));
+            }
+        }
+        return b.build();
+    }
+
+    /** @return every property of this config, names as in {@link #fromProperties(Map)} */
+    public Map<String, String> toProperties() {
+        Map<String, String> m = new LinkedHashMap<>();
+        m.put(P_BACKEND, backend);
+        m.put(P_FORMATTER, formatter);
+        m.put(P_TRANSFER_BUFFER_BYTES, Long.toString(transferBufferBytes));
+        m.put(P_MAX_TOKENS_IN_BUFFER, Integer.toString(maxTokensInBuffer));
+        m.put(P_SEND_CONCURRENCY, Integer.toString(sendConcurrency));
+        m.put(P_RECV_SLOTS, Integer.toString(recvSlots));
+        m.put(P_PARALLEL_RECEIVE, Boolean.toString(parallelReceive));
+        m.put(P_ALLOW_DYNAMIC_BUFFERS, Boolean.toString(allowDynamicBuffers));
+        m.put(P_ZERO_COPY, Boolean.toString(zeroCopy));
+        m.put(P_CHUNK_BYTES, Long.toString(chunkBytes));
+        m.put(P_KV_TRANSFER_TIMEOUT_MS, Long.toString(kvTransferTimeout.toMillis()));
+        m.put(P_SENDER_FUTURE_TIMEOUT_MS, Long.toString(senderFutureTimeout.toMillis()));
+        m.put(P_TIMING_DIR, timingDir == null ? "" : timingDir.toString());
+        m.put(P_REQUEST_THREADS_PER_PEER_INSTANCE, Integer.toString(requestThreadsPerPeerInstance));
+        m.put(P_MAX_PENDING_REQUESTS, Integer.toString(maxPendingRequests));
+        m.put(P_JOURNAL_DIR, journalDir == null ? "" : journalDir.toString());
+        m.put(P_JOURNAL_CHECKSUMS, Boolean.toString(journalChecksums));
+        return m;
+    }
+
+    private static long parseLong(String key, String v) {
+        try {
+            return Long.parseLong(v);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException(key + " = '" + v + "': not an integer");
+        }
+    }
+
+    private static int parseInt(String key, String v) {
+        long l = parseLong(key, v);
+        if (l < Integer.MIN_VALUE || l > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException(key + " = '" + v + "': out of int range");
+        }
+        return (int) l;
+    }
+
+    private static boolean parseBool(String key, String v) {
+        if (v.equalsIgnoreCase("true")) {
+            return true;
+        }
+        if (v.equalsIgnoreCase("false")) {
+            return false;
+        }
+        throw new IllegalArgumentException(key + " = '" + v + "': not true or false");
+    }
+
+    /**
+     * Parses a byte size: a plain number or one with a 1024-based unit suffix (B, KB, MB, GB, TB; also K, M, G,
+     * T, KiB, MiB, GiB, TiB), as TensorRT-LLM's buffer-size variable.
+     */
+    static long parseBytes(String key, String v) {
+        String s = v.trim().toUpperCase(java.util.Locale.ROOT);
+        long mult = 1;
+        String[][] units = {{"TIB", "TB", "T"}, {"GIB", "GB", "G"}, {"MIB", "MB", "M"}, {"KIB", "KB", "K"}};
+        long[] mults = {1L << 40, 1L << 30, 1L << 20, 1L << 10};
+        outer:
+        for (int i = 0; i < units.length; i++) {
+            for (String u : units[i]) {
+                if (s.endsWith(u)) {
+                    mult = mults[i];
+                    s = s.substring(0, s.length() - u.length()).trim();
+                    break outer;
+                }
+            }
+        }
+        if (mult == 1 && s.endsWith("B")) {
+            s = s.substring(0, s.length() - 1).trim();
+        }
+        long n;
+        try {
+            n = Long.parseLong(s);
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException(key + " = '" + v + "': not a byte size (e.g. 1048576, 64MB, 1GiB)");
+        }
+        if (n < 0 || n > Long.MAX_VALUE / mult) {
+            throw new IllegalArgumentException(key + " = '" + v + "': out of range");
+        }
+        return n * mult;
+    }
+
+    /** @return transport provider name */
+    public String backend() {
+        return backend;
+    }
+
+    /** @return the named formatter, or empty when it is chosen by attention type */
+    public Optional<String> formatter() {
+        return formatter.isEmpty() ? Optional.empty() : Optional.of(formatter);
+    }
+
+    /** @return bytes of one staging slot when {@link #maxTokensInBuffer()} is 0 */
+    public long transferBufferBytes() {
+        return transferBufferBytes;
+    }
+
+    /** @return tokens per staging slot, 0 = size from {@link #transferBufferBytes()} */
+    public int maxTokensInBuffer() {
+        return maxTokensInBuffer;
+    }
+
+    /** @return sender threads and send slots */
+    public int sendConcurrency() {
+        return sendConcurrency;
+    }
+
+    /** @return receive slots */
+    public int recvSlots() {
+        return recvSlots;
+    }
+
+    /** @return whether per-peer parts move concurrently */
+    public boolean parallelReceive() {
+        return parallelReceive;
+    }
+
+    /** @return whether staging may fall back to dynamic buffers */
+    public boolean allowDynamicBuffers() {
+        return allowDynamicBuffers;
+    }
+
+    /** @return whether zero-copy sends are allowed when layouts match */
+    public boolean zeroCopy() {
+        return zeroCopy;
+    }
+
+    /** @return largest payload message, 0 = unchunked */
+    public long chunkBytes() {
+        return chunkBytes;
+    }
+
+    /** @return overall deadline of one request */
+    public Duration kvTransferTimeout() {
+        return kvTransferTimeout;
+    }
+
+    /** @return longest wait on one future per status check */
+    public Duration senderFutureTimeout() {
+        return senderFutureTimeout;
+    }
+
+    /** @return the timing CSV directory, empty when timing output is off */
+    public Optional<Path> timingDir() {
+        return Optional.ofNullable(timingDir);
+    }
+
+    /** @return generation request threads per context instance */
+    public int requestThreadsPerPeerInstance() {
+        return requestThreadsPerPeerInstance;
+    }
+
+    /** @return most tracked context-side requests */
+    public int maxPendingRequests() {
+        return maxPendingRequests;
+    }
+
+    /** @return the journal directory, empty when journaling is off */
+    public Optional<Path> journalDir() {
+        return Optional.ofNullable(journalDir);
+    }
+
+    /** @return whether the journal records a CRC32C of every part */
+    public boolean journalChecksums() {
+        return journalChecksums;
+    }
+
+    /**
+     * Bytes of one staging slot for a rank's block layout: with {@code maxTokensInBuffer} set, as TensorRT-LLM
+     * does, {@code (maxTokens + tokensPerBlock) * bytesPerToken} where bytesPerToken covers all local layers,
+     * kv planes and heads; else {@link #transferBufferBytes()}.
+     *
+     * @param layout the rank's block layout
+     * @return the slot size in bytes
+     * @throws IllegalArgumentException if maxTokensInBuffer is not a multiple of tokensPerBlock
+     */
+    public long slotBytes(BlockLayout layout) {
+        Objects.requireNonNull(layout, "layout");
+        if (maxTokensInBuffer == 0) {
+            return transferBufferBytes;
+        }
+        if (maxTokensInBuffer % layout.tokensPerBlock() != 0) {
+            throw new IllegalArgumentException(P_MAX_TOKENS_IN_BUFFER + " = " + maxTokensInBuffer
+                    + ": must be a multiple of tokensPerBlock " + layout.tokensPerBlock());
+        }
+        long bytesPerToken = layout.blockBytes() / layout.tokensPerBlock();
+        return (long) (maxTokensInBuffer + layout.tokensPerBlock()) * bytesPerToken;
+    }
+
+    /** @return a builder holding this config's values */
+    public Builder toBuilder() {
+        Builder b = new Builder();
+        b.backend = backend;
+        b.formatter = formatter;
+        b.transferBufferBytes = transferBufferBytes;
+        b.maxTokensInBuffer = maxTokensInBuffer;
+        b.sendConcurrency = sendConcurrency;
+        b.recvSlots = recvSlots;
+        b.parallelReceive = parallelReceive;
+        b.allowDynamicBuffers = allowDynamicBuffers;
+        b.zeroCopy = zeroCopy;
+        b.chunkBytes = chunkBytes;
+        b.kvTransferTimeout = kvTransferTimeout;
+        b.senderFutureTimeout = senderFutureTimeout;
+        b.timingDir = timingDir;
+        b.requestThreadsPerPeerInstance = requestThreadsPerPeerInstance;
+        b.maxPendingRequests = maxPendingRequests;
+        b.journalDir = journalDir;
+        b.journalChecksums = journalChecksums;
+        return b;
+    }
+
+    @Override
+    public String toString() {
+        return "TransceiverConfig" + toProperties();
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof TransceiverConfig c && toProperties().equals(c.toProperties());
+    }
+
+    @Override
+    public int hashCode() {
+        return toProperties().hashCode();
+    }
+
+    /** Builds a {@link TransceiverConfig}; {@link #build()} validates. */
+    public static final class Builder {
+        private String backend = DEFAULT_BACKEND;
+        private String formatter = DEFAULT_FORMATTER;
+        private long transferBufferBytes = DEFAULT_TRANSFER_BUFFER_BYTES;
+        private int maxTokensInBuffer = DEFAULT_MAX_TOKENS_IN_BUFFER;
+        private int sendConcurrency = DEFAULT_SEND_CONCURRENCY;
+        private int recvSlots = DEFAULT_RECV_SLOTS;
+        private boolean parallelReceive = DEFAULT_PARALLEL_RECEIVE;
+        private boolean allowDynamicBuffers = DEFAULT_ALLOW_DYNAMIC_BUFFERS;
+        private boolean zeroCopy = DEFAULT_ZERO_COPY;
+        private long chunkBytes = DEFAULT_CHUNK_BYTES;
+        private Duration kvTransferTimeout = Duration.ofMillis(DEFAULT_KV_TRANSFER_TIMEOUT_MS);
+        private Duration senderFutureTimeout = Duration.ofMillis(DEFAULT_SENDER_FUTURE_TIMEOUT_MS);
+        private Path timingDir;
+        private int requestThreadsPerPeerInstance = DEFAULT_REQUEST_THREADS_PER_PEER_INSTANCE;
+        private int maxPendingRequests = DEFAULT_MAX_PENDING_REQUESTS;
+        private Path journalDir;
+        private boolean journalChecksums = DEFAULT_JOURNAL_CHECKSUMS;
+
+        private Builder() {
+        }
+
+        /** @param v transport name @return this builder */
+        public Builder backend(String v) {
+            this.backend = Objects.requireNonNull(v, "backend").trim();
+            return this;
+        }
+
+        /** @param v formatter name, empty = by attention type @return this builder */
+        public Builder formatter(String v) {
+            this.formatter = Objects.requireNonNull(v, "formatter").trim();
+            return this;
+        }
+
+        /** @param v slot bytes @return this builder */
+        public Builder transferBufferBytes(long v) {
+            this.transferBufferBytes = v;
+            return this;
+        }
+
+        /** @param v tokens per slot, 0 = use bytes @return this builder */
+        public Builder maxTokensInBuffer(int v) {
+            this.maxTokensInBuffer = v;
+            return this;
+        }
+
+        /** @param v sender threads and send slots @return this builder */
+        public Builder sendConcurrency(int v) {
+            this.sendConcurrency = v;
+            return this;
+        }
+
+        /** @param v receive slots @return this builder */
+        public Builder recvSlots(int v) {
+            this.recvSlots = v;
+            return this;
+        }
+
+        /** @param v parallel per-peer movement @return this builder */
+        public Builder parallelReceive(boolean v) {
+            this.parallelReceive = v;
+            return this;
+        }
+
+        /** @param v dynamic staging fallback @return this builder */
+        public Builder allowDynamicBuffers(boolean v) {
+            this.allowDynamicBuffers = v;
+            return this;
+        }
+
+        /** @param v zero copy when layouts match @return this builder */
+        public Builder zeroCopy(boolean v) {
+            this.zeroCopy = v;
+            return this;
+        }
+
+        /** @param v largest payload message, 0 = unchunked @return this builder */
+        public Builder chunkBytes(long v) {
+            this.chunkBytes = v;
+            return this;
+        }
+
+        /** @param v overall per-request deadline @return this builder */
+        public Builder kvTransferTimeout(Duration v) {
+            this.kvTransferTimeout = Objects.requireNonNull(v, "kvTransferTimeout");
+            return this;
+        }
+
+        /** @param v wait per future per status check @return this builder */
+        public Builder senderFutureTimeout(Duration v) {
+            this.senderFutureTimeout = Objects.requireNonNull(v, "senderFutureTimeout");
+            return this;
+        }
+
+        /** @param v timing CSV directory, null = off @return this builder */
+        public Builder timingDir(Path v) {
+            this.timingDir = v;
+            return this;
+        }
+
+        /** @param v generation request threads per context instance @return this builder */
+        public Builder requestThreadsPerPeerInstance(int v) {
+            this.requestThreadsPerPeerInstance = v;
+            return this;
+        }
+
+        /** @param v bound on tracked context-side requests @return this builder */
+        public Builder maxPendingRequests(int v) {
+            this.maxPendingRequests = v;
+            return this;
+        }
+
+        /** @param v journal directory, null = no journal @return this builder */
+        public Builder journalDir(Path v) {
+            this.journalDir = v;
+            return this;
+        }
+
+        /** @param v whether parts carry a CRC32C in the journal @return this builder */
+        public Builder journalChecksums(boolean v) {
+            this.journalChecksums = v;
+            return this;
+        }
+
+        /**
+         * Validates and builds.
+         *
+         * @return the config
+         * @throws IllegalArgumentException naming the offending property and value
+         */
+        public TransceiverConfig build() {
+            if (backend.isEmpty()) {
+                throw new IllegalArgumentException(P_BACKEND + " = '': must name a transport");
+            }
+            if (transferBufferBytes < 0) {
+                throw new IllegalArgumentException(P_TRANSFER_BUFFER_BYTES + " = " + transferBufferBytes
+                        + ": must be >= 0 (0 = dynamic buffers only)");
+            }
+            if (transferBufferBytes == 0 && maxTokensInBuffer == 0 && !allowDynamicBuffers) {
+                throw new IllegalArgumentException(P_TRANSFER_BUFFER_BYTES + " = 0 with "
+                        + P_ALLOW_DYNAMIC_BUFFERS + " = false: no staging memory at all");
+            }
+            if (maxTokensInBuffer < 0) {
+                throw new IllegalArgumentException(P_MAX_TOKENS_IN_BUFFER + " = " + maxTokensInBuffer
+                        + ": must be >= 0");
+            }
+            range(P_SEND_CONCURRENCY, sendConcurrency, 1, 1024);
+            range(P_RECV_SLOTS, recvSlots, 1, 1024);
+            range(P_REQUEST_THREADS_PER_PEER_INSTANCE, requestThreadsPerPeerInstance, 1, 1024);
+            range(P_MAX_PENDING_REQUESTS, maxPendingRequests, 1, 1 << 24);
+            if (chunkBytes < 0) {
+                throw new IllegalArgumentException(P_CHUNK_BYTES + " = " + chunkBytes + ": must be >= 0");
+            }
+            positive(P_KV_TRANSFER_TIMEOUT_MS, kvTransferTimeout);
+            positive(P_SENDER_FUTURE_TIMEOUT_MS, senderFutureTimeout);
+            return new TransceiverConfig(this);
+        }
+
+        private static void range(String key, int v, int min, int max) {
+            if (v < min || v > max) {
+                throw new IllegalArgumentException(key + " = " + v + ": must be in [" + min + ", " + max + "]");
+            }
+        }
+
+        private static void positive(String key, Duration d) {
+            if (d.isNegative() || d.isZero()) {
+                throw new IllegalArgumentException(key + " = " + d.toMillis() + ": must be positive");
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+package dev.kvtransfer.core.journal;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.core.journal.TransferJournal.Role;
+import net.openhft.chronicle.bytes.Bytes;
+import net.openhft.chronicle.queue.ChronicleQueue;
+import net.openhft.chronicle.queue.ExcerptTailer;
+import net.openhft.chronicle.queue.RollCycles;
+import net.openhft.chronicle.wire.DocumentContext;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Objects;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+
+/**
+ * Reads journals back into typed {@link JournalEvent}s: every rank's queue found under a directory (any
+ * depth), or one queue. Works on the journal of a live or crashed process (a record being written when the
+ * process died is not complete and is not returned). Records of types this version does not know are skipped
+ * and counted ({@link Result#skipped()}); fields a newer version appended to a known type are ignored.
+ */
+public final class JournalReader {
+    static {
+        System.setProperty("chronicle.analytics.disable", "true");
+    }
+
+    private static final Pattern DIR = Pattern.compile("(.+)-rank-(\\d+)");
+
+    private JournalReader() {
+    }
+
+    /**
+     * What was read.
+     *
+     * @param events  every event, ordered by wall-clock time (ties: source, then file order)
+     * @param queues  the queue directories read, relative to the root
+     * @param skipped records of unknown type or unreadable content
+     */
+    public record Result(List<JournalEvent> events, List<String> queues, long skipped) {
+    }
+
+    /**
+     * Reads every rank's queue under a directory.
+     *
+     * @param root the journal directory of a run (or a single rank's queue directory)
+     * @return the events
+     * @throws IllegalArgumentException when no journal queue is found under root
+     */
+    public static Result readAll(Path root) {
+        Objects.requireNonNull(root, "root");
+        List<Path> dirs = queueDirectories(root);
+        if (dirs.isEmpty()) {
+            throw new IllegalArgumentException("no journal found under " + root + " (expected directories named "
+                    + "<instance>-rank-<r> holding *.cq4 files)");
+        }
+        List<JournalEvent> events = new ArrayList<>();
+        List<String> names = new ArrayList<>();
+        long[] skipped = new long[1];
+        for (Path d : dirs) {
+            String rel = root.relativize(d).toString();
+            names.add(rel.isEmpty() ? d.getFileName().toString() : rel);
+            readQueue(d, rel.isEmpty() ? d.getFileName().toString() : rel, events, skipped);
+        }
+        List<JournalEvent> sorted = new ArrayList<>(events);
+        // Stable sort: events of one rank keep their file order when wall-clock stamps tie.
+        sorted.sort(Comparator.comparingLong(JournalEvent::wallNanos));
+        return new Result(List.copyOf(sorted), List.copyOf(names), skipped[0]);
+    }
+
+    /**
+     * @param root a directory
+     * @return the queue directories under it (holding {@code *.cq4} files), sorted
+     */
+    public static List<Path> queueDirectories(Path root) {
+        if (!Files.isDirectory(root)) {
+            throw new IllegalArgumentException("not a directory: " + root);
+        }
+        try (Stream<Path> s = Files.walk(root)) {
+            return s.filter(p -> p.getFileName().toString().endsWith(".cq4") && Files.isRegularFile(p))
+                    .map(Path::getParent).distinct().sorted().toList();
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot list " + root, e);
+        }
+    }
+
+    private static void readQueue(Path dir, String rel, List<JournalEvent> out, long[] skipped) {
+        Matcher m = DIR.matcher(dir.getFileName().toString());
+        JournalEvent.Source source = m.matches()
+                ? new JournalEvent.Source(m.group(1), Integer.parseInt(m.group(2)), rel)
+                : new JournalEvent.Source(dir.getFileName().toString(), -1, rel);
+        try (ChronicleQueue q = ChronicleQueue.singleBuilder(dir).rollCycle(RollCycles.FAST_DAILY).readOnly(true)
+                .build();
+             ExcerptTailer tailer = q.createTailer()) {
+            while (true) {
+                try (DocumentContext dc = tailer.readingDocument()) {
+                    if (!dc.isPresent()) {
+                        break;
+                    }
+                    if (!dc.isData()) {
+                        continue;
+                    }
+                    JournalEvent e;
+                    try {
+                        e = decode(source, dc.wire().bytes());
+                    } catch (RuntimeException ex) {
+                        e = null;
+                    }
+                    if (e == null) {
+                        skipped[0]++;
+                    } else {
+                        if (e instanceof JournalEvent.Opened o && source.rank() < 0) {
+                            source = new JournalEvent.Source(o.instance(), o.rank(), rel);
+                        }
+                        out.add(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /** Decodes one document; null when the type is unknown. */
+    static JournalEvent decode(JournalEvent.Source src, Bytes<?> b) {
+        RecordType type = RecordType.byCode(b.readUnsignedByte());
+        b.readUnsignedByte(); // version: every known version only appends, so the fields below are always there
+        long mono = b.readLong();
+        long wall = b.readLong();
+        if (type == null) {
+            return null;
+        }
+        return switch (type) {
+            case OPENED -> {
+                int format = b.readInt();
+                String instance = b.readUtf8();
+                int rank = b.readInt();
+                long pid = b.readLong();
+                String host = b.readUtf8();
+                boolean checksums = b.readBoolean();
+                CacheState self = CacheState.fromBytes(blob(b));
+                yield new JournalEvent.Opened(src, mono, wall, format, instance, rank, pid, host, checksums, self);
+            }
+            case PEER_CONTACT -> {
+                Role role = role(b.readUnsignedByte());
+                long id = b.readLong();
+                int peerRank = b.readInt();
+                CacheState self = CacheState.fromBytes(blob(b));
+                CacheState peer = CacheState.fromBytes(blob(b));
+                String transport = b.readUtf8();
+                int n = b.readInt();
+                if (n < 0 || n > CacheState.MAX_PARALLELISM * 4) {
+                    throw new IllegalStateException("bad address count " + n);
+                }
+                List<String> addresses = new ArrayList<>(n);
+                for (int i = 0; i < n; i++) {
+                    addresses.add(b.readUtf8());
+                }
+                yield new JournalEvent.PeerContact(src, mono, wall, role, id, peerRank, self, peer, transport,
+                        List.copyOf(addresses));
+            }
+            case ACCEPTED -> {
+                Role role = role(b.readUnsignedByte());
+                long id = b.readLong();
+                int prompt = b.readInt();
+                int blocks = b.readInt();
+                yield new JournalEvent.Accepted(src, mono, wall, role, id, prompt, blocks);
+            }
+            case INFO_SENT, INFO_RECEIVED -> new JournalEvent.RequestInfo(src, mono, wall,
+                    type == RecordType.INFO_RECEIVED, b.readLong(), b.readInt());
+            case READY_SENT, READY_RECEIVED -> new JournalEvent.ReadySignal(src, mono, wall,
+                    type == RecordType.READY_RECEIVED, b.readLong(), b.readInt(), b.readBoolean());
+            case PART_SENT, PART_RECEIVED -> new JournalEvent.Part(src, mono, wall, type == RecordType.PART_RECEIVED,
+                    b.readLong(), b.readInt(), b.readLong(), b.readLong(), b.readLong());
+            case COMPLETED -> new JournalEvent.Completed(src, mono, wall, role(b.readUnsignedByte()), b.readLong(),
+                    b.readLong());
+            case FAILED -> {
+                Role role = role(b.readUnsignedByte());
+                long id = b.readLong();
+                String code = b.readUtf8();
+                String message = b.readUtf8();
+                yield new JournalEvent.Ended(src, mono, wall, type, role, id, errorCode(code), message);
+            }
+            case CANCELLED, TIMED_OUT -> {
+                Role role = role(b.readUnsignedByte());
+                long id = b.readLong();
+                String message = b.readUtf8();
+                yield new JournalEvent.Ended(src, mono, wall, type, role, id,
+                        type == RecordType.CANCELLED ? ErrorCode.CANCELLED : ErrorCode.TIMEOUT, message);
+            }
+            case LOST -> new JournalEvent.Lost(src, mono, wall, b.readLong());
+            case CLOSED -> new JournalEvent.Closed(src, mono, wall, b.readLong(), b.readLong());
+        };
+    }
+
+    private static ErrorCode errorCode(String name) {
+        for (ErrorCode c : ErrorCode.values()) {
+            if (c.name().equals(name)) {
+                return c;
+            }
+        }
+        // A code added after this version: keep the event, with the closest meaning.
+        return ErrorCode.INTERNAL;
+    }
+
+    private static Role role(int ordinal) {
+        Role[] roles = Role.values();
+        if (ordinal >= roles.length) {
+            throw new IllegalStateException("unknown role " + ordinal);
+        }
+        return roles[ordinal];
+    }
+
+    private static byte[] blob(Bytes<?> b) {
+        int n = b.readInt();
+        if (n < 0 || n > b.readRemaining()) {
+            throw new IllegalStateException("blob of " + n + " bytes, " + b.readRemaining() + " left");
+        }
+        byte[] out = new byte[n];
+        b.read(out);
+        return out;
+    }
+}

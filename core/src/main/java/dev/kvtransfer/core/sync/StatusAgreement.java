@@ -1,0 +1,123 @@
+package dev.kvtransfer.core.sync;
+
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.OptionalInt;
+import java.util.Set;
+
+/**
+ * Which requests a status check selects, given what every member of the status group has finished. Pure
+ * functions; the rules of TensorRT-LLM's {@code checkContextTransferStatus} / {@code checkGenTransferStatus}
+ * (reference §5). Only ids of this rank's pending list are ever selected.
+ */
+public final class StatusAgreement {
+    private StatusAgreement() {
+    }
+
+    /**
+     * Context side: the ids finished on <em>every</em> member; then, while fewer than {@code atLeast} are
+     * selected, unfinished pending ids in insertion order. Without {@code atLeast} ("block all") every pending
+     * id is selected.
+     *
+     * @param pendingInOrder this rank's pending ids, oldest first
+     * @param finishedPerMember every member's finished ids (this rank's included)
+     * @param atLeast        the minimum number to select, or empty for all
+     * @return the selected ids in selection order
+     */
+    public static List<Long> selectContext(List<Long> pendingInOrder, List<long[]> finishedPerMember,
+                                           OptionalInt atLeast) {
+        if (atLeast.isEmpty()) {
+            return List.copyOf(pendingInOrder);
+        }
+        Set<Long> selected = new LinkedHashSet<>(finishedOnAll(pendingInOrder, finishedPerMember));
+        for (Long id : pendingInOrder) {
+            if (selected.size() >= atLeast.getAsInt()) {
+                break;
+            }
+            selected.add(id);
+        }
+        return new ArrayList<>(selected);
+    }
+
+    /**
+     * Generation side: pending ids ordered by how many members finished them (most first, ties in insertion
+     * order) taken until {@code atLeast}; then pending ids in insertion order until {@code atLeast}; then every
+     * id finished on every member. Without {@code atLeast} every pending id is selected.
+     *
+     * @param pendingInOrder    this rank's pending ids, oldest first
+     * @param finishedPerMember every member's finished ids
+     * @param atLeast           the minimum number to select, or empty for all
+     * @return the selected ids in selection order
+     */
+    public static List<Long> selectGeneration(List<Long> pendingInOrder, List<long[]> finishedPerMember,
+                                              OptionalInt atLeast) {
+        if (atLeast.isEmpty()) {
+            return List.copyOf(pendingInOrder);
+        }
+        int want = atLeast.getAsInt();
+        Map<Long, Integer> freq = frequencies(finishedPerMember);
+        Map<Long, Integer> order = new HashMap<>();
+        for (int i = 0; i < pendingInOrder.size(); i++) {
+            order.putIfAbsent(pendingInOrder.get(i), i);
+        }
+        List<Long> byFreq = new ArrayList<>();
+        for (Long id : order.keySet()) {
+            if (freq.getOrDefault(id, 0) > 0) {
+                byFreq.add(id);
+            }
+        }
+        byFreq.sort(Comparator.<Long>comparingInt(id -> -freq.get(id)).thenComparingInt(order::get));
+        Set<Long> selected = new LinkedHashSet<>();
+        for (Long id : byFreq) {
+            if (selected.size() >= want) {
+                break;
+            }
+            selected.add(id);
+        }
+        for (Long id : pendingInOrder) {
+            if (selected.size() >= want) {
+                break;
+            }
+            selected.add(id);
+        }
+        selected.addAll(finishedOnAll(pendingInOrder, finishedPerMember));
+        return new ArrayList<>(selected);
+    }
+
+    /**
+     * The pending ids that every member reports finished, in pending order.
+     *
+     * @param pendingInOrder    this rank's pending ids
+     * @param finishedPerMember every member's finished ids
+     * @return the agreed ids
+     */
+    public static List<Long> finishedOnAll(List<Long> pendingInOrder, List<long[]> finishedPerMember) {
+        Map<Long, Integer> freq = frequencies(finishedPerMember);
+        int members = finishedPerMember.size();
+        List<Long> out = new ArrayList<>();
+        for (Long id : pendingInOrder) {
+            if (freq.getOrDefault(id, 0) >= members && !out.contains(id)) {
+                out.add(id);
+            }
+        }
+        return out;
+    }
+
+    private static Map<Long, Integer> frequencies(List<long[]> finishedPerMember) {
+        Map<Long, Integer> freq = new HashMap<>();
+        for (long[] ids : finishedPerMember) {
+            // A member lists an id once; dedupe anyway so a buggy member cannot count twice.
+            Set<Long> seen = new java.util.HashSet<>();
+            for (long id : ids) {
+                if (seen.add(id)) {
+                    freq.merge(id, 1, Integer::sum);
+                }
+            }
+        }
+        return freq;
+    }
+}

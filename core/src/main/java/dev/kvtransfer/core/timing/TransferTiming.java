@@ -1,0 +1,165 @@
+package dev.kvtransfer.core.timing;
+
+import java.util.Arrays;
+import java.util.Locale;
+
+/**
+ * Stage stamps and per-peer measures of one request on one rank, in {@code System.nanoTime()} units: what
+ * one row of TensorRT-LLM's {@code rank_<r>_send.csv} / {@code rank_<r>_recv.csv} holds. Stamps are set by the
+ * transfer thread; measures may be recorded from several peer threads at once (synchronized). A stamp left at
+ * 0 is "unset" and prints as {@code 0.0}.
+ *
+ * <p>Stages (each column is the time since the previous set stamp, in ms): {@code RequestInfo} (context: all
+ * counterparts asked; generation: infos sent), {@code Preparation} (ready signals sent / received),
+ * {@code Preprocess} (first payload message starts: staging and split done), {@code Transmissions} (last
+ * payload message done), {@code Postprocess} (formatter returned: concat / release done).
+ */
+public final class TransferTiming {
+    /** The CSV header before the per-measure columns. */
+    public static final String HEADER = "RequestID,RequestInfo,Preparation,Preprocess,Transmissions,Postprocess";
+    /** The columns added per measure. */
+    public static final String MEASURE_HEADER = ",Delay,Duration,Bandwidth(Gbps)";
+
+    private final long requestId;
+    private final long start;
+    private volatile long requestInfo;
+    private volatile long preparation;
+    private volatile long preprocess;
+    private volatile long transmissions;
+    private volatile long postprocess;
+    // [peer, start, end, bytes] per measure; O(peers) per request.
+    private long[] measures = new long[16];
+    private int measureCount;
+
+    /**
+     * Starts the timing of a request.
+     *
+     * @param requestId  the context request id
+     * @param startNanos {@code System.nanoTime()} when the transfer started (the async call)
+     */
+    public TransferTiming(long requestId, long startNanos) {
+        this.requestId = requestId;
+        this.start = startNanos;
+    }
+
+    /** @return the context request id */
+    public long requestId() {
+        return requestId;
+    }
+
+    /** @param t stamp of the RequestInfo stage */
+    public void requestInfo(long t) {
+        requestInfo = t;
+    }
+
+    /** @param t stamp of the Preparation stage */
+    public void preparation(long t) {
+        preparation = t;
+    }
+
+    /**
+     * Moves the Preprocess stamp back to {@code t} when earlier (or unset): the start of the first payload
+     * message or of the first measure, whichever came first.
+     *
+     * @param t stamp
+     */
+    public synchronized void preprocessAtMost(long t) {
+        if (preprocess == 0 || t < preprocess) {
+            preprocess = t;
+        }
+    }
+
+    /** Moves the Transmissions stamp forward (the last payload message). @param t stamp */
+    public synchronized void transmissions(long t) {
+        if (t > transmissions) {
+            transmissions = t;
+        }
+    }
+
+    /** @param t stamp of the Postprocess stage */
+    public void postprocess(long t) {
+        postprocess = t;
+    }
+
+    /**
+     * Records one timed movement.
+     *
+     * @param peer       peer index
+     * @param startNanos start
+     * @param endNanos   end
+     * @param bytes      bytes moved
+     */
+    public synchronized void measure(int peer, long startNanos, long endNanos, long bytes) {
+        preprocessAtMost(startNanos);
+        transmissions(endNanos);
+        if ((measureCount + 1) * 4 > measures.length) {
+            measures = Arrays.copyOf(measures, measures.length * 2);
+        }
+        int i = measureCount * 4;
+        measures[i] = peer;
+        measures[i + 1] = startNanos;
+        measures[i + 2] = endNanos;
+        measures[i + 3] = bytes;
+        measureCount++;
+    }
+
+    /** @return number of recorded measures */
+    public synchronized int measureCount() {
+        return measureCount;
+    }
+
+    /** @return total bytes of all measures */
+    public synchronized long measuredBytes() {
+        long sum = 0;
+        for (int i = 0; i < measureCount; i++) {
+            sum += measures[i * 4 + 3];
+        }
+        return sum;
+    }
+
+    /**
+     * The CSV header for rows with a number of measures.
+     *
+     * @param measures measures per row
+     * @return the header line (no newline)
+     */
+    public static String header(int measures) {
+        StringBuilder sb = new StringBuilder(HEADER);
+        for (int i = 0; i < measures; i++) {
+            sb.append(MEASURE_HEADER);
+        }
+        return sb.toString();
+    }
+
+    /** @return this request's CSV row (no newline) */
+    public synchronized String csvRow() {
+        StringBuilder sb = new StringBuilder(64 + measureCount * 32);
+        sb.append(requestId);
+        long prev = start;
+        long[] stamps = {requestInfo, preparation, preprocess, transmissions, postprocess};
+        for (long s : stamps) {
+            if (s == 0) {
+                sb.append(",0.0");
+            } else {
+                sb.append(',').append(ms(s - prev));
+                prev = s;
+            }
+        }
+        long base = preprocess != 0 ? preprocess : start;
+        for (int i = 0; i < measureCount; i++) {
+            long ms = measures[i * 4 + 1];
+            long me = measures[i * 4 + 2];
+            long bytes = measures[i * 4 + 3];
+            long dur = Math.max(0, me - ms);
+            // bytes*8 / duration_ms / 1e6 == bits per nanosecond == Gbit/s.
+            double gbps = dur == 0 ? 0.0 : bytes * 8.0 / dur;
+            sb.append(',').append(ms(ms - base)).append(',').append(ms(dur)).append(',')
+                    .append(String.format(Locale.ROOT, "%.3f", gbps));
+        }
+        return sb.toString();
+    }
+
+    private static String ms(long nanos) {
+        return String.format(Locale.ROOT, "%.3f", nanos / 1e6);
+    }
+}

@@ -1,0 +1,381 @@
+package dev.kvtransfer.core.transfer;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.format.Support;
+import dev.kvtransfer.api.layout.BlockDistribution;
+import dev.kvtransfer.api.layout.RankMapping;
+import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.model.RequestInfo;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.Tags;
+import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.timing.EpochClock;
+import dev.kvtransfer.core.timing.TransferTiming;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * The generation side of one rank (TensorRT-LLM's {@code CacheReceiver}). Each context instance (its
+ * {@link CommState}) gets its own pool of {@code requestThreadsPerPeerInstance} request threads, so one slow or
+ * dead context instance never delays requests to another, and a stuck request delays at most one thread.
+ *
+ * <p>Per request: connect to the counterparts ({@code formatter.counterparts}), send each the id / size / info
+ * messages (the three atomically per connection), wait for every ready signal on the request's own data tag
+ * (any refusal fails the request with the responder's code and reason; nothing is written), then
+ * {@code formatter.unformat}. Everything waits at most until {@code kvTransferTimeout} after the async call.
+ *
+ * <p>Cancel: possible until the request's infos are sent; refused after.
+ */
+public final class CacheReceiver implements AutoCloseable {
+    private static final int QUEUED = 0;
+    private static final int SENDING = 1;
+    private static final int ENDED = 2;
+
+    private final TransferEnv env;
+    private final DataTags tags = new DataTags();
+    private final Map<CommState, ThreadPoolExecutor> workers = new ConcurrentHashMap<>();
+    private final Map<TransferHandle, Job> jobs = new ConcurrentHashMap<>();
+    private final Map<String, Object> connectionLocks = new ConcurrentHashMap<>();
+    private final AtomicInteger instanceCount = new AtomicInteger();
+    private final Object lifecycle = new Object();
+    private volatile boolean closing;
+
+    /**
+     * Creates the receiver; threads start per context instance on first use.
+     *
+     * @param env the rank's shared parts
+     */
+    public CacheReceiver(TransferEnv env) {
+        this.env = Objects.requireNonNull(env, "env");
+    }
+
+    private static final class Job {
+        final TransferHandle handle;
+        final long deadlineNanos;
+        final TransferTiming timing;
+        final AtomicInteger phase = new AtomicInteger(QUEUED);
+
+        Job(TransferHandle handle, long startNanos, long deadlineNanos) {
+            this.handle = handle;
+            this.deadlineNanos = deadlineNanos;
+            this.timing = new TransferTiming(handle.requestId(), startNanos);
+        }
+    }
+
+    /**
+     * Queues a request's receive.
+     *
+     * @param h the request (with its context phase params)
+     */
+    public void receive(TransferHandle h) {
+        ContextPhaseParams params = Objects.requireNonNull(h.contextPhaseParams(), "contextPhaseParams");
+        long now = System.nanoTime();
+        Job job = new Job(h, now, now + env.config().kvTransferTimeout().toNanos());
+        CommState ctx = params.contextState().commState();
+        synchronized (lifecycle) {
+            if (closing) {
+                h.fail(new KvTransferException(ErrorCode.CANCELLED, h.requestId(), "the transceiver is closed", null));
+                return;
+            }
+            jobs.put(h, job);
+            ThreadPoolExecutor pool = workers.computeIfAbsent(ctx, this::newPool);
+            try {
+                pool.execute(() -> run(job));
+            } catch (RejectedExecutionException e) {
+                jobs.remove(h);
+                h.fail(new KvTransferException(ErrorCode.CANCELLED, h.requestId(), "the transceiver is closing", e));
+            }
+        }
+    }
+
+    private ThreadPoolExecutor newPool(CommState ctx) {
+        int n = env.config().requestThreadsPerPeerInstance();
+        String prefix = env.threadPrefix() + "-recv-" + instanceCount.getAndIncrement() + "-";
+        AtomicInteger count = new AtomicInteger();
+        ThreadPoolExecutor pool = new ThreadPoolExecutor(n, n, 30, TimeUnit.SECONDS, new LinkedBlockingQueue<>(), r -> {
+            Thread t = new Thread(r, prefix + count.getAndIncrement());
+            t.setDaemon(true);
+            return t;
+        });
+        // Idle instances cost no threads.
+        pool.allowCoreThreadTimeOut(true);
+        return pool;
+    }
+
+    /**
+     * Cancels a request whose infos have not been sent yet.
+     *
+     * @param h the request
+     * @return true if cancelled; false when unknown, already asking or ended
+     */
+    public boolean cancel(TransferHandle h) {
+        Job job = jobs.get(h);
+        if (job == null || !job.phase.compareAndSet(QUEUED, ENDED)) {
+            return false;
+        }
+        jobs.remove(h);
+        h.fail(new KvTransferException(ErrorCode.CANCELLED, h.requestId(),
+                "cancelled by the generation side before its request was sent", null));
+        return true;
+    }
+
+    private void run(Job job) {
+        if (!job.phase.compareAndSet(QUEUED, SENDING)) {
+            return;
+        }
+        TransferHandle h = job.handle;
+        int tag = -1;
+        DefaultTransferSession session = null;
+        try {
+            if (closing) {
+                throw new KvTransferException(ErrorCode.CANCELLED, h.requestId(), "the transceiver is closing", null);
+            }
+            tag = tags.acquire();
+            session = handshake(job, tag);
+            if (session != null) {
+                try {
+                    env.formatter().unformat(session);
+                } finally {
+                    session.close();
+                }
+                job.timing.postprocess(System.nanoTime());
+            }
+            long bytes = session == null ? 0 : session.movedBytes();
+            if (h.succeed(bytes, EpochClock.nowNanos())) {
+                env.metrics().outcome(false, true, bytes);
+                if (env.timing() != null) {
+                    env.timing().submit(false, job.timing);
+                }
+            }
+        } catch (RuntimeException e) {
+            KvTransferException k = TransferErrors.forRequest(e, h.requestId(), "receiving");
+            if (h.fail(k)) {
+                env.metrics().outcome(false, false, session == null ? 0 : session.movedBytes());
+            }
+        } finally {
+            job.phase.set(ENDED);
+            jobs.remove(h);
+            if (tag >= 0) {
+                tags.release(tag);
+            }
+        }
+    }
+
+    /** Sends the infos and waits for the ready signals; returns the session, or null when nothing is to move. */
+    private DefaultTransferSession handshake(Job job, int tag) {
+        TransferHandle h = job.handle;
+        long id = h.requestId();
+        ContextPhaseParams params = h.contextPhaseParams();
+        CacheState self = env.selfCache();
+        CacheState ctx = params.contextState().cacheState();
+        env.journal().peerContact(TransferJournal.Role.GENERATION, id, params.contextState());
+        Support support;
+        try {
+            support = env.formatter().inquireSupport(self, ctx);
+        } catch (RuntimeException e) {
+            support = Support.no("the formatter could not check the layouts: " + e);
+        }
+        if (!support.supported()) {
+            announceUnsupported(job, tag, params, support.reason());
+            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, id, "unsupported layout: "
+                    + support.reason(), null);
+        }
+        TargetRanks targets;
+        List<Integer> counterparts;
+        try {
+            targets = RankMapping.targetRanks(ctx, self, env.selfIndex());
+            counterparts = env.formatter().counterparts(self, env.selfIndex(), ctx);
+        } catch (IllegalArgumentException e) {
+            announceUnsupported(job, tag, params, e.getMessage());
+            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, id, "unsupported layout: "
+                    + e.getMessage(), e);
+        }
+        if (targets.isEmpty() || counterparts.isEmpty()) {
+            h.started(EpochClock.nowNanos());
+            return null;
+        }
+        List<Connection> all = env.connections().getConnections(params.contextState().commState());
+        Connection[] conns = new Connection[targets.size()];
+        int[] positions = new int[counterparts.size()];
+        for (int k = 0; k < counterparts.size(); k++) {
+            int rank = counterparts.get(k);
+            int pos = targets.peerRanks().indexOf(rank);
+            if (pos < 0 || rank >= all.size()) {
+                throw new KvTransferException(ErrorCode.INTERNAL, id, "formatter counterpart rank " + rank
+                        + " is not among the target ranks " + targets.peerRanks() + " of the context instance", null);
+            }
+            positions[k] = pos;
+            conns[pos] = all.get(rank);
+        }
+        int totalBlocks = BlockDistribution.blocksFor(h.promptLength(), ctx.tokensPerBlock());
+        // As upstream's kvCacheTransferStart on the generation side: the handshake begins now.
+        h.started(EpochClock.nowNanos());
+        RequestInfo info = new RequestInfo(id, totalBlocks - 1, new long[0], env.selfState(), tag,
+                env.config().chunkBytes());
+        byte[] bytes = info.toBytes();
+        int readyAt = 16 + bytes.length;
+        try (MemoryBuffer ctl = env.buffers().allocate(readyAt + counterparts.size(), MemoryKind.HOST)) {
+            ByteBuffer bb = ctl.asByteBuffer();
+            bb.putLong(0, Tags.REQUEST_SEND);
+            bb.putLong(8, bytes.length);
+            bb.put(16, bytes);
+            for (int pos : positions) {
+                Connection c = conns[pos];
+                try {
+                    sendInfo(job, c, ctl, bytes.length);
+                    env.journal().requestInfoSent(id, targets.peerRanks().get(pos));
+                } catch (KvTransferException e) {
+                    throw new KvTransferException(e.code(), id, "request info to context rank "
+                            + targets.peerRanks().get(pos) + " (" + c.peer() + ") failed: " + e.getMessage(), e);
+                }
+            }
+            job.timing.requestInfo(System.nanoTime());
+            for (int k = 0; k < positions.length; k++) {
+                Connection c = conns[positions[k]];
+                try {
+                    c.recv(tag, ctl, readyAt + k, 1, remaining(job, "waiting for the ready signal of context rank "
+                            + targets.peerRanks().get(positions[k])));
+                } catch (KvTransferException e) {
+                    throw new KvTransferException(e.code(), id, "no ready signal from context rank "
+                            + targets.peerRanks().get(positions[k]) + " (" + c.peer() + "): " + e.getMessage(), e);
+                }
+                env.journal().readySignalReceived(id, targets.peerRanks().get(positions[k]), bb.get(readyAt + k) != 0);
+                if (bb.get(readyAt + k) == 0) {
+                    throw Signals.readRefusal(env.buffers(), c, tag, remaining(job, "reading a refusal"), id);
+                }
+            }
+        }
+        job.timing.preparation(System.nanoTime());
+        int[] tagArr = new int[targets.size()];
+        java.util.Arrays.fill(tagArr, tag);
+        return new DefaultTransferSession(id, false, env.selfState(), ctx, targets, h.blockIds(), totalBlocks, conns,
+                tagArr, env.config().chunkBytes(), env.pool(), env.buffers(), env.peerExecutor(), job.deadlineNanos,
+                job.timing, env.journal());
+    }
+
+    /**
+     * The layouts cannot be converted, so there are no counterparts to compute: the request info goes to every
+     * context rank, each of which refuses it and fails its own copy of the request with
+     * {@code UNSUPPORTED_LAYOUT} and the reason. Their refusals are not awaited (the request fails here at once);
+     * they arrive on this request's data tag, which is never reused soon (see {@link DataTags}).
+     */
+    private void announceUnsupported(Job job, int tag, ContextPhaseParams params, String reason) {
+        CommState ctxComm = params.contextState().commState();
+        try {
+            List<Connection> all = env.connections().getConnections(ctxComm);
+            int totalBlocks = BlockDistribution.blocksFor(job.handle.promptLength(),
+                    params.contextState().cacheState().tokensPerBlock());
+            RequestInfo info = new RequestInfo(job.handle.requestId(), totalBlocks - 1, new long[0], env.selfState(),
+                    tag, env.config().chunkBytes());
+            sendInfos(job, all, info);
+        } catch (RuntimeException e) {
+            env.metrics().error(new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, job.handle.requestId(),
+                    "could not tell the context ranks that the layouts are unsupported (" + reason + "): "
+                    + e.getMessage(), e));
+        }
+    }
+
+    private void sendInfos(Job job, List<Connection> conns, RequestInfo info) {
+        byte[] bytes = info.toBytes();
+        try (MemoryBuffer ctl = env.buffers().allocate(16 + bytes.length, MemoryKind.HOST)) {
+            ByteBuffer bb = ctl.asByteBuffer();
+            bb.putLong(0, Tags.REQUEST_SEND);
+            bb.putLong(8, bytes.length);
+            bb.put(16, bytes);
+            for (Connection c : conns) {
+                sendInfo(job, c, ctl, bytes.length);
+            }
+        }
+    }
+
+    private void sendInfo(Job job, Connection c, MemoryBuffer ctl, int infoBytes) {
+        Object connLock = connectionLocks.computeIfAbsent(c.peer(), k -> new Object());
+        // The three messages of one request must not interleave with another request's on this connection:
+        // the responder reads id, size and info in that order.
+        synchronized (connLock) {
+            c.send(Tags.ID_TAG, ctl, 0, 8, remaining(job, "sending the request id"));
+            c.send(Tags.INFO_SIZE_TAG, ctl, 8, 8, remaining(job, "sending the request info size"));
+            c.send(Tags.INFO_TAG, ctl, 16, infoBytes, remaining(job, "sending the request info"));
+        }
+    }
+
+    private static Duration remaining(Job job, String what) {
+        long left = job.deadlineNanos - System.nanoTime();
+        if (left <= 0) {
+            throw new KvTransferException(ErrorCode.TIMEOUT, job.handle.requestId(), "deadline passed before "
+                    + what, null);
+        }
+        return Duration.ofNanos(left);
+    }
+
+    /** Stops accepting requests, cancels queued ones and interrupts the request threads; does not wait. */
+    public void shutdown() {
+        List<ThreadPoolExecutor> pools;
+        synchronized (lifecycle) {
+            if (closing) {
+                return;
+            }
+            closing = true;
+            pools = new ArrayList<>(workers.values());
+        }
+        for (Job job : new ArrayList<>(jobs.values())) {
+            if (job.phase.compareAndSet(QUEUED, ENDED)) {
+                jobs.remove(job.handle);
+                job.handle.fail(new KvTransferException(ErrorCode.CANCELLED, job.handle.requestId(),
+                        "the transceiver closed before the request was sent", null));
+            }
+        }
+        for (ThreadPoolExecutor p : pools) {
+            p.shutdownNow();
+        }
+    }
+
+    /**
+     * Waits for the request threads to end.
+     *
+     * @param timeout how long
+     * @return true when all ended
+     */
+    public boolean awaitTermination(Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        try {
+            for (ThreadPoolExecutor p : workers.values()) {
+                if (!p.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)) {
+                    return false;
+                }
+            }
+            return true;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return false;
+        }
+    }
+
+    @Override
+    public void close() {
+        shutdown();
+        awaitTermination(Duration.ofSeconds(5));
+    }
+
+    /** @return data tags held by in-flight requests (tests and diagnostics) */
+    public int tagsInUse() {
+        return tags.inUse();
+    }
+}

@@ -1,0 +1,351 @@
+package dev.kvtransfer.core.transfer;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.format.TransferBufferPool;
+import dev.kvtransfer.api.format.TransferSession;
+import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.memory.BufferManager;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.TransceiverState;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.core.journal.Checksums;
+import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.timing.TransferTiming;
+
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Future;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.function.IntConsumer;
+
+/**
+ * core's {@link TransferSession}: one request on one rank. Peers are positions in {@link #targets()}; each
+ * has a connection and its own data tag (the tag the generation rank chose). Parts are split into messages of
+ * exactly {@code chunkBytes} (the last shorter; a part of 0 bytes is one empty message), the same split on
+ * both sides because the requester's chunk size travels in its RequestInfo. Every call waits at most until
+ * the request's deadline and fails with a {@link KvTransferException} carrying the request id and the code
+ * of the transport failure ({@code TIMEOUT}, {@code PEER_LOST}, {@code NETWORK}, {@code MALFORMED}).
+ *
+ * <p>Staging: the first {@link #stagingBuffers} call takes one slot of the pool (with the deadline); every
+ * call carves from that slot; {@link #close()} gives it back. Not thread-safe except {@link #send},
+ * {@link #recv} and {@link #recordMeasure} for different peers (what {@link #forEachPeer} runs).
+ */
+public final class DefaultTransferSession implements TransferSession, AutoCloseable {
+    private final long requestId;
+    private final boolean sender;
+    private final TransceiverState selfState;
+    private final CacheState peerCache;
+    private final TargetRanks targets;
+    private final int[] blockIds;
+    private final int totalBlocks;
+    private final Connection[] connections;
+    private final int[] tags;
+    private final long chunkBytes;
+    private final TransferBufferPool pool;
+    private final BufferManager bufferManager;
+    private final ExecutorService peerExecutor;
+    private final long deadlineNanos;
+    private final TransferTiming timing;
+    private final java.util.concurrent.atomic.LongAdder movedBytes = new java.util.concurrent.atomic.LongAdder();
+    private final TransferJournal journal;
+    private TransferBufferPool.Slot slot;
+
+    /**
+     * Creates a session.
+     *
+     * @param requestId     context request id
+     * @param sender        true on the context side
+     * @param selfState     this rank's state (selfIndex set)
+     * @param peerCache     the peer instance's cache state
+     * @param targets       target ranks of this rank in the peer instance
+     * @param blockIds      this rank's blocks of the request
+     * @param totalBlocks   blocks of the whole request
+     * @param connections   connection per peer position (null for a peer this rank does not talk to)
+     * @param tags          data tag per peer position
+     * @param chunkBytes    largest message, 0 = unchunked
+     * @param pool          staging pool
+     * @param bufferManager copies
+     * @param peerExecutor  runs per-peer actions concurrently, or null for sequential
+     * @param deadlineNanos {@code System.nanoTime()} deadline of the request
+     * @param timing        where measures and stamps go
+     */
+    public DefaultTransferSession(long requestId, boolean sender, TransceiverState selfState, CacheState peerCache,
+                                  TargetRanks targets, int[] blockIds, int totalBlocks, Connection[] connections,
+                                  int[] tags, long chunkBytes, TransferBufferPool pool, BufferManager bufferManager,
+                                  ExecutorService peerExecutor, long deadlineNanos, TransferTiming timing) {
+        this(requestId, sender, selfState, peerCache, targets, blockIds, totalBlocks, connections, tags, chunkBytes,
+                pool, bufferManager, peerExecutor, deadlineNanos, timing, TransferJournal.NOOP);
+    }
+
+    /**
+     * Creates a session that records every part in a journal.
+     *
+     * @param requestId     context request id
+     * @param sender        true on the context side
+     * @param selfState     this rank's state (selfIndex set)
+     * @param peerCache     the peer instance's cache state
+     * @param targets       target ranks of this rank in the peer instance
+     * @param blockIds      this rank's blocks of the request
+     * @param totalBlocks   blocks of the whole request
+     * @param connections   connection per peer position (null for a peer this rank does not talk to)
+     * @param tags          data tag per peer position
+     * @param chunkBytes    largest message, 0 = unchunked
+     * @param pool          staging pool
+     * @param bufferManager copies
+     * @param peerExecutor  runs per-peer actions concurrently, or null for sequential
+     * @param deadlineNanos {@code System.nanoTime()} deadline of the request
+     * @param timing        where measures and stamps go
+     * @param journal       where each part is recorded
+     */
+    public DefaultTransferSession(long requestId, boolean sender, TransceiverState selfState, CacheState peerCache,
+                                  TargetRanks targets, int[] blockIds, int totalBlocks, Connection[] connections,
+                                  int[] tags, long chunkBytes, TransferBufferPool pool, BufferManager bufferManager,
+                                  ExecutorService peerExecutor, long deadlineNanos, TransferTiming timing,
+                                  TransferJournal journal) {
+        this.journal = Objects.requireNonNull(journal, "journal");
+        this.requestId = requestId;
+        this.sender = sender;
+        this.selfState = Objects.requireNonNull(selfState, "selfState");
+        this.peerCache = Objects.requireNonNull(peerCache, "peerCache");
+        this.targets = Objects.requireNonNull(targets, "targets");
+        this.blockIds = Objects.requireNonNull(blockIds, "blockIds");
+        this.totalBlocks = totalBlocks;
+        this.connections = Objects.requireNonNull(connections, "connections");
+        this.tags = Objects.requireNonNull(tags, "tags");
+        if (connections.length != targets.size() || tags.length != targets.size()) {
+            throw new IllegalArgumentException("need one connection and tag per target rank: " + targets.size());
+        }
+        this.chunkBytes = chunkBytes;
+        this.pool = pool;
+        this.bufferManager = Objects.requireNonNull(bufferManager, "bufferManager");
+        this.peerExecutor = peerExecutor;
+        this.deadlineNanos = deadlineNanos;
+        this.timing = Objects.requireNonNull(timing, "timing");
+    }
+
+    @Override
+    public long requestId() {
+        return requestId;
+    }
+
+    @Override
+    public boolean isSender() {
+        return sender;
+    }
+
+    @Override
+    public TransceiverState selfState() {
+        return selfState;
+    }
+
+    @Override
+    public CacheState peerCacheState() {
+        return peerCache;
+    }
+
+    @Override
+    public TargetRanks targets() {
+        return targets;
+    }
+
+    @Override
+    public int[] blockIds() {
+        return blockIds;
+    }
+
+    @Override
+    public int totalBlocks() {
+        return totalBlocks;
+    }
+
+    @Override
+    public synchronized MemoryBuffer[] stagingBuffers(long[] sizes) {
+        Objects.requireNonNull(sizes, "sizes");
+        if (pool == null) {
+            throw new KvTransferException(ErrorCode.INTERNAL, requestId, "this session has no staging pool", null);
+        }
+        if (slot == null) {
+            slot = pool.acquire(sender ? TransferBufferPool.Direction.SEND : TransferBufferPool.Direction.RECV,
+                    remaining("waiting for a staging slot"));
+        }
+        return slot.carve(sizes);
+    }
+
+    @Override
+    public BufferManager bufferManager() {
+        return bufferManager;
+    }
+
+    @Override
+    public void send(int peerIndex, MemoryBuffer buffer, long offset, long length) {
+        move(true, peerIndex, buffer, offset, length);
+    }
+
+    @Override
+    public void recv(int peerIndex, MemoryBuffer buffer, long offset, long length) {
+        move(false, peerIndex, buffer, offset, length);
+    }
+
+    private void move(boolean out, int peerIndex, MemoryBuffer buffer, long offset, long length) {
+        Objects.requireNonNull(buffer, "buffer");
+        Connection conn = connection(peerIndex);
+        Objects.checkFromIndexSize(offset, length, buffer.size());
+        int tag = tags[peerIndex];
+        long started = System.nanoTime();
+        timing.preprocessAtMost(started);
+        // Hot path (one call per block for zero-copy formatters): no strings or lists built unless it fails.
+        long pos = 0;
+        do {
+            long n = chunkBytes > 0 ? Math.min(chunkBytes, length - pos) : length;
+            long left = deadlineNanos - System.nanoTime();
+            if (left <= 0) {
+                throw new KvTransferException(ErrorCode.TIMEOUT, requestId, "deadline passed before "
+                        + describe(out, peerIndex, conn, tag, n), null);
+            }
+            try {
+                if (out) {
+                    conn.send(tag, buffer, offset + pos, n, Duration.ofNanos(left));
+                } else {
+                    conn.recv(tag, buffer, offset + pos, n, Duration.ofNanos(left));
+                }
+            } catch (KvTransferException e) {
+                throw new KvTransferException(e.code(), requestId, describe(out, peerIndex, conn, tag, n)
+                        + " failed: " + e.getMessage(), e);
+            } catch (RuntimeException e) {
+                throw new KvTransferException(ErrorCode.NETWORK, requestId, describe(out, peerIndex, conn, tag, n)
+                        + " failed: " + e, e);
+            }
+            pos += n;
+            movedBytes.add(n);
+        } while (pos < length);
+        long ended = System.nanoTime();
+        timing.transmissions(ended);
+        if (journal.enabled()) {
+            // After the move, so neither the checksum nor the journal delays the bytes; a fixed-size event.
+            long crc = journal.checksums() ? Checksums.crc32c(buffer, offset, length) : TransferJournal.NO_CRC;
+            int peerRank = targets.peerRanks().get(peerIndex);
+            if (out) {
+                journal.partSent(requestId, peerRank, length, crc, ended - started);
+            } else {
+                journal.partReceived(requestId, peerRank, length, crc, ended - started);
+            }
+        }
+    }
+
+    private String describe(boolean out, int peerIndex, Connection conn, int tag, long n) {
+        return (out ? "sending " : "receiving ") + n + " bytes " + (out ? "to" : "from") + " peer rank "
+                + targets.peerRanks().get(peerIndex) + " (" + conn.peer() + ", tag " + tag + ")";
+    }
+
+    private Connection connection(int peerIndex) {
+        Objects.checkIndex(peerIndex, connections.length);
+        Connection c = connections[peerIndex];
+        if (c == null) {
+            throw new KvTransferException(ErrorCode.INTERNAL, requestId, "peer position " + peerIndex + " (rank "
+                    + targets.peerRanks().get(peerIndex) + ") has no connection in this session", null);
+        }
+        return c;
+    }
+
+    /**
+     * Time left until the request's deadline.
+     *
+     * @param what what is about to wait, for the error
+     * @return a positive duration
+     * @throws KvTransferException {@code TIMEOUT} when the deadline has passed
+     */
+    Duration remaining(String what) {
+        long left = deadlineNanos - System.nanoTime();
+        if (left <= 0) {
+            throw new KvTransferException(ErrorCode.TIMEOUT, requestId, "deadline passed before " + what, null);
+        }
+        return Duration.ofNanos(left);
+    }
+
+    @Override
+    public void forEachPeer(int[] peerIndexes, IntConsumer action) {
+        Objects.requireNonNull(peerIndexes, "peerIndexes");
+        Objects.requireNonNull(action, "action");
+        if (peerExecutor == null || peerIndexes.length <= 1) {
+            for (int p : peerIndexes) {
+                action.accept(p);
+            }
+            return;
+        }
+        Future<?>[] futures = new Future<?>[peerIndexes.length];
+        RuntimeException first = null;
+        for (int i = 1; i < peerIndexes.length; i++) {
+            int p = peerIndexes[i];
+            try {
+                futures[i] = peerExecutor.submit(() -> action.accept(p));
+            } catch (RejectedExecutionException e) {
+                futures[i] = null;
+                // Saturated or closing: run it here rather than fail the transfer.
+                try {
+                    action.accept(p);
+                } catch (RuntimeException ex) {
+                    first = first == null ? ex : first;
+                }
+            }
+        }
+        try {
+            action.accept(peerIndexes[0]);
+        } catch (RuntimeException e) {
+            first = first == null ? e : first;
+        }
+        for (int i = 1; i < futures.length; i++) {
+            if (futures[i] == null) {
+                continue;
+            }
+            try {
+                // Each action waits on the same deadline; a little grace lets it report its own TIMEOUT.
+                long left = Math.max(0, deadlineNanos - System.nanoTime()) + TimeUnit.SECONDS.toNanos(1);
+                futures[i].get(left, TimeUnit.NANOSECONDS);
+            } catch (java.util.concurrent.ExecutionException e) {
+                Throwable c = e.getCause();
+                RuntimeException r = c instanceof RuntimeException re ? re
+                        : new KvTransferException(ErrorCode.INTERNAL, requestId, "peer action failed: " + c, c);
+                first = first == null ? r : first;
+            } catch (java.util.concurrent.TimeoutException e) {
+                futures[i].cancel(true);
+                first = first == null ? new KvTransferException(ErrorCode.TIMEOUT, requestId,
+                        "peer action for position " + peerIndexes[i] + " did not finish by the deadline", null) : first;
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                first = first == null ? new KvTransferException(ErrorCode.CANCELLED, requestId,
+                        "interrupted while waiting for peer actions", e) : first;
+            }
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+
+    @Override
+    public void recordMeasure(int peerIndex, long startNanos, long endNanos, long bytes) {
+        timing.measure(peerIndex, startNanos, endNanos, bytes);
+    }
+
+    /** @return payload bytes sent or received through this session so far */
+    public long movedBytes() {
+        return movedBytes.sum();
+    }
+
+    /** @return the timing this session records into */
+    public TransferTiming timing() {
+        return timing;
+    }
+
+    /** Gives the staging slot back (idempotent). */
+    @Override
+    public synchronized void close() {
+        if (slot != null) {
+            slot.close();
+            slot = null;
+        }
+    }
+}

@@ -1,0 +1,52 @@
+package dev.kvtransfer.core.transfer;
+
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+
+import java.util.concurrent.CompletableFuture;
+
+/**
+ * Internal: what the sender and receiver see of an engine's request and how they report its outcome.
+ * Implemented by {@link dev.kvtransfer.core.TransferRequest}; not an API for engines.
+ */
+public interface TransferHandle {
+    /** @return the context request id */
+    long requestId();
+
+    /** @return prompt length in tokens */
+    int promptLength();
+
+    /** @return this rank's block ids of the request, in order */
+    int[] blockIds();
+
+    /** @return the context phase params (generation side), or null */
+    ContextPhaseParams contextPhaseParams();
+
+    /**
+     * Records the moment this rank starts the transfer (context: a sender thread took it; generation: its
+     * infos are about to go out).
+     *
+     * @param epochNanos wall-clock time in nanoseconds since the epoch
+     */
+    void started(long epochNanos);
+
+    /**
+     * Completes the request successfully.
+     *
+     * @param kvCacheSize bytes this rank moved
+     * @param epochNanos  wall-clock end time in nanoseconds since the epoch
+     * @return false if it had already ended
+     */
+    boolean succeed(long kvCacheSize, long epochNanos);
+
+    /**
+     * Ends the request with an error ({@code CANCELLED} code = cancelled state).
+     *
+     * @param error why
+     * @return false if it had already ended
+     */
+    boolean fail(KvTransferException error);
+
+    /** @return completes when the request ends, successfully or not (never exceptionally) */
+    CompletableFuture<Void> done();
+}

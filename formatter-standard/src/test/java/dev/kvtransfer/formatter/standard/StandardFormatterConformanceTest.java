@@ -1,0 +1,20 @@
+package dev.kvtransfer.formatter.standard;
+
+import dev.kvtransfer.api.format.FormatterProvider;
+import dev.kvtransfer.testkit.FormatterConformanceTest;
+import dev.kvtransfer.testkit.LayoutGrid;
+
+/**
+ * The standard formatter against the whole standard grid, plus context CP (which it supports beyond issue 3).
+ */
+class StandardFormatterConformanceTest extends FormatterConformanceTest {
+    @Override
+    protected FormatterProvider provider() {
+        return new StandardFormatterProvider();
+    }
+
+    @Override
+    protected LayoutGrid grid() {
+        return LayoutGrid.standardFull().plus(LayoutGrid.contextCp());
+    }
+}

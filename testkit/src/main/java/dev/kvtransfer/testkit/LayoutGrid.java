@@ -1,0 +1,539 @@
+package dev.kvtransfer.testkit;
+
+import dev.kvtransfer.api.model.AttentionType;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.DataType;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+import java.util.Objects;
+import java.util.function.Predicate;
+
+/**
+ * Lists of context/generation layout pairs ({@link LayoutPair}) for conformance suites: the presets
+ * {@link #standardFull()}, {@link #standardSmall()} and {@link #contextCp()}, and a {@link #builder()} for other
+ * grids (MLA: {@code attentionType(MLA)}, {@code kvFactor(1)}, {@code heads(1)}, DP on either side, gen CP).
+ *
+ * <p>Shapes are kept small (head size 4, 16 tokens per block, a few layers) so a whole grid runs in seconds;
+ * prompt lengths do not fill the last block.
+ */
+public final class LayoutGrid {
+    /** Prompt lengths used by the presets: 2, 1, 4 and 5 blocks of 16 tokens, none full. */
+    public static final List<Integer> DEFAULT_PROMPTS = List.of(30, 10, 60, 80);
+
+    private final List<LayoutPair> pairs;
+
+    private LayoutGrid(List<LayoutPair> pairs) {
+        this.pairs = List.copyOf(pairs);
+    }
+
+    /**
+     * A grid of given pairs.
+     *
+     * @param pairs the pairs
+     * @return the grid
+     */
+    public static LayoutGrid of(List<LayoutPair> pairs) {
+        return new LayoutGrid(Objects.requireNonNull(pairs, "pairs"));
+    }
+
+    /** @return every pair, supported and not */
+    public List<LayoutPair> pairs() {
+        return pairs;
+    }
+
+    /** @return the pairs a formatter must move */
+    public List<LayoutPair> supported() {
+        return pairs.stream().filter(LayoutPair::supported).toList();
+    }
+
+    /** @return the pairs a formatter must refuse */
+    public List<LayoutPair> unsupported() {
+        return pairs.stream().filter(p -> !p.supported()).toList();
+    }
+
+    /** @return number of pairs */
+    public int size() {
+        return pairs.size();
+    }
+
+    /**
+     * The pairs matching a condition.
+     *
+     * @param keep the condition
+     * @return a new grid
+     */
+    public LayoutGrid filter(Predicate<LayoutPair> keep) {
+        return new LayoutGrid(pairs.stream().filter(keep).toList());
+    }
+
+    /**
+     * This grid followed by another.
+     *
+     * @param other more pairs
+     * @return a new grid
+     */
+    public LayoutGrid plus(LayoutGrid other) {
+        List<LayoutPair> all = new ArrayList<>(pairs);
+        all.addAll(other.pairs);
+        return new LayoutGrid(all);
+    }
+
+    @Override
+    public String toString() {
+        return "LayoutGrid{" + pairs.size() + " pairs}";
+    }
+
+    /** @return a builder with the preset shape: 4 layers, 4 KV heads, head size 4, 16 tokens/block, FLOAT16 */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /**
+     * The standard formatter's grid (issue 3's "done when"): context x generation TP, PP in {1, 2, 4} (81 pairs,
+     * data types of 1, 2 and 4 bytes in rotation); uneven PP splits; zero-layer PP ranks (first, middle, last);
+     * TP larger than the KV head count (heads 2 and 1) on either side; generation CP 2 and 4 (alone and with TP,
+     * PP, DP and duplicated heads); attention DP on either and both sides; kvFactor 1; 8-byte elements; and one
+     * unsupported pair per field the formatter checks. Every pair moves {@link #DEFAULT_PROMPTS}.
+     *
+     * @return the grid
+     */
+    public static LayoutGrid standardFull() {
+        Builder b = builder();
+        int[] v = {1, 2, 4};
+        b.dataTypes(DataType.FP8, DataType.FLOAT16, DataType.FLOAT32);
+        for (int ctp : v) {
+            for (int cpp : v) {
+                for (int gtp : v) {
+                    for (int gpp : v) {
+                        b.pair(Side.of(ctp, cpp), Side.of(gtp, gpp));
+                    }
+                }
+            }
+        }
+        b.dataTypes(DataType.FLOAT16, DataType.INT8, DataType.FLOAT32);
+
+        // Uneven PP (upstream's EvenLayer tests use 10 layers over 4 stages: [3,3,2,2]).
+        b.layers(10);
+        b.pair(Side.of(1, 4).layers(3, 3, 2, 2), Side.of(1, 1));
+        b.pair(Side.of(1, 4).layers(3, 3, 2, 2), Side.of(1, 2).layers(5, 5));
+        b.pair(Side.of(1, 4).layers(3, 3, 2, 2), Side.of(2, 4).layers(2, 3, 3, 2));
+        b.pair(Side.of(4, 1), Side.of(1, 4).layers(3, 3, 2, 2));
+        b.pair(Side.of(2, 2).layers(6, 4), Side.of(1, 4).layers(1, 4, 4, 1));
+        b.pair(Side.of(1, 2).layers(7, 3), Side.of(4, 2).layers(2, 8));
+        b.layers(5);
+        b.pair(Side.of(1, 4), Side.of(4, 1)); // [2,1,1,1]
+
+        // Zero-layer PP ranks: they neither send nor receive.
+        b.layers(4);
+        b.pair(Side.of(1, 2).layers(4, 0), Side.of(1, 2));
+        b.pair(Side.of(2, 2).layers(0, 4), Side.of(1, 1));
+        b.pair(Side.of(1, 1), Side.of(1, 4).layers(2, 0, 1, 1));
+        b.pair(Side.of(1, 2), Side.of(2, 4).layers(0, 2, 2, 0));
+        b.pair(Side.of(2, 4).layers(1, 0, 3, 0), Side.of(2, 2).layers(1, 3));
+
+        // TP larger than the KV head count: duplicated heads, one sender per duplicate group.
+        b.heads(2);
+        b.pair(Side.of(4, 1), Side.of(1, 1));
+        b.pair(Side.of(4, 1), Side.of(2, 1));
+        b.pair(Side.of(4, 1), Side.of(4, 1));
+        b.pair(Side.of(1, 1), Side.of(4, 1));
+        b.pair(Side.of(2, 2), Side.of(4, 1));
+        b.pair(Side.of(4, 1), Side.of(2, 2));
+        b.pair(Side.of(4, 2), Side.of(1, 4));
+        b.heads(1);
+        b.pair(Side.of(2, 1), Side.of(2, 2));
+        b.pair(Side.of(1, 2), Side.of(2, 1));
+        b.pair(Side.of(4, 1), Side.of(1, 2));
+        b.pair(Side.of(4, 1), Side.of(2, 1));
+        b.heads(4);
+
+        // Generation CP (our extension): blocks split contiguously over the CP ranks.
+        b.pair(Side.of(1, 1), Side.of(1, 1).cp(2));
+        b.pair(Side.of(1, 1), Side.of(1, 1).cp(4));
+        b.pair(Side.of(2, 2), Side.of(1, 2).cp(2));
+        b.pair(Side.of(1, 2), Side.of(2, 1).cp(4));
+        b.pair(Side.of(4, 1), Side.of(2, 1).cp(2));
+        b.pair(Side.of(2, 1), Side.of(4, 2).cp(2));
+        b.heads(2);
+        b.pair(Side.of(4, 1), Side.of(1, 1).cp(2));
+        b.heads(4);
+
+        // Attention DP on either and both sides (request i is served by DP rank i % dpSize).
+        b.pair(Side.of(2, 1).dp(2), Side.of(2, 1));
+        b.pair(Side.of(2, 1), Side.of(2, 1).dp(2));
+        b.pair(Side.of(2, 1).dp(2), Side.of(2, 1).dp(2));
+        b.pair(Side.of(4, 1).dp(2), Side.of(1, 1));
+        b.pair(Side.of(1, 1), Side.of(4, 1).dp(4));
+        b.pair(Side.of(2, 2).dp(2), Side.of(1, 4));
+        b.pair(Side.of(4, 2).dp(4), Side.of(2, 2).dp(2));
+        b.pair(Side.of(2, 1).dp(2), Side.of(1, 1).cp(2));
+        b.heads(2);
+        b.pair(Side.of(2, 1).dp(2), Side.of(4, 1));
+        b.pair(Side.of(4, 1), Side.of(2, 1).dp(2));
+        b.pair(Side.of(1, 4).layers(2, 1, 1, 0), Side.of(4, 1).dp(2));
+        b.heads(4);
+
+        // kvFactor 1 with DEFAULT attention (K only), and 8-byte elements.
+        b.kvFactor(1);
+        b.pair(Side.of(1, 1), Side.of(1, 1));
+        b.pair(Side.of(2, 1), Side.of(1, 2));
+        b.pair(Side.of(1, 2), Side.of(2, 1).cp(2));
+        b.kvFactor(null);
+        b.dataTypes(DataType.FLOAT64, DataType.BFLOAT16);
+        b.pair(Side.of(1, 1), Side.of(1, 1));
+        b.pair(Side.of(2, 2), Side.of(4, 1));
+
+        addStandardRejections(b);
+        return b.build();
+    }
+
+    /**
+     * A dozen representative pairs for slow (network) backends: zero copy, TP both ways, PP, uneven and
+     * zero-layer PP, duplicated heads, generation CP, attention DP on either side, 1- and 4-byte elements,
+     * kvFactor 1, plus two unsupported pairs.
+     *
+     * @return the grid
+     */
+    public static LayoutGrid standardSmall() {
+        Builder b = builder();
+        b.pair(Side.of(1, 1), Side.of(1, 1));
+        b.pair(Side.of(2, 1), Side.of(1, 1));
+        b.dataType(DataType.FP8);
+        b.pair(Side.of(1, 1), Side.of(2, 2));
+        b.dataType(DataType.FLOAT32);
+        b.pair(Side.of(2, 2), Side.of(4, 1));
+        b.dataType(DataType.FLOAT16);
+        b.pair(Side.of(1, 1), Side.of(1, 1).cp(2));
+        b.pair(Side.of(2, 1).dp(2), Side.of(2, 1));
+        b.pair(Side.of(1, 1), Side.of(2, 1).dp(2));
+        b.pair(Side.of(1, 2).layers(4, 0), Side.of(1, 2));
+        b.heads(2);
+        b.pair(Side.of(4, 1), Side.of(2, 1));
+        b.heads(4);
+        b.layers(10);
+        b.pair(Side.of(1, 4).layers(3, 3, 2, 2), Side.of(2, 2));
+        b.layers(4);
+        b.kvFactor(1);
+        b.pair(Side.of(2, 1), Side.of(1, 2));
+        b.kvFactor(null);
+        b.unsupported("dataType", b.state(Side.of(1, 1)), b.copy().dataType(DataType.FLOAT32).state(Side.of(1, 1)));
+        b.unsupported("tokensPerBlock", b.state(Side.of(1, 1)), b.copy().tokensPerBlock(32).state(Side.of(1, 1)));
+        return b.build();
+    }
+
+    /**
+     * Context CP (beyond upstream and beyond issue 3): a context instance with CP &gt; 1 sending to generation CP 1
+     * or the same CP. The standard formatter supports these; core's block bookkeeping must then give every
+     * context CP rank its contiguous share of the request's blocks.
+     *
+     * @return the grid
+     */
+    public static LayoutGrid contextCp() {
+        Builder b = builder();
+        b.pair(Side.of(1, 1).cp(2), Side.of(1, 1));
+        b.pair(Side.of(2, 1).cp(2), Side.of(1, 2));
+        b.pair(Side.of(1, 2).cp(4), Side.of(2, 2));
+        b.pair(Side.of(1, 1).cp(2), Side.of(2, 1).cp(2));
+        b.dataType(DataType.INT8);
+        b.pair(Side.of(2, 2).cp(2), Side.of(1, 1).cp(2));
+        return b.build();
+    }
+
+    /** One unsupported pair per field the standard formatter checks. */
+    private static void addStandardRejections(Builder b) {
+        b.dataType(DataType.FLOAT16).layers(4).heads(4).kvFactor(null);
+        CacheState base = b.state(Side.of(1, 1));
+        b.unsupported("dataType", base, b.copy().dataType(DataType.FLOAT32).state(Side.of(2, 1)));
+        b.unsupported("tokensPerBlock", base, b.copy().tokensPerBlock(32).state(Side.of(1, 1)));
+        b.unsupported("sizePerHead", base, b.copy().sizePerHead(8).state(Side.of(1, 2)));
+        b.unsupported("layer count", base, b.copy().layers(6).state(Side.of(1, 1)));
+        b.unsupported("kvFactor", base, b.copy().kvFactor(1).state(Side.of(1, 1)));
+        b.unsupported("kvHeadsPerLayer", base, b.copy().heads(8).state(Side.of(2, 1)));
+        CacheState nonUniform = base.toBuilder().kvHeadsPerLayer(List.of(4, 4, 2, 2)).build();
+        b.unsupported("non-uniform", nonUniform, base);
+        b.unsupported("attentionType", b.copy().attentionType(AttentionType.MLA).heads(1).state(Side.of(1, 1)),
+                b.copy().attentionType(AttentionType.MLA).heads(1).state(Side.of(2, 1)));
+        b.unsupported("contextParallelism", b.state(Side.of(1, 1).cp(2)), b.state(Side.of(1, 1).cp(4)));
+    }
+
+    /**
+     * One instance's parallel layout, for the builder.
+     *
+     * @param tp          tensor parallelism
+     * @param pp          pipeline parallelism
+     * @param cp          context parallelism
+     * @param dpSize      attention-DP size, 0 = attention DP off
+     * @param layersPerPp layers per PP rank, or {@code null} for the even split
+     */
+    public record Side(int tp, int pp, int cp, int dpSize, List<Integer> layersPerPp) {
+        /**
+         * Validates.
+         *
+         * @param tp          TP
+         * @param pp          PP
+         * @param cp          CP
+         * @param dpSize      DP size or 0
+         * @param layersPerPp layer split or null
+         */
+        public Side {
+            if (tp < 1 || pp < 1 || cp < 1 || dpSize < 0) {
+                throw new IllegalArgumentException("Side TP" + tp + " PP" + pp + " CP" + cp + " DP" + dpSize);
+            }
+            layersPerPp = layersPerPp == null ? null : List.copyOf(layersPerPp);
+        }
+
+        /**
+         * TP x PP, CP 1, no attention DP, even layer split.
+         *
+         * @param tp tensor parallelism
+         * @param pp pipeline parallelism
+         * @return the side
+         */
+        public static Side of(int tp, int pp) {
+            return new Side(tp, pp, 1, 0, null);
+        }
+
+        /**
+         * @param v context parallelism
+         * @return a copy with that CP
+         */
+        public Side cp(int v) {
+            return new Side(tp, pp, v, dpSize, layersPerPp);
+        }
+
+        /**
+         * @param size attention-DP size (TP must divide by it)
+         * @return a copy with attention DP on
+         */
+        public Side dp(int size) {
+            return new Side(tp, pp, cp, size, layersPerPp);
+        }
+
+        /**
+         * @param perPp layers of each PP rank (entries may be 0)
+         * @return a copy with that split
+         */
+        public Side layers(Integer... perPp) {
+            return new Side(tp, pp, cp, dpSize, Arrays.asList(perPp));
+        }
+
+        @Override
+        public String toString() {
+            return "TP" + tp + " PP" + pp + (layersPerPp != null ? layersPerPp.toString() : "")
+                    + (cp > 1 ? " CP" + cp : "") + (dpSize > 0 ? " DP" + dpSize : "");
+        }
+    }
+
+    /**
+     * Builds a grid. The model settings (layers, heads, head size, tokens per block, data type rotation,
+     * attention type, kvFactor, prompt lengths) apply to the pairs added after they are set; each added pair takes
+     * the next data type of the rotation.
+     */
+    public static final class Builder {
+        private int layers = 4;
+        private int heads = 4;
+        private int sizePerHead = 4;
+        private int tokensPerBlock = 16;
+        private List<DataType> dataTypes = List.of(DataType.FLOAT16);
+        private int nextType;
+        private AttentionType attentionType = AttentionType.DEFAULT;
+        private Integer kvFactor;
+        private List<Integer> prompts = DEFAULT_PROMPTS;
+        private final List<LayoutPair> pairs = new ArrayList<>();
+
+        private Builder() {
+        }
+
+        /**
+         * A builder with this one's model settings and no pairs (for building states of a variant shape).
+         *
+         * @return the copy
+         */
+        public Builder copy() {
+            Builder c = new Builder();
+            c.layers = layers;
+            c.heads = heads;
+            c.sizePerHead = sizePerHead;
+            c.tokensPerBlock = tokensPerBlock;
+            c.dataTypes = dataTypes;
+            c.nextType = nextType;
+            c.attentionType = attentionType;
+            c.kvFactor = kvFactor;
+            c.prompts = prompts;
+            return c;
+        }
+
+        /**
+         * @param v model layer count
+         * @return this builder
+         */
+        public Builder layers(int v) {
+            this.layers = v;
+            return this;
+        }
+
+        /**
+         * @param v global KV heads per layer (MLA: 1)
+         * @return this builder
+         */
+        public Builder heads(int v) {
+            this.heads = v;
+            return this;
+        }
+
+        /**
+         * @param v elements per head
+         * @return this builder
+         */
+        public Builder sizePerHead(int v) {
+            this.sizePerHead = v;
+            return this;
+        }
+
+        /**
+         * @param v tokens per block
+         * @return this builder
+         */
+        public Builder tokensPerBlock(int v) {
+            this.tokensPerBlock = v;
+            return this;
+        }
+
+        /**
+         * @param v the data type of the following pairs
+         * @return this builder
+         */
+        public Builder dataType(DataType v) {
+            return dataTypes(v);
+        }
+
+        /**
+         * @param v data types given to the following pairs in rotation
+         * @return this builder
+         */
+        public Builder dataTypes(DataType... v) {
+            if (v.length == 0) {
+                throw new IllegalArgumentException("at least one data type");
+            }
+            this.dataTypes = List.of(v);
+            this.nextType = 0;
+            return this;
+        }
+
+        /**
+         * @param v attention kind
+         * @return this builder
+         */
+        public Builder attentionType(AttentionType v) {
+            this.attentionType = Objects.requireNonNull(v, "attentionType");
+            return this;
+        }
+
+        /**
+         * @param v kvFactor, or {@code null} for the default of the attention type
+         * @return this builder
+         */
+        public Builder kvFactor(Integer v) {
+            this.kvFactor = v;
+            return this;
+        }
+
+        /**
+         * @param v prompt lengths of the following pairs
+         * @return this builder
+         */
+        public Builder promptLengths(Integer... v) {
+            this.prompts = List.of(v);
+            return this;
+        }
+
+        /**
+         * The cache state of a side with the current model settings (the current data type; the rotation does
+         * not advance).
+         *
+         * @param s the side
+         * @return the state
+         */
+        public CacheState state(Side s) {
+            return state(s, dataTypes.get(nextType % dataTypes.size()));
+        }
+
+        private CacheState state(Side s, DataType type) {
+            CacheState.Builder c = CacheState.builder()
+                    .uniformKvHeads(layers, heads)
+                    .sizePerHead(sizePerHead)
+                    .tokensPerBlock(tokensPerBlock)
+                    .tensorParallelism(s.tp())
+                    .pipelineParallelism(s.pp())
+                    .contextParallelism(s.cp())
+                    .dataType(type)
+                    .attentionType(attentionType);
+            if (s.dpSize() > 0) {
+                c.attentionDp(true, 0, s.dpSize());
+            }
+            if (s.layersPerPp() != null) {
+                c.attentionLayersPerPp(s.layersPerPp());
+            }
+            if (kvFactor != null) {
+                c.kvFactor(kvFactor);
+            }
+            return c.build();
+        }
+
+        /**
+         * Adds a supported pair with the current model settings.
+         *
+         * @param ctx context side
+         * @param gen generation side
+         * @return this builder
+         */
+        public Builder pair(Side ctx, Side gen) {
+            DataType type = dataTypes.get(nextType++ % dataTypes.size());
+            CacheState c = state(ctx, type);
+            CacheState g = state(gen, type);
+            return pair("ctx " + ctx + " -> gen " + gen + " | " + shape(c), c, g);
+        }
+
+        /**
+         * Adds a supported pair of explicit states.
+         *
+         * @param name readable name
+         * @param ctx  context state
+         * @param gen  generation state
+         * @return this builder
+         */
+        public Builder pair(String name, CacheState ctx, CacheState gen) {
+            pairs.add(new LayoutPair(name, ctx, gen, prompts, null));
+            return this;
+        }
+
+        /**
+         * Adds a pair a formatter must refuse, with a word its reason must contain.
+         *
+         * @param field the word (usually the field name)
+         * @param ctx   context state
+         * @param gen   generation state
+         * @return this builder
+         */
+        public Builder unsupported(String field, CacheState ctx, CacheState gen) {
+            Objects.requireNonNull(field, "field");
+            pairs.add(new LayoutPair("unsupported " + field + ": ctx " + ctx + " -> gen " + gen, ctx, gen, prompts,
+                    field));
+            return this;
+        }
+
+        /** @return the grid */
+        public LayoutGrid build() {
+            return new LayoutGrid(Collections.unmodifiableList(new ArrayList<>(pairs)));
+        }
+
+        private static String shape(CacheState s) {
+            return "L" + s.numLayers() + " H" + s.kvHeadsPerLayer().get(0) + " D" + s.sizePerHead() + " T"
+                    + s.tokensPerBlock() + " " + s.dataType() + (s.attentionType() == AttentionType.MLA ? " MLA" : "")
+                    + " kvF" + s.kvFactor();
+        }
+    }
+}

@@ -1,0 +1,586 @@
+package dev.kvtransfer.testkit;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.format.FormatterProvider;
+import dev.kvtransfer.api.layout.BlockDistribution;
+import dev.kvtransfer.api.model.AttentionType;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.RequestState;
+import dev.kvtransfer.core.TransceiverConfig;
+import dev.kvtransfer.core.TransferRequest;
+import dev.kvtransfer.core.TransferStatus;
+import dev.kvtransfer.core.local.LocalInstance;
+import dev.kvtransfer.core.plugin.Plugins;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.DynamicTest;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestFactory;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.stream.Stream;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+/**
+ * The conformance suite of the whole transfer path — {@code CacheTransceiver} over a transport, with the
+ * formatter the class path provides for the grid's attention type ({@code ServiceLoader}) — run with a context
+ * and a generation {@link LocalInstance} (ranks as threads). A transport's (or formatter's) test is a short
+ * subclass supplying {@link #provider()}. Rules:
+ * <ol>
+ * <li>every supported pair of {@link #grid()} moves every element byte-exact (verified with
+ *     {@link KvPattern}), attention-DP pairs served by their DP groups;</li>
+ * <li>200 concurrent requests all arrive byte-exact;</li>
+ * <li>a context-side cancel before the ready signal cancels both sides; after dispatch it is refused and the
+ *     transfer completes;</li>
+ * <li>a generation-side cancel before the request infos go out cancels; after, it is refused and the transfer
+ *     completes;</li>
+ * <li>an unsupported pair fails on both sides with {@code UNSUPPORTED_LAYOUT} and a reason naming the field,
+ *     and the same context instance keeps serving;</li>
+ * <li>a request the context side never makes ready times out on the generation side, one no generation rank
+ *     asks for times out on the context side ({@code TIMEOUT});</li>
+ * <li>one failing request (block counts that disagree) fails on both sides and the others complete;</li>
+ * <li>status checks agree across the status group and report each request once;</li>
+ * <li>after close no buffer (every buffer manager closes), connection or thread remains.</li>
+ * </ol>
+ * Every test closes its instances; a leaked buffer fails the close.
+ */
+@Timeout(value = 5, unit = TimeUnit.MINUTES)
+public abstract class TransceiverConformanceTest {
+    private static final AtomicLong NEXT_ID = new AtomicLong(1_000);
+
+    private final List<LocalInstance> instances = new CopyOnWriteArrayList<>();
+    private final List<Throwable> backgroundErrors = new CopyOnWriteArrayList<>();
+    private Set<Thread> threadsBefore;
+
+    /** @return the transport under test */
+    protected abstract TransportProvider provider();
+
+    /** @return the layout pairs of rule 1 (and the unsupported ones of rule 5); {@link LayoutGrid#standardSmall()} */
+    protected LayoutGrid grid() {
+        return LayoutGrid.standardSmall();
+    }
+
+    /**
+     * The formatter every instance of the suite uses: found through {@code ServiceLoader} ({@link Plugins}) as the
+     * one handling the attention type of the grid's first supported pair, so unsupported pairs (e.g. an MLA pair
+     * in a standard grid) meet the formatter under test and are refused by it.
+     *
+     * @return the formatter provider
+     */
+    protected FormatterProvider formatterProvider() {
+        List<LayoutPair> s = grid().supported();
+        AttentionType type = s.isEmpty() ? AttentionType.DEFAULT : s.get(0).ctx().attentionType();
+        return Plugins.discover().formatterFor(type);
+    }
+
+    /** @return the transport settings every rank starts from */
+    protected TransportConfig baseConfig() {
+        return TransportConfig.builder().build();
+    }
+
+    /** @return transceiver settings of the tests (small staging, chunked messages, 30 s deadline) */
+    protected TransceiverConfig.Builder transceiverConfig() {
+        return TransceiverConfig.builder().backend(provider().name()).transferBufferBytes(256 << 10)
+                .chunkBytes(48 << 10).sendConcurrency(2).recvSlots(2).kvTransferTimeout(Duration.ofSeconds(30))
+                .senderFutureTimeout(Duration.ofMillis(500));
+    }
+
+    /** @return how long any single wait of the suite may take */
+    protected Duration bound() {
+        return Duration.ofSeconds(60);
+    }
+
+    /** @return KV blocks per rank */
+    protected int blocksPerRank() {
+        return 512;
+    }
+
+    @BeforeEach
+    void recordThreads() {
+        threadsBefore = LeakChecks.liveThreads();
+        backgroundErrors.clear();
+    }
+
+    @AfterEach
+    void closeInstances() {
+        List<Throwable> failures = new ArrayList<>();
+        for (LocalInstance i : instances) {
+            try {
+                i.close();
+            } catch (RuntimeException e) {
+                failures.add(e);
+            }
+        }
+        instances.clear();
+        assertThat(failures).as("closing the instances (leaked buffers?)").isEmpty();
+        LeakChecks.assertNoNewThreads(threadsBefore, Duration.ofSeconds(15));
+    }
+
+    /**
+     * Starts an instance of this suite's transport that the test closes.
+     *
+     * @param name   instance name
+     * @param state  cache state
+     * @param config transceiver settings
+     * @return the running instance
+     */
+    protected final LocalInstance start(String name, CacheState state, TransceiverConfig config) {
+        LocalInstance i = LocalInstance.builder(name, state).transport(provider(), baseConfig())
+                .formatter(formatterProvider()).config(config)
+                .blocksPerRank(blocksPerRank()).errorHandler(backgroundErrors::add).start();
+        instances.add(i);
+        return i;
+    }
+
+    /** One request across both instances: the ranks that serve it and their handles. */
+    protected static final class Transfer {
+        final long id;
+        final int prompt;
+        final int totalBlocks;
+        final CacheState ctxState;
+        final CacheState genState;
+        final List<Integer> ctxRanks = new ArrayList<>();
+        final List<Integer> genRanks = new ArrayList<>();
+        final List<TransferRequest> ctx = new ArrayList<>();
+        final List<TransferRequest> gen = new ArrayList<>();
+
+        Transfer(long id, int prompt, CacheState ctxState, CacheState genState) {
+            this.id = id;
+            this.prompt = prompt;
+            this.ctxState = ctxState;
+            this.genState = genState;
+            this.totalBlocks = BlockDistribution.blocksFor(prompt, ctxState.tokensPerBlock());
+        }
+
+        List<TransferRequest> all() {
+            List<TransferRequest> a = new ArrayList<>(ctx);
+            a.addAll(gen);
+            return a;
+        }
+    }
+
+    /**
+     * Allocates and fills the context blocks and allocates the generation blocks of one request.
+     *
+     * @param ctx       context instance
+     * @param gen       generation instance
+     * @param ctxState  context state for the request (its DP rank picks the serving ranks)
+     * @param genState  generation state for the request
+     * @param prompt    context prompt length
+     * @param genPrompt prompt length the generation side asks for (normally {@code prompt})
+     * @return the prepared transfer
+     */
+    protected static Transfer prepare(LocalInstance ctx, LocalInstance gen, CacheState ctxState, CacheState genState,
+                                      int prompt, int genPrompt) {
+        Transfer t = new Transfer(NEXT_ID.incrementAndGet(), prompt, ctxState, genState);
+        int genTotal = BlockDistribution.blocksFor(genPrompt, genState.tokensPerBlock());
+        for (int r = 0; r < ctx.ranks(); r++) {
+            if (!LayoutPair.serves(ctxState, r)) {
+                continue;
+            }
+            int cp = ctxState.contextParallelism();
+            int[] ids = ctx.cache(r).allocate(t.id, BlockDistribution.count(t.totalBlocks, cp, ctxState.cpRank(r)));
+            KvPattern.fill(ctx.cache(r), ids, ctx.cacheState(r), r, t.id, t.totalBlocks);
+            t.ctxRanks.add(r);
+            t.ctx.add(TransferRequest.context(t.id, prompt, ids));
+        }
+        ContextPhaseParams params = ctx.contextPhaseParams(t.id, t.ctxRanks.get(0));
+        for (int r = 0; r < gen.ranks(); r++) {
+            if (!LayoutPair.serves(genState, r)) {
+                continue;
+            }
+            int cp = genState.contextParallelism();
+            int[] ids = gen.cache(r).allocate(t.id, BlockDistribution.count(genTotal, cp, genState.cpRank(r)));
+            t.genRanks.add(r);
+            t.gen.add(TransferRequest.generation(params, genPrompt, ids));
+        }
+        return t;
+    }
+
+    /** Context ranks of the transfer make it ready. */
+    protected static void respond(LocalInstance ctx, Transfer t) {
+        for (int i = 0; i < t.ctxRanks.size(); i++) {
+            ctx.transceiver(t.ctxRanks.get(i)).respondAndSendAsync(t.ctx.get(i));
+        }
+    }
+
+    /** Generation ranks of the transfer ask for it. */
+    protected static void request(LocalInstance gen, Transfer t) {
+        for (int i = 0; i < t.genRanks.size(); i++) {
+            gen.transceiver(t.genRanks.get(i)).requestAndReceiveAsync(t.gen.get(i));
+        }
+    }
+
+    /** Waits (bounded) until every handle of the transfers ended. */
+    protected final void awaitEnded(List<Transfer> ts) {
+        await("transfers to end").atMost(bound()).pollInterval(Duration.ofMillis(10))
+                .until(() -> ts.stream().allMatch(t -> t.all().stream().allMatch(TransferRequest::isDone)));
+    }
+
+    /** Asserts both sides completed and every element of every generation rank is the pattern. */
+    protected static void assertExact(LocalInstance gen, Transfer t) {
+        for (TransferRequest r : t.ctx) {
+            assertThat(r.state()).as("context side of request %d: %s", t.id, r).isEqualTo(RequestState.CONTEXT_COMPLETE);
+        }
+        for (int i = 0; i < t.genRanks.size(); i++) {
+            int rank = t.genRanks.get(i);
+            TransferRequest r = t.gen.get(i);
+            assertThat(r.state()).as("generation rank %d of request %d: %s", rank, t.id, r)
+                    .isEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
+            KvPattern.Result v = KvPattern.verify(gen.cache(rank), r.blockIds(), gen.cacheState(rank), rank, t.id,
+                    t.totalBlocks);
+            assertThat(v.checkedElements()).as("elements checked on rank %d", rank)
+                    .isEqualTo(expectedElements(gen, rank, r.blockIds().length));
+            v.assertOk();
+        }
+    }
+
+    private static long expectedElements(LocalInstance gen, int rank, int blocks) {
+        var l = gen.cache(rank).layout();
+        return (long) blocks * l.localLayers() * l.kvFactor() * l.localHeads() * l.tokensPerBlock() * l.sizePerHead();
+    }
+
+    /** Frees the transfer's blocks on both sides. */
+    protected static void free(LocalInstance ctx, LocalInstance gen, Transfer t) {
+        for (int r : t.ctxRanks) {
+            ctx.cache(r).free(t.id);
+        }
+        for (int r : t.genRanks) {
+            gen.cache(r).free(t.id);
+        }
+    }
+
+    @TestFactory
+    public Stream<DynamicTest> required_01_everyGridPairMovesEveryElementExactly() {
+        return grid().supported().stream().map(p -> DynamicTest.dynamicTest(p.name(), () -> {
+            TransceiverConfig c = transceiverConfig().build();
+            LocalInstance ctx = start("ctx", p.ctx(), c);
+            LocalInstance gen = start("gen", p.gen(), c);
+            List<Transfer> ts = new ArrayList<>();
+            for (int i = 0; i < p.promptLengths().size(); i++) {
+                int prompt = p.promptLengths().get(i);
+                Transfer t = prepare(ctx, gen, p.ctxFor(i), p.genFor(i), prompt, prompt);
+                ts.add(t);
+                if (i % 2 == 0) {
+                    respond(ctx, t);
+                    request(gen, t);
+                } else {
+                    request(gen, t);
+                    respond(ctx, t);
+                }
+            }
+            awaitEnded(ts);
+            for (Transfer t : ts) {
+                assertExact(gen, t);
+                free(ctx, gen, t);
+            }
+            assertThat(backgroundErrors).isEmpty();
+            closeInstances();
+        }));
+    }
+
+    /** @return the pair of rules 2-4 and 6-8: the grid's first pair with several ranks, else its first */
+    protected LayoutPair workhorsePair() {
+        List<LayoutPair> s = grid().supported();
+        return s.stream().filter(p -> p.ctx().worldSize() > 1 && !p.ctx().attentionDpEnabled()
+                        && !p.gen().attentionDpEnabled()).findFirst().orElse(s.get(0));
+    }
+
+    @Test
+    public void required_02_twoHundredConcurrentRequestsArriveExactly() throws Exception {
+        LayoutPair p = workhorsePair();
+        TransceiverConfig c = transceiverConfig().requestThreadsPerPeerInstance(8).build();
+        LocalInstance ctx = start("ctx", p.ctx(), c);
+        LocalInstance gen = start("gen", p.gen(), c);
+        List<Transfer> ts = new ArrayList<>();
+        for (int i = 0; i < 200; i++) {
+            ts.add(prepare(ctx, gen, p.ctx(), p.gen(), 1 + (i * 13) % 40, 1 + (i * 13) % 40));
+        }
+        ExecutorService ex = Executors.newFixedThreadPool(4);
+        try {
+            List<Future<?>> fs = new ArrayList<>();
+            for (Transfer t : ts) {
+                fs.add(ex.submit(() -> {
+                    request(gen, t);
+                    respond(ctx, t);
+                }));
+            }
+            for (Future<?> f : fs) {
+                f.get(bound().toSeconds(), TimeUnit.SECONDS);
+            }
+        } finally {
+            ex.shutdownNow();
+        }
+        awaitEnded(ts);
+        for (Transfer t : ts) {
+            assertExact(gen, t);
+        }
+        assertThat(backgroundErrors).isEmpty();
+    }
+
+    @Test
+    public void required_03a_contextCancelBeforeReadyCancelsBothSides() {
+        LayoutPair p = workhorsePair();
+        LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
+        LocalInstance gen = start("gen", p.gen(), transceiverConfig().build());
+        Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), 40, 40);
+        respond(ctx, t);
+        for (int i = 0; i < t.ctx.size(); i++) {
+            assertThat(ctx.transceiver(t.ctxRanks.get(i)).cancelRequest(t.ctx.get(i))).isTrue();
+        }
+        request(gen, t);
+        awaitEnded(List.of(t));
+        for (TransferRequest r : t.all()) {
+            assertThat(r.state()).as("%s", r).isEqualTo(RequestState.CANCELLED);
+            assertThat(r.error().orElseThrow().code()).isEqualTo(ErrorCode.CANCELLED);
+        }
+    }
+
+    @Test
+    public void required_03b_contextCancelAfterDispatchIsRefusedAndTheTransferCompletes() {
+        LayoutPair p = workhorsePair();
+        LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
+        LocalInstance gen = start("gen", p.gen(), transceiverConfig().build());
+        Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), 64, 64);
+        respond(ctx, t);
+        request(gen, t);
+        await().atMost(bound()).until(() -> t.ctx.stream().allMatch(r -> r.transferStart().isPresent()));
+        for (int i = 0; i < t.ctx.size(); i++) {
+            assertThat(ctx.transceiver(t.ctxRanks.get(i)).cancelRequest(t.ctx.get(i))).isFalse();
+        }
+        awaitEnded(List.of(t));
+        assertExact(gen, t);
+    }
+
+    @Test
+    public void required_04_generationCancelBeforeSendingCancelsAndAfterIsRefused() {
+        LayoutPair p = workhorsePair();
+        TransceiverConfig c = transceiverConfig().requestThreadsPerPeerInstance(1).build();
+        LocalInstance ctx = start("ctx", p.ctx(), c);
+        LocalInstance gen = start("gen", p.gen(), c);
+        Transfer warm = prepare(ctx, gen, p.ctx(), p.gen(), 5, 5);
+        respond(ctx, warm); // starts the context responders
+        request(gen, warm);
+        awaitEnded(List.of(warm));
+        Transfer a = prepare(ctx, gen, p.ctx(), p.gen(), 20, 20);
+        Transfer b = prepare(ctx, gen, p.ctx(), p.gen(), 20, 20);
+        request(gen, a); // the context side is not ready: A holds each rank's only request thread
+        await().atMost(bound()).until(() -> a.ctxRanks.stream()
+                .allMatch(r -> ctx.transceiver(r).contextRequestsAwaitingDispatch() >= 1));
+        for (int i = 0; i < a.gen.size(); i++) {
+            assertThat(gen.transceiver(a.genRanks.get(i)).cancelRequest(a.gen.get(i))).as("infos are out").isFalse();
+        }
+        request(gen, b);
+        for (int i = 0; i < b.gen.size(); i++) {
+            assertThat(gen.transceiver(b.genRanks.get(i)).cancelRequest(b.gen.get(i))).as("still queued").isTrue();
+            assertThat(b.gen.get(i).state()).isEqualTo(RequestState.CANCELLED);
+        }
+        respond(ctx, a);
+        awaitEnded(List.of(a));
+        assertExact(gen, a);
+    }
+
+    @Test
+    public void required_05_unsupportedPairsFailBothSidesNamingTheFieldAndServingContinues() {
+        // A side with different head counts per layer has no block layout (BlockLayout.of needs uniform heads),
+        // so no instance of it can start; the formatter suite checks that refusal without instances.
+        List<LayoutPair> bad = grid().unsupported().stream()
+                .filter(p -> p.ctx().uniformHeads() && p.gen().uniformHeads()).toList();
+        org.junit.jupiter.api.Assumptions.assumeFalse(bad.isEmpty(),
+                "the grid has no unsupported pair both of whose sides can start, so there is nothing to refuse");
+        for (LayoutPair p : bad) {
+            TransceiverConfig c = transceiverConfig().build();
+            LocalInstance ctx = start("ctx", p.ctx(), c);
+            LocalInstance gen = start("gen", p.gen(), c);
+            Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), 30, 30);
+            respond(ctx, t);
+            request(gen, t);
+            awaitEnded(List.of(t));
+            for (TransferRequest r : t.all()) {
+                assertThat(r.state()).as("%s: %s", p.name(), r).isEqualTo(RequestState.TRANS_ERROR);
+                KvTransferException e = r.error().orElseThrow();
+                assertThat(e.code()).as("%s: %s", p.name(), e.getMessage()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
+                assertThat(e.getMessage()).as(p.name()).contains(p.rejectedField());
+            }
+            if (!formatterProvider().handles(p.ctx().attentionType())) {
+                closeInstances();
+                continue; // the context layout itself is outside this formatter: nothing it could serve
+            }
+            // The same context instance still serves a generation instance of its own layout.
+            LocalInstance good = start("gen-ok", p.ctx(), c);
+            Transfer ok = prepare(ctx, good, p.ctx(), p.ctx(), 30, 30);
+            respond(ctx, ok);
+            request(good, ok);
+            awaitEnded(List.of(ok));
+            assertExact(good, ok);
+            closeInstances();
+        }
+    }
+
+    @Test
+    public void required_06_aRequestWithoutItsCounterpartTimesOutOnTheWaitingSide() {
+        LayoutPair p = workhorsePair();
+        TransceiverConfig c = transceiverConfig().kvTransferTimeout(Duration.ofMillis(800)).build();
+        LocalInstance ctx = start("ctx", p.ctx(), c);
+        LocalInstance gen = start("gen", p.gen(), c);
+        Transfer neverReady = prepare(ctx, gen, p.ctx(), p.gen(), 16, 16);
+        Transfer neverAsked = prepare(ctx, gen, p.ctx(), p.gen(), 16, 16);
+        respond(ctx, neverAsked);
+        request(gen, neverReady);
+        await().atMost(bound()).until(() -> neverReady.gen.stream().allMatch(TransferRequest::isDone)
+                && neverAsked.ctx.stream().allMatch(TransferRequest::isDone));
+        for (TransferRequest r : neverReady.gen) {
+            assertThat(r.state()).isEqualTo(RequestState.TRANS_ERROR);
+            assertThat(r.error().orElseThrow().code()).as("%s", r).isEqualTo(ErrorCode.TIMEOUT);
+        }
+        for (TransferRequest r : neverAsked.ctx) {
+            assertThat(r.state()).isEqualTo(RequestState.TRANS_ERROR);
+            assertThat(r.error().orElseThrow().code()).as("%s", r).isEqualTo(ErrorCode.TIMEOUT);
+        }
+        // The asked-for entries expire too: nothing stays tracked.
+        await().atMost(bound()).until(() -> neverAsked.ctxRanks.stream()
+                .allMatch(r -> ctx.transceiver(r).contextRequestsAwaitingDispatch() == 0));
+    }
+
+    @Test
+    public void required_07_oneFailingRequestDoesNotAffectTheOthers() {
+        LayoutPair p = workhorsePair();
+        TransceiverConfig c = transceiverConfig().build();
+        LocalInstance ctx = start("ctx", p.ctx(), c);
+        LocalInstance gen = start("gen", p.gen(), c);
+        int tpb = p.ctx().tokensPerBlock();
+        List<Transfer> good = new ArrayList<>();
+        Transfer bad = null;
+        for (int i = 0; i < 6; i++) {
+            Transfer t = i == 2
+                    // The generation side asks for two blocks more than the context request has.
+                    ? prepare(ctx, gen, p.ctx(), p.gen(), tpb * 2, tpb * 4)
+                    : prepare(ctx, gen, p.ctx(), p.gen(), tpb * 2 + i, tpb * 2 + i);
+            if (i == 2) {
+                bad = t;
+            } else {
+                good.add(t);
+            }
+            respond(ctx, t);
+            request(gen, t);
+        }
+        List<Transfer> all = new ArrayList<>(good);
+        all.add(bad);
+        awaitEnded(all);
+        for (TransferRequest r : bad.all()) {
+            assertThat(r.state()).as("%s", r).isEqualTo(RequestState.TRANS_ERROR);
+            assertThat(r.error().orElseThrow().code()).isEqualTo(ErrorCode.MALFORMED);
+            assertThat(r.error().orElseThrow().getMessage()).contains("blocks");
+        }
+        for (Transfer t : good) {
+            assertExact(gen, t);
+        }
+    }
+
+    @Test
+    public void required_08_statusChecksAgreeAcrossTheGroupAndReportEachRequestOnce() throws Exception {
+        LayoutPair p = workhorsePair();
+        TransceiverConfig c = transceiverConfig().build();
+        LocalInstance ctx = start("ctx", p.ctx(), c);
+        LocalInstance gen = start("gen", p.gen(), c);
+        List<Transfer> ts = new ArrayList<>();
+        for (int i = 0; i < 8; i++) {
+            Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), 10 + 9 * i, 10 + 9 * i);
+            ts.add(t);
+            respond(ctx, t);
+            request(gen, t);
+        }
+        awaitEnded(ts);
+        List<Long> ids = ts.stream().map(t -> t.id).toList();
+        for (TransferStatus s : statusOnEveryRank(ctx, true, OptionalInt.of(0))) {
+            assertThat(s.completed()).containsExactlyInAnyOrderElementsOf(ids);
+            assertThat(s.failed()).isEmpty();
+        }
+        for (TransferStatus s : statusOnEveryRank(gen, false, OptionalInt.empty())) {
+            assertThat(s.completed()).containsExactlyInAnyOrderElementsOf(ids);
+        }
+        for (TransferStatus s : statusOnEveryRank(ctx, true, OptionalInt.empty())) {
+            assertThat(s.completed()).as("reported once").isEmpty();
+        }
+        for (int r = 0; r < ctx.ranks(); r++) {
+            assertThat(ctx.transceiver(r).pendingContextRequests()).isZero();
+        }
+    }
+
+    /**
+     * Runs a status check on every rank of an instance at once (the ranks of a status group allgather).
+     *
+     * @param inst    the instance
+     * @param context context or generation check
+     * @param atLeast the atLeast argument
+     * @return each rank's result
+     * @throws Exception when a check fails
+     */
+    protected final List<TransferStatus> statusOnEveryRank(LocalInstance inst, boolean context, OptionalInt atLeast)
+            throws Exception {
+        ExecutorService ex = Executors.newFixedThreadPool(inst.ranks());
+        try {
+            List<Future<TransferStatus>> fs = new ArrayList<>();
+            for (int r = 0; r < inst.ranks(); r++) {
+                int rank = r;
+                fs.add(ex.submit(() -> context ? inst.transceiver(rank).checkContextTransferStatus(atLeast)
+                        : inst.transceiver(rank).checkGenTransferStatus(atLeast)));
+            }
+            List<TransferStatus> out = new ArrayList<>();
+            for (Future<TransferStatus> f : fs) {
+                out.add(f.get(bound().toSeconds(), TimeUnit.SECONDS));
+            }
+            return out;
+        } finally {
+            ex.shutdownNow();
+        }
+    }
+
+    @Test
+    public void required_09_closeWithRequestsInFlightLeaksNoBufferConnectionOrThread() {
+        LayoutPair p = workhorsePair();
+        LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
+        LocalInstance gen = start("gen", p.gen(), transceiverConfig().build());
+        Transfer done = prepare(ctx, gen, p.ctx(), p.gen(), 33, 33);
+        respond(ctx, done);
+        request(gen, done);
+        awaitEnded(List.of(done));
+        assertExact(gen, done);
+        Transfer stuckCtx = prepare(ctx, gen, p.ctx(), p.gen(), 17, 17);
+        Transfer stuckGen = prepare(ctx, gen, p.ctx(), p.gen(), 17, 17);
+        respond(ctx, stuckCtx);
+        request(gen, stuckGen);
+        instances.remove(ctx);
+        instances.remove(gen);
+        ctx.close(); // fails naming the buffers if any leaked
+        gen.close();
+        for (TransferRequest r : stuckCtx.ctx) {
+            assertThat(r.state()).isEqualTo(RequestState.CANCELLED);
+        }
+        for (TransferRequest r : stuckGen.gen) {
+            assertThat(r.isDone()).as("%s", r).isTrue();
+            assertThat(r.state()).isIn(RequestState.CANCELLED, RequestState.TRANS_ERROR);
+        }
+        for (int r = 0; r < ctx.ranks(); r++) {
+            assertThat(ctx.connections(r).isRunning()).isFalse();
+        }
+        // The thread check runs in closeInstances.
+    }
+}

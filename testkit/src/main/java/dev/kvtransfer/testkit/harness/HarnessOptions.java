@@ -1,0 +1,75 @@
+package dev.kvtransfer.testkit.harness;
+
+import java.time.Duration;
+import java.util.Objects;
+
+/**
+ * How {@link FormatterHarness} runs a layout pair.
+ *
+ * @param timeout       deadline of one pair run (all its requests), also every session's deadline
+ * @param chunkBytes    largest message a session sends, 0 = one message per part
+ * @param parallelPeers whether sessions run per-peer actions concurrently
+ * @param slotBytes     bytes of one staging slot (parts beyond it get dynamic buffers)
+ */
+public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallelPeers, long slotBytes) {
+    /**
+     * Validates.
+     *
+     * @param timeout       deadline
+     * @param chunkBytes    message size or 0
+     * @param parallelPeers parallel peers
+     * @param slotBytes     slot size
+     */
+    public HarnessOptions {
+        Objects.requireNonNull(timeout, "timeout");
+        if (timeout.isZero() || timeout.isNegative()) {
+            throw new IllegalArgumentException("timeout = " + timeout + ": must be positive");
+        }
+        if (chunkBytes < 0 || slotBytes < 0) {
+            throw new IllegalArgumentException("chunkBytes = " + chunkBytes + ", slotBytes = " + slotBytes
+                    + ": must be at least 0");
+        }
+    }
+
+    /**
+     * 30 s per pair, unchunked parts, parallel peers, 16 KiB slots (small enough that the larger parts of the
+     * grids fall back to dynamic buffers, so both paths run).
+     *
+     * @return the defaults
+     */
+    public static HarnessOptions defaults() {
+        return new HarnessOptions(Duration.ofSeconds(30), 0, true, 16 * 1024);
+    }
+
+    /**
+     * @param v message size, 0 = unchunked
+     * @return a copy with that chunk size
+     */
+    public HarnessOptions withChunkBytes(long v) {
+        return new HarnessOptions(timeout, v, parallelPeers, slotBytes);
+    }
+
+    /**
+     * @param v whether per-peer actions run concurrently
+     * @return a copy
+     */
+    public HarnessOptions withParallelPeers(boolean v) {
+        return new HarnessOptions(timeout, chunkBytes, v, slotBytes);
+    }
+
+    /**
+     * @param v deadline of a pair run
+     * @return a copy
+     */
+    public HarnessOptions withTimeout(Duration v) {
+        return new HarnessOptions(v, chunkBytes, parallelPeers, slotBytes);
+    }
+
+    /**
+     * @param v staging slot size
+     * @return a copy
+     */
+    public HarnessOptions withSlotBytes(long v) {
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, v);
+    }
+}

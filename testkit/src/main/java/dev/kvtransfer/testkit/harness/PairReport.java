@@ -1,0 +1,76 @@
+package dev.kvtransfer.testkit.harness;
+
+import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.testkit.LayoutPair;
+
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * What {@link FormatterHarness} observed for one layout pair.
+ *
+ * @param pair     the pair
+ * @param requests one report per request, in run order
+ * @param failure  the first failure of the run (a formatter exception, a timeout, a leak), or {@code null}
+ */
+public record PairReport(LayoutPair pair, List<RequestReport> requests, Throwable failure) {
+    /**
+     * Copies.
+     *
+     * @param pair     pair
+     * @param requests request reports
+     * @param failure  failure or null
+     */
+    public PairReport {
+        Objects.requireNonNull(pair, "pair");
+        requests = List.copyOf(requests);
+    }
+
+    /** @return whether the run completed without an exception */
+    public boolean completed() {
+        return failure == null;
+    }
+
+    /**
+     * One request of a pair run.
+     *
+     * @param index            position in the run
+     * @param requestId        the context request id
+     * @param promptLength     tokens
+     * @param totalBlocks      blocks of the whole request
+     * @param ctxServing       per context rank: whether it holds the request (attention DP)
+     * @param ctxSentBytes     per context rank: payload bytes it sent
+     * @param ctxNeedSend      per context rank: the formatter's {@code needSendCache}
+     * @param ctxPickedByGen   per context rank: whether some generation rank picked it to receive from
+     * @param genServing       per generation rank: whether it holds the request
+     * @param genReceivedBytes per generation rank: payload bytes it received
+     * @param genExpectedBytes per generation rank: bytes of its blocks of the request (what it must receive)
+     * @param genZeroLayer     per generation rank: whether its PP stage owns no layer
+     * @param verify           the merged KvPattern verification of every generation rank's blocks
+     * @param ctxMeasuredBytes per context rank: bytes the formatter reported through {@code recordMeasure}
+     * @param genMeasuredBytes per generation rank: bytes the formatter reported through {@code recordMeasure}
+     */
+    public record RequestReport(int index, long requestId, int promptLength, int totalBlocks, boolean[] ctxServing,
+                                long[] ctxSentBytes, boolean[] ctxNeedSend, boolean[] ctxPickedByGen,
+                                boolean[] genServing, long[] genReceivedBytes, long[] genExpectedBytes,
+                                boolean[] genZeroLayer, KvPattern.Result verify, long[] ctxMeasuredBytes,
+                                long[] genMeasuredBytes) {
+        /** @return total payload bytes sent by the context ranks */
+        public long totalSent() {
+            long s = 0;
+            for (long b : ctxSentBytes) {
+                s += b;
+            }
+            return s;
+        }
+
+        /** @return total payload bytes received by the generation ranks */
+        public long totalReceived() {
+            long s = 0;
+            for (long b : genReceivedBytes) {
+                s += b;
+            }
+            return s;
+        }
+    }
+}

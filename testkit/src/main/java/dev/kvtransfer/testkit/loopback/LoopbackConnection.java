@@ -1,0 +1,50 @@
+package dev.kvtransfer.testkit.loopback;
+
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.transport.Connection;
+
+import java.time.Duration;
+import java.util.Objects;
+
+/** A manager's connection to one peer address on its fabric. Thread-safe (stateless). */
+final class LoopbackConnection implements Connection {
+    private final LoopbackConnectionManager owner;
+    private final String peer;
+    private final Duration defaultTimeout;
+
+    LoopbackConnection(LoopbackConnectionManager owner, String peer, Duration defaultTimeout) {
+        this.owner = owner;
+        this.peer = peer;
+        this.defaultTimeout = defaultTimeout;
+    }
+
+    @Override
+    public void send(int tag, MemoryBuffer buffer, long offset, long length) {
+        send(tag, buffer, offset, length, defaultTimeout);
+    }
+
+    @Override
+    public void send(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        owner.send(peer, tag, buffer, offset, length, Objects.requireNonNull(timeout, "timeout"));
+    }
+
+    @Override
+    public void recv(int tag, MemoryBuffer buffer, long offset, long length) {
+        recv(tag, buffer, offset, length, defaultTimeout);
+    }
+
+    @Override
+    public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        owner.receive(peer, tag, buffer, offset, length, Objects.requireNonNull(timeout, "timeout"));
+    }
+
+    @Override
+    public String peer() {
+        return peer;
+    }
+
+    @Override
+    public String toString() {
+        return "LoopbackConnection{" + owner.localAddress() + " -> " + peer + "}";
+    }
+}

@@ -1,0 +1,72 @@
+package dev.kvtransfer.testkit.loopback;
+
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.TransportCapability;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportProvider;
+
+import java.util.EnumSet;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * The in-JVM transport {@value #NAME}: ranks that are threads of one JVM exchange messages through a shared
+ * <em>fabric</em> (managers created with the same {@value #FABRIC_PROPERTY} property, default
+ * {@value #DEFAULT_FABRIC}, reach each other at addresses {@code loopback://<fabric>/<n>}).
+ *
+ * <p>Bytes really move: a send copies off-heap to off-heap (straight into the receiver's buffer when a matching
+ * receive is already posted, else into a queued off-heap message that the receive copies out). Sends never
+ * wait for the receiver, so the protocol's id/info/ready messages may be sent before the peer receives. No
+ * threads are created: every copy runs on the calling thread. Closing a manager fails its blocked calls with
+ * {@link dev.kvtransfer.api.transport.TransportClosedException} and its peers' receives waiting on it with
+ * {@code PEER_LOST} (so it declares {@link TransportCapability#PEER_FAILURE_DETECTION}). It cannot cross
+ * processes and does not take device memory.
+ */
+public final class LoopbackTransportProvider implements TransportProvider {
+    /** The provider name. */
+    public static final String NAME = "loopback";
+    /** Transport property naming the fabric a manager joins. */
+    public static final String FABRIC_PROPERTY = "loopback.fabric";
+    /** The fabric used when the property is absent. */
+    public static final String DEFAULT_FABRIC = "default";
+
+    /** A provider (stateless: fabrics are JVM-wide). */
+    public LoopbackTransportProvider() {
+    }
+
+    @Override
+    public String name() {
+        return NAME;
+    }
+
+    @Override
+    public boolean isAvailable() {
+        return true;
+    }
+
+    @Override
+    public String unavailabilityCause() {
+        return null;
+    }
+
+    @Override
+    public Set<TransportCapability> capabilities() {
+        return EnumSet.of(TransportCapability.PEER_FAILURE_DETECTION);
+    }
+
+    @Override
+    public ConnectionManager create(TransportConfig config) {
+        Objects.requireNonNull(config, "config");
+        String fabric = config.property(FABRIC_PROPERTY, DEFAULT_FABRIC);
+        if (fabric.isBlank() || fabric.contains("/")) {
+            throw new IllegalArgumentException("transport property " + FABRIC_PROPERTY + " = '" + fabric
+                    + "': must be non-blank and contain no '/'");
+        }
+        return LoopbackConnectionManager.open(fabric, config);
+    }
+
+    @Override
+    public String toString() {
+        return "LoopbackTransportProvider";
+    }
+}
