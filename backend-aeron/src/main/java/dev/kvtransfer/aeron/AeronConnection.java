@@ -15,6 +15,7 @@ import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Objects;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -38,9 +39,11 @@ final class AeronConnection implements Connection {
     private final UnsafeBuffer header = new UnsafeBuffer(new byte[Wire.HEADER_LENGTH]);
     private final UnsafeBuffer payload = new UnsafeBuffer(0, 0);
 
-    private final Object establishLock = new Object();
+    private final ReentrantLock establishLock = new ReentrantLock();
     private volatile boolean established;
     private volatile boolean everConnected;
+    private volatile long openedNanos = System.nanoTime();
+    private volatile long lastOfferNanos = System.nanoTime() - 1_000_000_000L;
 
     AeronConnection(AeronConnectionManager manager, AeronConnectionManager.Peer peer) {
         this.manager = manager;
@@ -126,10 +129,22 @@ final class AeronConnection implements Connection {
         if (established) {
             return;
         }
-        synchronized (establishLock) {
+        // A lock with a deadline: another sender may be waiting for the same unreachable peer with a longer one.
+        try {
+            if (!establishLock.tryLock(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)) {
+                throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": connecting to "
+                        + peer.address + " did not finish before the deadline");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new TransportException(ErrorCode.NETWORK, "aeron " + manager.name + ": interrupted while"
+                    + " connecting to " + peer.address, e);
+        }
+        try {
             if (established) {
                 return;
             }
+            ExclusivePublication pub;
             offerLock.lock();
             try {
                 if (shut) {
@@ -137,6 +152,7 @@ final class AeronConnection implements Connection {
                 }
                 if (publication == null) {
                     try {
+                        openedNanos = System.nanoTime();
                         publication = manager.aeron.addExclusivePublication(manager.publicationChannel(peer.address),
                                 AeronSettings.STREAM_ID);
                     } catch (RuntimeException e) {
@@ -148,11 +164,12 @@ final class AeronConnection implements Connection {
                                 + ": cannot open a publication to " + peer.address + ": " + e, e);
                     }
                 }
+                pub = publication;
             } finally {
                 offerLock.unlock();
             }
             IdleStrategy idle = manager.settings.newIdleStrategy();
-            while (!publication.isConnected()) {
+            while (!pub.isConnected()) {
                 checkAlive("connect");
                 if (System.nanoTime() - deadline >= 0) {
                     throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": peer " + peer.address
@@ -166,6 +183,8 @@ final class AeronConnection implements Connection {
             hello.putBytes(0, self);
             offerBuffer(Wire.HELLO, 0, 0, self.length, hello, self.length, deadline);
             established = true;
+        } finally {
+            establishLock.unlock();
         }
     }
 
@@ -191,6 +210,7 @@ final class AeronConnection implements Connection {
                 offerLock.unlock();
             }
             if (r > 0) {
+                lastOfferNanos = System.nanoTime();
                 return;
             }
             handleRefusal(r, type, tag, deadline);
@@ -242,10 +262,6 @@ final class AeronConnection implements Connection {
                     + peer.address + " reached its maximum position; reconnect");
         }
         checkAlive(what);
-        if (r == Publication.NOT_CONNECTED && everConnected && lostConnection()) {
-            throw new TransportException(ErrorCode.PEER_LOST, "aeron " + manager.name + ": " + what + " to "
-                    + peer.address + " failed: the peer stopped answering");
-        }
         if (System.nanoTime() - deadline >= 0) {
             throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": " + what + " to "
                     + peer.address + " timed out (" + (r == Publication.NOT_CONNECTED ? "not connected"
@@ -275,14 +291,66 @@ final class AeronConnection implements Connection {
                 + peer.address + " closed during " + what);
     }
 
-    /** @return true once the publication had a subscriber and has lost it (no status messages any more) */
-    boolean lostConnection() {
-        if (!everConnected) {
-            return false;
-        }
+    /**
+     * Waits (until the deadline) for the driver to have sent everything offered, while the peer is connected.
+     *
+     * @param deadline System.nanoTime() deadline
+     * @return true when this connection offered something in the last half second
+     */
+    boolean drain(long deadline) {
+        ExclusivePublication p;
         offerLock.lock();
         try {
-            return !shut && publication != null && !publication.isConnected();
+            p = shut ? null : publication;
+        } finally {
+            offerLock.unlock();
+        }
+        if (p == null) {
+            return false;
+        }
+        // The publisher limit runs half a term ahead of the driver's sender position.
+        IdleStrategy idle = manager.settings.newIdleStrategy();
+        while (p.isConnected() && p.position() > p.positionLimit() - p.termBufferLength() / 2
+                && System.nanoTime() - deadline < 0) {
+            idle.idle();
+        }
+        return System.nanoTime() - lastOfferNanos < 500_000_000L;
+    }
+
+    /** @return true once the publication had a subscriber and has lost it (no status messages any more) */
+    boolean lostConnection() {
+        offerLock.lock();
+        try {
+            if (shut || publication == null) {
+                return false;
+            }
+            if (publication.isConnected()) {
+                everConnected = true;
+                return false;
+            }
+            // Lost once connected and silent again, or never answered within the peer timeout (the peer may have
+            // died between our learning its address and our first look).
+            return everConnected || System.nanoTime() - openedNanos > manager.settings.peerTimeoutNs;
+        } finally {
+            offerLock.unlock();
+        }
+    }
+
+    /**
+     * Opens the publication now (without waiting for the peer), so the peer's liveness is watched even before
+     * the first send: a peer we only receive from, or wait on, still shows up as lost when it dies.
+     */
+    void open() {
+        offerLock.lock();
+        try {
+            if (!shut && publication == null && !manager.isClosed()) {
+                openedNanos = System.nanoTime();
+                publication = manager.aeron.addExclusivePublication(manager.publicationChannel(peer.address),
+                        AeronSettings.STREAM_ID);
+            }
+        } catch (RuntimeException e) {
+            // establish() retries and reports it with the call that needs the publication
+            manager.onError(e);
         } finally {
             offerLock.unlock();
         }

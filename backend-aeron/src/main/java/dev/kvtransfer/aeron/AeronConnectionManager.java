@@ -185,14 +185,15 @@ public final class AeronConnectionManager implements ConnectionManager {
         if (address.lastIndexOf(':') <= 0) {
             throw new IllegalArgumentException("address = '" + address + "': expected host:port");
         }
+        Peer p;
         synchronized (lock) {
             ensureOpen();
-            Peer p = peers.get(address);
+            p = peers.get(address);
             if (p == null) {
                 p = newPeer(address);
             }
-            return connectionOf(p);
         }
+        return connectionOf(p);
     }
 
     @Override
@@ -234,25 +235,11 @@ public final class AeronConnectionManager implements ConnectionManager {
         if (!closed.compareAndSet(false, true)) {
             return;
         }
-        running = false;
-        // The agent parks at most ~1 ms between duty cycles; once it has stopped nothing writes user memory.
-        try {
-            agentThread.join(TimeUnit.SECONDS.toMillis(10));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-        if (agentThread.isAlive()) {
-            onError(new IllegalStateException("receive agent of " + name + " did not stop within 10 s"));
-        }
         List<AeronConnection> connections = new ArrayList<>();
         synchronized (lock) {
             String why = "aeron transport " + name + " (" + localAddress + ") closed";
             for (Peer p : allPeers) {
-                failPeerOps(p, () -> new TransportClosedException(why));
-                for (Arrival a : p.allArrivals()) {
-                    freeArrival(a);
-                }
-                p.tags.clear();
+                failPeerOps(p, () -> new TransportClosedException(why)); // wakes them; the agent stops writing
                 if (p.connection != null) {
                     connections.add(p.connection);
                 }
@@ -265,8 +252,37 @@ public final class AeronConnectionManager implements ConnectionManager {
             }
             peers.clear();
         }
+        // A send returns once its bytes are in the log buffer; let them reach the peers before the driver goes.
+        long drainDeadline = System.nanoTime() + Math.min(settings.peerTimeoutNs, TimeUnit.SECONDS.toNanos(5));
+        boolean recentlyActive = false;
+        for (AeronConnection c : connections) {
+            recentlyActive |= c.drain(drainDeadline);
+        }
+        running = false;
+        // The agent parks at most ~1 ms between duty cycles; once it has stopped nothing writes user memory.
+        try {
+            agentThread.join(TimeUnit.SECONDS.toMillis(10));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        if (agentThread.isAlive()) {
+            onError(new IllegalStateException("receive agent of " + name + " did not stop within 10 s"));
+        }
+        synchronized (lock) {
+            for (Peer p : allPeers) {
+                for (Arrival a : p.allArrivals()) {
+                    freeArrival(a);
+                }
+                p.tags.clear();
+            }
+        }
         for (AeronConnection c : connections) {
             c.shutdown();
+        }
+        if (recentlyActive) {
+            // Closed publications end with an end-of-stream frame on the next heartbeat (100 ms); the peer then
+            // drains what it holds before dropping the stream, instead of waiting out the liveness timeout.
+            LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(150));
         }
         CloseHelper.quietClose(subscription);
         CloseHelper.quietClose(aeron);
@@ -503,12 +519,19 @@ public final class AeronConnectionManager implements ConnectionManager {
     }
 
     AeronConnection connectionOf(Peer p) {
+        AeronConnection c;
+        boolean created = false;
         synchronized (lock) {
             if (p.connection == null) {
                 p.connection = new AeronConnection(this, p);
+                created = true;
             }
-            return p.connection;
+            c = p.connection;
         }
+        if (created) {
+            c.open(); // outside the lock: it waits for the driver's answer (about a millisecond)
+        }
+        return c;
     }
 
     String publicationChannel(String address) {
@@ -556,6 +579,9 @@ public final class AeronConnectionManager implements ConnectionManager {
             n++;
             ImageState img = images.remove(sessionId.intValue());
             if (img != null && img.peer != null) {
+                synchronized (lock) {
+                    img.peer.liveImages--;
+                }
                 peerLost(img.peer, "its stream went away: the process closed or sent nothing for "
                         + TimeUnit.NANOSECONDS.toMillis(settings.peerTimeoutNs) + " ms");
             }
@@ -567,7 +593,9 @@ public final class AeronConnectionManager implements ConnectionManager {
         List<AeronConnection> snapshot = new ArrayList<>();
         synchronized (lock) {
             for (Peer p : peers.values()) {
-                if (p.connection != null) {
+                // A peer whose stream still reaches us is alive; image liveness covers it. The publication check
+                // is for peers that never send (and, under load, a busy driver can delay status messages).
+                if (p.connection != null && p.liveImages == 0) {
                     snapshot.add(p.connection);
                 }
             }
@@ -576,7 +604,7 @@ public final class AeronConnectionManager implements ConnectionManager {
         for (AeronConnection c : snapshot) {
             if (c.lostConnection()) {
                 n++;
-                peerLost(c.peer, "no status message from it for "
+                peerLost(c.peer, "no status message (it is not there, or stopped) for "
                         + TimeUnit.NANOSECONDS.toMillis(settings.peerTimeoutNs) + " ms");
             }
         }
@@ -685,6 +713,7 @@ public final class AeronConnectionManager implements ConnectionManager {
                 p = newPeer(address);
             }
             img.peer = p;
+            p.liveImages++;
         }
     }
 
@@ -916,6 +945,7 @@ public final class AeronConnectionManager implements ConnectionManager {
         final org.agrona.collections.Long2ObjectHashMap<SendOp> awaitingCts =
                 new org.agrona.collections.Long2ObjectHashMap<>();
         AeronConnection connection;
+        int liveImages; // lock: images (streams from this peer to us) still available
         volatile boolean lost;
         volatile String lostReason;
 

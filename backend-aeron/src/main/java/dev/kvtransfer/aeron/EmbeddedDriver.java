@@ -88,9 +88,32 @@ final class EmbeddedDriver {
         }
     }
 
+    /**
+     * Deletes the directories of embedded drivers whose process is gone (killed before it could clean up):
+     * the name carries the owner's pid.
+     */
+    private static void deleteStale(File base) {
+        File[] dirs = base.listFiles((d, n) -> n.startsWith("kvtransfer-aeron-"));
+        if (dirs == null) {
+            return;
+        }
+        for (File d : dirs) {
+            String[] parts = d.getName().split("-");
+            try {
+                long pid = Long.parseLong(parts[2]);
+                if (ProcessHandle.of(pid).isEmpty()) {
+                    IoUtil.delete(d, true);
+                }
+            } catch (RuntimeException e) {
+                // not ours or not parseable: leave it
+            }
+        }
+    }
+
     private static EmbeddedDriver launch(AeronSettings s) {
         File shm = new File("/dev/shm");
         File base = shm.isDirectory() && shm.canWrite() ? shm : new File(System.getProperty("java.io.tmpdir"));
+        deleteStale(base);
         File dir = new File(base, "kvtransfer-aeron-" + ProcessHandle.current().pid() + "-"
                 + UUID.randomUUID().toString().substring(0, 8));
         MediaDriver.Context ctx = new MediaDriver.Context()

@@ -283,6 +283,21 @@ class AeronTransportTest {
     }
 
     @Test
+    void aShortDeadlineHoldsWhileAnotherSenderWaitsLongerForTheSamePeer() throws Exception {
+        OffHeapBuffer buf = buffer(64);
+        Connection nowhere = a.connection("127.0.0.1:9");
+        Future<?> patient = pool.submit(() -> nowhere.send(1, buf, 0, 8, Duration.ofSeconds(5)));
+        await().atMost(Duration.ofSeconds(5)).until(() -> Thread.getAllStackTraces().values().stream()
+                .anyMatch(st -> java.util.Arrays.stream(st).anyMatch(f -> f.getMethodName().equals("establish"))));
+        long t0 = System.nanoTime();
+        assertThatThrownBy(() -> nowhere.send(2, buf, 0, 8, Duration.ofMillis(300)))
+                .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+        assertThat(System.nanoTime() - t0).isLessThan(TimeUnit.SECONDS.toNanos(2));
+        assertThatThrownBy(() -> get(patient)).cause().isInstanceOfSatisfying(TransportException.class,
+                e -> assertThat(e.code()).isIn(ErrorCode.TIMEOUT, ErrorCode.PEER_LOST));
+    }
+
+    @Test
     void closeWakesBlockedCallsAndReleasesEverything() throws Exception {
         OffHeapBuffer buf = buffer(1 << 20);
         Connection ba = b.connection(a.localAddress());

@@ -66,7 +66,7 @@ final class ChildProcessGen implements GenSide {
         try {
             String line;
             while ((line = in.readLine()) != null) {
-                String[] f = line.split(" ");
+                String[] f = line.split(" ", -1);
                 if (f[0].equals(WorkerProtocol.DONE) && f.length >= 7) {
                     long id = Long.parseLong(f[1]);
                     GenTransfer t = new GenTransfer(id, f[2].equals("1"), Long.parseLong(f[3]), Long.parseLong(f[4]),
@@ -122,7 +122,7 @@ final class ChildProcessGen implements GenSide {
     public GenCheck check(long requestId) {
         toChild.println(WorkerProtocol.CHECK + " " + requestId);
         String line = await("CHECKED " + requestId, timeout);
-        String[] f = line.split(" ");
+        String[] f = line.split(" ", -1);
         if (!f[0].equals(WorkerProtocol.CHECKED) || f.length < 5 || Long.parseLong(f[1]) != requestId) {
             throw new IllegalStateException("unexpected reply from the generation worker: " + line);
         }

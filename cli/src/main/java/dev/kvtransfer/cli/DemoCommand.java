@@ -43,9 +43,13 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     @Option(names = "--memory-budget-mib", description = "KV memory per instance for in-flight requests (default 2048)")
     long memoryBudgetMib = 2048;
 
-    @Option(names = "--copy-baseline", negatable = true,
+    @Option(names = "--copy-baseline", negatable = true, defaultValue = "true", fallbackValue = "true",
             description = "also time a plain bulk copy (Unsafe.copyMemory) of the same bytes in this JVM and print the ratio (default on)")
     boolean copyBaseline = true;
+
+    @Option(names = "--raw-baseline",
+            description = "aeron: also time plain Aeron (publication -> subscription, a child JVM sending) for the same total bytes and message size, and print the ratio")
+    boolean rawBaseline;
 
     @Option(names = "--in-process", description = "run the generation instance in this JVM even with a network backend")
     boolean inProcess;
@@ -101,8 +105,11 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             if (copyBaseline && result.bytes > 0) {
                 double copy = CopyBaseline.gigabytesPerSecond(result.bytes, perRequestInstanceBytes);
                 double ours = result.bytes / (result.transferNanos / 1e9) / 1e9;
-                out.printf(Locale.ROOT, "%-18s %.2f GB/s (single-thread Unsafe.copyMemory of the same %.3f GiB); ratio %.2f%n",
-                        "bulk copy", copy, result.bytes / (double) (1L << 30), ours / copy);
+                out.printf(Locale.ROOT, "%-18s %.2f GB/s (single-thread Unsafe.copyMemory of the same %s); ratio %.2f%n",
+                        "bulk copy", copy, bytes(result.bytes), ours / copy);
+            }
+            if (rawBaseline && result.bytes > 0) {
+                printRawBaseline(result, ctxState);
             }
             return result.failed == 0 && result.mismatches == 0 ? 0 : 1;
         }
@@ -145,6 +152,27 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             Thread.currentThread().interrupt();
             return 2;
         }
+    }
+
+    /**
+     * Plain Aeron between this process and a child JVM, same total bytes, message size = the largest message the
+     * transfer used (one block, capped by the chunk size).
+     */
+    private void printRawBaseline(Result result, CacheState ctxState) {
+        if (!options.backend.equals("aeron")) {
+            out.printf(Locale.ROOT, "%-18s only for --backend aeron (ucx: backend-ucx/bench.sh; mpi: backend-mpi README)%n",
+                    "raw baseline");
+            return;
+        }
+        long block = (long) ctxState.layerCount(0) * ctxState.kvFactor() * ctxState.kvHeadsPerRank()
+                * ctxState.tokensPerBlock() * ctxState.sizePerHead() * ctxState.dataType().bytes();
+        long message = Math.max(4096, Math.min(block, options.transceiverConfig().chunkBytes()));
+        dev.kvtransfer.aeron.AeronRawBench.Result raw = dev.kvtransfer.aeron.AeronRawBench.raw(message, result.bytes,
+                true, options.transportProperties);
+        double rawGbps = raw.bytesPerSecond() / 1e9;
+        double ours = result.bytes / (result.transferNanos / 1e9) / 1e9;
+        out.printf(Locale.ROOT, "%-18s %.2f GB/s (plain Aeron, %s messages, child JVM -> this JVM); ratio %.2f%n",
+                "raw aeron", rawGbps, bytes(message), ours / rawGbps);
     }
 
     private static long perRankBytes(CacheState s, int rank, int totalBlocks) {
@@ -286,7 +314,7 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         out.printf(Locale.ROOT, "%-18s %d x %d tokens, %d in flight, %d failed%n", "requests", requests, isl, window,
                 r.failed);
         out.printf(Locale.ROOT, "%-18s %s%n", "bytes moved", bytes(r.bytes));
-        out.printf(Locale.ROOT, "%-18s %.2f GB/s (%.3f s of transfer, %.1f s wall)%n", "throughput", gbps, seconds,
+        out.printf(Locale.ROOT, "%-18s %.3f GB/s (%.3f s of transfer, %.1f s wall)%n", "throughput", gbps, seconds,
                 wallNanos / 1e9);
         if (r.latency.getTotalCount() > 0) {
             out.printf(Locale.ROOT, "%-18s %.2f ms / %.2f ms%n", "transfer p50/p99",

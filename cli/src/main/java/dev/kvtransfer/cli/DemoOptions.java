@@ -64,7 +64,7 @@ public final class DemoOptions {
     @Option(names = "--gen-attention-dp", description = "attention data parallelism on the generation side (DP size = TP)")
     boolean genAttentionDp;
 
-    @Option(names = "--verify", negatable = true, description = "check every received element with KvPattern (default on)")
+    @Option(names = "--verify", negatable = true, defaultValue = "true", fallbackValue = "true", description = "check every received element with KvPattern (default on)")
     boolean verify = true;
 
     @Option(names = "--dump-dir", description = "generation ranks write DIR/gen-rank-R/request-ID.bin")
@@ -78,6 +78,9 @@ public final class DemoOptions {
 
     @Option(names = "--transport-set", description = "transport property, e.g. --transport-set aeron.termLength=67108864")
     Map<String, String> transportProperties = new LinkedHashMap<>();
+
+    @picocli.CommandLine.Mixin
+    dev.kvtransfer.cli.journal.JournalOptions journal = new dev.kvtransfer.cli.journal.JournalOptions();
 
     @Option(names = "--timeout-s", description = "per-request transfer deadline in seconds (default 120)")
     int timeoutSeconds = 120;
@@ -180,6 +183,7 @@ public final class DemoOptions {
         if (timingDir != null) {
             props.put(TransceiverConfig.P_TIMING_DIR, timingDir.toAbsolutePath().toString());
         }
+        props.putAll(journal.properties());
         props.putAll(properties);
         return TransceiverConfig.fromProperties(props);
     }
@@ -227,6 +231,7 @@ public final class DemoOptions {
         properties.forEach((k, v) -> a.add("--set=" + k + "=" + v));
         transportProperties.forEach((k, v) -> a.add("--transport-set=" + k + "=" + v));
         a.add("--timeout-s=" + timeoutSeconds);
+        a.addAll(journal.toArgs());
         return a;
     }
 

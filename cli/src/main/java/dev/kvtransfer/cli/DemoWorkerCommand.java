@@ -38,7 +38,7 @@ public final class DemoWorkerCommand implements Callable<Integer> {
             BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
             String line;
             while ((line = in.readLine()) != null) {
-                String[] f = line.split(" ");
+                String[] f = line.split(" ", -1);
                 switch (f[0]) {
                     case WorkerProtocol.REQ: {
                         int index = Integer.parseInt(f[1]);

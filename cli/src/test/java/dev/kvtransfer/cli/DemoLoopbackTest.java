@@ -71,10 +71,10 @@ class DemoLoopbackTest {
     @Test
     void unsupportedLayoutFailsTheRunWithTheReason() {
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
-        // The standard formatter refuses context-side CP.
+        // The standard formatter refuses CP above 1 on both sides when they differ.
         int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
                 "--requests=2", "--isl=32", "--layers=2", "--kv-heads=2", "--size-per-head=4",
-                "--tokens-per-block=8", "--ctx-cp=2", "--timeout-s=20");
+                "--tokens-per-block=8", "--ctx-cp=2", "--gen-cp=4", "--timeout-s=20");
         String report = captured.toString(StandardCharsets.UTF_8);
         assertThat(code).as(report).isNotZero();
         assertThat(report).contains("2 failed").containsIgnoringCase("first error");

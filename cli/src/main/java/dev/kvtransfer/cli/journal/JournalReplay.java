@@ -79,8 +79,8 @@ public final class JournalReplay {
      * @param mismatches     elements that differed from KvPattern
      * @param error          first error or mismatch, empty when none
      */
-    public record Replayed(RecordedRequest request, boolean ok, long submittedNanos, long replayedNanos, long checked, long mismatches,
-                           String error) {
+    public record Replayed(RecordedRequest request, boolean ok, long submittedNanos, long replayedNanos, long checked,
+                           long mismatches, String error) {
         /** @return whether it completed and every element matched */
         public boolean verified() {
             return ok && mismatches == 0 && checked > 0;
@@ -167,33 +167,61 @@ public final class JournalReplay {
         return s.attentionDpEnabled() ? s.withDpRank(0) : s;
     }
 
+    /** Default host memory for the KV blocks of the requests in flight, per instance. */
+    public static final long DEFAULT_MEMORY_BUDGET_BYTES = 2048L << 20;
+
     /**
-     * Runs the plan.
+     * Runs the plan with the default memory budget.
      *
      * @param plan             what to replay
      * @param backend          transport provider name
      * @param asFastAsPossible ignore the recorded gaps
      * @param config           transceiver settings (its backend is replaced by {@code backend})
-     * @param timeout          deadline of each request, and of the whole replay after the last submission
+     * @param timeout          deadline of each request
      * @return one result per request, in plan order
      */
     public static List<Replayed> run(Plan plan, String backend, boolean asFastAsPossible, TransceiverConfig config,
                                      Duration timeout) {
+        return run(plan, backend, asFastAsPossible, config, timeout, DEFAULT_MEMORY_BUDGET_BYTES);
+    }
+
+    /**
+     * Runs the plan. At most as many requests as fit in {@code memoryBudgetBytes} (per instance) are in flight:
+     * before the next one is submitted the oldest is awaited, verified and freed, which can delay an arrival
+     * past its recorded gap (never before it).
+     *
+     * @param plan              what to replay
+     * @param backend           transport provider name
+     * @param asFastAsPossible  ignore the recorded gaps
+     * @param config            transceiver settings (its backend is replaced by {@code backend})
+     * @param timeout           deadline of each request
+     * @param memoryBudgetBytes host memory for in-flight KV blocks, per instance
+     * @return one result per request, in plan order
+     */
+    public static List<Replayed> run(Plan plan, String backend, boolean asFastAsPossible, TransceiverConfig config,
+                                     Duration timeout, long memoryBudgetBytes) {
         Objects.requireNonNull(plan, "plan");
+        Objects.requireNonNull(backend, "backend");
         Plugins plugins = Plugins.discover();
         TransportProvider transport = plugins.transport(backend);
         TransceiverConfig cfg = config.toBuilder().backend(backend).kvTransferTimeout(timeout).build();
         TransportConfig base = TransportConfig.builder().name("replay").defaultTimeout(timeout)
                 .properties(Map.of("loopback.fabric", "replay-" + System.nanoTime())).build();
-        int ctxBlocks = blocksPerRank(plan, true);
-        int genBlocks = blocksPerRank(plan, false);
+        long perRequest = Math.max(requestBytes(plan, true), requestBytes(plan, false));
+        int window = (int) Math.max(1, Math.min(plan.requests().size(),
+                memoryBudgetBytes / Math.max(1, perRequest)));
+        int ctxBlocks = window * maxBlocksPerRank(plan, true);
+        int genBlocks = window * maxBlocksPerRank(plan, false);
         List<Replayed> results = new ArrayList<>();
         try (LocalInstance ctx = start("replay-ctx", plan.contextState(), transport, base, plugins, cfg, ctxBlocks);
              LocalInstance gen = start("replay-gen", plan.generationState(), transport, base, plugins, cfg,
                      genBlocks)) {
-            List<InFlight> inFlight = new ArrayList<>();
+            java.util.ArrayDeque<InFlight> inFlight = new java.util.ArrayDeque<>();
             long t0 = System.nanoTime();
             for (RecordedRequest r : plan.requests()) {
+                if (inFlight.size() >= window) {
+                    results.add(inFlight.removeFirst().finish(ctx, gen, deadline(timeout), t0));
+                }
                 InFlight f = prepare(ctx, gen, r);
                 if (!asFastAsPossible) {
                     long at = t0 + r.arrivalNanos();
@@ -205,31 +233,45 @@ public final class JournalReplay {
                 f.submit(ctx, gen);
                 inFlight.add(f);
             }
-            long deadline = System.nanoTime() + timeout.toNanos() + TimeUnit.SECONDS.toNanos(5);
-            for (InFlight f : inFlight) {
-                results.add(f.finish(ctx, gen, deadline, t0));
+            while (!inFlight.isEmpty()) {
+                results.add(inFlight.removeFirst().finish(ctx, gen, deadline(timeout), t0));
             }
         }
         return results;
+    }
+
+    private static long deadline(Duration timeout) {
+        return System.nanoTime() + timeout.toNanos() + TimeUnit.SECONDS.toNanos(5);
+    }
+
+    /** Largest KV bytes one request holds on one instance (all its serving ranks). */
+    private static long requestBytes(Plan plan, boolean context) {
+        CacheState s = context ? plan.contextState() : plan.generationState();
+        long max = 0;
+        for (RecordedRequest r : plan.requests()) {
+            long sum = 0;
+            for (Map.Entry<Integer, Integer> e : (context ? r.ctxBlocks() : r.genBlocks()).entrySet()) {
+                sum += (long) e.getValue() * dev.kvtransfer.api.layout.BlockLayout.of(s, e.getKey()).blockBytes();
+            }
+            max = Math.max(max, sum);
+        }
+        return max;
+    }
+
+    private static int maxBlocksPerRank(Plan plan, boolean context) {
+        int max = 1;
+        for (RecordedRequest r : plan.requests()) {
+            for (int n : (context ? r.ctxBlocks() : r.genBlocks()).values()) {
+                max = Math.max(max, n);
+            }
+        }
+        return max;
     }
 
     private static LocalInstance start(String name, CacheState state, TransportProvider transport,
                                        TransportConfig base, Plugins plugins, TransceiverConfig cfg, int blocks) {
         return LocalInstance.builder(name, state).transport(transport, base).plugins(plugins).config(cfg)
                 .blocksPerRank(Math.max(1, blocks)).sharedBufferManager(true).start();
-    }
-
-    /** Blocks per rank so that every recorded request fits at once (the replay keeps them all in flight). */
-    private static int blocksPerRank(Plan plan, boolean context) {
-        Map<Integer, Long> sum = new TreeMap<>();
-        for (RecordedRequest r : plan.requests()) {
-            (context ? r.ctxBlocks() : r.genBlocks()).forEach((rank, n) -> sum.merge(rank, (long) n, Long::sum));
-        }
-        long max = sum.values().stream().mapToLong(Long::longValue).max().orElse(1);
-        if (max > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException("the recorded requests need " + max + " blocks on one rank");
-        }
-        return (int) max;
     }
 
     private static InFlight prepare(LocalInstance ctx, LocalInstance gen, RecordedRequest r) {
@@ -270,7 +312,8 @@ public final class JournalReplay {
                 genInstance.transceiver(rank).requestAndReceiveAsync(req);
                 done.add(req.completion().toCompletableFuture());
             });
-            genDone = CompletableFuture.allOf(done.toArray(new CompletableFuture<?>[0])).thenApply(v -> System.nanoTime());
+            genDone = CompletableFuture.allOf(done.toArray(new CompletableFuture<?>[0]))
+                    .thenApply(v -> System.nanoTime());
         }
 
         Replayed finish(LocalInstance ctxInstance, LocalInstance genInstance, long deadline, long t0) {

@@ -22,7 +22,7 @@ import java.util.concurrent.Callable;
  * every request completed and every byte matched.
  */
 @Command(name = "replay", mixinStandardHelpOptions = true,
-        description = "Re-run the recorded transfers (same layouts, sizes, gaps) on this machine and verify every byte.")
+        description = "Re-run the recorded transfers (same layouts, sizes, gaps) here and verify every byte.")
 public final class JournalReplayCommand implements Callable<Integer> {
     @Parameters(index = "0", paramLabel = "DIR", description = "journal directory of a run")
     Path dir;
@@ -39,6 +39,9 @@ public final class JournalReplayCommand implements Callable<Integer> {
     @Option(names = "--timeout-s", description = "per-request deadline in seconds (default 120)")
     int timeoutSeconds = 120;
 
+    @Option(names = "--memory-budget-mib", description = "KV memory per instance for requests in flight (default 2048)")
+    long memoryBudgetMib = 2048;
+
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
 
@@ -53,7 +56,7 @@ public final class JournalReplayCommand implements Callable<Integer> {
         Map<String, String> props = new LinkedHashMap<>(properties);
         props.put(TransceiverConfig.P_BACKEND, backend);
         List<JournalReplay.Replayed> results = JournalReplay.run(plan, backend, asFastAsPossible,
-                TransceiverConfig.fromProperties(props), Duration.ofSeconds(timeoutSeconds));
+                TransceiverConfig.fromProperties(props), Duration.ofSeconds(timeoutSeconds), memoryBudgetMib << 20);
         out.printf(Locale.ROOT, "%10s %8s %12s %12s %8s  %s%n", "request", "prompt", "recorded ms", "replayed ms",
                 "ratio", "verify");
         int bad = 0;

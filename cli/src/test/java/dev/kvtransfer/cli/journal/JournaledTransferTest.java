@@ -123,6 +123,10 @@ class JournaledTransferTest {
         JournalCli.Run r = JournalCli.run("replay", dir.toString(), "--backend", "loopback", "--as-fast-as-possible");
         assertThat(r.code()).as(r.out() + r.err()).isZero();
         assertThat(r.out()).contains("replayed 6 requests: 6 verified byte-exact, 0 failed");
+        // A memory budget below one request: one request in flight at a time, still every byte checked.
+        List<JournalReplay.Replayed> oneByOne = JournalReplay.run(JournalReplay.plan(JournalReader.readAll(dir)),
+                "loopback", true, dev.kvtransfer.core.TransceiverConfig.defaults(), Duration.ofSeconds(60), 1);
+        assertThat(oneByOne).hasSize(6).allMatch(JournalReplay.Replayed::verified);
     }
 
     @Test

@@ -66,6 +66,12 @@ public final class ChronicleTransferJournal implements TransferJournal {
     /** Default Chronicle block size: small, because a journal file is mapped and grown in blocks of this size. */
     public static final long DEFAULT_BLOCK_SIZE = 4L << 20;
     private static final Duration CLOSE_WAIT = Duration.ofSeconds(10);
+    /**
+     * Nap of the journal thread when the ring is empty. A journal has no latency to keep, and on a machine with
+     * few cores a journal thread that spins or yields takes CPU from the transfer threads; 1 ms naps cost ~1000
+     * wake-ups/s and the ring absorbs what arrives meanwhile (65 536 events by default).
+     */
+    private static final long IDLE_PARK_NANOS = 1_000_000;
 
     private final Path directory;
     private final String instance;
@@ -290,11 +296,9 @@ public final class ChronicleTransferJournal implements TransferJournal {
         try {
             appender = queue.createAppender();
             writeOpened(appender);
-            int idle = 0;
             while (true) {
                 int n = drain(appender, 1024);
                 if (n > 0) {
-                    idle = 0;
                     continue;
                 }
                 if (lost.get() != lostWritten) {
@@ -303,7 +307,7 @@ public final class ChronicleTransferJournal implements TransferJournal {
                 if (closing && consumed == ring.claimedCount()) {
                     break;
                 }
-                idle(++idle);
+                LockSupport.parkNanos(IDLE_PARK_NANOS);
             }
             writeClosed(appender);
         } catch (Throwable e) {
@@ -327,17 +331,6 @@ public final class ChronicleTransferJournal implements TransferJournal {
                     errors.onError(e);
                 }
             }
-        }
-    }
-
-    private static void idle(int idle) {
-        if (idle < 64) {
-            Thread.onSpinWait();
-        } else if (idle < 80) {
-            Thread.yield();
-        } else {
-            // Latency does not matter to a journal: back off to 1 ms so an idle rank costs (almost) no CPU.
-            LockSupport.parkNanos(Math.min(1_000_000, 20_000L * (idle - 79)));
         }
     }
 

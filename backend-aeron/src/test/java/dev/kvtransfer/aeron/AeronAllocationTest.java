@@ -1,0 +1,80 @@
+package dev.kvtransfer.aeron;
+
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.TransportConfig;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.lang.management.ManagementFactory;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * Heap garbage of the data path is per message, not per byte or chunk: the bytes allocated by every thread
+ * (callers, receive agents, drivers) per 16 MiB message (16 DATA chunks, 512 frames) stay within the small
+ * constant of a few bookkeeping objects.
+ */
+@Timeout(value = 60, unit = TimeUnit.SECONDS)
+class AeronAllocationTest {
+    @Test
+    void largeMessagesAllocateAConstantFewHundredBytesEach() throws Exception {
+        Assumptions.assumeTrue(ManagementFactory.getThreadMXBean() instanceof com.sun.management.ThreadMXBean,
+                "needs com.sun.management.ThreadMXBean to count allocated bytes; this JVM has none");
+        com.sun.management.ThreadMXBean tmx = (com.sun.management.ThreadMXBean) ManagementFactory.getThreadMXBean();
+        long size = 16L << 20;
+        int n = 40;
+        Duration t = Duration.ofSeconds(30);
+        AeronTransportProvider p = new AeronTransportProvider();
+        try (ConnectionManager a = p.create(TransportConfig.builder().name("alloc-a").defaultTimeout(t).build());
+             ConnectionManager b = p.create(TransportConfig.builder().name("alloc-b").defaultTimeout(t).build());
+             OffHeapBuffer src = OffHeapBuffer.allocate(size);
+             OffHeapBuffer dst = OffHeapBuffer.allocate(size)) {
+            TestPattern.fill(src, 0, size, 9);
+            Connection ab = a.connection(b.localAddress());
+            CompletableFuture<Void> sender = CompletableFuture.runAsync(() -> {
+                for (int i = 0; i < 2 * n; i++) {
+                    ab.send(5000, src, 0, size);
+                }
+            });
+            Connection ba = b.recvConnect(5000, dst, 0, size);
+            for (int i = 1; i < n; i++) { // warm-up: JIT, lazily created state
+                ba.recv(5000, dst, 0, size);
+            }
+            Map<Long, Long> before = allocatedByThread(tmx);
+            for (int i = 0; i < n; i++) {
+                ba.recv(5000, dst, 0, size);
+            }
+            Map<Long, Long> after = allocatedByThread(tmx);
+            sender.get(60, TimeUnit.SECONDS);
+            TestPattern.assertPattern(dst, 0, size, 9);
+            long bytes = 0;
+            for (Map.Entry<Long, Long> e : before.entrySet()) {
+                Long v = after.get(e.getKey());
+                if (v != null) {
+                    bytes += v - e.getValue();
+                }
+            }
+            double perMessage = (double) bytes / n;
+            System.out.printf("allocated per %d B message, all threads: %.0f B%n", size, perMessage);
+            assertThat(perMessage).as("bytes allocated per 16 MiB message").isLessThan(4096);
+        }
+    }
+
+    private static Map<Long, Long> allocatedByThread(com.sun.management.ThreadMXBean tmx) {
+        Map<Long, Long> m = new HashMap<>();
+        for (long id : tmx.getAllThreadIds()) {
+            long v = tmx.getThreadAllocatedBytes(id);
+            if (v >= 0) {
+                m.put(id, v);
+            }
+        }
+        return m;
+    }
+}

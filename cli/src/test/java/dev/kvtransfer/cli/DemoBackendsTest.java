@@ -1,0 +1,97 @@
+package dev.kvtransfer.cli;
+
+import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.plugin.Plugins;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+import picocli.CommandLine;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/**
+ * The demo over the real transports, across processes: aeron and ucx run the generation instance in a child
+ * JVM; mpi runs every rank as an mpirun process. Every received element is verified by the demo itself
+ * (exit status 0 only when all match).
+ */
+class DemoBackendsTest {
+
+    private static String run(int expectedExit, String... args) {
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        PrintStream old = System.out;
+        System.setOut(new PrintStream(captured, true, StandardCharsets.UTF_8));
+        int code;
+        try {
+            code = new CommandLine(new KvTransferCli()).execute(args);
+        } finally {
+            System.setOut(old);
+        }
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isEqualTo(expectedExit);
+        return report;
+    }
+
+    private static void assumeAvailable(String name) {
+        TransportProvider p = Plugins.discover().transport(name);
+        assumeTrue(p.isAvailable(), () -> "SKIPPED: transport " + name + " unavailable here: " + p.unavailabilityCause());
+    }
+
+    @Test
+    @Timeout(value = 180, unit = TimeUnit.SECONDS)
+    void aeronDemoAcrossTwoProcessesVerifiesAndDumps(@TempDir Path dir) throws Exception {
+        assumeAvailable("aeron");
+        String report = run(0, "demo", "--backend=aeron", "--requests=4", "--isl=50", "--ctx-tp=2", "--gen-pp=2",
+                "--dump-dir=" + dir, "--timing-dir=" + dir.resolve("timing"));
+        assertThat(report).contains("child JVM").contains("0 failed").contains("verify             OK");
+        try (Stream<Path> files = Files.list(dir.resolve("gen-rank-1"))) {
+            assertThat(files.map(p -> p.getFileName().toString()))
+                    .containsExactlyInAnyOrder("request-1.bin", "request-2.bin", "request-3.bin", "request-4.bin");
+        }
+        // Context ranks write the send CSV, the generation process the receive CSV (TensorRT-LLM's columns).
+        assertThat(dir.resolve("timing").resolve("rank_0_send.csv")).exists();
+        assertThat(Files.readAllLines(dir.resolve("timing").resolve("rank_0_recv.csv")).get(0))
+                .startsWith("RequestID,RequestInfo,Preparation,Preprocess,Transmissions,Postprocess");
+    }
+
+    @Test
+    @Timeout(value = 180, unit = TimeUnit.SECONDS)
+    void ucxDemoAcrossTwoProcessesVerifies() {
+        assumeAvailable("ucx");
+        String report = run(0, "demo", "--backend=ucx", "--requests=4", "--isl=40", "--gen-tp=2");
+        assertThat(report).contains("child JVM").contains("0 failed").contains("verify             OK");
+    }
+
+    @Test
+    @Timeout(value = 240, unit = TimeUnit.SECONDS)
+    void mpiDemoUnderMpirunVerifies() {
+        assumeAvailable("mpi");
+        String report = run(0, "demo", "--backend=mpi", "--requests=4", "--isl=40", "--ctx-tp=2", "--gen-pp=2");
+        assertThat(report).contains("mpirun");
+    }
+
+    @Test
+    @Timeout(value = 180, unit = TimeUnit.SECONDS)
+    void mlaDemoWithAttentionDpAndGenerationCpVerifiesOncePerDpRank(@TempDir Path dir) throws Exception {
+        String report = run(0, "demo", "--backend=loopback", "--attention=mla", "--ctx-tp=2", "--ctx-attention-dp",
+                "--gen-tp=2", "--gen-attention-dp", "--gen-pp=2", "--requests=4", "--isl=40", "--dump-dir=" + dir);
+        assertThat(report).contains("verify             OK");
+        // gen TP2 DP2 PP2: ranks 0,1 (PP 0) and 2,3 (PP 1); request i is served by DP rank i % 2, i.e. TP rank.
+        for (int rank = 0; rank < 4; rank++) {
+            int dp = rank % 2;
+            for (long id = 1; id <= 4; id++) {
+                boolean served = (id - 1) % 2 == dp;
+                assertThat(Files.exists(dir.resolve("gen-rank-" + rank).resolve("request-" + id + ".bin")))
+                        .as("rank %d request %d", rank, id).isEqualTo(served);
+            }
+        }
+    }
+}
