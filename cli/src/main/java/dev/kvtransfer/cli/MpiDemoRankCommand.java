@@ -108,9 +108,16 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
             DefaultTransferBufferPool pool = new DefaultTransferBufferPool(mm, slot, config.sendConcurrency(),
                     config.recvSlots(), config.allowDynamicBuffers());
             CacheFormatter formatter = fp.create(cache, pool);
+            dev.kvtransfer.core.ErrorHandler errors =
+                    e -> System.err.println("kvtransfer[mpi " + world + "]: " + e.getMessage());
+            // One journal queue per rank, named as LocalInstance names them: <dir>/<ctx|gen>-rank-<r>.
+            dev.kvtransfer.core.journal.TransferJournal journal = config.journalDir().isPresent()
+                    ? dev.kvtransfer.core.journal.ChronicleTransferJournal.open(config.journalDir().get(),
+                    isCtx ? "ctx" : "gen", rank, mine, config.journalChecksums(), errors)
+                    : dev.kvtransfer.core.journal.TransferJournal.NOOP;
             try (CacheTransceiver t = new CacheTransceiver(config, mine, rank, myComm, cm, formatter, pool, mm, status,
-                    e -> System.err.println("kvtransfer[mpi " + world + "]: " + e.getMessage()),
-                    new io.micrometer.core.instrument.simple.SimpleMeterRegistry()).closeWith(pool)) {
+                    errors, new io.micrometer.core.instrument.simple.SimpleMeterRegistry(), journal)
+                    .closeWith(pool).closeWith(journal)) {
                 for (int start = 0; start < requests; start += window) {
                     int end = Math.min(requests, start + window);
                     List<TransferRequest> mineReqs = new ArrayList<>();
