@@ -44,6 +44,7 @@ final class AeronConnection implements Connection {
     private volatile boolean everConnected;
     private volatile long openedNanos = System.nanoTime();
     private volatile long lastOfferNanos = System.nanoTime() - 1_000_000_000L;
+    private volatile String channel;
 
     AeronConnection(AeronConnectionManager manager, AeronConnectionManager.Peer peer) {
         this.manager = manager;
@@ -153,8 +154,7 @@ final class AeronConnection implements Connection {
                 if (publication == null) {
                     try {
                         openedNanos = System.nanoTime();
-                        publication = manager.aeron.addExclusivePublication(manager.publicationChannel(peer.address),
-                                AeronSettings.STREAM_ID);
+                        publication = newPublication();
                     } catch (RuntimeException e) {
                         if (manager.isClosed()) {
                             throw new TransportClosedException("aeron " + manager.name + " closed while connecting to "
@@ -308,6 +308,12 @@ final class AeronConnection implements Connection {
         if (p == null) {
             return false;
         }
+        if (channel.startsWith(AeronSettings.IPC_CHANNEL)) {
+            // An IPC log lives in the driver the peer shares; a closed IPC publication stays readable until its
+            // subscribers have consumed it (Aeron drains it before removing it), so there is nothing to wait for.
+            // Its publisher limit is not tied to a sender position: the test below would wait out the deadline.
+            return false;
+        }
         // The publisher limit runs half a term ahead of the driver's sender position.
         IdleStrategy idle = manager.settings.newIdleStrategy();
         while (p.isConnected() && p.position() > p.positionLimit() - p.termBufferLength() / 2
@@ -345,8 +351,7 @@ final class AeronConnection implements Connection {
         try {
             if (!shut && publication == null && !manager.isClosed()) {
                 openedNanos = System.nanoTime();
-                publication = manager.aeron.addExclusivePublication(manager.publicationChannel(peer.address),
-                        AeronSettings.STREAM_ID);
+                publication = newPublication();
             }
         } catch (RuntimeException e) {
             // establish() retries and reports it with the call that needs the publication
@@ -354,6 +359,27 @@ final class AeronConnection implements Connection {
         } finally {
             offerLock.unlock();
         }
+    }
+
+    /**
+     * Creates the publication (caller holds the offer lock): {@code aeron:ipc} to the peer's IPC stream when the
+     * peer is a manager of this process on the same driver, else UDP to its address.
+     */
+    private ExclusivePublication newPublication() {
+        int ipcStream = manager.ipcStreamOf(peer.address);
+        String ch = ipcStream >= 0 ? manager.ipcPublicationChannel() : manager.publicationChannel(peer.address);
+        ExclusivePublication p = manager.aeron.addExclusivePublication(ch,
+                ipcStream >= 0 ? ipcStream : AeronSettings.STREAM_ID);
+        channel = ch;
+        return p;
+    }
+
+    /**
+     * @return the channel of this connection's publication ({@code aeron:ipc?...} or {@code aeron:udp?...}), null
+     *         before it is opened
+     */
+    String channel() {
+        return channel;
     }
 
     /** Closes the publication; later offers fail. Taking the offer lock waits out an offer in progress. */

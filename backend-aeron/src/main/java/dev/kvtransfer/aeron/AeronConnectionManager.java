@@ -41,7 +41,9 @@ import java.util.concurrent.locks.LockSupport;
 /**
  * One rank's Aeron endpoint: a UDP subscription on {@code host:port} (its {@link #localAddress()}), one
  * exclusive publication per peer it talks to, and a receive agent thread that demultiplexes every incoming
- * message by (peer, tag) and copies payload straight into the destination {@link MemoryBuffer}.
+ * message by (peer, tag) and copies payload straight into the destination {@link MemoryBuffer}. Managers of one
+ * process on the same media driver also listen on an {@code aeron:ipc} stream and reach each other through it
+ * (property {@code aeron.ipc}, default true); the address stays the UDP {@code host:port}.
  *
  * <p>Protocol (see {@link Wire}): each publication starts with HELLO (the sender's listen address), which ties
  * the Aeron image (session) to a peer. Messages that fit one frame travel EAGER; if no receive is posted yet
@@ -58,6 +60,16 @@ public final class AeronConnectionManager implements ConnectionManager {
     private static final long WAIT_SLICE_NS = TimeUnit.MILLISECONDS.toNanos(50);
     private static final long CHECK_INTERVAL_NS = TimeUnit.MILLISECONDS.toNanos(100);
     private static final int FRAGMENT_LIMIT = 64;
+    /**
+     * Managers of this process reachable over IPC, by {@link #localAddress()}: a connection to an address found
+     * here whose manager uses the same media driver directory publishes on {@code aeron:ipc} to that manager's
+     * IPC stream instead of UDP. Only immutable endpoints go in, never a manager under construction.
+     */
+    private static final java.util.concurrent.ConcurrentHashMap<String, IpcEndpoint> IPC_ENDPOINTS =
+            new java.util.concurrent.ConcurrentHashMap<>();
+    /** Image keys: which subscription an image belongs to, in the upper half (session ids may coincide). */
+    private static final long UDP_IMAGE = 0L;
+    private static final long IPC_IMAGE = 1L << 32;
 
     // Receive operation states.
     static final int POSTED = 0;
@@ -77,6 +89,9 @@ public final class AeronConnectionManager implements ConnectionManager {
     final Aeron aeron;
     private final Subscription subscription;
     private final String localAddress;
+    /** The IPC subscription for managers of this process on the same driver; null when IPC is off. */
+    private final Subscription ipcSubscription;
+    private final IpcEndpoint ipcEndpoint;
     private final Thread agentThread;
     private final AtomicBoolean closed = new AtomicBoolean();
     private volatile boolean running = true;
@@ -90,9 +105,11 @@ public final class AeronConnectionManager implements ConnectionManager {
     private long arrivalStamp;                                        // lock
 
     // Receive agent only.
-    private final Int2ObjectHashMap<ImageState> images = new Int2ObjectHashMap<>();
-    private final Queue<Integer> unavailableImages = new ConcurrentLinkedQueue<>();
-    private final ControlledFragmentHandler handler = this::onFragment;
+    private final org.agrona.collections.Long2ObjectHashMap<ImageState> images =
+            new org.agrona.collections.Long2ObjectHashMap<>(); // by image key (subscription | session id)
+    private final Queue<Long> unavailableImages = new ConcurrentLinkedQueue<>();
+    private final ControlledFragmentHandler handler = (b, o, l, h) -> onFragment(UDP_IMAGE, b, o, l, h);
+    private final ControlledFragmentHandler ipcHandler = (b, o, l, h) -> onFragment(IPC_IMAGE, b, o, l, h);
 
     private final AtomicLong errorCount = new AtomicLong();
     private final AtomicLong droppedChunks = new AtomicLong();
@@ -111,6 +128,8 @@ public final class AeronConnectionManager implements ConnectionManager {
         this.defaultTimeout = config.defaultTimeout();
         EmbeddedDriver.Lease l = null;
         Aeron a = null;
+        String address = null;
+        IpcEndpoint ipc = null;
         try {
             l = settings.externalDir == null ? EmbeddedDriver.acquire(settings) : null;
             String dir = l != null ? l.directory() : settings.externalDir;
@@ -120,10 +139,20 @@ public final class AeronConnectionManager implements ConnectionManager {
                     .errorHandler(this::onError));
             String channel = "aeron:udp?endpoint=" + config.host() + ":" + config.port()
                     + "|so-rcvbuf=" + settings.socketBuffer + "|rcv-wnd=" + settings.receiverWindow();
-            Subscription sub = a.addSubscription(channel, AeronSettings.STREAM_ID, null, this::onUnavailableImage);
+            Subscription sub = a.addSubscription(channel, AeronSettings.STREAM_ID, null,
+                    image -> onUnavailableImage(UDP_IMAGE, image));
             this.subscription = sub;
-            this.localAddress = config.host() + ":" + resolvePort(sub, config.port());
+            int port = resolvePort(sub, config.port());
+            address = config.host() + ":" + port;
+            this.localAddress = address;
+            ipc = settings.ipc ? IpcEndpoint.reserve(address, dir, AeronSettings.IPC_STREAM_BASE + port) : null;
+            this.ipcEndpoint = ipc;
+            this.ipcSubscription = ipc == null ? null : a.addSubscription(AeronSettings.IPC_CHANNEL, ipc.streamId(),
+                    null, image -> onUnavailableImage(IPC_IMAGE, image));
         } catch (RuntimeException | Error e) {
+            if (ipc != null) {
+                IPC_ENDPOINTS.remove(address, ipc);
+            }
             CloseHelper.quietClose(a);
             CloseHelper.quietClose(l);
             throw new TransportException(ErrorCode.NETWORK, "aeron transport " + name + ": cannot start on "
@@ -235,6 +264,9 @@ public final class AeronConnectionManager implements ConnectionManager {
         if (!closed.compareAndSet(false, true)) {
             return;
         }
+        if (ipcEndpoint != null) {
+            IPC_ENDPOINTS.remove(localAddress, ipcEndpoint); // new connections to us use UDP from now on
+        }
         List<AeronConnection> connections = new ArrayList<>();
         synchronized (lock) {
             String why = "aeron transport " + name + " (" + localAddress + ") closed";
@@ -284,6 +316,7 @@ public final class AeronConnectionManager implements ConnectionManager {
             // drains what it holds before dropping the stream, instead of waiting out the liveness timeout.
             LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(150));
         }
+        CloseHelper.quietClose(ipcSubscription);
         CloseHelper.quietClose(subscription);
         CloseHelper.quietClose(aeron);
         CloseHelper.quietClose(lease);
@@ -534,6 +567,30 @@ public final class AeronConnectionManager implements ConnectionManager {
         return c;
     }
 
+    /**
+     * The IPC stream to publish on for a peer: set when the peer's manager lives in this process on the same
+     * media driver and both have IPC on.
+     *
+     * @return the peer's IPC stream id, or -1 for UDP
+     */
+    int ipcStreamOf(String address) {
+        if (ipcEndpoint == null) {
+            return -1;
+        }
+        IpcEndpoint e = IPC_ENDPOINTS.get(address);
+        return e != null && e.directory().equals(ipcEndpoint.directory()) ? e.streamId() : -1;
+    }
+
+    String ipcPublicationChannel() {
+        return AeronSettings.IPC_CHANNEL + "?mtu=" + settings.ipcMtu() + "|term-length=" + settings.termLength
+                + "|sparse=true";
+    }
+
+    /** @return whether this manager listens on IPC for managers of this process (tests) */
+    boolean ipcEnabled() {
+        return ipcEndpoint != null;
+    }
+
     String publicationChannel(String address) {
         return "aeron:udp?endpoint=" + address + "|mtu=" + settings.mtu + "|term-length=" + settings.termLength
                 + "|so-sndbuf=" + settings.socketBuffer + "|sparse=true";
@@ -554,6 +611,9 @@ public final class AeronConnectionManager implements ConnectionManager {
             int work = 0;
             try {
                 work += subscription.controlledPoll(handler, FRAGMENT_LIMIT);
+                if (ipcSubscription != null) {
+                    work += ipcSubscription.controlledPoll(ipcHandler, FRAGMENT_LIMIT);
+                }
                 work += drainUnavailableImages();
                 long now = System.nanoTime();
                 if (now - nextCheck >= 0) {
@@ -567,17 +627,22 @@ public final class AeronConnectionManager implements ConnectionManager {
         }
     }
 
-    private void onUnavailableImage(Image image) {
+    private void onUnavailableImage(long source, Image image) {
         // Called on the Aeron client conductor thread; the agent owns the image table.
-        unavailableImages.add(image.sessionId());
+        unavailableImages.add(imageKey(source, image.sessionId()));
+    }
+
+    /** Images of the UDP and the IPC subscription are kept apart: their session ids may coincide. */
+    private static long imageKey(long source, int sessionId) {
+        return source | (sessionId & 0xFFFF_FFFFL);
     }
 
     private int drainUnavailableImages() {
         int n = 0;
-        Integer sessionId;
-        while ((sessionId = unavailableImages.poll()) != null) {
+        Long key;
+        while ((key = unavailableImages.poll()) != null) {
             n++;
-            ImageState img = images.remove(sessionId.intValue());
+            ImageState img = images.remove(key.longValue());
             if (img != null && img.peer != null) {
                 synchronized (lock) {
                     img.peer.liveImages--;
@@ -650,12 +715,14 @@ public final class AeronConnectionManager implements ConnectionManager {
         p.awaitingCts.clear();
     }
 
-    private ControlledFragmentHandler.Action onFragment(DirectBuffer buffer, int offset, int length, Header header) {
+    private ControlledFragmentHandler.Action onFragment(long source, DirectBuffer buffer, int offset, int length,
+            Header header) {
         int sessionId = header.sessionId();
-        ImageState img = images.get(sessionId);
+        long key = imageKey(source, sessionId);
+        ImageState img = images.get(key);
         if (img == null) {
             img = new ImageState();
-            images.put(sessionId, img);
+            images.put(key, img);
         }
         byte flags = header.flags();
         boolean end = (flags & FrameDescriptor.END_FRAG_FLAG) != 0;
@@ -1064,6 +1131,34 @@ public final class AeronConnectionManager implements ConnectionManager {
             failure = e;
             state = FAILED;
             LockSupport.unpark(waiter);
+        }
+    }
+
+    /**
+     * A manager's IPC listening point, registered in {@link #IPC_ENDPOINTS} under its address.
+     *
+     * @param directory the media driver directory (IPC reaches only subscribers of the same driver)
+     * @param streamId  the stream its IPC subscription listens on
+     */
+    record IpcEndpoint(String directory, int streamId) {
+        /**
+         * Registers an endpoint, unless its stream id is already taken on that driver (two managers on different
+         * loopback hosts with the same port): that manager then stays UDP-only.
+         *
+         * @return the endpoint, or null when IPC is not available to this manager
+         */
+        static IpcEndpoint reserve(String address, String directory, int streamId) {
+            IpcEndpoint e = new IpcEndpoint(directory, streamId);
+            synchronized (IPC_ENDPOINTS) {
+                for (IpcEndpoint other : IPC_ENDPOINTS.values()) {
+                    if (other.equals(e)) {
+                        LOG.log(Level.INFO, "aeron: IPC stream " + streamId + " of " + directory
+                                + " is taken; " + address + " talks UDP only");
+                        return null;
+                    }
+                }
+                return IPC_ENDPOINTS.putIfAbsent(address, e) == null ? e : null;
+            }
         }
     }
 

@@ -319,20 +319,23 @@ public final class AeronRawBench {
         }
         Map<String, String> props = new LinkedHashMap<>();
         for (String k : List.of(AeronSettings.TERM_LENGTH, AeronSettings.MTU, AeronSettings.CHUNK,
-                AeronSettings.SOCKET_BUFFER, AeronSettings.IDLE, AeronSettings.THREADING)) {
+                AeronSettings.SOCKET_BUFFER, AeronSettings.IDLE, AeronSettings.THREADING, AeronSettings.IPC)) {
             String v = System.getProperty(k);
             if (v != null) {
                 props.put(k, v);
             }
         }
-        System.out.println("total " + totalMiB + " MiB per size, cross-process, properties " + props);
+        System.out.println("total " + totalMiB + " MiB per size, "
+                + (Boolean.getBoolean("bench.local") ? "one process" : "cross-process") + ", properties " + props);
         System.out.println("| message | ours GB/s | raw Aeron GB/s | ours / raw |");
         System.out.println("| ---: | ---: | ---: | ---: |");
         for (long mib : sizes) {
             long msg = mib << 20;
             boolean cross = !Boolean.getBoolean("bench.local");
             Result raw = Boolean.getBoolean("bench.skipRaw") ? null : raw(msg, totalMiB << 20, cross, props);
-            System.out.println("  " + raw);
+            if (raw != null) {
+                System.out.println("  " + raw);
+            }
             Result ours = ours(msg, totalMiB << 20, cross, props);
             System.out.println("  " + ours);
             if (raw == null) {

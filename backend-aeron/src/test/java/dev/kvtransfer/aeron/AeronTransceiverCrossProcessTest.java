@@ -18,6 +18,7 @@ import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
 import java.io.OutputStream;
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -123,6 +124,25 @@ class AeronTransceiverCrossProcessTest {
         }
     }
 
+    /**
+     * Progress probe for the kill test's log: how many of the request's blocks (rank 0, TP1/PP1/CP1, 2-byte
+     * elements) already hold their pattern value in their last element (V plane, last layer, head, token, dim).
+     */
+    private static int arrivedBlocks(LocalInstance gen, TransferRequest q) {
+        var l = gen.cache(0).layout();
+        int tpb = l.tokensPerBlock();
+        long off = l.offset(l.localLayers() - 1, l.kvFactor() - 1, l.localHeads() - 1, tpb - 1, l.sizePerHead() - 1);
+        int n = 0;
+        int[] ids = q.blockIds();
+        for (int i = 0; i < ids.length; i++) {
+            short expect = (short) KvPattern.value(q.requestId(), l.localLayers() - 1, l.kvFactor() - 1,
+                    l.localHeads() - 1, (long) i * tpb + tpb - 1, l.sizePerHead() - 1);
+            short got = gen.cache(0).block(ids[i]).asByteBuffer().order(ByteOrder.LITTLE_ENDIAN).getShort((int) off);
+            n += got == expect ? 1 : 0;
+        }
+        return n;
+    }
+
     private static void awaitDone(List<TransferRequest> reqs, Duration bound) {
         await("generation requests to end").atMost(bound).pollInterval(Duration.ofMillis(10))
                 .until(() -> reqs.stream().allMatch(TransferRequest::isDone));
@@ -149,8 +169,15 @@ class AeronTransceiverCrossProcessTest {
             awaitDone(all.get(i), T);
             assertExact(gen, all.get(i), prompts[i]);
         }
-        // The context side reports its requests as they end, in any order.
+        // The context side reports its requests as they end, in any order: some reports went by while this
+        // test waited for later PARAMS lines (ChildJvm keeps those in seen()).
         Map<Long, String> ctxDone = new TreeMap<>();
+        for (String line : child.seen()) {
+            if (line.startsWith("CTXDONE ")) {
+                String[] w = line.substring("CTXDONE ".length()).split(" ", 2);
+                ctxDone.put(Long.parseLong(w[0]), w[1]);
+            }
+        }
         while (ctxDone.size() < prompts.length) {
             String[] w = child.awaitLine("CTXDONE ", T).split(" ", 2);
             ctxDone.put(Long.parseLong(w[0]), w[1]);
@@ -164,10 +191,11 @@ class AeronTransceiverCrossProcessTest {
 
     @Test
     void aKilledContextProcessFailsTheRequestInFlightAndTheGenerationInstanceServesAFreshOne() throws Exception {
-        // 8 MiB blocks (32 layers x 2 x 8 heads x 64 tokens x 128 dims x 2 B); 48 blocks = 384 MiB per request.
-        String spec = "1,1,32,8,128,64,FLOAT16";
-        int blocks = 48;
-        int bigPrompt = 64 * blocks;
+        // 2 MiB blocks (32 layers x 2 x 8 heads x 16 tokens x 128 dims x 2 B); 192 blocks = 384 MiB per request.
+        // Small blocks keep the in-flight probe (one block checked against the pattern) cheap.
+        String spec = "1,1,32,8,128,16,FLOAT16";
+        int blocks = 192;
+        int bigPrompt = 16 * blocks;
         Duration kvTimeout = Duration.ofSeconds(8);
         TransceiverConfig cfg = TransceiverConfig.builder().backend(BACKEND).transferBufferBytes(8 << 20)
                 .chunkBytes(4 << 20).kvTransferTimeout(kvTimeout).build();
@@ -188,10 +216,12 @@ class AeronTransceiverCrossProcessTest {
                 .isFalse();
         long t0 = System.nanoTime();
         doomed.process().destroyForcibly();
+        int arrivedAtKill = arrivedBlocks(gen, q);
         Duration bound = kvTimeout.plusSeconds(10);
         awaitDone(reqs, bound);
         long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
-        System.out.println("kill test: request 7000 ended " + ms + " ms after the kill: " + q);
+        System.out.println("kill test: " + arrivedAtKill + " of " + blocks + " blocks had arrived at the kill; request 7000"
+                + " ended " + ms + " ms after it: " + q);
         assertThat(q.state()).as("%s", q).isEqualTo(RequestState.TRANS_ERROR);
         KvTransferException e = q.error().orElseThrow();
         assertThat(e.code()).as("%s", e.getMessage()).isIn(ErrorCode.PEER_LOST, ErrorCode.TIMEOUT);
@@ -202,7 +232,7 @@ class AeronTransceiverCrossProcessTest {
         // The same generation instance takes the next request from a fresh context process, byte-exact.
         ChildJvm fresh = contextChild(spec, blocks + 2, "kvtransfer.transferBufferBytes=8388608",
                 "kvtransfer.chunkBytes=4194304");
-        int prompt = 64 * 6 + 17;
+        int prompt = 16 * 20 + 7;
         ContextPhaseParams p2 = contextRequest(fresh, 7001, prompt);
         List<TransferRequest> ok = request(gen, p2, prompt);
         awaitDone(ok, T);

@@ -72,6 +72,18 @@ class DemoBackendsTest {
 
     @Test
     @Timeout(value = 240, unit = TimeUnit.SECONDS)
+    void mpiDemoOnTwoRanksVerifiesAndDumps(@TempDir Path dir) throws Exception {
+        assumeAvailable("mpi");
+        String report = run(0, "demo", "--backend=mpi", "--requests=3", "--isl=40", "--dump-dir=" + dir);
+        assertThat(report).contains("1 context + 1 generation ranks under mpirun");
+        try (Stream<Path> files = Files.list(dir.resolve("gen-rank-0"))) {
+            assertThat(files.map(p -> p.getFileName().toString()))
+                    .containsExactlyInAnyOrder("request-1.bin", "request-2.bin", "request-3.bin");
+        }
+    }
+
+    @Test
+    @Timeout(value = 240, unit = TimeUnit.SECONDS)
     void mpiDemoUnderMpirunVerifies() {
         assumeAvailable("mpi");
         String report = run(0, "demo", "--backend=mpi", "--requests=4", "--isl=40", "--ctx-tp=2", "--gen-pp=2");
