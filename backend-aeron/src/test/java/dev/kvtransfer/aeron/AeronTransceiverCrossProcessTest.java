@@ -12,6 +12,7 @@ import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.testkit.process.ContextInstanceMain;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;

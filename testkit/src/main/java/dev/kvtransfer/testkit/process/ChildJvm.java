@@ -1,4 +1,4 @@
-package dev.kvtransfer.ucx;
+package dev.kvtransfer.testkit.process;
 
 import java.io.BufferedReader;
 import java.io.File;
@@ -15,10 +15,11 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * A child JVM on this process's class path running a main class, with its stdout read line by line (so the
- * parent can wait for "READY" and the like with a deadline) and stderr inherited. Closing kills it. The same
- * helper as backend-aeron's {@code ChildJvm} (which is not on this module's class path), without Aeron's flag.
+ * parent can wait for "READY" and the like with a deadline) and stderr inherited. It starts with this JVM's
+ * flags (the {@code --add-opens}/{@code --add-exports} a transport or Chronicle needs). Closing kills it. Used by
+ * the backends' cross-process tests, e.g. with {@link ContextInstanceMain}.
  */
-final class ChildJvm implements AutoCloseable {
+public final class ChildJvm implements AutoCloseable {
     private final Process process;
     private final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
     private final List<String> seen = new ArrayList<>();

@@ -1,4 +1,4 @@
-package dev.kvtransfer.ucx;
+package dev.kvtransfer.testkit.process;
 
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
@@ -51,7 +51,7 @@ public final class ContextInstanceMain {
      * @param spec {@code tp,pp,layers,heads,sizePerHead,tokensPerBlock,dataType}
      * @return the state
      */
-    static CacheState state(String spec) {
+    public static CacheState state(String spec) {
         String[] f = spec.split(",");
         return CacheState.builder().uniformKvHeads(Integer.parseInt(f[2]), Integer.parseInt(f[3]))
                 .sizePerHead(Integer.parseInt(f[4])).tokensPerBlock(Integer.parseInt(f[5]))
