@@ -413,12 +413,21 @@ final class TransportChecks {
                     buf, 8, 8, T))), "blocked-recvConnect");
             r.start();
             a.start();
-            // Wait (bounded) until both threads are parked in the backoff of their poll loops.
+            // Wait (bounded) until each thread is inside its poll loop. Checked per thread, not both at one
+            // instant: with 4 oversubscribed ranks a poller spends most of its time RUNNABLE in MPI_Test, and
+            // sampling both parked at the same moment failed about one run in three.
             long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
-            while (!(parked(r) && parked(a)) && System.nanoTime() < until) {
+            boolean rIn = false;
+            boolean aIn = false;
+            while (!(rIn && aIn) && System.nanoTime() < until) {
+                rIn |= inPollLoop(r);
+                aIn |= inPollLoop(a);
                 LockSupport.parkNanos(1_000_000);
             }
-            require(parked(r) && parked(a), "threads did not block: " + r.getState() + " " + a.getState());
+            require(rIn && aIn, "threads did not enter their blocking calls within 10 s: " + r.getState() + " "
+                    + a.getState());
+            require(r.isAlive() && a.isAlive(), "a blocked call returned before close: recv " + recvOutcome.get()
+                    + ", recvConnect " + connectOutcome.get());
             long start = System.nanoTime();
             m.close();
             r.join(5_000);
@@ -456,6 +465,18 @@ final class TransportChecks {
         } finally {
             ctx.reopen(Map.of());
         }
+    }
+
+    /** The thread is in a wait of the manager (its stack holds a frame of the MPI connection classes). */
+    private static boolean inPollLoop(Thread t) {
+        for (StackTraceElement f : t.getStackTrace()) {
+            if (f.getClassName().startsWith("dev.kvtransfer.mpi.MpiConnection")
+                    && (f.getMethodName().equals("await") || f.getMethodName().equals("recvConnect")
+                    || f.getMethodName().equals("recv"))) {
+                return true;
+            }
+        }
+        return false;
     }
 
     private static boolean parked(Thread t) {
