@@ -54,6 +54,13 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     @Option(names = "--in-process", description = "run the generation instance in this JVM even with a network backend")
     boolean inProcess;
 
+    @Option(names = "--warmup", description = "untimed requests before the measured ones, so that first contact and "
+            + "JIT compilation are not in the numbers; verified, not dumped (default 4; 0 for none; not with mpi)")
+    int warmup = 4;
+
+    /** Request ids of warm-up requests start here (measured requests are 1..requests); never dumped. */
+    static final long WARMUP_ID_BASE = 1L << 40;
+
     private final PrintStream out = System.out;
 
     @Override
@@ -62,6 +69,9 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         CacheState genState = options.generationState();
         if (requests < 1 || isl < 1) {
             throw new IllegalArgumentException("--requests and --isl must be positive");
+        }
+        if (warmup < 0) {
+            throw new IllegalArgumentException("--warmup must be 0 or more, was " + warmup);
         }
         int ctxBlocks = DemoRanks.totalBlocks(ctxState, isl);
         long ctxRequestBytes = 0;
@@ -102,6 +112,17 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                 ((GenRunner) gen).closeInstance();
             }
             report(result, ctxState, window, System.nanoTime() - started);
+            if (result.warmup.requests > 0) {
+                Result w = result.warmup;
+                out.printf(Locale.ROOT, "%-18s %d requests before the measured ones (untimed): %d failed, %s%n",
+                        "warm-up", w.requests, w.failed, !options.verify ? "not verified"
+                                : w.mismatches == 0 ? w.checked + " elements verified"
+                                : w.mismatches + " mismatching elements");
+                if (!w.firstError.isEmpty() || !w.firstMismatch.isEmpty()) {
+                    out.printf(Locale.ROOT, "%-18s %s%n", "warm-up error",
+                            w.firstError.isEmpty() ? w.firstMismatch : w.firstError);
+                }
+            }
             if (copyBaseline && result.bytes > 0) {
                 double copy = CopyBaseline.gigabytesPerSecond(result.bytes, perRequestInstanceBytes);
                 double ours = result.bytes / (result.transferNanos / 1e9) / 1e9;
@@ -111,7 +132,9 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             if (rawBaseline && result.bytes > 0) {
                 printRawBaseline(result, ctxState);
             }
-            return result.failed == 0 && result.mismatches == 0 ? 0 : 1;
+            boolean ok = result.failed == 0 && result.mismatches == 0 && result.warmup.failed == 0
+                    && result.warmup.mismatches == 0;
+            return ok ? 0 : 1;
         }
     }
 
@@ -189,6 +212,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     }
 
     private static final class Result {
+        int requests;
+        Result warmup;
         long bytes;
         long transferNanos;
         int failed;
@@ -200,96 +225,109 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     }
 
     private Result run(LocalInstance ctx, GenSide gen, int window, Duration timeout) {
-        CacheState ctxState = ctx.cacheState();
-        int totalBlocks = DemoRanks.totalBlocks(ctxState, isl);
+        Result warm = new Result();
+        for (int start = 0; start < warmup; start += window) {
+            runWindow(ctx, gen, start, Math.min(warmup, start + window), WARMUP_ID_BASE, warm, timeout, null);
+        }
         Result result = new Result();
+        result.warmup = warm;
         Progress progress = new Progress(requests);
         for (int start = 0; start < requests; start += window) {
-            int end = Math.min(requests, start + window);
-            // Untimed: allocate and fill the context ranks' blocks.
-            List<List<TransferRequest>> ctxRequests = new ArrayList<>();
-            for (int i = start; i < end; i++) {
-                long id = i + 1;
-                List<TransferRequest> reqs = new ArrayList<>();
-                for (int r : DemoRanks.serving(ctxState, i)) {
-                    int[] blocks = ctx.cache(r).allocate(id, DemoRanks.blocksOnRank(ctxState, r, totalBlocks));
-                    if (options.verify || options.dumpDir != null) {
-                        KvPattern.fill(ctx.cache(r), blocks, ctx.cacheState(r), r, id, totalBlocks);
-                    }
-                    reqs.add(TransferRequest.context(id, isl, blocks));
-                }
-                ctxRequests.add(reqs);
-            }
-            // Timed: the transfers of this window.
-            long t0 = System.nanoTime();
-            List<CompletableFuture<GenSide.GenTransfer>> genFutures = new ArrayList<>();
-            List<CompletableFuture<?>> ctxFutures = new ArrayList<>();
-            for (int i = start; i < end; i++) {
-                long id = i + 1;
-                List<TransferRequest> reqs = ctxRequests.get(i - start);
-                List<Integer> serving = DemoRanks.serving(ctxState, i);
-                for (int k = 0; k < reqs.size(); k++) {
-                    ctx.transceiver(serving.get(k)).respondAndSendAsync(reqs.get(k));
-                    ctxFutures.add(reqs.get(k).completion().toCompletableFuture());
-                }
-                ContextPhaseParams params = ctx.contextPhaseParams(id, serving.get(0));
-                genFutures.add(gen.submit(i, id, isl, params));
-            }
-            long lastDone = t0;
-            long deadline = System.nanoTime() + timeout.plusSeconds(30).toNanos();
-            for (CompletableFuture<GenSide.GenTransfer> f : genFutures) {
-                GenSide.GenTransfer t = await(f, deadline, "generation transfer");
-                if (t == null) {
-                    result.failed++;
-                    continue;
-                }
-                lastDone = Math.max(lastDone, t.doneNanos());
-                if (t.ok()) {
-                    result.bytes += t.bytes();
-                    result.latency.recordValue(Math.max(1, t.doneNanos() - t.submitNanos()));
-                } else {
-                    result.failed++;
-                    if (result.firstError.isEmpty()) {
-                        result.firstError = "request " + t.requestId() + ": " + t.error();
-                    }
-                }
-            }
-            for (CompletableFuture<?> f : ctxFutures) {
-                await(f, deadline, "context transfer");
-            }
-            result.transferNanos += Math.max(1, lastDone - t0);
-            // Untimed: status agreement, verification, dump, release.
-            for (int i = start; i < end; i++) {
-                long id = i + 1;
-                for (TransferRequest req : ctxRequests.get(i - start)) {
-                    if (req.state() != RequestState.CONTEXT_COMPLETE && result.firstError.isEmpty()) {
-                        result.firstError = "context request " + id + ": " + req.state()
-                                + req.error().map(e -> " " + e.getMessage()).orElse("");
-                    }
-                }
-            }
-            StatusSync.context(ctx, options.timeoutSeconds);
-            if (gen instanceof ChildProcessGen) {
-                ((ChildProcessGen) gen).sync();
-            } else {
-                ((GenRunner) gen).sync(options.timeoutSeconds);
-            }
-            for (int i = start; i < end; i++) {
-                long id = i + 1;
-                GenSide.GenCheck c = gen.check(id);
-                result.checked += c.checked();
-                result.mismatches += c.mismatches();
-                if (result.firstMismatch.isEmpty() && !c.firstMismatch().isEmpty()) {
-                    result.firstMismatch = "request " + id + ": " + c.firstMismatch();
-                }
-                for (int r : DemoRanks.serving(ctxState, i)) {
-                    ctx.cache(r).free(id);
-                }
-                progress.step();
-            }
+            runWindow(ctx, gen, start, Math.min(requests, start + window), 0, result, timeout, progress);
         }
         progress.finish();
         return result;
+    }
+
+    /** Requests {@code start..end-1} (ids {@code idBase + index + 1}) as one window: fill, transfer (timed), check. */
+    private void runWindow(LocalInstance ctx, GenSide gen, int start, int end, long idBase, Result result,
+            Duration timeout, Progress progress) {
+        CacheState ctxState = ctx.cacheState();
+        int totalBlocks = DemoRanks.totalBlocks(ctxState, isl);
+        result.requests += end - start;
+        // Untimed: allocate and fill the context ranks' blocks.
+        List<List<TransferRequest>> ctxRequests = new ArrayList<>();
+        for (int i = start; i < end; i++) {
+            long id = idBase + i + 1;
+            List<TransferRequest> reqs = new ArrayList<>();
+            for (int r : DemoRanks.serving(ctxState, i)) {
+                int[] blocks = ctx.cache(r).allocate(id, DemoRanks.blocksOnRank(ctxState, r, totalBlocks));
+                if (options.verify || options.dumpDir != null) {
+                    KvPattern.fill(ctx.cache(r), blocks, ctx.cacheState(r), r, id, totalBlocks);
+                }
+                reqs.add(TransferRequest.context(id, isl, blocks));
+            }
+            ctxRequests.add(reqs);
+        }
+        // Timed: the transfers of this window.
+        long t0 = System.nanoTime();
+        List<CompletableFuture<GenSide.GenTransfer>> genFutures = new ArrayList<>();
+        List<CompletableFuture<?>> ctxFutures = new ArrayList<>();
+        for (int i = start; i < end; i++) {
+            long id = idBase + i + 1;
+            List<TransferRequest> reqs = ctxRequests.get(i - start);
+            List<Integer> serving = DemoRanks.serving(ctxState, i);
+            for (int k = 0; k < reqs.size(); k++) {
+                ctx.transceiver(serving.get(k)).respondAndSendAsync(reqs.get(k));
+                ctxFutures.add(reqs.get(k).completion().toCompletableFuture());
+            }
+            ContextPhaseParams params = ctx.contextPhaseParams(id, serving.get(0));
+            genFutures.add(gen.submit(i, id, isl, params));
+        }
+        long lastDone = t0;
+        long deadline = System.nanoTime() + timeout.plusSeconds(30).toNanos();
+        for (CompletableFuture<GenSide.GenTransfer> f : genFutures) {
+            GenSide.GenTransfer t = await(f, deadline, "generation transfer");
+            if (t == null) {
+                result.failed++;
+                continue;
+            }
+            lastDone = Math.max(lastDone, t.doneNanos());
+            if (t.ok()) {
+                result.bytes += t.bytes();
+                result.latency.recordValue(Math.max(1, t.doneNanos() - t.submitNanos()));
+            } else {
+                result.failed++;
+                if (result.firstError.isEmpty()) {
+                    result.firstError = "request " + t.requestId() + ": " + t.error();
+                }
+            }
+        }
+        for (CompletableFuture<?> f : ctxFutures) {
+            await(f, deadline, "context transfer");
+        }
+        result.transferNanos += Math.max(1, lastDone - t0);
+        // Untimed: status agreement, verification, dump, release.
+        for (int i = start; i < end; i++) {
+            long id = idBase + i + 1;
+            for (TransferRequest req : ctxRequests.get(i - start)) {
+                if (req.state() != RequestState.CONTEXT_COMPLETE && result.firstError.isEmpty()) {
+                    result.firstError = "context request " + id + ": " + req.state()
+                            + req.error().map(e -> " " + e.getMessage()).orElse("");
+                }
+            }
+        }
+        StatusSync.context(ctx, options.timeoutSeconds);
+        if (gen instanceof ChildProcessGen) {
+            ((ChildProcessGen) gen).sync();
+        } else {
+            ((GenRunner) gen).sync(options.timeoutSeconds);
+        }
+        for (int i = start; i < end; i++) {
+            long id = idBase + i + 1;
+            GenSide.GenCheck c = gen.check(id);
+            result.checked += c.checked();
+            result.mismatches += c.mismatches();
+            if (result.firstMismatch.isEmpty() && !c.firstMismatch().isEmpty()) {
+                result.firstMismatch = "request " + id + ": " + c.firstMismatch();
+            }
+            for (int r : DemoRanks.serving(ctxState, i)) {
+                ctx.cache(r).free(id);
+            }
+            if (progress != null) {
+                progress.step();
+            }
+        }
     }
 
     private static <T> T await(CompletableFuture<T> f, long deadlineNanos, String what) {

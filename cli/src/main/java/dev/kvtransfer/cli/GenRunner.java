@@ -113,7 +113,7 @@ final class GenRunner implements GenSide {
                         first = "gen rank " + part.rank + ": " + r.firstMismatch();
                     }
                 }
-                if (dumpDir != null) {
+                if (dumpDir != null && requestId < DemoCommand.WARMUP_ID_BASE) {
                     dump(cache, part.rank, requestId, part.blocks);
                 }
             }

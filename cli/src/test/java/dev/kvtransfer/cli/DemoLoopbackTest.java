@@ -41,6 +41,13 @@ class DemoLoopbackTest {
         String report = captured.toString(StandardCharsets.UTF_8);
         assertThat(code).as(report).isZero();
         assertThat(report).contains("verify").contains("OK").contains("0 failed");
+        // Four untimed warm-up requests ran first, verified, and are not in the dump.
+        assertThat(report).containsPattern("warm-up +4 requests before the measured ones \\(untimed\\): 0 failed, "
+                + "[1-9][0-9]* elements verified");
+        try (var files = Files.list(dir.resolve("gen-rank-0"))) {
+            assertThat(files.map(f -> f.getFileName().toString()).sorted())
+                    .containsExactly("request-1.bin", "request-2.bin", "request-3.bin");
+        }
 
         // Every generation rank wrote each request's blocks in block order, exactly as stored.
         CacheState gen = CacheState.builder().uniformKvHeads(4, 4).sizePerHead(8).tokensPerBlock(16)
@@ -78,5 +85,6 @@ class DemoLoopbackTest {
         String report = captured.toString(StandardCharsets.UTF_8);
         assertThat(code).as(report).isNotZero();
         assertThat(report).contains("2 failed").containsIgnoringCase("first error");
+        assertThat(report).containsPattern("warm-up +4 requests .*: 4 failed").contains("warm-up error");
     }
 }

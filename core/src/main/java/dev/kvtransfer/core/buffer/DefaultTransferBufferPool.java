@@ -6,6 +6,7 @@ import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.core.memory.MemoryAccess;
 
 import java.time.Duration;
 import java.time.Instant;
@@ -93,6 +94,8 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
         for (int i = 0; i < n; i++) {
             out[i] = buffers.allocate(slotBytes, MemoryKind.HOST);
             made.add(out[i]);
+            // Pre-allocated slots are reused for every transfer: take their page faults now, not in the first.
+            MemoryAccess.preTouch(out[i].address(), out[i].size());
         }
         return out;
     }

@@ -7,6 +7,7 @@ import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.core.memory.MemoryAccess;
 
 import java.util.Arrays;
 import java.util.BitSet;
@@ -31,6 +32,9 @@ import java.util.Objects;
  *
  * <p>An optional indexer-K pool (MLA sparse attention) shares block ids with the main pool:
  * {@link #PagedKvCache(BufferManager, BlockLayout, BlockLayout, int)}.
+ *
+ * <p>The pool's pages are touched once when it is created (one byte per 4 KiB page, see
+ * {@link MemoryAccess#preTouch}), so that the first transfers into it do not pay the page faults.
  *
  * <p>Thread-safe: allocation bookkeeping is synchronized; {@link #block(int)} is lock-free.
  */
@@ -231,6 +235,8 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
                     int first = c * perChunk;
                     int n = Math.min(perChunk, numBlocks - first);
                     chunks[c] = buffers.allocate(blockBytes * n, MemoryKind.HOST);
+                    // Resident before the first transfer, as an engine's KV pool is when it starts serving.
+                    MemoryAccess.preTouch(chunks[c].address(), chunks[c].size());
                     for (int i = 0; i < n; i++) {
                         blocks[first + i] = chunks[c].slice(i * blockBytes, blockBytes);
                     }

@@ -26,6 +26,24 @@ class HostBufferManagerTest {
     }
 
     @Test
+    void preTouchWritesOneZeroPerPageInsideTheRangeOnly() {
+        long size = 4 * 4096;
+        try (MemoryBuffer b = mm.allocate(size, MemoryKind.HOST)) {
+            MemoryAccess.fill(b.address(), size, (byte) 0x5A);
+            long from = 10;
+            long to = 3 * 4096 + 50;
+            MemoryAccess.preTouch(b.address() + from, to - from);
+            for (long i = 0; i < size; i++) {
+                boolean touched = i == from || (i >= from && i < to && i % 4096 == 0);
+                assertThat(MemoryAccess.getByte(b.address() + i)).as("byte %d", i)
+                        .isEqualTo(touched ? (byte) 0 : (byte) 0x5A);
+            }
+            MemoryAccess.preTouch(b.address(), 0); // empty range: nothing written
+            assertThat(MemoryAccess.getByte(b.address())).isEqualTo((byte) 0x5A);
+        }
+    }
+
+    @Test
     void allocatesPageAlignedWritableMemoryOfBothHostKinds() {
         for (MemoryKind kind : new MemoryKind[] {MemoryKind.HOST, MemoryKind.PINNED_HOST}) {
             for (long size : new long[] {0, 1, 7, 4095, 4096, 4097, 1 << 20}) {
