@@ -6,8 +6,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here/.."
-mvn -o -q -B -pl backend-ucx package -DskipTests
+mvn -q -B -ntp -pl backend-ucx -am install -DskipTests -DskipITs
 cpfile="$(mktemp)"
 trap 'rm -f "$cpfile"' EXIT
-mvn -o -q -B -pl backend-ucx dependency:build-classpath -Dmdep.includeScope=runtime -Dmdep.outputFile="$cpfile" >/dev/null
+mvn -q -B -ntp -pl backend-ucx dependency:build-classpath -Dmdep.includeScope=runtime -Dmdep.outputFile="$cpfile" >/dev/null
 exec java -cp "$here/target/classes:$(cat "$cpfile")" dev.kvtransfer.ucx.UcxBench "$@"
