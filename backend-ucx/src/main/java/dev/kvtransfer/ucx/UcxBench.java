@@ -39,7 +39,7 @@ import java.util.regex.Pattern;
  * selected are read from {@code UCX_LOG_LEVEL=info} output of the receiver and the perftest client.
  *
  * <p>Usage: {@code UcxBench [--sizes 1m,16m,64m] [--bytes 1g] [--warmup 3] [--perftest ucx_perftest]
- * [--no-perftest] [--registration rcache|explicit]}. Exit code 0 when every transfer verified.
+ * [--no-perftest] [--registration rcache|explicit] [--spin-micros N]}. Exit code 0 when every transfer verified.
  */
 public final class UcxBench {
     private static final int CTRL = 1;
@@ -113,13 +113,15 @@ public final class UcxBench {
 
     static int compare(Options o, PrintStream out) throws Exception {
         String tls = System.getenv("UCX_TLS");
-        out.printf(Locale.ROOT, "UCX_TLS=%s; sizes=%s; bytes per size=%d; warmup=%d; registration=%s%n",
-                tls == null ? "(unset: UCX default 'all')" : tls, o.sizes, o.bytes, o.warmup, o.registration);
+        out.printf(Locale.ROOT, "UCX_TLS=%s; sizes=%s; bytes per size=%d; warmup=%d; registration=%s; spinMicros=%d%n",
+                tls == null ? "(unset: UCX default 'all')" : tls, o.sizes, o.bytes, o.warmup, o.registration,
+                o.spinMicros);
         List<Row> rows = new ArrayList<>();
         Set<String> ourTransports = new LinkedHashSet<>();
         boolean allVerified = true;
         TransportConfig cfg = TransportConfig.builder().name("bench-sender").defaultTimeout(Duration.ofMinutes(2))
-                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration).build();
+                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration)
+                .property(UcxConnectionManager.PROP_SPIN_MICROS, Long.toString(o.spinMicros)).build();
         long maxSize = o.sizes.stream().mapToLong(Long::longValue).max().orElse(1);
         Process child = forkReceiver(o);
         try (ConnectionManager m = new UcxTransportProvider().create(cfg)) {
@@ -221,6 +223,8 @@ public final class UcxBench {
         cmd.add("receiver");
         cmd.add("--registration");
         cmd.add(o.registration);
+        cmd.add("--spin-micros");
+        cmd.add(Long.toString(o.spinMicros));
         ProcessBuilder pb = new ProcessBuilder(cmd);
         pb.environment().put("UCX_LOG_LEVEL", "info");
         return pb.start();
@@ -396,7 +400,8 @@ public final class UcxBench {
         watchdog.setDaemon(true);
         watchdog.start();
         TransportConfig cfg = TransportConfig.builder().name("bench-receiver").defaultTimeout(Duration.ofMinutes(2))
-                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration).build();
+                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration)
+                .property(UcxConnectionManager.PROP_SPIN_MICROS, Long.toString(o.spinMicros)).build();
         try (ConnectionManager m = new UcxTransportProvider().create(cfg)) {
             System.out.println("ADDRESS " + m.localAddress());
             System.out.flush();
@@ -491,6 +496,7 @@ public final class UcxBench {
         int warmup = 3;
         String perftest = "ucx_perftest";
         String registration = "rcache";
+        long spinMicros = UcxConnectionManager.DEFAULT_SPIN_MICROS;
         int seconds = 5;
 
         static Options parse(String[] args) {
@@ -511,6 +517,7 @@ public final class UcxBench {
                     case "--perftest" -> o.perftest = args[++i];
                     case "--no-perftest" -> o.perftest = null;
                     case "--registration" -> o.registration = args[++i];
+                    case "--spin-micros" -> o.spinMicros = Long.parseLong(args[++i]);
                     case "--seconds" -> o.seconds = Integer.parseInt(args[++i]);
                     default -> throw new IllegalArgumentException("unknown option " + a + "; see UcxBench javadoc");
                 }

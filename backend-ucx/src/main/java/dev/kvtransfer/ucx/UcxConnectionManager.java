@@ -80,6 +80,11 @@ public final class UcxConnectionManager implements ConnectionManager {
     public static final String PROP_REGISTRATION_MAX = "ucx.registration.maxEntries";
     /** Property: milliseconds close and cancellation wait for UCX. */
     public static final String PROP_CLOSE_GRACE = "ucx.closeGraceMillis";
+    /**
+     * Property: microseconds the progress thread keeps polling after its last piece of work before it sleeps in
+     * epoll (0 = sleep at once). Never spins while idle: the window opens only when work was done.
+     */
+    public static final String PROP_SPIN_MICROS = "ucx.spinMicros";
     /** Property prefix: the rest of the key is a UCX setting name without {@code UCX_}. */
     public static final String PROP_UCX_CONFIG_PREFIX = "ucx.config.";
 
@@ -90,6 +95,8 @@ public final class UcxConnectionManager implements ConnectionManager {
     private static final int ACK_MAGIC = 0x4155564B;   // "KVUA"
     private static final int COMMANDS_PER_ROUND = 256;
     private static final int PROGRESS_PER_ROUND = 64;
+    /** Default of {@value #PROP_SPIN_MICROS}: 50 µs (1 MiB messages: 1.61 vs 1.33–1.43 GB/s without; see README). */
+    public static final long DEFAULT_SPIN_MICROS = 50;
     private static final int RUNNING = 0;
     private static final int CLOSING = 1;
     private static final int CLOSED = 2;
@@ -97,6 +104,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final String name;
     private final Duration defaultTimeout;
     private final long closeGraceNanos;
+    private final long spinNanos;
     private final boolean explicitRegistration;
     private final String localAddress;
     private final long clientId;
@@ -152,6 +160,12 @@ public final class UcxConnectionManager implements ConnectionManager {
                     + ": must be positive");
         }
         this.closeGraceNanos = TimeUnit.MILLISECONDS.toNanos(grace);
+        long spin = config.longProperty(PROP_SPIN_MICROS, DEFAULT_SPIN_MICROS);
+        if (spin < 0 || spin > 1_000_000) {
+            throw new IllegalArgumentException("transport property " + PROP_SPIN_MICROS + " = " + spin
+                    + ": must be 0..1000000");
+        }
+        this.spinNanos = TimeUnit.MICROSECONDS.toNanos(spin);
         String reg = config.property(PROP_REGISTRATION, "rcache");
         if (!reg.equals("rcache") && !reg.equals("explicit")) {
             throw new IllegalArgumentException("transport property " + PROP_REGISTRATION + " = '" + reg
@@ -476,6 +490,7 @@ public final class UcxConnectionManager implements ConnectionManager {
 
     private void progressLoop() {
         try {
+            long lastWork = 0;
             while (state == RUNNING) {
                 boolean worked = drainCommands();
                 // Bounded, so a stream of incoming data cannot starve the command queue.
@@ -483,6 +498,12 @@ public final class UcxConnectionManager implements ConnectionManager {
                     worked = true;
                 }
                 worked |= closeQueuedEndpoints();
+                if (worked) {
+                    lastWork = System.nanoTime();
+                } else if (spinNanos > 0 && System.nanoTime() - lastWork < spinNanos) {
+                    Thread.onSpinWait(); // traffic just flowed: the next event is likely microseconds away
+                    continue;
+                }
                 if (!worked && state == RUNNING && commands.isEmpty()) {
                     // Sleeps in epoll on the worker's event fd; network events and signal() wake it. An arm that
                     // finds a pending signal returns at once, so a command queued just before cannot be lost.

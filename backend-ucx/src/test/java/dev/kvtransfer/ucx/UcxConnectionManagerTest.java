@@ -359,6 +359,29 @@ class UcxConnectionManagerTest {
         assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
                 .property(UcxConnectionManager.PROP_REGISTRATION, "sometimes").build()))
                 .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.registration");
+        assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
+                .property(UcxConnectionManager.PROP_SPIN_MICROS, "-1").build()))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.spinMicros = -1");
+    }
+
+    @Test
+    void withoutTheSpinWindowBytesStillMove() throws Exception {
+        // ucx.spinMicros=0: the progress thread sleeps in epoll right after each piece of work.
+        UcxConnectionManager a = manager(TransportConfig.builder().name("spin0-a")
+                .property(UcxConnectionManager.PROP_SPIN_MICROS, "0").build());
+        UcxConnectionManager b = manager(TransportConfig.builder().name("spin0-b")
+                .property(UcxConnectionManager.PROP_SPIN_MICROS, "0").build());
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        MemoryBuffer src = buffer((1 << 20) + 3);
+        MemoryBuffer dst = buffer((1 << 20) + 3);
+        for (int i = 0; i < 4; i++) {
+            fill(src, 0, (1 << 20) + 3, 120 + i);
+            Future<?> sent = pool.submit(() -> ab.send(3100, src, 0, (1 << 20) + 3));
+            ba.recv(3100, dst, 0, (1 << 20) + 3);
+            get(sent);
+            verify(dst, 0, (1 << 20) + 3, 120 + i);
+        }
     }
 
     @Test
