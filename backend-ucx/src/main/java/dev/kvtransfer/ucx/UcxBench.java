@@ -111,6 +111,13 @@ public final class UcxBench {
         }
     }
 
+    /** Both sides of the bench run with the same manager properties. */
+    private static TransportConfig config(String name, Options o) {
+        return TransportConfig.builder().name(name).defaultTimeout(Duration.ofMinutes(2))
+                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration)
+                .property(UcxConnectionManager.PROP_SPIN_MICROS, Long.toString(o.spinMicros)).build();
+    }
+
     static int compare(Options o, PrintStream out) throws Exception {
         String tls = System.getenv("UCX_TLS");
         out.printf(Locale.ROOT, "UCX_TLS=%s; sizes=%s; bytes per size=%d; warmup=%d; registration=%s; spinMicros=%d%n",
@@ -119,9 +126,7 @@ public final class UcxBench {
         List<Row> rows = new ArrayList<>();
         Set<String> ourTransports = new LinkedHashSet<>();
         boolean allVerified = true;
-        TransportConfig cfg = TransportConfig.builder().name("bench-sender").defaultTimeout(Duration.ofMinutes(2))
-                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration)
-                .property(UcxConnectionManager.PROP_SPIN_MICROS, Long.toString(o.spinMicros)).build();
+        TransportConfig cfg = config("bench-sender", o);
         long maxSize = o.sizes.stream().mapToLong(Long::longValue).max().orElse(1);
         Process child = forkReceiver(o);
         try (ConnectionManager m = new UcxTransportProvider().create(cfg)) {
@@ -399,9 +404,7 @@ public final class UcxBench {
         }, "parent-watchdog");
         watchdog.setDaemon(true);
         watchdog.start();
-        TransportConfig cfg = TransportConfig.builder().name("bench-receiver").defaultTimeout(Duration.ofMinutes(2))
-                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration)
-                .property(UcxConnectionManager.PROP_SPIN_MICROS, Long.toString(o.spinMicros)).build();
+        TransportConfig cfg = config("bench-receiver", o);
         try (ConnectionManager m = new UcxTransportProvider().create(cfg)) {
             System.out.println("ADDRESS " + m.localAddress());
             System.out.flush();

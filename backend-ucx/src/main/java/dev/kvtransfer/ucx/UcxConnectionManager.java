@@ -490,7 +490,8 @@ public final class UcxConnectionManager implements ConnectionManager {
 
     private void progressLoop() {
         try {
-            long lastWork = 0;
+            // nanoTime's origin is arbitrary: start with the window already closed, so an idle start never spins.
+            long lastWork = System.nanoTime() - spinNanos;
             while (state == RUNNING) {
                 boolean worked = drainCommands();
                 // Bounded, so a stream of incoming data cannot starve the command queue.

@@ -339,17 +339,7 @@ class UcxConnectionManagerTest {
         UcxConnectionManager a = manager(c);
         UcxConnectionManager b = manager(TransportConfig.builder().name("reg-b")
                 .property(UcxConnectionManager.PROP_REGISTRATION, "explicit").build());
-        Connection ab = a.connection(b.localAddress());
-        Connection ba = b.connection(a.localAddress());
-        MemoryBuffer src = buffer(4 << 20);
-        MemoryBuffer dst = buffer(4 << 20);
-        for (int i = 0; i < 3; i++) {
-            fill(src, 0, 4 << 20, 90 + i);
-            Future<?> sent = pool.submit(() -> ab.send(3000, src, 0, 4 << 20));
-            ba.recv(3000, dst, 0, 4 << 20);
-            get(sent);
-            verify(dst, 0, 4 << 20, 90 + i);
-        }
+        roundTrips(a, b, 3000, 4 << 20, 3, 90);
         assertThat(a.explicitRegistrations()).isEqualTo(1);
         assertThat(b.explicitRegistrations()).isEqualTo(1);
     }
@@ -371,16 +361,22 @@ class UcxConnectionManagerTest {
                 .property(UcxConnectionManager.PROP_SPIN_MICROS, "0").build());
         UcxConnectionManager b = manager(TransportConfig.builder().name("spin0-b")
                 .property(UcxConnectionManager.PROP_SPIN_MICROS, "0").build());
+        roundTrips(a, b, 3100, (1 << 20) + 3, 4, 120);
+    }
+
+    /** {@code rounds} messages a → b on one tag, each with its own pattern, every byte verified. */
+    private void roundTrips(UcxConnectionManager a, UcxConnectionManager b, int tag, long size, int rounds,
+            long seed) throws Exception {
         Connection ab = a.connection(b.localAddress());
         Connection ba = b.connection(a.localAddress());
-        MemoryBuffer src = buffer((1 << 20) + 3);
-        MemoryBuffer dst = buffer((1 << 20) + 3);
-        for (int i = 0; i < 4; i++) {
-            fill(src, 0, (1 << 20) + 3, 120 + i);
-            Future<?> sent = pool.submit(() -> ab.send(3100, src, 0, (1 << 20) + 3));
-            ba.recv(3100, dst, 0, (1 << 20) + 3);
+        MemoryBuffer src = buffer(size);
+        MemoryBuffer dst = buffer(size);
+        for (int i = 0; i < rounds; i++) {
+            fill(src, 0, size, seed + i);
+            Future<?> sent = pool.submit(() -> ab.send(tag, src, 0, size));
+            ba.recv(tag, dst, 0, size);
             get(sent);
-            verify(dst, 0, (1 << 20) + 3, 120 + i);
+            verify(dst, 0, size, seed + i);
         }
     }
 

@@ -105,10 +105,10 @@ public final class MemoryAccess {
         if (bytes <= 0 || address == 0) {
             return;
         }
-        long first = address;
+        long page = HostBufferManager.PAGE_SIZE;
         long end = address + bytes;
-        UNSAFE.putByte(first, (byte) 0);
-        for (long a = (first & ~4095L) + 4096; a < end; a += 4096) {
+        UNSAFE.putByte(address, (byte) 0);
+        for (long a = (address & -page) + page; a < end; a += page) {
             UNSAFE.putByte(a, (byte) 0);
         }
     }
