@@ -40,6 +40,29 @@ public interface TransferSession {
     int totalBlocks();
 
     /**
+     * Prefix reuse: the number of leading global blocks of the request ({@code [0, reusedBlocks)}) the generation
+     * side already holds. Formatters move only global blocks {@code [reusedBlocks, totalBlocks)}; the
+     * generation side's reused blocks are never written.
+     *
+     * @return reused blocks, 0 when nothing is reused
+     */
+    default int reusedBlocks() {
+        return 0;
+    }
+
+    /**
+     * The peer rank's block ids of this request (all of its blocks, reused ones included, in order): generation
+     * ranks send theirs in their request info, context ranks theirs right after the ready signal. Two sides that
+     * both know both lists can agree on coalesced runs (blocks consecutive on both sides travel as one message).
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @return the ids, or {@code null} when the peer did not send them
+     */
+    default int[] peerBlockIds(int peerIndex) {
+        return null;
+    }
+
+    /**
      * Staging buffers for this transfer from the {@link TransferBufferPool}, released when the session ends.
      *
      * @param sizes byte size of each buffer

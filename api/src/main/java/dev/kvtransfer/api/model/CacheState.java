@@ -1,5 +1,6 @@
 package dev.kvtransfer.api.model;
 
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.wire.MalformedMessageException;
 import dev.kvtransfer.api.wire.WireReader;
 import dev.kvtransfer.api.wire.WireWriter;
@@ -26,6 +27,8 @@ public final class CacheState {
     public static final int MAX_LAYERS = 65_536;
     /** Largest accepted head count, head size or tokens per block. */
     public static final int MAX_DIM = 1 << 20;
+    /** Largest accepted number of ranks ({@code TP * PP * CP}), checked without overflow. */
+    public static final int MAX_WORLD_SIZE = 1 << 16;
 
     private static final int WIRE_TAG = 0x43; // 'C'
 
@@ -43,6 +46,7 @@ public final class CacheState {
     private final AttentionType attentionType;
     private final int kvFactor;
     private final boolean blockReuse;
+    private final PoolLayout poolLayout;
     private final int[] firstLayerOfPp;
 
     private CacheState(Builder b, List<Integer> layersPerPp, int kvFactor) {
@@ -60,6 +64,7 @@ public final class CacheState {
         this.attentionType = b.attentionType;
         this.kvFactor = kvFactor;
         this.blockReuse = b.blockReuse;
+        this.poolLayout = b.poolLayout;
         this.firstLayerOfPp = new int[pipelineParallelism + 1];
         for (int p = 0; p < pipelineParallelism; p++) {
             firstLayerOfPp[p + 1] = firstLayerOfPp[p] + layersPerPp.get(p);
@@ -94,7 +99,8 @@ public final class CacheState {
                 .dataType(dataType)
                 .attentionType(attentionType)
                 .kvFactor(kvFactor)
-                .blockReuse(blockReuse);
+                .blockReuse(blockReuse)
+                .poolLayout(poolLayout);
         return b;
     }
 
@@ -181,6 +187,26 @@ public final class CacheState {
     /** @return whether block reuse is on */
     public boolean blockReuse() {
         return blockReuse;
+    }
+
+    /**
+     * How this rank's pool stores its blocks (an engine's choice, the same on every rank of an instance). Any
+     * two pool layouts convert into each other; it is carried so that both sides can plan the same messages.
+     *
+     * @return the pool layout ({@link PoolLayout#BLOCK} unless set)
+     */
+    public PoolLayout poolLayout() {
+        return poolLayout;
+    }
+
+    /**
+     * The same state with another pool layout.
+     *
+     * @param layout the pool layout
+     * @return a new state
+     */
+    public CacheState withPoolLayout(PoolLayout layout) {
+        return toBuilder().poolLayout(layout).build();
     }
 
     /** @return number of ranks: TP * PP * CP */
@@ -407,6 +433,9 @@ public final class CacheState {
         w.writeByte(attentionType == AttentionType.MLA ? 1 : 0);
         w.writeInt(kvFactor);
         w.writeBoolean(blockReuse);
+        // Format version 2.
+        w.writeByte(poolLayout.kind().wireId());
+        w.writeInt(poolLayout.ropeDim());
     }
 
     /**
@@ -450,6 +479,20 @@ public final class CacheState {
         b.attentionType(at == 1 ? AttentionType.MLA : AttentionType.DEFAULT);
         b.kvFactor(r.readInt("kvFactor", 1, 2));
         b.blockReuse(r.readBoolean("blockReuse"));
+        if (r.version() >= 2) {
+            int plOffset = r.offset();
+            int kindId = r.readByte("poolLayout");
+            PoolLayout.Kind kind = PoolLayout.Kind.fromWireId(kindId);
+            if (kind == null) {
+                throw new MalformedMessageException(plOffset, "unknown poolLayout id " + kindId);
+            }
+            int rope = r.readInt("mlaRopeDim", 0, MAX_DIM);
+            try {
+                b.poolLayout(new PoolLayout(kind, rope));
+            } catch (IllegalArgumentException e) {
+                throw new MalformedMessageException(plOffset, "invalid poolLayout: " + e.getMessage());
+            }
+        }
         try {
             return b.build();
         } catch (IllegalArgumentException e) {
@@ -471,14 +514,14 @@ public final class CacheState {
                 && contextParallelism == s.contextParallelism && attentionDpEnabled == s.attentionDpEnabled
                 && dpRank == s.dpRank && dpSize == s.dpSize && kvFactor == s.kvFactor && blockReuse == s.blockReuse
                 && kvHeadsPerLayer.equals(s.kvHeadsPerLayer) && attentionLayersPerPp.equals(s.attentionLayersPerPp)
-                && dataType == s.dataType && attentionType == s.attentionType;
+                && dataType == s.dataType && attentionType == s.attentionType && poolLayout.equals(s.poolLayout);
     }
 
     @Override
     public int hashCode() {
         return Objects.hash(kvHeadsPerLayer, sizePerHead, tokensPerBlock, tensorParallelism, pipelineParallelism,
                 contextParallelism, attentionDpEnabled, dpRank, dpSize, attentionLayersPerPp, dataType,
-                attentionType, kvFactor, blockReuse);
+                attentionType, kvFactor, blockReuse, poolLayout);
     }
 
     @Override
@@ -490,7 +533,8 @@ public final class CacheState {
                 + (attentionDpEnabled ? " DP" + dpRank + "/" + dpSize : "")
                 + " layers/pp=" + attentionLayersPerPp + " heads=" + heads + " D=" + sizePerHead
                 + " T=" + tokensPerBlock + " " + dataType + " " + attentionType + " kvF=" + kvFactor
-                + (blockReuse ? " reuse" : "") + "}";
+                + (blockReuse ? " reuse" : "") + (poolLayout.equals(PoolLayout.BLOCK) ? "" : " pool=" + poolLayout)
+                + "}";
     }
 
     /**
@@ -528,6 +572,7 @@ public final class CacheState {
         private AttentionType attentionType = AttentionType.DEFAULT;
         private Integer kvFactor;
         private boolean blockReuse;
+        private PoolLayout poolLayout = PoolLayout.BLOCK;
 
         private Builder() {
         }
@@ -675,6 +720,15 @@ public final class CacheState {
             return this;
         }
 
+        /**
+         * @param v how the rank's pool stores its blocks (default {@link PoolLayout#BLOCK})
+         * @return this builder
+         */
+        public Builder poolLayout(PoolLayout v) {
+            this.poolLayout = Objects.requireNonNull(v, "poolLayout");
+            return this;
+        }
+
         private static void check(boolean ok, String field, Object value, String rule) {
             if (!ok) {
                 throw new IllegalArgumentException(field + " = " + value + ": " + rule);
@@ -700,6 +754,9 @@ public final class CacheState {
                     pipelineParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
             check(contextParallelism >= 1 && contextParallelism <= MAX_PARALLELISM, "contextParallelism",
                     contextParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
+            long world = (long) tensorParallelism * pipelineParallelism * contextParallelism;
+            check(world <= MAX_WORLD_SIZE, "tensorParallelism*pipelineParallelism*contextParallelism", world,
+                    "must be at most " + MAX_WORLD_SIZE + " ranks");
             check(isPowerOfTwo(contextParallelism), "contextParallelism", contextParallelism, "must be a power of two");
             if (attentionDpEnabled) {
                 check(dpSize >= 1 && tensorParallelism % dpSize == 0, "dpSize", dpSize,
@@ -740,6 +797,12 @@ public final class CacheState {
             }
             check(sum == layers, "attentionLayersPerPp", perPp, "sums to " + sum + " but the model has " + layers
                     + " layers");
+            if (poolLayout.splitLatent()) {
+                check(attentionType == AttentionType.MLA, "poolLayout", poolLayout,
+                        "a split latent (ropeDim > 0) needs MLA attention");
+                check(poolLayout.ropeDim() < sizePerHead, "poolLayout.ropeDim", poolLayout.ropeDim(),
+                        "must be below sizePerHead " + sizePerHead);
+            }
             return new CacheState(this, perPp, kvf);
         }
     }

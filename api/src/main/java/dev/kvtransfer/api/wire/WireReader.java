@@ -23,6 +23,7 @@ public final class WireReader {
 
     private final ByteBuffer buffer;
     private final int start;
+    private int version = WireWriter.FORMAT_VERSION;
 
     private WireReader(ByteBuffer buffer) {
         this.buffer = buffer.slice().order(ByteOrder.LITTLE_ENDIAN);
@@ -59,11 +60,23 @@ public final class WireReader {
             throw new MalformedMessageException(4, "format version " + version + " is newer than version "
                     + WireWriter.FORMAT_VERSION + ", the newest this reader understands");
         }
-        if (version != WireWriter.FORMAT_VERSION) {
+        if (version < WireWriter.OLDEST_READABLE_VERSION) {
             throw new MalformedMessageException(4, "unsupported format version " + version
-                    + ", this reader understands version " + WireWriter.FORMAT_VERSION);
+                    + ", this reader understands versions " + WireWriter.OLDEST_READABLE_VERSION + " to "
+                    + WireWriter.FORMAT_VERSION);
         }
+        r.version = version;
         return r;
+    }
+
+    /**
+     * The format version of the message being read: fields added in later versions are read only when it is
+     * at least their version. A reader without a header reads the current version.
+     *
+     * @return the version
+     */
+    public int version() {
+        return version;
     }
 
     /**

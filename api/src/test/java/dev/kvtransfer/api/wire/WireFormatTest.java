@@ -27,8 +27,8 @@ import static org.assertj.core.api.Assertions.catchThrowableOfType;
 class WireFormatTest {
     private static final CacheState SMALL = TestStates.state(1, 1, 1, 2, 4); // 2 layers, 4 heads, D4 T8 FP16
 
-    /** The whole encoding of {@link #SMALL}, field by field. Changing it means bumping FORMAT_VERSION. */
-    private static final String SMALL_HEX = String.join("",
+    /** The whole encoding of {@link #SMALL} in format version 1 (no pool layout): still read, as BLOCK. */
+    private static final String SMALL_HEX_V1 = String.join("",
             "4b565458", "0100",                 // magic "KVTX", format version 1 (LE u16)
             "43",                               // CacheState tag 'C'
             "02000000", "04000000", "04000000", // kvHeadsPerLayer: count 2, [4, 4]
@@ -41,6 +41,22 @@ class WireFormatTest {
             "00",                               // attentionType DEFAULT
             "02000000",                         // kvFactor
             "00");                              // blockReuse
+
+    /** The whole encoding of {@link #SMALL}, field by field. Changing it means bumping FORMAT_VERSION. */
+    private static final String SMALL_HEX = String.join("",
+            "4b565458", "0200",                 // magic "KVTX", format version 2 (LE u16)
+            "43",                               // CacheState tag 'C'
+            "02000000", "04000000", "04000000", // kvHeadsPerLayer: count 2, [4, 4]
+            "04000000",                         // sizePerHead
+            "08000000",                         // tokensPerBlock
+            "01000000", "01000000", "01000000", // TP, PP, CP
+            "00", "00000000", "01000000",       // attention DP off, dpRank 0, dpSize 1
+            "01000000", "02000000",             // attentionLayersPerPp: count 1, [2]
+            "01000000",                         // dataType FLOAT16 (wire id 1)
+            "00",                               // attentionType DEFAULT
+            "02000000",                         // kvFactor
+            "00",                               // blockReuse
+            "00", "00000000");                  // poolLayout BLOCK (v2), mlaRopeDim 0 (v2)
 
     private static MalformedMessageException malformed(ThrowingCallable call) {
         return catchThrowableOfType(MalformedMessageException.class, call);
@@ -78,10 +94,29 @@ class WireFormatTest {
     }
 
     @Test
+    void aVersion1CacheStateStillReadsAsABlockPool() {
+        CacheState old = CacheState.fromBytes(hex(SMALL_HEX_V1));
+        assertThat(old).isEqualTo(SMALL);
+        assertThat(old.poolLayout()).isEqualTo(dev.kvtransfer.api.layout.PoolLayout.BLOCK);
+    }
+
+    @Test
+    void aPoolLayoutRoundTripsAndAnUnknownOneIsMalformed() {
+        CacheState mla = CacheState.builder().uniformKvHeads(4, 1).sizePerHead(576).tokensPerBlock(16)
+                .attentionType(dev.kvtransfer.api.model.AttentionType.MLA)
+                .poolLayout(new dev.kvtransfer.api.layout.PoolLayout(
+                        dev.kvtransfer.api.layout.PoolLayout.Kind.LAYER_NHD, 64)).build();
+        assertThat(CacheState.fromBytes(mla.toBytes())).isEqualTo(mla);
+        byte[] b = SMALL.toBytes();
+        b[b.length - 5] = 9;
+        assertThat(malformedCacheState(b).getMessage()).contains("unknown poolLayout id 9");
+    }
+
+    @Test
     void everyMessageStartsWithMagicAndVersionLittleEndian() {
         byte[] b = WireWriter.message().writeInt(0x01020304).writeLong(0x0102030405060708L).toByteArray();
         assertThat(new String(b, 0, 4, java.nio.charset.StandardCharsets.US_ASCII)).isEqualTo("KVTX");
-        assertThat(HexFormat.of().formatHex(b)).isEqualTo("4b5654580100" + "04030201" + "0807060504030201");
+        assertThat(HexFormat.of().formatHex(b)).isEqualTo("4b5654580200" + "04030201" + "0807060504030201");
         WireReader r = WireReader.message(ByteBuffer.wrap(b));
         assertThat(r.offset()).isEqualTo(6);
         assertThat(r.readInt("x")).isEqualTo(0x01020304);
@@ -92,20 +127,20 @@ class WireFormatTest {
     @Test
     void aNewerFormatVersionIsRejectedNamingBothVersions() {
         byte[] b = SMALL.toBytes();
-        b[4] = 2;
+        b[4] = 3;
         MalformedMessageException e = malformedCacheState(b);
-        assertThat(e.getMessage()).contains("format version 2", "version " + WireWriter.FORMAT_VERSION, "newer");
+        assertThat(e.getMessage()).contains("format version 3", "version " + WireWriter.FORMAT_VERSION, "newer");
         assertThat(e.offset()).isEqualTo(4);
         b[4] = (byte) 0xff;
         b[5] = (byte) 0xff;
-        assertThat(malformedCacheState(b).getMessage()).contains("format version 65535", "version 1");
+        assertThat(malformedCacheState(b).getMessage()).contains("format version 65535", "version 2");
     }
 
     @Test
     void anOlderFormatVersionIsRejected() {
         byte[] b = SMALL.toBytes();
         b[4] = 0;
-        assertThat(malformedCacheState(b).getMessage()).contains("unsupported format version 0", "version 1");
+        assertThat(malformedCacheState(b).getMessage()).contains("unsupported format version 0", "versions 1 to 2");
     }
 
     @Test

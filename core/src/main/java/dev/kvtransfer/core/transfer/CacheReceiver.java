@@ -265,9 +265,10 @@ public final class CacheReceiver implements AutoCloseable {
         job.timing.preparation(System.nanoTime());
         int[] tagArr = new int[targets.size()];
         java.util.Arrays.fill(tagArr, tag);
-        return new DefaultTransferSession(id, false, env.selfState(), ctx, targets, h.blockIds(), totalBlocks, conns,
-                tagArr, env.config().chunkBytes(), env.pool(), env.buffers(), env.peerExecutor(), job.deadlineNanos,
-                job.timing, env.journal());
+        return DefaultTransferSession.builder(id, false).states(env.selfState(), ctx, targets)
+                .blocks(h.blockIds(), totalBlocks).connections(conns, tagArr, env.config().chunkBytes())
+                .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(job.deadlineNanos, job.timing)
+                .journal(env.journal()).build();
     }
 
     /**

@@ -507,9 +507,10 @@ public final class CacheSender implements AutoCloseable {
                             + h.promptLength() + " tokens)", null);
                 }
             }
-            session = new DefaultTransferSession(id, true, env.selfState(), p.peerCache, p.targets, h.blockIds(),
-                    totalBlocks, conns, tags, chunk, env.pool(), env.buffers(), env.peerExecutor(), p.deadlineNanos,
-                    p.timing, env.journal());
+            session = DefaultTransferSession.builder(id, true).states(env.selfState(), p.peerCache, p.targets)
+                    .blocks(h.blockIds(), totalBlocks).connections(conns, tags, chunk)
+                    .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(p.deadlineNanos, p.timing)
+                    .journal(env.journal()).build();
             for (int i = 0; i < n; i++) {
                 try {
                     conns[i].send(tags[i], readyOne, 0, 1, session.remaining("sending the ready signal"));

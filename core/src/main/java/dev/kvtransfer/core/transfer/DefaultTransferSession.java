@@ -54,77 +54,170 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     private final TransferJournal journal;
     private TransferBufferPool.Slot slot;
 
-    /**
-     * Creates a session.
-     *
-     * @param requestId     context request id
-     * @param sender        true on the context side
-     * @param selfState     this rank's state (selfIndex set)
-     * @param peerCache     the peer instance's cache state
-     * @param targets       target ranks of this rank in the peer instance
-     * @param blockIds      this rank's blocks of the request
-     * @param totalBlocks   blocks of the whole request
-     * @param connections   connection per peer position (null for a peer this rank does not talk to)
-     * @param tags          data tag per peer position
-     * @param chunkBytes    largest message, 0 = unchunked
-     * @param pool          staging pool
-     * @param bufferManager copies
-     * @param peerExecutor  runs per-peer actions concurrently, or null for sequential
-     * @param deadlineNanos {@code System.nanoTime()} deadline of the request
-     * @param timing        where measures and stamps go
-     */
-    public DefaultTransferSession(long requestId, boolean sender, TransceiverState selfState, CacheState peerCache,
-                                  TargetRanks targets, int[] blockIds, int totalBlocks, Connection[] connections,
-                                  int[] tags, long chunkBytes, TransferBufferPool pool, BufferManager bufferManager,
-                                  ExecutorService peerExecutor, long deadlineNanos, TransferTiming timing) {
-        this(requestId, sender, selfState, peerCache, targets, blockIds, totalBlocks, connections, tags, chunkBytes,
-                pool, bufferManager, peerExecutor, deadlineNanos, timing, TransferJournal.NOOP);
-    }
+    private final int reusedBlocks;
+    private final int[][] peerBlockIds;
 
-    /**
-     * Creates a session that records every part in a journal.
-     *
-     * @param requestId     context request id
-     * @param sender        true on the context side
-     * @param selfState     this rank's state (selfIndex set)
-     * @param peerCache     the peer instance's cache state
-     * @param targets       target ranks of this rank in the peer instance
-     * @param blockIds      this rank's blocks of the request
-     * @param totalBlocks   blocks of the whole request
-     * @param connections   connection per peer position (null for a peer this rank does not talk to)
-     * @param tags          data tag per peer position
-     * @param chunkBytes    largest message, 0 = unchunked
-     * @param pool          staging pool
-     * @param bufferManager copies
-     * @param peerExecutor  runs per-peer actions concurrently, or null for sequential
-     * @param deadlineNanos {@code System.nanoTime()} deadline of the request
-     * @param timing        where measures and stamps go
-     * @param journal       where each part is recorded
-     */
-    public DefaultTransferSession(long requestId, boolean sender, TransceiverState selfState, CacheState peerCache,
-                                  TargetRanks targets, int[] blockIds, int totalBlocks, Connection[] connections,
-                                  int[] tags, long chunkBytes, TransferBufferPool pool, BufferManager bufferManager,
-                                  ExecutorService peerExecutor, long deadlineNanos, TransferTiming timing,
-                                  TransferJournal journal) {
-        this.journal = Objects.requireNonNull(journal, "journal");
-        this.requestId = requestId;
-        this.sender = sender;
-        this.selfState = Objects.requireNonNull(selfState, "selfState");
-        this.peerCache = Objects.requireNonNull(peerCache, "peerCache");
-        this.targets = Objects.requireNonNull(targets, "targets");
-        this.blockIds = Objects.requireNonNull(blockIds, "blockIds");
-        this.totalBlocks = totalBlocks;
-        this.connections = Objects.requireNonNull(connections, "connections");
-        this.tags = Objects.requireNonNull(tags, "tags");
+    private DefaultTransferSession(Builder b) {
+        this.journal = Objects.requireNonNull(b.journal, "journal");
+        this.requestId = b.requestId;
+        this.sender = b.sender;
+        this.selfState = Objects.requireNonNull(b.selfState, "selfState");
+        this.peerCache = Objects.requireNonNull(b.peerCache, "peerCache");
+        this.targets = Objects.requireNonNull(b.targets, "targets");
+        this.blockIds = Objects.requireNonNull(b.blockIds, "blockIds");
+        this.totalBlocks = b.totalBlocks;
+        this.connections = Objects.requireNonNull(b.connections, "connections");
+        this.tags = Objects.requireNonNull(b.tags, "tags");
         if (connections.length != targets.size() || tags.length != targets.size()) {
             throw new IllegalArgumentException("need one connection and tag per target rank: " + targets.size());
         }
-        this.chunkBytes = chunkBytes;
-        this.pool = pool;
-        this.bufferManager = Objects.requireNonNull(bufferManager, "bufferManager");
-        this.peerExecutor = peerExecutor;
-        this.deadlineNanos = deadlineNanos;
-        this.timing = Objects.requireNonNull(timing, "timing");
+        if (b.reusedBlocks < 0 || b.reusedBlocks > b.totalBlocks) {
+            throw new IllegalArgumentException("reusedBlocks = " + b.reusedBlocks + ": must be in [0, totalBlocks = "
+                    + b.totalBlocks + "]");
+        }
+        if (b.peerBlockIds != null && b.peerBlockIds.length != targets.size()) {
+            throw new IllegalArgumentException("need one peer block-id list (or null) per target rank: "
+                    + targets.size());
+        }
+        this.chunkBytes = b.chunkBytes;
+        this.pool = b.pool;
+        this.bufferManager = Objects.requireNonNull(b.bufferManager, "bufferManager");
+        this.peerExecutor = b.peerExecutor;
+        this.deadlineNanos = b.deadlineNanos;
+        this.timing = Objects.requireNonNull(b.timing, "timing");
+        this.reusedBlocks = b.reusedBlocks;
+        this.peerBlockIds = b.peerBlockIds;
+    }
+
+    /**
+     * A builder for one request's session on one rank.
+     *
+     * @param requestId context request id
+     * @param sender    true on the context side
+     * @return the builder
+     */
+    public static Builder builder(long requestId, boolean sender) {
+        return new Builder(requestId, sender);
+    }
+
+    /** Builds a {@link DefaultTransferSession}; every setter without a default must be called. */
+    public static final class Builder {
+        private final long requestId;
+        private final boolean sender;
+        private TransceiverState selfState;
+        private CacheState peerCache;
+        private TargetRanks targets;
+        private int[] blockIds;
+        private int totalBlocks;
+        private Connection[] connections;
+        private int[] tags;
+        private long chunkBytes;
+        private TransferBufferPool pool;
+        private BufferManager bufferManager;
+        private ExecutorService peerExecutor;
+        private long deadlineNanos;
+        private TransferTiming timing;
+        private TransferJournal journal = TransferJournal.NOOP;
+        private int reusedBlocks;
+        private int[][] peerBlockIds;
+
+        private Builder(long requestId, boolean sender) {
+            this.requestId = requestId;
+            this.sender = sender;
+        }
+
+        /**
+         * @param self   this rank's state (selfIndex set)
+         * @param peer   the peer instance's cache state
+         * @param t      target ranks of this rank in the peer instance
+         * @return this builder
+         */
+        public Builder states(TransceiverState self, CacheState peer, TargetRanks t) {
+            this.selfState = self;
+            this.peerCache = peer;
+            this.targets = t;
+            return this;
+        }
+
+        /**
+         * @param ids   this rank's blocks of the request (reused ones included)
+         * @param total blocks of the whole request
+         * @return this builder
+         */
+        public Builder blocks(int[] ids, int total) {
+            this.blockIds = ids;
+            this.totalBlocks = total;
+            return this;
+        }
+
+        /**
+         * @param conns connection per peer position (null for a peer this rank does not talk to)
+         * @param t     data tag per peer position
+         * @param chunk largest message, 0 = unchunked
+         * @return this builder
+         */
+        public Builder connections(Connection[] conns, int[] t, long chunk) {
+            this.connections = conns;
+            this.tags = t;
+            this.chunkBytes = chunk;
+            return this;
+        }
+
+        /**
+         * @param p   staging pool (null: {@link #stagingBuffers} fails)
+         * @param bm  copies
+         * @param exe runs per-peer actions concurrently, or null for sequential
+         * @return this builder
+         */
+        public Builder resources(TransferBufferPool p, BufferManager bm, ExecutorService exe) {
+            this.pool = p;
+            this.bufferManager = bm;
+            this.peerExecutor = exe;
+            return this;
+        }
+
+        /**
+         * @param deadline {@code System.nanoTime()} deadline of the request
+         * @param t        where measures and stamps go
+         * @return this builder
+         */
+        public Builder deadline(long deadline, TransferTiming t) {
+            this.deadlineNanos = deadline;
+            this.timing = t;
+            return this;
+        }
+
+        /**
+         * @param j where each part is recorded (default none)
+         * @return this builder
+         */
+        public Builder journal(TransferJournal j) {
+            this.journal = j;
+            return this;
+        }
+
+        /**
+         * @param n leading global blocks the generation side already holds (default 0)
+         * @return this builder
+         */
+        public Builder reusedBlocks(int n) {
+            this.reusedBlocks = n;
+            return this;
+        }
+
+        /**
+         * @param ids per peer position, that peer rank's block ids of the request, or null where unknown
+         * @return this builder
+         */
+        public Builder peerBlockIds(int[][] ids) {
+            this.peerBlockIds = ids;
+            return this;
+        }
+
+        /** @return the session */
+        public DefaultTransferSession build() {
+            return new DefaultTransferSession(this);
+        }
     }
 
     @Override
@@ -173,6 +266,17 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
                     remaining("waiting for a staging slot"));
         }
         return slot.carve(sizes);
+    }
+
+    @Override
+    public int reusedBlocks() {
+        return reusedBlocks;
+    }
+
+    @Override
+    public int[] peerBlockIds(int peerIndex) {
+        Objects.checkIndex(peerIndex, targets.size());
+        return peerBlockIds == null ? null : peerBlockIds[peerIndex];
     }
 
     @Override
