@@ -17,5 +17,10 @@ public enum ErrorCode {
     /** The peer process or rank went away while the operation was in flight. */
     PEER_LOST,
     /** A bug or an unexpected state inside kvtransfer. */
-    INTERNAL
+    INTERNAL,
+    /**
+     * A control message (or a peer) failed authentication: missing, forged or replayed MAC, an unknown session,
+     * a request token that does not match, a write with a forged region key.
+     */
+    UNAUTHORIZED
 }

@@ -115,7 +115,8 @@ final class AeronConnection implements Connection {
         return "AeronConnection{" + manager.name + " -> " + peer.address + (peer.lost ? " lost" : "") + "}";
     }
 
-    private Duration defaultTimeout() {
+    @Override
+    public Duration defaultTimeout() {
         return manager.settingsTimeout();
     }
 

@@ -73,8 +73,8 @@ final class UcxConnection implements Connection {
     }
 
     @Override
-    public void send(int tag, MemoryBuffer buffer, long offset, long length) {
-        manager.send(this, tag, buffer, offset, length, manager.defaultTimeout());
+    public Duration defaultTimeout() {
+        return manager.defaultTimeout();
     }
 
     @Override
@@ -82,10 +82,6 @@ final class UcxConnection implements Connection {
         manager.send(this, tag, buffer, offset, length, timeout);
     }
 
-    @Override
-    public void recv(int tag, MemoryBuffer buffer, long offset, long length) {
-        manager.recv(this, tag, buffer, offset, length, manager.defaultTimeout());
-    }
 
     @Override
     public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {

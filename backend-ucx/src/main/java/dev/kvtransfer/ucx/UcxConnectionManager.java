@@ -236,8 +236,8 @@ public final class UcxConnectionManager implements ConnectionManager {
         return localAddress;
     }
 
-    /** @return the default deadline of calls without one */
-    Duration defaultTimeout() {
+    @Override
+    public Duration defaultTimeout() {
         return defaultTimeout;
     }
 
@@ -247,8 +247,16 @@ public final class UcxConnectionManager implements ConnectionManager {
     }
 
     @Override
-    public Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length) {
-        return recvConnect(tag, buffer, offset, length, defaultTimeout);
+    public Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait) {
+        // Interim bridge to the timed receive; the agent rewrite replaces it with a poll that throws nothing.
+        try {
+            return recvConnect(tag, buffer, offset, length, wait);
+        } catch (TransportException e) {
+            if (e.code() == ErrorCode.TIMEOUT && !(e instanceof TransportClosedException)) {
+                return null;
+            }
+            throw e;
+        }
     }
 
     @Override

@@ -108,7 +108,7 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
             DefaultTransferBufferPool pool = new DefaultTransferBufferPool(mm, slot, config.sendConcurrency(),
                     config.recvSlots(), config.allowDynamicBuffers());
             CacheFormatter formatter = fp.create(cache, pool);
-            dev.kvtransfer.core.ErrorHandler errors =
+            dev.kvtransfer.api.ErrorHandler errors =
                     e -> System.err.println("kvtransfer[mpi " + world + "]: " + e.getMessage());
             // One journal queue per rank, named as LocalInstance names them: <dir>/<ctx|gen>-rank-<r>.
             dev.kvtransfer.core.journal.TransferJournal journal = config.journalDir().isPresent()

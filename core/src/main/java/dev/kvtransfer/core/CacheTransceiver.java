@@ -1,5 +1,6 @@
 package dev.kvtransfer.core;
 
+import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.CacheFormatter;

@@ -12,6 +12,9 @@ import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.api.transport.RegionDescriptor;
+import dev.kvtransfer.api.transport.RegisteredRegion;
+import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.memory.MemoryAccess;
 import org.junit.jupiter.api.AfterEach;
@@ -52,8 +55,11 @@ import static org.assertj.core.api.Assertions.fail;
  * capability the provider does not declare is not skipped: the suite asserts the documented refusal instead.
  * Each test creates its managers with {@link #newManager}; they and the host buffers are closed and checked
  * for leaks after the test. Every payload is filled with a pattern and verified byte by byte.
+ *
+ * <p>Every test runs on its own thread with a preemptive 180 s timeout: a transport that ignores deadlines and
+ * interrupts fails the rule that hung instead of hanging the build.
  */
-@Timeout(value = 180, unit = TimeUnit.SECONDS)
+@Timeout(value = 180, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 public abstract class TransportConformanceTest {
     /** Largest message the suite expects to complete before the receiver posts (control messages). */
     protected static final int EAGER_BYTES = 4096;
@@ -144,7 +150,19 @@ public abstract class TransportConformanceTest {
      * @return a running manager
      */
     protected final ConnectionManager newManager() {
-        ConnectionManager m = provider().create(config("conformance-" + (++managerCount)));
+        return newManager(b -> { });
+    }
+
+    /**
+     * Creates a manager from {@link #config} changed by {@code change}, closed after the test.
+     *
+     * @param change adjusts the configuration (e.g. a short default timeout, an error handler)
+     * @return a running manager
+     */
+    protected final ConnectionManager newManager(java.util.function.Consumer<TransportConfig.Builder> change) {
+        TransportConfig.Builder b = config("conformance-" + (++managerCount)).toBuilder();
+        change.accept(b);
+        ConnectionManager m = provider().create(b.build());
         managers.add(m);
         assertThat(m.isRunning()).as("a new manager runs").isTrue();
         return m;
@@ -674,6 +692,196 @@ public abstract class TransportConformanceTest {
         LeakChecks.assertNoNewThreads(before, threadEndBound());
     }
 
+    @Test
+    public void required_17_untimedRecvConnectOutlivesTheDefaultTimeout() throws Exception {
+        Duration shortDefault = Duration.ofMillis(300);
+        ConnectionManager a = newManager(b -> b.defaultTimeout(shortDefault));
+        ConnectionManager b = newManager();
+        MemoryBuffer dst = buffer(16);
+        ExecutorService ex = threads(1);
+        Future<Connection> accepted = ex.submit(() -> a.recvConnect(7800, dst, 0, 16));
+        // The untimed form waits until a message arrives or close: never the default timeout.
+        org.awaitility.Awaitility.await().during(shortDefault.multipliedBy(4)).atMost(shortDefault.multipliedBy(20))
+                .until(() -> !accepted.isDone());
+        MemoryBuffer src = buffer(16);
+        fill(src, 0, 16, 78);
+        b.connection(a.localAddress()).send(7800, src, 0, 16);
+        Connection c = get(accepted);
+        assertThat(c.peer()).isEqualTo(b.localAddress());
+        verify(dst, 0, 16, 78);
+        assertThat(a.connection(b.localAddress()).defaultTimeout()).isEqualTo(shortDefault);
+        assertThat(a.defaultTimeout()).isEqualTo(shortDefault);
+    }
+
+    @Test
+    public void required_18_pollConnectReturnsNullWhenNothingArrivedAndNeverThrowsATimeout() throws Exception {
+        ConnectionManager a = newManager();
+        ConnectionManager b = newManager();
+        MemoryBuffer dst = buffer(24);
+        long t0 = System.nanoTime();
+        assertThat(a.pollConnect(7900, dst, 0, 24, Duration.ZERO)).as("non-blocking poll, nothing sent").isNull();
+        assertThat(Duration.ofNanos(System.nanoTime() - t0)).isLessThan(timeoutSlack());
+        Duration wait = Duration.ofMillis(200);
+        t0 = System.nanoTime();
+        assertThat(a.pollConnect(7900, dst, 0, 24, wait)).isNull();
+        assertThat(Duration.ofNanos(System.nanoTime() - t0)).isGreaterThanOrEqualTo(wait.minusMillis(5))
+                .isLessThan(wait.plus(timeoutSlack()));
+        MemoryBuffer src = buffer(24);
+        fill(src, 0, 24, 79);
+        b.connection(a.localAddress()).send(7900, src, 0, 24);
+        Connection[] got = new Connection[1];
+        org.awaitility.Awaitility.await().atMost(Duration.ofSeconds(30)).pollInterval(Duration.ofMillis(1))
+                .until(() -> (got[0] = a.pollConnect(7900, dst, 0, 24, Duration.ZERO)) != null);
+        assertThat(got[0].peer()).isEqualTo(b.localAddress());
+        verify(dst, 0, 24, 79);
+        a.close();
+        assertThatThrownBy(() -> a.pollConnect(7900, dst, 0, 24, Duration.ZERO))
+                .isInstanceOf(TransportClosedException.class);
+    }
+
+    @Test
+    public void required_19_tagsUseAllThirtyTwoBits() throws Exception {
+        ConnectionManager a = newManager();
+        ConnectionManager b = newManager();
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        // Tags that agree in their low 16 (and low 24) bits, and the extremes.
+        int[] tags = {Integer.MAX_VALUE, Integer.MAX_VALUE - 1, 0x0001_1234, 0x0002_1234, 0x0101_1234, 1 << 30, 1024};
+        MemoryBuffer src = buffer(64L * tags.length);
+        MemoryBuffer dst = buffer(64L * tags.length);
+        for (int i = 0; i < tags.length; i++) {
+            fill(src, 64L * i, 64, 100 + i);
+            ab.send(tags[i], src, 64L * i, 64);
+        }
+        for (int i = tags.length - 1; i >= 0; i--) {
+            ba.recv(tags[i], dst, 64L * i, 64, Duration.ofSeconds(30));
+            verify(dst, 64L * i, 64, 100 + i);
+        }
+        MemoryBuffer one = buffer(8);
+        fill(src, 0, 8, 7);
+        ab.send(Integer.MAX_VALUE, src, 0, 8);
+        Connection c = b.recvConnect(Integer.MAX_VALUE, one, 0, 8, Duration.ofSeconds(30));
+        assertThat(c.peer()).isEqualTo(a.localAddress());
+        verify(one, 0, 8, 7);
+    }
+
+    @Test
+    public void required_20_closeReleasesEveryFileDescriptor() throws Exception {
+        java.nio.file.Path fds = java.nio.file.Path.of("/proc/self/fd");
+        Assumptions.assumeTrue(java.nio.file.Files.isDirectory(fds), "skipped: no /proc/self/fd on this OS");
+        cycle(); // loads classes and opens the jars they come from, which stay open
+        int before = openFds(fds);
+        for (int i = 0; i < 4; i++) {
+            cycle();
+        }
+        // A manager that leaks even one descriptor per close leaks 8 here; the JVM itself may open one or two.
+        org.awaitility.Awaitility.await().atMost(threadEndBound()).pollInterval(Duration.ofMillis(50))
+                .untilAsserted(() -> assertThat(openFds(fds)).as("open file descriptors after 4 open/use/close"
+                        + " cycles of two managers (before: %d)", before).isLessThanOrEqualTo(before + 2));
+    }
+
+    private void cycle() throws Exception {
+        ConnectionManager a = provider().create(config("fd-a"));
+        ConnectionManager b = provider().create(config("fd-b"));
+        try {
+            MemoryBuffer src = buffer(4096);
+            MemoryBuffer dst = buffer(4096);
+            fill(src, 0, 4096, 9);
+            a.connection(b.localAddress()).send(8000, src, 0, 4096);
+            b.connection(a.localAddress()).recv(8000, dst, 0, 4096, Duration.ofSeconds(30));
+            verify(dst, 0, 4096, 9);
+        } finally {
+            a.close();
+            b.close();
+        }
+    }
+
+    private static int openFds(java.nio.file.Path fds) throws java.io.IOException {
+        try (var s = java.nio.file.Files.list(fds)) {
+            return (int) s.count();
+        }
+    }
+
+    @Test
+    public void required_21_providerIsFoundThroughServiceLoader() {
+        List<TransportProvider> found = java.util.ServiceLoader.load(TransportProvider.class).stream()
+                .map(java.util.ServiceLoader.Provider::get).toList();
+        assertThat(found).as("providers registered in META-INF/services")
+                .anySatisfy(p -> {
+                    assertThat(p.name()).isEqualTo(provider().name());
+                    assertThat(p.getClass()).isEqualTo(provider().getClass());
+                });
+        TransportProvider p = found.stream().filter(x -> x.name().equals(provider().name())).findFirst()
+                .orElseThrow();
+        assertThat(p.isAvailable()).isEqualTo(provider().isAvailable());
+        assertThat(p.capabilities()).isEqualTo(provider().capabilities());
+    }
+
+    @Test
+    public void required_22_unknownPropertiesOfTheTransportsOwnPrefixAreRefused() {
+        String key = provider().name() + ".noSuchSetting";
+        assertThatThrownBy(() -> provider().create(config("typo").toBuilder().property(key, "1").build()))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining(key).hasMessageContaining("known");
+        // Properties of other transports are left alone: one map may configure them all.
+        newManager(b -> b.property("someothertransport.setting", "x"));
+    }
+
+    @Test
+    public void required_23_crossProcessWhenDeclared() throws Exception {
+        boolean declared = provider().capabilities().contains(TransportCapability.CROSS_PROCESS);
+        TransportConfig base = config("cross");
+        List<String> args = new ArrayList<>();
+        args.add(provider().name());
+        args.add(base.host());
+        base.properties().forEach((k, v) -> args.add(k + "=" + v));
+        try (dev.kvtransfer.testkit.process.ChildJvm child = dev.kvtransfer.testkit.process.ChildJvm.start(
+                dev.kvtransfer.testkit.process.TransportEchoMain.class, "256m", args)) {
+            String address = child.awaitLine("ADDRESS ", Duration.ofSeconds(60)).substring("ADDRESS ".length());
+            ConnectionManager self = newManager();
+            MemoryBuffer len = buffer(8);
+            if (!declared) {
+                // Not declared: a manager of another process is unreachable, and the send says so.
+                len.asByteBuffer().putLong(0, 1);
+                assertThatThrownBy(() -> self.connection(address).send(
+                        dev.kvtransfer.testkit.process.TransportEchoMain.ECHO_TAG, len, 0, 8, Duration.ofSeconds(5)))
+                        .as("send to a manager in another process without CROSS_PROCESS")
+                        .isInstanceOf(TransportException.class);
+                return;
+            }
+            Connection c = self.connection(address);
+            for (long n : new long[] {1, 4097, (1L << 20) + 13}) {
+                MemoryBuffer src = buffer(n);
+                MemoryBuffer dst = buffer(n);
+                fill(src, 0, n, 230 + n);
+                len.asByteBuffer().putLong(0, n);
+                c.send(dev.kvtransfer.testkit.process.TransportEchoMain.ECHO_TAG, len, 0, 8);
+                ExecutorService ex = threads(1);
+                Future<?> sent = ex.submit(() -> c.send(dev.kvtransfer.testkit.process.TransportEchoMain.DATA_TAG,
+                        src, 0, n));
+                c.recv(dev.kvtransfer.testkit.process.TransportEchoMain.DATA_TAG, dst, 0, n, Duration.ofSeconds(60));
+                get(sent);
+                ByteBuffer s = src.asByteBuffer();
+                ByteBuffer d = dst.asByteBuffer();
+                for (int i = 0; i < n; i++) {
+                    if (d.get(i) != (byte) (s.get(i) + 1)) {
+                        fail("byte " + i + " of the " + n + "-byte echo from the other process: expected "
+                                + (byte) (s.get(i) + 1) + ", found " + d.get(i));
+                    }
+                }
+            }
+            if (provider().capabilities().contains(TransportCapability.PEER_FAILURE_DETECTION)) {
+                child.process().destroyForcibly();
+                long t0 = System.nanoTime();
+                assertThatThrownBy(() -> c.recv(dev.kvtransfer.testkit.process.TransportEchoMain.DATA_TAG, len, 0,
+                        8, peerLossBound().multipliedBy(3))).isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).as("receive from a killed process: %s", e)
+                                .isEqualTo(ErrorCode.PEER_LOST));
+                assertThat(Duration.ofNanos(System.nanoTime() - t0)).isLessThan(peerLossBound());
+            }
+        }
+    }
+
     // ---- optional rules: asserted when declared, the documented refusal asserted when not ----
 
     @Test
@@ -747,6 +955,238 @@ public abstract class TransportConformanceTest {
             dev.copy(d2, 0, hostDst, 0, size);
             dev.synchronize();
             verify(hostDst, 0, size, 77);
+        }
+    }
+
+    // ---- one-sided writes (ONE_SIDED_WRITE) ----
+
+    private static final int GUARD = 4096;
+    private static final byte SENTINEL = (byte) 0xA5;
+
+    private boolean oneSided() {
+        return provider().capabilities().contains(TransportCapability.ONE_SIDED_WRITE);
+    }
+
+    /** A region with guard zones of sentinel bytes on both sides, all sentinel to start with. */
+    private MemoryBuffer guarded(long regionBytes) {
+        MemoryBuffer whole = buffer(regionBytes + 2 * GUARD);
+        ByteBuffer b = whole.asByteBuffer();
+        for (int i = 0; i < b.capacity(); i++) {
+            b.put(i, SENTINEL);
+        }
+        return whole;
+    }
+
+    private static void assertSentinel(MemoryBuffer whole, long from, long to, String what) {
+        ByteBuffer b = whole.asByteBuffer();
+        for (long i = from; i < to; i++) {
+            if (b.get((int) i) != SENTINEL) {
+                fail(what + ": byte " + i + " was written (" + b.get((int) i) + ")");
+            }
+        }
+    }
+
+    @Test
+    public void optional_03_oneSidedWriteLandsExactlyAndOnlyWhereAsked() throws Exception {
+        ConnectionManager owner = newManager();
+        ConnectionManager writer = newManager();
+        if (!oneSided()) {
+            MemoryBuffer m = buffer(64);
+            assertThatThrownBy(() -> owner.register(m)).isInstanceOf(UnsupportedOperationException.class)
+                    .hasMessageContaining("ONE_SIDED_WRITE");
+            assertThatThrownBy(() -> writer.connection(owner.localAddress()).write(new WriteBatch(), Duration.ofSeconds(5)))
+                    .isInstanceOf(UnsupportedOperationException.class).hasMessageContaining("ONE_SIDED_WRITE");
+            return;
+        }
+        long size = (1L << 20) + 4096;
+        MemoryBuffer whole = guarded(size);
+        try (RegisteredRegion region = owner.register(whole.slice(GUARD, size))) {
+            RegionDescriptor d = region.descriptor();
+            assertThat(d.owner()).isEqualTo(owner.localAddress());
+            assertThat(d.length()).isEqualTo(size);
+            RegionDescriptor back = RegionDescriptor.readFrom(dev.kvtransfer.api.wire.WireReader.raw(
+                    serialize(d)));
+            assertThat(back).as("a descriptor survives its wire form").isEqualTo(d);
+            MemoryBuffer src = buffer(size);
+            fill(src, 0, size, 303);
+            long[][] entries = {{3, 5, 1}, {11, 4099, 65537}, {70000, 70000, 0}, {size - 9, size - 7, 7},
+                {200_000, 300_000, 500_000}};
+            WriteBatch batch = new WriteBatch(2);
+            for (long[] e : entries) {
+                batch.add(src, e[0], back, e[1], e[2]);
+            }
+            Connection toOwner = writer.connection(owner.localAddress());
+            toOwner.write(batch, Duration.ofSeconds(60));
+            // A notification sent after the write returned never overtakes the bytes.
+            MemoryBuffer note = buffer(8);
+            toOwner.send(8100, note, 0, 8);
+            owner.connection(writer.localAddress()).recv(8100, note, 0, 8, Duration.ofSeconds(30));
+            boolean[] written = new boolean[(int) size];
+            ByteBuffer s = src.asByteBuffer();
+            ByteBuffer w = whole.asByteBuffer();
+            for (long[] e : entries) {
+                for (long i = 0; i < e[2]; i++) {
+                    written[(int) (e[1] + i)] = true;
+                    byte want = s.get((int) (e[0] + i));
+                    byte got = w.get((int) (GUARD + e[1] + i));
+                    if (want != got) {
+                        fail("region byte " + (e[1] + i) + " (entry src " + e[0] + " dst " + e[1] + " len " + e[2]
+                                + "): expected " + want + ", found " + got);
+                    }
+                }
+            }
+            for (int i = 0; i < size; i++) {
+                if (!written[i] && w.get(GUARD + i) != SENTINEL) {
+                    fail("region byte " + i + " was not asked for but was written");
+                }
+            }
+            assertSentinel(whole, 0, GUARD, "guard before the region");
+            assertSentinel(whole, GUARD + size, size + 2 * GUARD, "guard after the region");
+            // The batch is reusable after clear().
+            batch.clear();
+            assertThat(batch.size()).isZero();
+            toOwner.write(batch, Duration.ofSeconds(5));
+        }
+    }
+
+    private void assertRefusesOneSided() {
+        ConnectionManager m = newManager();
+        MemoryBuffer b = buffer(64);
+        assertThatThrownBy(() -> m.register(b)).isInstanceOf(UnsupportedOperationException.class)
+                .hasMessageContaining("ONE_SIDED_WRITE");
+    }
+
+    private static byte[] serialize(RegionDescriptor d) {
+        dev.kvtransfer.api.wire.WireWriter w = dev.kvtransfer.api.wire.WireWriter.raw();
+        d.writeTo(w);
+        return w.toByteArray();
+    }
+
+    @Test
+    public void optional_04_oneSidedWritesOutsideTheRegionOrWithAForgedDescriptorAreRefused() throws Exception {
+        if (!oneSided()) {
+            assertRefusesOneSided();
+            return;
+        }
+        List<Throwable> reported = java.util.Collections.synchronizedList(new ArrayList<>());
+        ConnectionManager owner = newManager(b -> b.errorHandler(reported::add));
+        ConnectionManager writer = newManager();
+        long size = 64 * 1024;
+        MemoryBuffer whole = guarded(size);
+        MemoryBuffer src = buffer(2 * size);
+        fill(src, 0, 2 * size, 404);
+        Connection toOwner = writer.connection(owner.localAddress());
+        try (RegisteredRegion region = owner.register(whole.slice(GUARD, size))) {
+            RegionDescriptor d = region.descriptor();
+            // Outside the descriptor: refused before anything moves.
+            assertThatThrownBy(() -> new WriteBatch().add(src, 0, d, size - 10, 11))
+                    .isInstanceOf(IndexOutOfBoundsException.class).hasMessageContaining("leaves region");
+            assertThatThrownBy(() -> new WriteBatch().add(src, 0, d, -1, 1))
+                    .isInstanceOf(IndexOutOfBoundsException.class);
+            // Forged descriptors: a longer region, a shifted address, another key, an id never issued.
+            byte[] otherKey = d.key();
+            otherKey[0] ^= 0x5a;
+            List<RegionDescriptor> forged = List.of(
+                    new RegionDescriptor(d.owner(), d.regionId(), d.address(), d.length() + GUARD, d.key()),
+                    new RegionDescriptor(d.owner(), d.regionId(), d.address() + 64, d.length(), d.key()),
+                    new RegionDescriptor(d.owner(), d.regionId(), d.address(), d.length(), otherKey),
+                    new RegionDescriptor(d.owner(), d.regionId() + 1_000_000, d.address(), d.length(), d.key()));
+            for (RegionDescriptor f : forged) {
+                long off = f.length() > size ? size : 0;
+                long len = f.length() > size ? GUARD : 4096;
+                WriteBatch b = new WriteBatch().add(src, 0, f, off, len);
+                assertThatThrownBy(() -> toOwner.write(b, Duration.ofSeconds(30)))
+                        .as("write with forged %s", f)
+                        .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code())
+                                .as("code of %s", e).isIn(ErrorCode.UNAUTHORIZED, ErrorCode.MALFORMED));
+            }
+            assertSentinel(whole, 0, size + 2 * GUARD, "region and guards after refused writes");
+            // The transport keeps serving: a genuine write still lands.
+            toOwner.write(new WriteBatch().add(src, 0, d, 0, size), Duration.ofSeconds(30));
+            ByteBuffer s = src.asByteBuffer();
+            ByteBuffer w = whole.asByteBuffer();
+            for (int i = 0; i < size; i++) {
+                assertThat(w.get(GUARD + i)).isEqualTo(s.get(i));
+            }
+            assertSentinel(whole, GUARD + size, size + 2 * GUARD, "guard after the region");
+        }
+        if (!provider().capabilities().contains(TransportCapability.NATIVE_ONE_SIDED_WRITE)) {
+            // The owner of an emulated write saw every refusal: they reached its error handler.
+            org.awaitility.Awaitility.await().atMost(Duration.ofSeconds(10))
+                    .untilAsserted(() -> assertThat(reported).hasSizeGreaterThanOrEqualTo(4));
+        }
+    }
+
+    @Test
+    public void optional_05_writesIntoADeregisteredRegionAreRefusedAndTouchNothing() throws Exception {
+        if (!oneSided()) {
+            assertRefusesOneSided();
+            return;
+        }
+        ConnectionManager owner = newManager();
+        ConnectionManager writer = newManager();
+        long size = 64 * 1024;
+        MemoryBuffer whole = guarded(size);
+        MemoryBuffer src = buffer(size);
+        fill(src, 0, size, 505);
+        Connection toOwner = writer.connection(owner.localAddress());
+        RegisteredRegion region = owner.register(whole.slice(GUARD, size));
+        RegionDescriptor d = region.descriptor();
+        toOwner.write(new WriteBatch().add(src, 0, d, 0, 16), Duration.ofSeconds(30)); // the writer knows it
+        ByteBuffer w = whole.asByteBuffer();
+        for (int i = 0; i < size + 2 * GUARD; i++) {
+            w.put(i, SENTINEL);
+        }
+        region.close();
+        region.close(); // idempotent
+        assertThatThrownBy(() -> toOwner.write(new WriteBatch().add(src, 0, d, 0, size), Duration.ofSeconds(30)))
+                .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code()).as("code of %s", e)
+                        .isIn(ErrorCode.CANCELLED, ErrorCode.UNAUTHORIZED));
+        assertSentinel(whole, 0, size + 2 * GUARD, "memory of a deregistered region");
+    }
+
+    @Test
+    public void optional_06_peerLossAndCloseEndAOneSidedWrite() throws Exception {
+        if (!oneSided()) {
+            assertRefusesOneSided();
+            return;
+        }
+        ConnectionManager owner = newManager();
+        ConnectionManager writer = newManager();
+        long size = 32L << 20;
+        MemoryBuffer target = buffer(size);
+        MemoryBuffer src = buffer(size);
+        fill(src, 0, size, 606);
+        RegisteredRegion region = owner.register(target);
+        RegionDescriptor d = region.descriptor();
+        Connection toOwner = writer.connection(owner.localAddress());
+        toOwner.write(new WriteBatch().add(src, 0, d, 0, 8), Duration.ofSeconds(30));
+        // The owner goes away while (or before) a large write runs: the write ends, in bound, with an error.
+        WriteBatch big = new WriteBatch();
+        for (long off = 0; off < size; off += 1 << 20) {
+            big.add(src, off, d, off, 1 << 20);
+        }
+        ExecutorService ex = threads(1);
+        Future<?> w = ex.submit(() -> {
+            toOwner.write(big, peerLossBound().multipliedBy(3));
+            return null;
+        });
+        long t0 = System.nanoTime();
+        owner.close();
+        try {
+            get(w);
+        } catch (TransportException e) {
+            assertThat(e.code()).as("code of %s", e).isIn(ErrorCode.PEER_LOST, ErrorCode.NETWORK,
+                    ErrorCode.CANCELLED, ErrorCode.TIMEOUT);
+        }
+        assertThat(Duration.ofNanos(System.nanoTime() - t0)).isLessThan(peerLossBound().multipliedBy(3)
+                .plus(timeoutSlack()));
+        // The writer's own close fails its later writes at once.
+        writer.close();
+        assertThatThrownBy(() -> toOwner.write(new WriteBatch().add(src, 0, d, 0, 8), Duration.ofSeconds(5)))
+                .isInstanceOf(TransportClosedException.class);
+        if (provider().capabilities().contains(TransportCapability.NATIVE_ONE_SIDED_WRITE)) {
+            assertThat(provider().capabilities()).contains(TransportCapability.ONE_SIDED_WRITE);
         }
     }
 

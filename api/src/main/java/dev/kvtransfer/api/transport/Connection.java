@@ -13,19 +13,51 @@ import java.time.Duration;
  * ({@code TIMEOUT}), the peer is lost ({@code PEER_LOST}) or the manager closes
  * ({@link TransportClosedException}). Payload goes straight from/to the buffer's memory, no heap copy.
  *
+ * <p>The transport contract in full (what every backend keeps and the testkit's {@code TransportConformanceTest}
+ * checks, rule by rule):
+ * <ul>
+ *   <li><b>Eager sends.</b> A send of at most {@link #EAGER_LIMIT} bytes returns before the peer posts the
+ *       matching receive (the protocol's control messages rely on it); larger sends may wait for it
+ *       (rendezvous), bounded by their deadline.</li>
+ *   <li><b>Deadlines.</b> Every call without a timeout uses {@link #defaultTimeout()}; a timed call fails with
+ *       {@code TIMEOUT} no earlier than its deadline and promptly after it; a later message of the tag is still
+ *       delivered to a later receive.</li>
+ *   <li><b>Peer loss.</b> A transport declaring {@link TransportCapability#PEER_FAILURE_DETECTION} fails calls
+ *       waiting on a dead or closed peer with {@code PEER_LOST} within its documented bound, including on a
+ *       connection that has never exchanged a byte. Messages a peer sent before it closed are still
+ *       delivered.</li>
+ *   <li><b>Interrupts.</b> Core never interrupts a thread blocked in a transport call (it closes the manager
+ *       instead); a transport that sees an interrupt ends the call with {@code NETWORK} "interrupted" and keeps
+ *       the thread's interrupt flag.</li>
+ *   <li><b>Tags.</b> Any {@code int} is a valid tag, including values near {@link Integer#MAX_VALUE}: transports
+ *       never truncate them.</li>
+ *   <li><b>Device memory.</b> A transport without {@link TransportCapability#DEVICE_MEMORY} refuses
+ *       {@code DEVICE} buffers with {@link UnsupportedOperationException}.</li>
+ *   <li><b>One-sided writes.</b> {@link #write} works exactly when the provider declares
+ *       {@link TransportCapability#ONE_SIDED_WRITE}; otherwise it throws {@link UnsupportedOperationException}.</li>
+ * </ul>
+ *
  * <p>Thread-safe: different threads may send and receive on different tags concurrently; concurrent sends on
  * the same tag are ordered by whoever enters first.
  */
 public interface Connection {
+    /** Largest send that must complete without a posted receive: 64 KiB. */
+    long EAGER_LIMIT = 64 * 1024;
+
+    /** @return the deadline of the calls that take none (the manager's configured default) */
+    Duration defaultTimeout();
+
     /**
-     * Sends one message with the manager's default timeout.
+     * Sends one message with {@link #defaultTimeout()}.
      *
      * @param tag    message tag
      * @param buffer source memory
      * @param offset first byte in the buffer
      * @param length byte count (0 allowed)
      */
-    void send(int tag, MemoryBuffer buffer, long offset, long length);
+    default void send(int tag, MemoryBuffer buffer, long offset, long length) {
+        send(tag, buffer, offset, length, defaultTimeout());
+    }
 
     /**
      * Sends one message.
@@ -39,14 +71,16 @@ public interface Connection {
     void send(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout);
 
     /**
-     * Receives the next message of a tag with the manager's default timeout.
+     * Receives the next message of a tag with {@link #defaultTimeout()}.
      *
      * @param tag    message tag
      * @param buffer destination memory
      * @param offset first byte in the buffer
      * @param length expected message length
      */
-    void recv(int tag, MemoryBuffer buffer, long offset, long length);
+    default void recv(int tag, MemoryBuffer buffer, long offset, long length) {
+        recv(tag, buffer, offset, length, defaultTimeout());
+    }
 
     /**
      * Receives the next message of a tag.
@@ -58,6 +92,25 @@ public interface Connection {
      * @param timeout deadline for the whole call
      */
     void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout);
+
+    /**
+     * Writes a batch into memory the peer registered ({@link ConnectionManager#register}) and returns once every
+     * entry is in the peer's memory (remote completion): a message sent on this connection after {@code write}
+     * returned can never overtake the written bytes. All entries must target regions owned by this
+     * connection's peer. Entries are checked against their descriptors before anything moves; the owner checks
+     * them again and refuses: an entry outside its region ({@code MALFORMED}), an unknown region or a wrong key
+     * ({@code UNAUTHORIZED}), a region deregistered since ({@code CANCELLED}). A refused batch writes nothing
+     * outside registered regions; entries before a refused one may have been written.
+     *
+     * @param batch   the entries
+     * @param timeout deadline for the whole batch
+     * @throws UnsupportedOperationException when the transport does not declare
+     *                                       {@link TransportCapability#ONE_SIDED_WRITE}
+     */
+    default void write(WriteBatch batch, Duration timeout) {
+        throw new UnsupportedOperationException("this transport does not declare ONE_SIDED_WRITE: no one-sided "
+                + "writes to " + peer());
+    }
 
     /** @return the peer's address, as its manager's {@link ConnectionManager#localAddress()} reports it */
     String peer();

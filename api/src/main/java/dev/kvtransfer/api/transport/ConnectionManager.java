@@ -1,25 +1,58 @@
 package dev.kvtransfer.api.transport;
 
+import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.CommState;
 
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.Objects;
 
 /**
  * One rank's endpoint of a transport: it listens at {@link #localAddress()}, hands out {@link Connection}s to
- * peers, and accepts the first message of a tag from any peer ({@link #recvConnect}).
+ * peers, and accepts the first message of a tag from any peer ({@link #pollConnect}, {@link #recvConnect}).
+ * See {@link Connection} for the message contract.
+ *
+ * <p>A backend implements {@link #pollConnect}, {@link #connection}, {@link #localAddress},
+ * {@link #defaultTimeout}, {@link #isRunning} and {@link #close}; the waiting overloads of {@code recvConnect}
+ * and {@link #getConnections} are defined here once, so every backend behaves the same.
  *
  * <p>Thread-safe. {@link #close()} is idempotent; it wakes every blocked call (on the manager and its
- * connections) with {@link TransportClosedException} and releases every resource (threads, sockets, files).
+ * connections) with {@link TransportClosedException} and releases every resource (threads, sockets, files,
+ * registrations).
  */
 public interface ConnectionManager extends AutoCloseable {
+    /** How long one wait of the untimed {@link #recvConnect(int, MemoryBuffer, long, long)} lasts before it waits
+     *  again: it only bounds a single {@link #pollConnect}, not the call. */
+    Duration UNTIMED_SLICE = Duration.ofHours(1);
+
     /** @return this rank's address, to be put in a {@link CommState} */
     String localAddress();
 
+    /** @return the deadline of calls that take none (the configured {@link TransportConfig#defaultTimeout()}) */
+    Duration defaultTimeout();
+
     /**
-     * Waits (until close) for the next message of a tag from any peer, receives it, and returns the connection
-     * to the peer that sent it.
+     * Receives the next message of a tag from any peer if one arrives within {@code wait}, and returns the
+     * connection to its sender; returns {@code null} when none arrived (no exception: this is the
+     * non-blocking poll of an agent loop, as Aeron's {@code offer}/{@code poll} return codes are).
+     * {@code wait} may be {@link Duration#ZERO} (do not block) or very long (a backend handles any duration
+     * without overflow).
+     *
+     * @param tag    message tag
+     * @param buffer destination memory
+     * @param offset first byte in the buffer
+     * @param length expected message length (a message of another length fails with {@code MALFORMED})
+     * @param wait   how long to wait at most
+     * @return the connection to the sender, or {@code null} when nothing arrived in time
+     * @throws TransportClosedException when the manager is (or becomes) closed
+     */
+    Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait);
+
+    /**
+     * Waits until the next message of a tag arrives from any peer or the manager closes (then
+     * {@link TransportClosedException}); never times out.
      *
      * @param tag    message tag
      * @param buffer destination memory
@@ -27,7 +60,14 @@ public interface ConnectionManager extends AutoCloseable {
      * @param length expected message length
      * @return the connection to the sender
      */
-    Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length);
+    default Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length) {
+        while (true) {
+            Connection c = pollConnect(tag, buffer, offset, length, UNTIMED_SLICE);
+            if (c != null) {
+                return c;
+            }
+        }
+    }
 
     /**
      * Like {@link #recvConnect(int, MemoryBuffer, long, long)} with a deadline.
@@ -40,25 +80,56 @@ public interface ConnectionManager extends AutoCloseable {
      * @return the connection to the sender
      * @throws TransportException with {@code TIMEOUT} when nothing arrived in time
      */
-    Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout);
+    default Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        Objects.requireNonNull(timeout, "timeout");
+        Connection c = pollConnect(tag, buffer, offset, length, timeout);
+        if (c == null) {
+            throw new TransportException(ErrorCode.TIMEOUT, "recvConnect tag " + tag + " at " + localAddress()
+                    + ": nothing arrived within " + timeout.toMillis() + " ms");
+        }
+        return c;
+    }
 
     /**
-     * Connections to every rank of a peer instance, in rank order (connecting lazily or eagerly).
+     * Connections to every rank of a peer instance, in rank order ({@link #connection} of each address).
      *
      * @param peerInstance the peer instance's addresses
      * @return one connection per peer rank, index = rank
      */
-    List<Connection> getConnections(CommState peerInstance);
+    default List<Connection> getConnections(CommState peerInstance) {
+        Objects.requireNonNull(peerInstance, "peerInstance");
+        List<Connection> out = new ArrayList<>(peerInstance.addresses().size());
+        for (String a : peerInstance.addresses()) {
+            out.add(connection(a));
+        }
+        return out;
+    }
 
     /**
      * The connection to one address.
      *
      * @param address a peer's {@link #localAddress()}
      * @return the connection, created on first use and reused after
+     * @throws TransportClosedException when the manager is closed
      */
     Connection connection(String address);
 
-    /** @return false once closed */
+    /**
+     * Registers memory that peers may write into with {@link Connection#write}. The returned region's
+     * {@link RegisteredRegion#descriptor()} travels to the writers (it is what a writer needs and nothing
+     * else); {@link RegisteredRegion#close()} revokes it.
+     *
+     * @param memory the memory peers may write
+     * @return the registration
+     * @throws UnsupportedOperationException when the transport does not declare
+     *                                       {@link TransportCapability#ONE_SIDED_WRITE}
+     */
+    default RegisteredRegion register(MemoryBuffer memory) {
+        throw new UnsupportedOperationException("this transport does not declare ONE_SIDED_WRITE: memory cannot be "
+                + "registered for one-sided writes at " + localAddress());
+    }
+
+    /** @return false once closed (or once the transport found itself unable to serve: then an error was reported) */
     boolean isRunning();
 
     /** Closes; see the class comment. */

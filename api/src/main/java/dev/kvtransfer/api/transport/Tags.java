@@ -15,6 +15,14 @@ public final class Tags {
     public static final int READY_SIGNAL_TAG = 42;
     /** Why a ready signal was 0: an encoded UTF-8 reason, sent right after a 0 ready signal. */
     public static final int REASON_TAG = 43;
+    /** Emulated one-sided writes: a batch request (fixed header), writer to owner. */
+    public static final int RMA_REQUEST_TAG = 60;
+    /** Emulated one-sided writes: the batch's entries (region, key, offset, length), writer to owner. */
+    public static final int RMA_ENTRIES_TAG = 61;
+    /** Emulated one-sided writes: the owner's replies (go / refused / done), owner to writer. */
+    public static final int RMA_REPLY_TAG = 62;
+    /** Emulated one-sided writes: the entries' bytes, one message per entry, writer to owner. */
+    public static final int RMA_DATA_TAG = 63;
     /** Smallest data tag; data tags are in {@code [FIRST_DATA_TAG, Integer.MAX_VALUE]}. */
     public static final int FIRST_DATA_TAG = 1 << 10;
 

@@ -11,5 +11,13 @@ public enum TransportCapability {
     /** Notices a dead peer and fails the calls waiting on it with {@code PEER_LOST}. */
     PEER_FAILURE_DETECTION,
     /** Sends and receives {@code DEVICE} memory directly. */
-    DEVICE_MEMORY
+    DEVICE_MEMORY,
+    /**
+     * {@link ConnectionManager#register} and {@link Connection#write} work: one-sided writes into a peer's
+     * registered memory. Emulated (the owner's transport thread places incoming bytes) unless
+     * {@link #NATIVE_ONE_SIDED_WRITE} is declared too.
+     */
+    ONE_SIDED_WRITE,
+    /** One-sided writes are native RMA (e.g. UCX put): the owner's CPU takes no part in placing the bytes. */
+    NATIVE_ONE_SIDED_WRITE
 }

@@ -1,14 +1,20 @@
 package dev.kvtransfer.api.transport;
 
+import dev.kvtransfer.api.ErrorHandler;
+
 import java.time.Duration;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 import java.util.TreeMap;
 
 /**
- * Configuration handed to {@link TransportProvider#create}: where to listen, the default deadline and
- * transport-specific properties (documented by each transport's README; unknown keys are ignored).
- * Immutable; validated in {@link Builder#build()}.
+ * Configuration handed to {@link TransportProvider#create}: where to listen, the default deadline,
+ * transport-specific properties (documented by each transport's README), where background errors go, and the
+ * deployment's shared secret. A backend reads its own properties (prefix {@code <name>.}) in one settings class
+ * and refuses unknown keys of its own prefix at {@code create} ({@link #checkKnownProperties}); keys of other
+ * prefixes are ignored, so one property map can configure every backend. Immutable; validated in
+ * {@link Builder#build()}.
  */
 public final class TransportConfig {
     /** Default host to bind. */
@@ -21,6 +27,8 @@ public final class TransportConfig {
     private final int port;
     private final Duration defaultTimeout;
     private final Map<String, String> properties;
+    private final ErrorHandler errorHandler;
+    private final byte[] authSecret;
 
     private TransportConfig(Builder b) {
         this.name = b.name;
@@ -28,6 +36,8 @@ public final class TransportConfig {
         this.port = b.port;
         this.defaultTimeout = b.defaultTimeout;
         this.properties = Map.copyOf(b.properties);
+        this.errorHandler = b.errorHandler;
+        this.authSecret = b.authSecret == null ? null : b.authSecret.clone();
     }
 
     /** @return a builder with defaults */
@@ -91,10 +101,63 @@ public final class TransportConfig {
         }
     }
 
+    /**
+     * Where the transport's background threads report errors (a message that could not be delivered, a peer
+     * that misbehaved, a handshake that failed): counted and logged by whoever passed it; never throws.
+     *
+     * @return the handler (a no-op unless one was set)
+     */
+    public ErrorHandler errorHandler() {
+        return errorHandler;
+    }
+
+    /**
+     * The deployment's shared secret: when present the transport authenticates its own handshakes with it
+     * (HMAC-SHA256) and refuses peers that cannot. Never logged.
+     *
+     * @return a copy of the secret, or {@code null} when authentication is off
+     */
+    public byte[] authSecret() {
+        return authSecret == null ? null : authSecret.clone();
+    }
+
+    /**
+     * Refuses unknown properties of one prefix, naming the key and the known ones (typos are almost always
+     * the cause). Keys of other prefixes are left to their transports.
+     *
+     * @param prefix the backend's prefix, e.g. {@code "aeron."}
+     * @param known  the backend's known keys (full names)
+     * @throws IllegalArgumentException naming the first unknown key, its value and the known keys
+     */
+    public void checkKnownProperties(String prefix, Set<String> known) {
+        Objects.requireNonNull(prefix, "prefix");
+        Objects.requireNonNull(known, "known");
+        for (Map.Entry<String, String> e : new TreeMap<>(properties).entrySet()) {
+            if (e.getKey().startsWith(prefix) && !known.contains(e.getKey())) {
+                throw new IllegalArgumentException("unknown transport property " + e.getKey() + " = '"
+                        + e.getValue() + "'; known: " + String.join(", ", new java.util.TreeSet<>(known)));
+            }
+        }
+    }
+
+    /**
+     * A builder holding this config's values.
+     *
+     * @return a builder
+     */
+    public Builder toBuilder() {
+        Builder b = builder().name(name).host(host).port(port).defaultTimeout(defaultTimeout)
+                .properties(properties).errorHandler(errorHandler);
+        if (authSecret != null) {
+            b.authSecret(authSecret);
+        }
+        return b;
+    }
+
     @Override
     public String toString() {
         return "TransportConfig{" + name + " " + host + ":" + port + " timeout=" + defaultTimeout
-                + " " + new TreeMap<>(properties) + "}";
+                + " " + new TreeMap<>(properties) + (authSecret != null ? " auth" : "") + "}";
     }
 
     /** Builds a {@link TransportConfig}. */
@@ -104,8 +167,28 @@ public final class TransportConfig {
         private int port;
         private Duration defaultTimeout = DEFAULT_TIMEOUT;
         private final Map<String, String> properties = new TreeMap<>();
+        private ErrorHandler errorHandler = e -> { };
+        private byte[] authSecret;
 
         private Builder() {
+        }
+
+        /**
+         * @param v where background errors go
+         * @return this builder
+         */
+        public Builder errorHandler(ErrorHandler v) {
+            this.errorHandler = Objects.requireNonNull(v, "errorHandler");
+            return this;
+        }
+
+        /**
+         * @param v the deployment's shared secret (at least 16 bytes), or {@code null} for no authentication
+         * @return this builder
+         */
+        public Builder authSecret(byte[] v) {
+            this.authSecret = v == null ? null : v.clone();
+            return this;
         }
 
         /**
@@ -178,6 +261,10 @@ public final class TransportConfig {
             }
             if (host.isBlank()) {
                 throw new IllegalArgumentException("host = '" + host + "': must not be blank");
+            }
+            if (authSecret != null && authSecret.length < 16) {
+                throw new IllegalArgumentException("authSecret of " + authSecret.length + " bytes: must be at "
+                        + "least 16 bytes");
             }
             return new TransportConfig(this);
         }

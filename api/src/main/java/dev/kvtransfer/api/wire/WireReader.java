@@ -239,6 +239,36 @@ public final class WireReader {
     }
 
     /**
+     * Reads a count-prefixed array of ints, each in {@code [min, max]}.
+     *
+     * @param what field name for errors
+     * @param min  smallest allowed element
+     * @param max  largest allowed element
+     * @return the values
+     */
+    public int[] readIntArray(String what, int min, int max) {
+        int n = readCount(what, 4);
+        int[] out = new int[n];
+        for (int i = 0; i < n; i++) {
+            out[i] = readInt(what + "[" + i + "]", min, max);
+        }
+        return out;
+    }
+
+    /**
+     * Reads length-prefixed raw bytes.
+     *
+     * @param what field name for errors
+     * @return the bytes
+     */
+    public byte[] readBytes(String what) {
+        int n = readCount(what, 1);
+        byte[] out = new byte[n];
+        buffer.get(out);
+        return out;
+    }
+
+    /**
      * Reads a count-prefixed array of longs.
      *
      * @param what field name for errors

@@ -51,9 +51,13 @@ public final class WireWriter {
         return new WireWriter(64);
     }
 
-    private void ensure(int more) {
+    private void ensure(long more) {
         if (position + more > bytes.length) {
-            bytes = Arrays.copyOf(bytes, Math.max(bytes.length * 2, position + more));
+            long want = Math.max(bytes.length * 2L, position + more);
+            if (want > Integer.MAX_VALUE - 16) {
+                throw new IllegalArgumentException("message would exceed " + (Integer.MAX_VALUE - 16) + " bytes");
+            }
+            bytes = Arrays.copyOf(bytes, (int) want);
         }
     }
 
@@ -145,6 +149,35 @@ public final class WireWriter {
         for (long v : values) {
             writeLong(v);
         }
+        return this;
+    }
+
+    /**
+     * Writes a count-prefixed array of ints.
+     *
+     * @param values the values
+     * @return this writer
+     */
+    public WireWriter writeIntArray(int[] values) {
+        writeInt(values.length);
+        ensure(4L * values.length);
+        for (int v : values) {
+            writeInt(v);
+        }
+        return this;
+    }
+
+    /**
+     * Writes length-prefixed raw bytes.
+     *
+     * @param b the bytes
+     * @return this writer
+     */
+    public WireWriter writeBytes(byte[] b) {
+        writeInt(b.length);
+        ensure(b.length);
+        System.arraycopy(b, 0, bytes, position, b.length);
+        position += b.length;
         return this;
     }
 

@@ -10,7 +10,7 @@ import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.sync.GroupComm;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.core.CacheTransceiver;
-import dev.kvtransfer.core.ErrorHandler;
+import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.plugin.Plugins;

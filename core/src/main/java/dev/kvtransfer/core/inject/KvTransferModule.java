@@ -5,7 +5,7 @@ import com.google.inject.Provides;
 import com.google.inject.Singleton;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.transport.TransportProvider;
-import dev.kvtransfer.core.ErrorHandler;
+import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;

@@ -4,7 +4,7 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.TransceiverState;
-import dev.kvtransfer.core.ErrorHandler;
+import dev.kvtransfer.api.ErrorHandler;
 import net.openhft.chronicle.bytes.Bytes;
 import net.openhft.chronicle.queue.ChronicleQueue;
 import net.openhft.chronicle.queue.ExcerptAppender;

@@ -13,7 +13,7 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
 import dev.kvtransfer.core.CacheTransceiver;
-import dev.kvtransfer.core.ErrorHandler;
+import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;

@@ -1,6 +1,6 @@
 package dev.kvtransfer.core.timing;
 
-import dev.kvtransfer.core.ErrorHandler;
+import dev.kvtransfer.api.ErrorHandler;
 
 import java.io.BufferedWriter;
 import java.io.IOException;

@@ -2,7 +2,7 @@ package dev.kvtransfer.core.transfer;
 
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
-import dev.kvtransfer.core.ErrorHandler;
+import dev.kvtransfer.api.ErrorHandler;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.MeterRegistry;
 import org.slf4j.Logger;

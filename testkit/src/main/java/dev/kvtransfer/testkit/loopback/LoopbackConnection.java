@@ -2,6 +2,7 @@ package dev.kvtransfer.testkit.loopback;
 
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.WriteBatch;
 
 import java.time.Duration;
 import java.util.Objects;
@@ -19,8 +20,8 @@ final class LoopbackConnection implements Connection {
     }
 
     @Override
-    public void send(int tag, MemoryBuffer buffer, long offset, long length) {
-        send(tag, buffer, offset, length, defaultTimeout);
+    public Duration defaultTimeout() {
+        return defaultTimeout;
     }
 
     @Override
@@ -29,13 +30,13 @@ final class LoopbackConnection implements Connection {
     }
 
     @Override
-    public void recv(int tag, MemoryBuffer buffer, long offset, long length) {
-        recv(tag, buffer, offset, length, defaultTimeout);
+    public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        owner.receive(peer, tag, buffer, offset, length, Objects.requireNonNull(timeout, "timeout"));
     }
 
     @Override
-    public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
-        owner.receive(peer, tag, buffer, offset, length, Objects.requireNonNull(timeout, "timeout"));
+    public void write(WriteBatch batch, Duration timeout) {
+        owner.oneSided().write(this, batch, timeout);
     }
 
     @Override

@@ -1,9 +1,13 @@
 package dev.kvtransfer.testkit.loopback;
 
+import dev.kvtransfer.api.ErrorHandler;
+import dev.kvtransfer.api.transport.RegisteredRegion;
+import dev.kvtransfer.api.transport.support.EmulatedOneSided;
+import dev.kvtransfer.core.memory.HostBufferManager;
+
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
-import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportClosedException;
@@ -13,10 +17,8 @@ import dev.kvtransfer.core.memory.MemoryAccess;
 
 import java.time.Duration;
 import java.util.ArrayDeque;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.Iterator;
-import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
@@ -48,6 +50,10 @@ final class LoopbackConnectionManager implements ConnectionManager {
     private final String name;
     private final Duration defaultTimeout;
     private final Map<String, LoopbackConnection> connections = new ConcurrentHashMap<>();
+    private final ErrorHandler errors;
+    /** Control buffers of the one-sided emulation: one manager for the JVM, never closed (tests check theirs). */
+    private static final HostBufferManager CONTROL_BUFFERS = new HostBufferManager();
+    private volatile EmulatedOneSided oneSided;
 
     private final ReentrantLock lock = new ReentrantLock();
     /** Unclaimed messages per tag, oldest first. Guarded by {@link #lock}. */
@@ -63,6 +69,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         this.address = SCHEME + fabricName + "/" + id;
         this.name = config.name();
         this.defaultTimeout = config.defaultTimeout();
+        this.errors = config.errorHandler();
     }
 
     static LoopbackConnectionManager open(String fabricName, TransportConfig config) {
@@ -80,26 +87,35 @@ final class LoopbackConnectionManager implements ConnectionManager {
     }
 
     @Override
-    public Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length) {
-        // The api: without a deadline, recvConnect waits until a message arrives or the manager closes.
-        return connection(receive(null, tag, buffer, offset, length, null));
+    public Duration defaultTimeout() {
+        return defaultTimeout;
     }
 
     @Override
-    public Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
-        String from = receive(null, tag, buffer, offset, length, Objects.requireNonNull(timeout, "timeout"));
-        return connection(from);
+    public Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait) {
+        String from = receive(null, tag, buffer, offset, length, Objects.requireNonNull(wait, "wait"), true);
+        return from == null ? null : connection(from);
     }
 
     @Override
-    public List<Connection> getConnections(CommState peerInstance) {
-        Objects.requireNonNull(peerInstance, "peerInstance");
-        checkOpen("getConnections");
-        List<Connection> out = new ArrayList<>(peerInstance.addresses().size());
-        for (String a : peerInstance.addresses()) {
-            out.add(connection(a));
+    public RegisteredRegion register(MemoryBuffer memory) {
+        checkOpen("register");
+        return oneSided().register(memory);
+    }
+
+    /** The emulated one-sided writes of this manager (created on first use). */
+    EmulatedOneSided oneSided() {
+        EmulatedOneSided o = oneSided;
+        if (o == null) {
+            synchronized (this) {
+                if (oneSided == null) {
+                    checkOpen("one-sided write");
+                    oneSided = new EmulatedOneSided(this, CONTROL_BUFFERS, errors, defaultTimeout, name);
+                }
+                o = oneSided;
+            }
         }
-        return out;
+        return o;
     }
 
     @Override
@@ -121,6 +137,13 @@ final class LoopbackConnectionManager implements ConnectionManager {
 
     @Override
     public void close() {
+        EmulatedOneSided o;
+        synchronized (this) {
+            o = oneSided;
+        }
+        if (o != null) {
+            o.close();
+        }
         lock.lock();
         try {
             if (closed) {
@@ -218,11 +241,8 @@ final class LoopbackConnectionManager implements ConnectionManager {
         Objects.checkFromIndexSize(offset, length, buffer.size());
     }
 
-    /** @return the wait in nanoseconds; {@code null} = no deadline (until close) */
+    /** @return the wait in nanoseconds */
     private static long nanos(Duration timeout) {
-        if (timeout == null) {
-            return Long.MAX_VALUE;
-        }
         if (timeout.isNegative()) {
             throw new IllegalArgumentException("timeout " + timeout + " is negative");
         }
@@ -343,8 +363,19 @@ final class LoopbackConnectionManager implements ConnectionManager {
      * @return the sender's address
      */
     String receive(String from, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        return receive(from, tag, buffer, offset, length, Objects.requireNonNull(timeout, "timeout"), false);
+    }
+
+    /**
+     * Receives the next message of a tag from one sender ({@code from}) or any ({@code null}).
+     *
+     * @param nullOnTimeout return null instead of failing with TIMEOUT (pollConnect)
+     * @return the sender's address, or null on timeout when {@code nullOnTimeout}
+     */
+    private String receive(String from, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                           boolean nullOnTimeout) {
         checkRange(buffer, offset, length);
-        long remaining = nanos(timeout); // null only from the untimed recvConnect
+        long remaining = nanos(timeout);
         long dst = length == 0 ? 0 : buffer.address() + offset;
         String what = (from == null ? "recvConnect" : "recv from " + from) + " tag " + tag + " at " + address;
         Message m = null;
@@ -387,10 +418,10 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 m.free();
             }
         }
-        return await(p, remaining, what);
+        return await(p, remaining, what, nullOnTimeout);
     }
 
-    private String await(Posted p, long nanos, String what) {
+    private String await(Posted p, long nanos, String what, boolean nullOnTimeout) {
         boolean interrupted = false;
         lock.lock();
         try {
@@ -400,6 +431,9 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 if (p.state == Posted.WAITING) {
                     if (left <= 0) {
                         removePosted(p);
+                        if (nullOnTimeout) {
+                            return null;
+                        }
                         throw new TransportException(ErrorCode.TIMEOUT, what + ": nothing arrived within "
                                 + Duration.ofNanos(nanos));
                     }

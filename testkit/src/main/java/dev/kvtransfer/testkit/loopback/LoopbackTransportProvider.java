@@ -20,7 +20,8 @@ import java.util.Set;
  * threads are created: every copy runs on the calling thread. Closing a manager fails its blocked calls with
  * {@link dev.kvtransfer.api.transport.TransportClosedException} and its peers' receives waiting on it with
  * {@code PEER_LOST} (so it declares {@link TransportCapability#PEER_FAILURE_DETECTION}). It cannot cross
- * processes and does not take device memory.
+ * processes and does not take device memory. One-sided writes ({@link TransportCapability#ONE_SIDED_WRITE}) are
+ * emulated with the api's {@link dev.kvtransfer.api.transport.support.EmulatedOneSided}.
  */
 public final class LoopbackTransportProvider implements TransportProvider {
     /** The provider name. */
@@ -51,12 +52,13 @@ public final class LoopbackTransportProvider implements TransportProvider {
 
     @Override
     public Set<TransportCapability> capabilities() {
-        return EnumSet.of(TransportCapability.PEER_FAILURE_DETECTION);
+        return EnumSet.of(TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE);
     }
 
     @Override
     public ConnectionManager create(TransportConfig config) {
         Objects.requireNonNull(config, "config");
+        config.checkKnownProperties("loopback.", Set.of(FABRIC_PROPERTY));
         String fabric = config.property(FABRIC_PROPERTY, DEFAULT_FABRIC);
         if (fabric.isBlank() || fabric.contains("/")) {
             throw new IllegalArgumentException("transport property " + FABRIC_PROPERTY + " = '" + fabric

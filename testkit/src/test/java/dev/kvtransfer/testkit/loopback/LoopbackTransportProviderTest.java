@@ -59,7 +59,8 @@ class LoopbackTransportProviderTest {
         TransportProvider p = found.stream().filter(x -> x.name().equals("loopback")).findFirst().orElseThrow();
         assertThat(p.isAvailable()).isTrue();
         assertThat(p.unavailabilityCause()).isNull();
-        assertThat(p.capabilities()).containsExactly(TransportCapability.PEER_FAILURE_DETECTION);
+        assertThat(p.capabilities()).containsExactlyInAnyOrder(TransportCapability.PEER_FAILURE_DETECTION,
+                TransportCapability.ONE_SIDED_WRITE);
     }
 
     @Test

@@ -1,4 +1,4 @@
-package dev.kvtransfer.core;
+package dev.kvtransfer.api;
 
 /**
  * Receives errors of background threads (responder, senders, request workers) that do not belong to a call

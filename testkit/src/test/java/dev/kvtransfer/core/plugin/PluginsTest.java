@@ -14,9 +14,9 @@ class PluginsTest {
 
     @Test
     void discoversTheRegisteredProviders() {
-        assertThat(plugins.transports()).extracting(p -> p.name()).contains("memory", "nativeonly");
+        assertThat(plugins.transports()).extracting(p -> p.name()).contains("loopback", "nativeonly");
         assertThat(plugins.formatters()).extracting(p -> p.name()).contains("whole-block");
-        assertThat(plugins.transport("memory").name()).isEqualTo("memory");
+        assertThat(plugins.transport("loopback").name()).isEqualTo("loopback");
         assertThat(plugins.formatter("whole-block").name()).isEqualTo("whole-block");
         assertThat(plugins.formatterFor(AttentionType.DEFAULT).name()).isEqualTo("whole-block");
         assertThat(plugins.broken()).isEmpty();
@@ -26,13 +26,13 @@ class PluginsTest {
     void anUnavailableTransportSaysWhyAndListsWhatWasFound() {
         assertThatThrownBy(() -> plugins.transport("nativeonly")).isInstanceOf(KvTransferException.class)
                 .hasMessageContaining("transport 'nativeonly' is not available: libnative.so missing")
-                .hasMessageContaining("found: memory (available), nativeonly (unavailable: libnative.so missing)");
+                .hasMessageContaining("found: loopback (available), nativeonly (unavailable: libnative.so missing)");
     }
 
     @Test
     void aMissingPluginListsWhatWasFound() {
         assertThatThrownBy(() -> plugins.transport("ucx"))
-                .hasMessageContaining("no transport named 'ucx'; found: memory (available)");
+                .hasMessageContaining("no transport named 'ucx'; found: loopback (available)");
         assertThatThrownBy(() -> plugins.formatter("standard"))
                 .hasMessageContaining("no formatter named 'standard'; found: whole-block (DEFAULT)");
         assertThatThrownBy(() -> plugins.formatterFor(AttentionType.MLA))

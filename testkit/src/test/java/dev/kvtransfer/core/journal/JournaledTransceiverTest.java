@@ -11,7 +11,7 @@ import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.journal.TransferJournal.Role;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.testsupport.Bytes;
-import dev.kvtransfer.core.testsupport.MemoryTransportProvider;
+import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import dev.kvtransfer.core.testsupport.WholeBlockFormatterProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -46,7 +46,7 @@ class JournaledTransceiverTest {
             .tensorParallelism(2).build();
 
     private LocalInstance start(String name, TransceiverConfig c) {
-        return LocalInstance.builder(name, STATE).transport(new MemoryTransportProvider(),
+        return LocalInstance.builder(name, STATE).transport(new LoopbackTransportProvider(),
                 TransportConfig.builder().build()).formatter(new WholeBlockFormatterProvider()).config(c)
                 .blocksPerRank(64).errorHandler(errors::add).start();
     }
@@ -81,7 +81,7 @@ class JournaledTransceiverTest {
 
     @Test
     void completedFailedAndCancelledRequestsAreJournaledOnEveryRank() throws Exception {
-        TransceiverConfig c = TransceiverConfig.builder().backend("memory").transferBufferBytes(64 << 10)
+        TransceiverConfig c = TransceiverConfig.builder().backend("loopback").transferBufferBytes(64 << 10)
                 .chunkBytes(1000).kvTransferTimeout(Duration.ofSeconds(20)).journalDir(dir).build();
         try (LocalInstance ctx = start("ctx", c); LocalInstance gen = start("gen", c)) {
             TransferRequest[][] ok = submit(ctx, gen, 1, 10, true);

@@ -19,7 +19,7 @@ import dev.kvtransfer.core.TransferStatus;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.testsupport.Bytes;
-import dev.kvtransfer.core.testsupport.MemoryTransportProvider;
+import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import dev.kvtransfer.core.testsupport.WholeBlockFormatterProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -56,7 +56,7 @@ import static org.awaitility.Awaitility.await;
 class CacheTransceiverProtocolTest {
     private static final Duration BOUND = Duration.ofSeconds(20);
 
-    private final MemoryTransportProvider transport = new MemoryTransportProvider();
+    private final LoopbackTransportProvider transport = new LoopbackTransportProvider();
     private final WholeBlockFormatterProvider formatter = new WholeBlockFormatterProvider();
     private final List<LocalInstance> instances = new ArrayList<>();
     private final List<Throwable> backgroundErrors = new CopyOnWriteArrayList<>();
@@ -90,7 +90,7 @@ class CacheTransceiverProtocolTest {
     }
 
     private static TransceiverConfig.Builder config() {
-        return TransceiverConfig.builder().backend("memory").transferBufferBytes(64 << 10).chunkBytes(1000)
+        return TransceiverConfig.builder().backend("loopback").transferBufferBytes(64 << 10).chunkBytes(1000)
                 .kvTransferTimeout(Duration.ofSeconds(20)).senderFutureTimeout(Duration.ofMillis(200));
     }
 

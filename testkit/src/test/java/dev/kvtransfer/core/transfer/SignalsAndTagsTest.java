@@ -6,7 +6,7 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.memory.HostBufferManager;
-import dev.kvtransfer.core.testsupport.MemoryTransportProvider;
+import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import org.junit.jupiter.api.Test;
 
 import java.time.Duration;
@@ -18,7 +18,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 class SignalsAndTagsTest {
     @Test
     void aRefusalCarriesItsCodeAndReasonToTheRequester() {
-        MemoryTransportProvider t = new MemoryTransportProvider();
+        LoopbackTransportProvider t = new LoopbackTransportProvider();
         try (HostBufferManager bm = new HostBufferManager();
              ConnectionManager ctx = t.create(TransportConfig.builder().build());
              ConnectionManager gen = t.create(TransportConfig.builder().build())) {

@@ -24,11 +24,11 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 class KvTransferModuleTest {
     @Test
     void wiresATransceiverFromTheConfigAndTheDiscoveredPlugins() {
-        TransceiverConfig config = TransceiverConfig.builder().backend("memory").transferBufferBytes(1 << 16).build();
+        TransceiverConfig config = TransceiverConfig.builder().backend("loopback").transferBufferBytes(1 << 16).build();
         Injector injector = Guice.createInjector(new KvTransferModule(config));
         assertThat(injector.getInstance(TransceiverConfig.class)).isSameAs(config);
         TransportProvider transport = injector.getInstance(TransportProvider.class);
-        assertThat(transport.name()).isEqualTo("memory");
+        assertThat(transport.name()).isEqualTo("loopback");
         BufferManager buffers = injector.getInstance(BufferManager.class);
         assertThat(buffers).isInstanceOf(HostBufferManager.class).isSameAs(injector.getInstance(BufferManager.class));
         CacheTransceiverFactory factory = injector.getInstance(CacheTransceiverFactory.class);
@@ -36,7 +36,7 @@ class KvTransferModuleTest {
         try (ConnectionManager cm = transport.create(TransportConfig.builder().build());
              PagedKvCache cache = new PagedKvCache(buffers, BlockLayout.of(state, 0), 4);
              LocalGroupComm group = new LocalGroupComm()) {
-            CommState comm = new CommState("memory", List.of(cm.localAddress()), -1);
+            CommState comm = new CommState("loopback", List.of(cm.localAddress()), -1);
             CacheTransceiver t = factory.create(state, 0, comm, cm, cache, group);
             assertThat(t.state().selfIndex()).isZero();
             assertThat(t.state().cacheState()).isEqualTo(state);
@@ -50,6 +50,6 @@ class KvTransferModuleTest {
         Injector injector = Guice.createInjector(new KvTransferModule(TransceiverConfig.builder().backend("ucx")
                 .build()));
         assertThatThrownBy(() -> injector.getInstance(TransportProvider.class))
-                .hasStackTraceContaining("no transport named 'ucx'; found: memory (available)");
+                .hasStackTraceContaining("no transport named 'ucx'; found: loopback (available)");
     }
 }
