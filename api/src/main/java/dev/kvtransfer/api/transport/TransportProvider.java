@@ -1,5 +1,6 @@
 package dev.kvtransfer.api.transport;
 
+import java.util.Optional;
 import java.util.Set;
 
 /**
@@ -29,4 +30,24 @@ public interface TransportProvider {
      * @throws TransportException if it cannot start
      */
     ConnectionManager create(TransportConfig config);
+
+    /**
+     * For a transport whose ranks must be started by its own launcher (MPI): the launcher.
+     *
+     * @return the launcher, or empty when ranks may be started any way (threads, child JVMs)
+     */
+    default Optional<RankLauncher> launcher() {
+        return Optional.empty();
+    }
+
+    /**
+     * Starts what the processes of this host share (e.g. a standalone media driver), before they start.
+     *
+     * @param config the settings the processes will use
+     * @return what was started (close it after the processes ended), or {@code null} when there is nothing to
+     *         share
+     */
+    default HostSupport startHostSupport(TransportConfig config) {
+        return null;
+    }
 }
