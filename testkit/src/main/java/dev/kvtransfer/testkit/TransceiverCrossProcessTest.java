@@ -56,6 +56,17 @@ public abstract class TransceiverCrossProcessTest {
     }
 
     private final List<AutoCloseable> open = new ArrayList<>();
+    /** The deployment secret both processes share (authentication is on by default). */
+    private static java.nio.file.Path secret;
+
+    @org.junit.jupiter.api.BeforeAll
+    static void createSecret() throws IOException {
+        secret = java.nio.file.Files.createTempFile("kvtransfer-secret", ".bin");
+        secret.toFile().deleteOnExit();
+        byte[] b = new byte[32];
+        new java.security.SecureRandom().nextBytes(b);
+        java.nio.file.Files.write(secret, b);
+    }
     private final List<Throwable> genErrors = new CopyOnWriteArrayList<>();
 
     @AfterEach
@@ -71,6 +82,7 @@ public abstract class TransceiverCrossProcessTest {
         List<String> args = new ArrayList<>(List.of(provider().name(), spec, Integer.toString(blocksPerRank)));
         new TreeMap<>(transportProperties()).forEach((k, v) -> args.add(k + "=" + v));
         args.addAll(List.of(props));
+        args.add(TransceiverConfig.P_AUTH_SECRET_FILE + "=" + secret);
         ChildJvm c = ChildJvm.start(ContextInstanceMain.class, "256m", args);
         open.add(c);
         c.awaitLine("READY", T);
@@ -92,7 +104,8 @@ public abstract class TransceiverCrossProcessTest {
         return p;
     }
 
-    private LocalInstance generation(CacheState state, int blocksPerRank, TransceiverConfig config) {
+    private LocalInstance generation(CacheState state, int blocksPerRank, TransceiverConfig base) {
+        TransceiverConfig config = base.toBuilder().authSecretFile(secret).build();
         TransportConfig tc = TransportConfig.builder().properties(transportProperties()).build();
         LocalInstance gen = LocalInstance.builder("gen", state).transport(provider(), tc)
                 .formatter(Plugins.discover().formatterFor(state.attentionType())).config(config)

@@ -183,7 +183,7 @@ public final class LocalInstance implements AutoCloseable {
      * @return the params (no first generated tokens)
      */
     public ContextPhaseParams contextPhaseParams(long requestId, int rank) {
-        return new ContextPhaseParams(requestId, new long[0], transceiverState(rank));
+        return transceiver(rank).contextPhaseParams(requestId, new long[0]);
     }
 
     private Rank rank(int r) {
@@ -422,7 +422,9 @@ public final class LocalInstance implements AutoCloseable {
                             .host(baseTransport.host())
                             .port(baseTransport.port() == 0 ? 0 : baseTransport.port() + r)
                             .defaultTimeout(baseTransport.defaultTimeout())
-                            .properties(baseTransport.properties()).build();
+                            .properties(baseTransport.properties()).errorHandler(errors)
+                            .authSecret(baseTransport.authSecret() != null ? baseTransport.authSecret()
+                                    : config.authSecret()).build();
                     ConnectionManager cm = tp.create(tc);
                     cms.add(cm);
                     addresses.add(cm.localAddress());

@@ -55,7 +55,7 @@ public final class WiringCheck {
         int[] genIds = genCache.allocate(id, blocks);
         KvPattern.fill(ctxCache, ctxIds, cs, 0, id, blocks);
         TransferRequest c = TransferRequest.context(id, prompt, ctxIds);
-        TransferRequest g = TransferRequest.generation(new ContextPhaseParams(id, new long[0], ctx.state()), prompt,
+        TransferRequest g = TransferRequest.generation(ctx.contextPhaseParams(id, new long[0]), prompt,
                 genIds);
         ctx.respondAndSendAsync(c);
         gen.requestAndReceiveAsync(g);
