@@ -351,10 +351,11 @@ public final class CudaBufferManager implements BufferManager {
     }
 
     /**
-     * Closes the manager (destroying its stream) when every buffer has been closed. Idempotent.
+     * Closes the manager when every buffer has been closed: waits (with the deadline) for the copies issued on its
+     * stream, then destroys the stream. Idempotent.
      *
-     * @throws IllegalStateException listing the outstanding buffers; the manager then stays open, so closing the
-     *                               buffers and calling again succeeds
+     * @throws IllegalStateException listing the outstanding buffers, or when the copies do not complete in time;
+     *                               the manager then stays open, so closing the buffers and calling again succeeds
      */
     @Override
     public void close() {
@@ -368,8 +369,10 @@ public final class CudaBufferManager implements BufferManager {
                         + (debug ? "" : " (run with -D" + DEBUG_PROPERTY + "=true for allocation sites)") + ":\n"
                         + describeOutstanding());
             }
-            closed = true;
             cuda.bindThread();
+            // Copies between other managers' buffers may still be in flight: let them finish first.
+            awaitStream("close");
+            closed = true;
             cuda.destroy();
         }
     }
