@@ -13,6 +13,7 @@ import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.sync.GroupComm;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.memory.LiveResources;
 import dev.kvtransfer.core.sync.StatusAgreement;
 import dev.kvtransfer.core.timing.TimingCsvWriter;
 import dev.kvtransfer.core.transfer.CacheReceiver;
@@ -74,6 +75,7 @@ public final class CacheTransceiver implements AutoCloseable {
     private final TransferJournal journal;
     private final ControlAuth auth;
     private volatile boolean closed;
+    private final java.util.concurrent.atomic.AtomicBoolean closedOnce = new java.util.concurrent.atomic.AtomicBoolean();
 
     private record Tracked(TransferRequest request, long submittedNanos) {
     }
@@ -151,6 +153,7 @@ public final class CacheTransceiver implements AutoCloseable {
                 peerExecutor, prefix, journal, auth);
         this.sender = new CacheSender(env);
         this.receiver = new CacheReceiver(env);
+        LiveResources.count(3, 1);
     }
 
     /**
@@ -477,6 +480,9 @@ public final class CacheTransceiver implements AutoCloseable {
      */
     @Override
     public void close() {
+        if (closedOnce.compareAndSet(false, true)) {
+            LiveResources.count(3, -1);
+        }
         shutdown();
         boolean stopped = awaitTermination(CLOSE_WAIT);
         if (timing != null) {
