@@ -31,11 +31,12 @@ import java.util.function.IntFunction;
  * a layer pool. Consecutive units merge into one message where they are adjacent in memory on every direct side
  * (a block pool's whole row of layers, when the part holds all of its heads).
  *
- * <p><b>Policy</b> (first that applies): (A) coalesced runs, both sides direct, when both are contiguous and the
- * messages average at least {@code minBothDirectBytes}; (B) one-block runs, both sides direct, same condition;
- * (C, D) coalesced resp. one-block runs with one side direct (the side giving fewer messages; the receiver on a
- * tie), when the messages average at least {@code minDirectBytes}; (E) both sides staged: one message per run,
- * or per part with {@code stagedPerPart}.
+ * <p><b>Policy.</b> Candidates: both sides direct with coalesced runs (A) or one-block runs (B), whichever needs
+ * fewer messages; one side direct with coalesced (C) or one-block runs (D), the side and runs giving the fewest
+ * messages (the receiver on a tie). Both direct is taken when it needs no more messages than the best one-side
+ * plan, or its messages average at least {@code minBothDirectBytes}; else one side direct when its messages
+ * average at least {@code minDirectBytes}; else (E) both sides stage: one message per run, or one per part with
+ * {@code stagedPerPart}.
  *
  * <p>Created once per peer and request (O(peers) objects); iterating the messages ({@link Cursor}) allocates
  * nothing.
@@ -153,49 +154,57 @@ public final class PartPlan {
         int maxRun = idsKnown ? maxRun() : 1;
         boolean sOne = sliceContiguous(snd);
         boolean rOne = sliceContiguous(rcv);
-        boolean sLong = sOne && (maxRun == 1 || fullPlaneOfLayerPool(snd));
-        boolean rLong = rOne && (maxRun == 1 || fullPlaneOfLayerPool(rcv));
-        Mode m = Mode.STAGED;
-        boolean sd = false;
-        boolean rd = false;
-        boolean co = idsKnown && maxRun > 1;
-        int msgs = -1;
-        if (co && sLong && rLong && average(count(true, true, true)) >= b.minBothDirectBytes) {
-            m = Mode.BOTH_DIRECT_RUNS;
-            sd = rd = true;
-        } else if (sOne && rOne && average(count(false, true, true)) >= b.minBothDirectBytes) {
-            m = Mode.BOTH_DIRECT_BLOCKS;
-            co = false;
-            sd = rd = true;
-        } else {
-            // One side direct: coalesced runs first, then one-block runs; the side with fewer messages.
-            boolean chosen = false;
-            for (boolean runs : co ? new boolean[] {true, false} : new boolean[] {false}) {
-                boolean sOk = runs ? sLong : sOne;
-                boolean rOk = runs ? rLong : rOne;
-                int sm = sOk ? count(runs, true, false) : Integer.MAX_VALUE;
-                int rm = rOk ? count(runs, false, true) : Integer.MAX_VALUE;
-                if (!sOk && !rOk) {
-                    continue;
-                }
-                boolean useReceiver = rm <= sm;
-                int n = useReceiver ? rm : sm;
-                if (average(n) >= b.minDirectBytes) {
-                    m = runs ? Mode.ONE_DIRECT_RUNS : Mode.ONE_DIRECT_BLOCKS;
-                    co = runs;
-                    rd = useReceiver;
-                    sd = !useReceiver;
-                    msgs = n;
-                    chosen = true;
-                    break;
-                }
-            }
-            if (!chosen) {
-                m = Mode.STAGED;
-                sd = rd = false;
-                co = idsKnown && maxRun > 1;
+        boolean sLong = sOne && fullPlaneOfLayerPool(snd);
+        boolean rLong = rOne && fullPlaneOfLayerPool(rcv);
+        boolean runs = idsKnown && maxRun > 1;
+        // The best plan with both sides direct, and the best with one side direct (fewest messages each).
+        Mode both = null;
+        int bothMsgs = Integer.MAX_VALUE;
+        if (runs && sLong && rLong) {
+            both = Mode.BOTH_DIRECT_RUNS;
+            bothMsgs = count(true, true, true);
+        }
+        if (sOne && rOne) {
+            int n = count(false, true, true);
+            if (n < bothMsgs) {
+                both = Mode.BOTH_DIRECT_BLOCKS;
+                bothMsgs = n;
             }
         }
+        Mode one = null;
+        int oneMsgs = Integer.MAX_VALUE;
+        boolean oneReceiver = false;
+        for (boolean r : runs ? new boolean[] {true, false} : new boolean[] {false}) {
+            int sm = (r ? sLong : sOne) ? count(r, true, false) : Integer.MAX_VALUE;
+            int rm = (r ? rLong : rOne) ? count(r, false, true) : Integer.MAX_VALUE;
+            int n = Math.min(sm, rm);
+            if (n < oneMsgs) {
+                one = r ? Mode.ONE_DIRECT_RUNS : Mode.ONE_DIRECT_BLOCKS;
+                oneMsgs = n;
+                oneReceiver = rm <= sm;
+            }
+        }
+        Mode m;
+        boolean sd;
+        boolean rd;
+        int msgs;
+        if (both != null && (bothMsgs <= oneMsgs || average(bothMsgs) >= b.minBothDirectBytes)) {
+            // Both direct: no copy on either side; taken when it needs no more messages than staging one side,
+            // or its messages are large enough.
+            m = both;
+            sd = rd = true;
+            msgs = bothMsgs;
+        } else if (one != null && average(oneMsgs) >= b.minDirectBytes) {
+            m = one;
+            rd = oneReceiver;
+            sd = !oneReceiver;
+            msgs = oneMsgs;
+        } else {
+            m = Mode.STAGED;
+            sd = rd = false;
+            msgs = -1;
+        }
+        boolean co = m == Mode.BOTH_DIRECT_RUNS || m == Mode.ONE_DIRECT_RUNS || m == Mode.STAGED && runs;
         this.coalesce = co;
         this.mode = m;
         this.sndDirect = sd;
