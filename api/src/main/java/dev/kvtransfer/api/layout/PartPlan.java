@@ -372,6 +372,47 @@ public final class PartPlan {
         return rowBytes;
     }
 
+    /**
+     * Whether another plan of this rank moves exactly the same bytes of this rank's pool in the same stream and
+     * messages (e.g. two peers holding duplicated heads): a sender that stages can then gather once and send the
+     * staged bytes to both.
+     *
+     * @param o another plan of this rank
+     * @return whether the staged streams are interchangeable
+     */
+    public boolean sameStream(PartPlan o) {
+        Side x = selfIsSender ? snd : rcv;
+        Side y = o.selfIsSender ? o.snd : o.rcv;
+        if (o.selfIsSender != selfIsSender || o.mode != mode || o.blocks != blocks || o.layers != layers
+                || o.heads != heads || o.coalesce != coalesce || o.stagedPerPart != stagedPerPart
+                || o.sndDirect != sndDirect || o.rcvDirect != rcvDirect || o.messages != messages
+                || o.wireTokensOuter != wireTokensOuter || o.wireSegments != wireSegments || o.wireRope != wireRope
+                || x.firstLayer != y.firstLayer || x.firstHead != y.firstHead || !x.actual.equals(y.actual)) {
+            return false;
+        }
+        for (int i = 0; i < blocks; i++) {
+            if (x.ids[x.first + i] != y.ids[y.first + i]) {
+                return false;
+            }
+        }
+        int i = 0;
+        while (i < blocks) {
+            int e = runEnd(i, coalesce);
+            if (e != o.runEnd(i, coalesce)) {
+                return false;
+            }
+            i = e;
+        }
+        Cursor a = cursor();
+        Cursor b = o.cursor();
+        while (a.next()) {
+            if (!b.next() || a.length() != b.length() || a.streamOffset() != b.streamOffset()) {
+                return false;
+            }
+        }
+        return !b.next();
+    }
+
     /** @return a cursor over the messages, from the first */
     public Cursor cursor() {
         return new Cursor();

@@ -104,28 +104,88 @@ public final class StandardCacheFormatter implements CacheFormatter {
         checkLayout(session, self, selfIndex, ids, plan);
         PartPlan[] plans = new PartPlan[t.size()];
         int[] active = partPlans(session, plan, peer, ids, true, plans);
-        MemoryBuffer[] staging = staging(session, active, plans, t.size());
+        // Peers that get the same staged bytes (duplicated heads on their side) share one gather.
+        int[][] groups = sharedStaging(active, plans);
+        int[] reps = new int[groups.length];
+        for (int i = 0; i < reps.length; i++) {
+            reps[i] = groups[i][0];
+        }
+        MemoryBuffer[] staging = staging(session, reps, plans, t.size());
+        int[][] membersOf = new int[t.size()][];
+        for (int[] g : groups) {
+            membersOf[g[0]] = g;
+        }
         BufferManager bm = session.bufferManager();
-        session.forEachPeer(active, p -> {
-            PartPlan pp = plans[p];
+        session.forEachPeer(reps, rep -> {
+            PartPlan pp = plans[rep];
+            int[] members = membersOf[rep];
             long start = System.nanoTime();
             PartPlan.Cursor c = pp.cursor();
             if (pp.selfDirect()) {
                 // Straight from the pool: each message is one contiguous run of a region (zero copy).
                 while (c.next()) {
-                    session.send(p, region(c.region()), c.offset(), c.length());
+                    session.send(rep, region(c.region()), c.offset(), c.length());
                 }
             } else {
                 // Gather and send message by message: the next message's copy overlaps the previous transfer.
-                MemoryBuffer buf = staging[p];
+                MemoryBuffer buf = staging[rep];
                 while (c.next()) {
                     c.copy(bm, regions, buf, c.streamOffset(), false);
                     bm.synchronize(); // a device manager's copies may be asynchronous until here
-                    session.send(p, buf, c.streamOffset(), c.length());
+                    for (int p : members) {
+                        session.send(p, buf, c.streamOffset(), c.length());
+                    }
                 }
             }
-            session.recordMeasure(p, start, System.nanoTime(), pp.bytes());
+            long end = System.nanoTime();
+            for (int p : members) {
+                session.recordMeasure(p, start, end, pp.bytes());
+            }
         });
+    }
+
+    /**
+     * Groups the active peers: a staged part whose stream equals an earlier peer's ({@link PartPlan#sameStream})
+     * joins that peer's group; every other peer is its own group. O(peers²) plan comparisons, no per-block object.
+     */
+    private static int[][] sharedStaging(int[] active, PartPlan[] plans) {
+        int[] rep = new int[active.length];
+        int groups = 0;
+        for (int i = 0; i < active.length; i++) {
+            rep[i] = i;
+            PartPlan pp = plans[active[i]];
+            if (!pp.selfDirect()) {
+                for (int j = 0; j < i; j++) {
+                    if (rep[j] == j && !plans[active[j]].selfDirect() && plans[active[j]].sameStream(pp)) {
+                        rep[i] = j;
+                        break;
+                    }
+                }
+            }
+            if (rep[i] == i) {
+                groups++;
+            }
+        }
+        int[][] out = new int[groups][];
+        int k = 0;
+        for (int i = 0; i < active.length; i++) {
+            if (rep[i] != i) {
+                continue;
+            }
+            int n = 0;
+            for (int j = i; j < active.length; j++) {
+                n += rep[j] == i ? 1 : 0;
+            }
+            int[] g = new int[n];
+            int m = 0;
+            for (int j = i; j < active.length; j++) {
+                if (rep[j] == i) {
+                    g[m++] = active[j];
+                }
+            }
+            out[k++] = g;
+        }
+        return out;
     }
 
     @Override
