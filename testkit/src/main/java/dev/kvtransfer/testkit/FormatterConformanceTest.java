@@ -167,6 +167,9 @@ public abstract class FormatterConformanceTest {
                         BlockLayout l = BlockLayout.of(gen, g);
                         int blocks = BlockDistribution.count(q.totalBlocks(), gen.contextParallelism(), gen.cpRank(g));
                         expectedElements += blocks * l.blockBytes() / l.elementBytes();
+                        // An indexer-K pool (uint8, one head): layers x tokens x indexerDim elements per block.
+                        expectedElements += (long) blocks * l.localLayers() * l.tokensPerBlock()
+                                * harnessOptions().indexerDim();
                     }
                 }
                 if (!q.verify().ok()) {

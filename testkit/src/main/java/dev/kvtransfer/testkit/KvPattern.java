@@ -184,9 +184,26 @@ public final class KvPattern {
      */
     public static void fillIndexer(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
                                    int totalBlocks) {
+        fillIndexer(cache, blockIds, state, rank, requestId, totalBlocks, 0, Integer.MAX_VALUE);
+    }
+
+    /**
+     * Writes the indexer-K pattern into the blocks whose global index is in {@code [fromGlobal, toGlobal)}.
+     *
+     * @param cache       the rank's KV pool or its indexer pool
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id whose pattern is written
+     * @param totalBlocks blocks of the whole request
+     * @param fromGlobal  first global block to write
+     * @param toGlobal    global block after the last to write
+     */
+    public static void fillIndexer(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
+                                   int totalBlocks, int fromGlobal, int toGlobal) {
         KvCacheView pool = indexerPool(cache);
-        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, null, 0,
-                Integer.MAX_VALUE);
+        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, null, fromGlobal,
+                toGlobal);
     }
 
     /**

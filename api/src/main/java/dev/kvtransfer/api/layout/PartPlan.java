@@ -33,10 +33,10 @@ import java.util.function.IntFunction;
  *
  * <p><b>Policy.</b> Candidates: both sides direct with coalesced runs (A) or one-block runs (B), whichever needs
  * fewer messages; one side direct with coalesced (C) or one-block runs (D), the side and runs giving the fewest
- * messages (the receiver on a tie). Both direct is taken when it needs no more messages than the best one-side
- * plan, or its messages average at least {@code minBothDirectBytes}; else one side direct when its messages
- * average at least {@code minDirectBytes}; else (E) both sides stage: one message per run, or one per part with
- * {@code stagedPerPart}.
+ * messages (the receiver on a tie); (E) both sides staged, one message per run, or one per part with
+ * {@code stagedPerPart}. The plan without both-direct is one side direct when its messages average at least
+ * {@code minDirectBytes}, else staged; both direct replaces it when its messages average at least
+ * {@code minBothDirectBytes} or it needs no more messages than the plan it replaces.
  *
  * <p>Created once per peer and request (O(peers) objects); iterating the messages ({@link Cursor}) allocates
  * nothing.
@@ -184,17 +184,20 @@ public final class PartPlan {
                 oneReceiver = rm <= sm;
             }
         }
+        // Without both-direct, the plan would be one side direct (when its messages are large enough) or staged.
+        boolean oneOk = one != null && average(oneMsgs) >= b.minDirectBytes;
+        int altMsgs = oneOk ? oneMsgs : count(runs, false, false);
         Mode m;
         boolean sd;
         boolean rd;
         int msgs;
-        if (both != null && (bothMsgs <= oneMsgs || average(bothMsgs) >= b.minBothDirectBytes)) {
-            // Both direct: no copy on either side; taken when it needs no more messages than staging one side,
-            // or its messages are large enough.
+        if (both != null && (average(bothMsgs) >= b.minBothDirectBytes || bothMsgs <= altMsgs)) {
+            // Both direct: no copy on either side; taken when its messages are large enough, or when it needs no
+            // more messages than the plan it replaces.
             m = both;
             sd = rd = true;
             msgs = bothMsgs;
-        } else if (one != null && average(oneMsgs) >= b.minDirectBytes) {
+        } else if (oneOk) {
             m = one;
             rd = oneReceiver;
             sd = !oneReceiver;
@@ -202,14 +205,14 @@ public final class PartPlan {
         } else {
             m = Mode.STAGED;
             sd = rd = false;
-            msgs = -1;
+            msgs = altMsgs;
         }
         boolean co = m == Mode.BOTH_DIRECT_RUNS || m == Mode.ONE_DIRECT_RUNS || m == Mode.STAGED && runs;
         this.coalesce = co;
         this.mode = m;
         this.sndDirect = sd;
         this.rcvDirect = rd;
-        this.messages = msgs >= 0 ? msgs : count(co, sd, rd);
+        this.messages = msgs;
     }
 
     private static void checkRange(String side, int first, int count, int limit, String what) {

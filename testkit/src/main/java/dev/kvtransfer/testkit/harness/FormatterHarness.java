@@ -5,8 +5,10 @@ import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.layout.BlockDistribution;
+import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.TransceiverState;
@@ -334,7 +336,14 @@ public final class FormatterHarness implements AutoCloseable {
                 if (options.fragmentBlocks()) {
                     blocks *= 2; // room for the fillers between the requests' blocks
                 }
-                caches[r] = PagedKvCache.of(memory, state, r, blocks);
+                if (options.indexerDim() > 0) {
+                    BlockLayout main = BlockLayout.of(state, r);
+                    BlockLayout idx = new BlockLayout(main.localLayers(), 1, 1, state.tokensPerBlock(),
+                            options.indexerDim(), 1);
+                    caches[r] = new PagedKvCache(memory, main, state.poolLayout(), MemoryKind.HOST, idx, blocks);
+                } else {
+                    caches[r] = PagedKvCache.of(memory, state, r, blocks);
+                }
                 // Slots of the direction this side uses for every concurrent request, one of the other.
                 boolean sender = side.equals("ctx");
                 pools[r] = new DefaultTransferBufferPool(memory, options.slotBytes(), sender ? requests : 1,
@@ -451,6 +460,12 @@ public final class FormatterHarness implements AutoCloseable {
                         reused);
                 KvPattern.fill(ctx.caches[r], ctxBlocks[r], ctxState, r, requestId, totalBlocks, reused,
                         totalBlocks);
+                if (options.indexerDim() > 0) {
+                    KvPattern.fillIndexer(ctx.caches[r], ctxBlocks[r], ctxState, r, requestId + CTX_POISON,
+                            totalBlocks, 0, reused);
+                    KvPattern.fillIndexer(ctx.caches[r], ctxBlocks[r], ctxState, r, requestId, totalBlocks, reused,
+                            totalBlocks);
+                }
                 ctxNeedSend[r] = ctx.formatters[r].needSendCache(ctxState, r, genState);
             }
             for (int g = 0; g < ng; g++) {
@@ -461,6 +476,12 @@ public final class FormatterHarness implements AutoCloseable {
                 KvPattern.fill(gen.caches[g], genBlocks[g], genState, g, requestId, totalBlocks, 0, reused);
                 KvPattern.fill(gen.caches[g], genBlocks[g], genState, g, requestId + GEN_POISON, totalBlocks, reused,
                         totalBlocks);
+                if (options.indexerDim() > 0) {
+                    KvPattern.fillIndexer(gen.caches[g], genBlocks[g], genState, g, requestId, totalBlocks, 0,
+                            reused);
+                    KvPattern.fillIndexer(gen.caches[g], genBlocks[g], genState, g, requestId + GEN_POISON,
+                            totalBlocks, reused, totalBlocks);
+                }
             }
         }
 
@@ -574,13 +595,21 @@ public final class FormatterHarness implements AutoCloseable {
                 for (int i = 0; i < genBlocks[g].length; i++) {
                     fresh += first + i >= reused ? 1 : 0;
                 }
-                expected[g] = fresh * gen.caches[g].layout().blockBytes();
+                long perBlock = gen.caches[g].layout().blockBytes();
+                if (gen.caches[g].indexerKCache() != null) {
+                    perBlock += gen.caches[g].indexerKCache().layout().blockBytes();
+                }
+                expected[g] = fresh * perBlock;
                 TargetRanks t = RankMapping.targetRanks(ctxState, genState, g);
                 for (int p : gen.formatters[g].pickRecvConnections(genState, g, ctxState)) {
                     picked[t.peerRanks().get(p)] = true;
                 }
                 if (!zeroLayer[g] && options.verify()) {
                     verify.merge(KvPattern.verify(gen.caches[g], genBlocks[g], genState, g, requestId, totalBlocks));
+                    if (options.indexerDim() > 0) {
+                        verify.merge(KvPattern.verifyIndexer(gen.caches[g], genBlocks[g], genState, g, requestId,
+                                totalBlocks));
+                    }
                 }
             }
             return new PairReport.RequestReport(index, requestId, promptLength, totalBlocks, ctxServing, sent,

@@ -16,9 +16,11 @@ import java.util.Objects;
  *                         context side, every second on the generation side), so runs that are consecutive on
  *                         both sides split at different places; false = consecutive ids
  * @param verify           whether {@link FormatterHarness#report()} checks every generation element with KvPattern
+ * @param indexerDim       bytes per token of an MLA indexer-K pool on every rank (block pool, same block ids), 0 =
+ *                         none
  */
 public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallelPeers, long slotBytes,
-                             boolean exchangeBlockIds, boolean fragmentBlocks, boolean verify) {
+                             boolean exchangeBlockIds, boolean fragmentBlocks, boolean verify, int indexerDim) {
     /**
      * Validates.
      *
@@ -29,11 +31,15 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @param exchangeBlockIds peers' block ids known
      * @param fragmentBlocks   holes between block ids
      * @param verify           verify the generation blocks
+     * @param indexerDim       indexer-K bytes per token, 0 = none
      */
     public HarnessOptions {
         Objects.requireNonNull(timeout, "timeout");
         if (timeout.isZero() || timeout.isNegative()) {
             throw new IllegalArgumentException("timeout = " + timeout + ": must be positive");
+        }
+        if (indexerDim < 0) {
+            throw new IllegalArgumentException("indexerDim = " + indexerDim + ": must be at least 0");
         }
         if (chunkBytes < 0 || slotBytes < 0) {
             throw new IllegalArgumentException("chunkBytes = " + chunkBytes + ", slotBytes = " + slotBytes
@@ -48,7 +54,7 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return the defaults
      */
     public static HarnessOptions defaults() {
-        return new HarnessOptions(Duration.ofSeconds(30), 0, true, 16 * 1024, true, true, true);
+        return new HarnessOptions(Duration.ofSeconds(30), 0, true, 16 * 1024, true, true, true, 0);
     }
 
     /**
@@ -56,7 +62,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy with that chunk size
      */
     public HarnessOptions withChunkBytes(long v) {
-        return new HarnessOptions(timeout, v, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks, verify);
+        return new HarnessOptions(timeout, v, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
     }
 
     /**
@@ -64,7 +71,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withParallelPeers(boolean v) {
-        return new HarnessOptions(timeout, chunkBytes, v, slotBytes, exchangeBlockIds, fragmentBlocks, verify);
+        return new HarnessOptions(timeout, chunkBytes, v, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
     }
 
     /**
@@ -72,7 +80,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withTimeout(Duration v) {
-        return new HarnessOptions(v, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks, verify);
+        return new HarnessOptions(v, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
     }
 
     /**
@@ -80,7 +89,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withSlotBytes(long v) {
-        return new HarnessOptions(timeout, chunkBytes, parallelPeers, v, exchangeBlockIds, fragmentBlocks, verify);
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, v, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
     }
 
     /**
@@ -88,7 +98,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withExchangeBlockIds(boolean v) {
-        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, v, fragmentBlocks, verify);
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, v, fragmentBlocks, verify,
+                indexerDim);
     }
 
     /**
@@ -96,7 +107,17 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withFragmentBlocks(boolean v) {
-        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, v, verify);
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, v, verify,
+                indexerDim);
+    }
+
+    /**
+     * @param v indexer-K bytes per token of every rank's indexer pool, 0 = none
+     * @return a copy
+     */
+    public HarnessOptions withIndexerDim(int v) {
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, v);
     }
 
     /**
@@ -104,6 +125,7 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withVerify(boolean v) {
-        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks, v);
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds,
+                fragmentBlocks, v, indexerDim);
     }
 }
