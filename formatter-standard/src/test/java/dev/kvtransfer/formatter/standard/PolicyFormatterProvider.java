@@ -7,10 +7,10 @@ import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.model.AttentionType;
 
 /** The standard formatter with another both-direct threshold, so tests and benchmarks can force either plan. */
-final class PolicyFormatterProvider implements FormatterProvider {
+public final class PolicyFormatterProvider implements FormatterProvider {
     private final long minBothDirectBytes;
 
-    PolicyFormatterProvider(long minBothDirectBytes) {
+    public PolicyFormatterProvider(long minBothDirectBytes) {
         this.minBothDirectBytes = minBothDirectBytes;
     }
 
