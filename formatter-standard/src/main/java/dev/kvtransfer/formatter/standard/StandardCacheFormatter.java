@@ -49,12 +49,13 @@ public final class StandardCacheFormatter implements CacheFormatter {
      * Default of the smallest average message for which both sides move a part straight from / into their pools
      * (below it, one side stages the part and it travels in that side's larger runs).
      */
-    public static final long DEFAULT_MIN_BOTH_DIRECT_BYTES = 16 * 1024;
+    public static final long DEFAULT_MIN_BOTH_DIRECT_BYTES = 256 * 1024;
 
     private final KvCacheView cache;
     private final TransferBufferPool buffers;
     private final PoolGeometry geometry;
     private final long minBothDirectBytes;
+    private final boolean pipelinedScatter;
     /** Region views by index, fetched once: the hot loops then allocate nothing. */
     private final AtomicReferenceArray<MemoryBuffer> regionViews;
     private final IntFunction<MemoryBuffer> regions = this::region;
@@ -66,20 +67,23 @@ public final class StandardCacheFormatter implements CacheFormatter {
      * @param buffers the rank's staging pool (used by the session that core builds over it)
      */
     public StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers) {
-        this(cache, buffers, DEFAULT_MIN_BOTH_DIRECT_BYTES);
+        this(cache, buffers, DEFAULT_MIN_BOTH_DIRECT_BYTES, true);
     }
 
     /**
-     * A formatter with another both-direct threshold; both sides of a transfer must use the same value (they decide
-     * independently how parts travel). Package-private so tests and benchmarks can force either plan.
+     * A formatter with another both-direct threshold (both sides of a transfer must use the same value: they decide
+     * independently how parts travel) and with or without the helper-thread scatter of staged receives ({@link
+     * ScatterPipeline}). Package-private so tests and benchmarks can force either plan.
      */
-    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes) {
+    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
+                           boolean pipelinedScatter) {
         this.cache = Objects.requireNonNull(cache, "cache");
         this.buffers = Objects.requireNonNull(buffers, "buffers");
         if (minBothDirectBytes < 0) {
             throw new IllegalArgumentException("minBothDirectBytes = " + minBothDirectBytes + ": must be >= 0");
         }
         this.minBothDirectBytes = minBothDirectBytes;
+        this.pipelinedScatter = pipelinedScatter;
         this.geometry = cache.geometry();
         this.regionViews = new AtomicReferenceArray<>(cache.regionCount());
     }
@@ -214,6 +218,9 @@ public final class StandardCacheFormatter implements CacheFormatter {
                 while (c.next()) {
                     session.recv(p, region(c.region()), c.offset(), c.length());
                 }
+            } else if (pipelinedScatter && pp.messages() > 1) {
+                // Receive here, scatter on a helper: the next receive is posted while the last one is scattered.
+                ScatterPipeline.receive(session, p, pp, bm, regions, staging[p]);
             } else {
                 // Receive and scatter message by message.
                 MemoryBuffer buf = staging[p];

@@ -9,9 +9,22 @@ import dev.kvtransfer.api.model.AttentionType;
 /** The standard formatter with another both-direct threshold, so tests and benchmarks can force either plan. */
 public final class PolicyFormatterProvider implements FormatterProvider {
     private final long minBothDirectBytes;
+    private final boolean pipelinedScatter;
 
+    /**
+     * @param minBothDirectBytes the both-direct threshold
+     */
     public PolicyFormatterProvider(long minBothDirectBytes) {
+        this(minBothDirectBytes, true);
+    }
+
+    /**
+     * @param minBothDirectBytes the both-direct threshold
+     * @param pipelinedScatter   whether staged receives scatter on a helper thread
+     */
+    public PolicyFormatterProvider(long minBothDirectBytes, boolean pipelinedScatter) {
         this.minBothDirectBytes = minBothDirectBytes;
+        this.pipelinedScatter = pipelinedScatter;
     }
 
     @Override
@@ -26,6 +39,6 @@ public final class PolicyFormatterProvider implements FormatterProvider {
 
     @Override
     public CacheFormatter create(KvCacheView cache, TransferBufferPool buffers) {
-        return new StandardCacheFormatter(cache, buffers, minBothDirectBytes);
+        return new StandardCacheFormatter(cache, buffers, minBothDirectBytes, pipelinedScatter);
     }
 }

@@ -31,8 +31,10 @@ import java.util.Locale;
  * hand (formatter-standard/README.md has the command); it verifies every element of the last transfer of each case
  * with KvPattern.
  *
- * <p>Cases: TP1 to TP1, TP2 to TP1 and TP1 to TP2 between block pools (32 tokens per block); layer-nhd on both
- * sides at 16 tokens per block with and without the peers' block ids (coalescing); layer-nhd to block (a
+ * <p>Cases: TP1 to TP1, TP2 to TP1 and TP1 to TP2 between block pools (32 tokens per block), with the default
+ * plan (rows on the side holding all heads; the other side gathers / scatters, a staged receive scattering on a
+ * helper thread), the scatter inline, and both sides direct (one message per block, layer and kv); layer-nhd on
+ * both sides at 16 tokens per block with and without the peers' block ids (coalescing); layer-nhd to block (a
  * transposing sender). Each case: 2 warm-up transfers, then 3 runs of (one copy of the request's bytes with
  * {@code BufferManager.copy} on one thread, one transfer); printed as min / median / max over the runs, with the
  * messages per request and the ratio to the copy of the same run.
@@ -65,31 +67,36 @@ public final class ReshardingBench {
         FormatterProvider standard = new StandardFormatterProvider();
         PoolLayout block = PoolLayout.BLOCK;
         PoolLayout nhd = PoolLayout.LAYER_NHD;
+        long dflt = StandardCacheFormatter.DEFAULT_MIN_BOTH_DIRECT_BYTES;
+        FormatterProvider inline = new PolicyFormatterProvider(dflt, false);
+        FormatterProvider bothDirect = new PolicyFormatterProvider(0, true);
         Case[] cases = {
-            new Case("TP1 -> TP1 block, T32", llama(1, 32, block), llama(1, 32, block), true),
-            new Case("TP2 -> TP1 block, T32", llama(2, 32, block), llama(1, 32, block), true),
-            new Case("TP2 -> TP1 block, T32, rows+scatter", llama(2, 32, block), llama(1, 32, block), true,
-                    Long.MAX_VALUE),
-            new Case("TP1 -> TP2 block, T32", llama(1, 32, block), llama(2, 32, block), true),
-            new Case("TP1 -> TP2 block, T32, gather+rows", llama(1, 32, block), llama(2, 32, block), true,
-                    Long.MAX_VALUE),
-            new Case("TP1 nhd -> nhd T16, coalesced", llama(1, 16, nhd), llama(1, 16, nhd), true),
-            new Case("TP1 nhd -> nhd T16, per block", llama(1, 16, nhd), llama(1, 16, nhd), false),
-            new Case("TP1 nhd -> block T16", llama(1, 16, nhd), llama(1, 16, block), true),
+            new Case("TP1 -> TP1 block, T32", llama(1, 32, block), llama(1, 32, block), true, standard),
+            new Case("TP2 -> TP1 block, T32", llama(2, 32, block), llama(1, 32, block), true, standard),
+            new Case("TP2 -> TP1 block, T32, scatter inline", llama(2, 32, block), llama(1, 32, block), true,
+                    inline),
+            new Case("TP2 -> TP1 block, T32, both direct", llama(2, 32, block), llama(1, 32, block), true,
+                    bothDirect),
+            new Case("TP1 -> TP2 block, T32", llama(1, 32, block), llama(2, 32, block), true, standard),
+            new Case("TP1 -> TP2 block, T32, both direct", llama(1, 32, block), llama(2, 32, block), true,
+                    bothDirect),
+            new Case("TP1 nhd -> nhd T16, coalesced", llama(1, 16, nhd), llama(1, 16, nhd), true, standard),
+            new Case("TP1 nhd -> nhd T16, per block", llama(1, 16, nhd), llama(1, 16, nhd), false, standard),
+            new Case("TP1 nhd -> block T16", llama(1, 16, nhd), llama(1, 16, block), true, standard),
         };
         for (Case c : cases) {
             if (c.name.contains(filter)) {
-                out.add(c.run(standard, tokens));
+                out.add(c.run(tokens));
                 System.out.println(out.get(out.size() - 1));
             }
         }
         out.add("load average at the end: " + loadAverage());
         System.out.println(out.get(out.size() - 1));
         try {
-            Files.writeString(Path.of("target", "resharding-bench.txt"), String.join(System.lineSeparator(), out)
+            Files.writeString(Path.of(System.getProperty("bench.out", "formatter-standard/target/resharding-bench.txt")), String.join(System.lineSeparator(), out)
                     + System.lineSeparator());
         } catch (IOException e) {
-            System.out.println("could not write target/resharding-bench.txt: " + e);
+            System.out.println("could not write the report: " + e);
         }
     }
 
@@ -102,14 +109,9 @@ public final class ReshardingBench {
         }
     }
 
-    /** One scenario; {@code minBothDirect} < 0 = the formatter's default policy. */
-    private record Case(String name, CacheState ctx, CacheState gen, boolean exchangeIds, long minBothDirect) {
-        Case(String name, CacheState ctx, CacheState gen, boolean exchangeIds) {
-            this(name, ctx, gen, exchangeIds, -1);
-        }
-
-        String run(FormatterProvider standard, int tokens) {
-            FormatterProvider provider = minBothDirect < 0 ? standard : new PolicyFormatterProvider(minBothDirect);
+    /** One scenario. */
+    private record Case(String name, CacheState ctx, CacheState gen, boolean exchangeIds, FormatterProvider provider) {
+        String run(int tokens) {
             int blocks = BlockDistribution.blocksFor(tokens, ctx.tokensPerBlock());
             long bytes = (long) blocks * BlockLayout.of(gen, 0).blockBytes() * gen.worldSize();
             long share = bytes / Math.min(ctx.worldSize(), gen.worldSize());
