@@ -23,12 +23,16 @@ import java.util.function.IntFunction;
  * <p>The receiving thread iterates the part's messages and counts them; the helper iterates the same messages with
  * its own cursor and scatters each once it has arrived (each message has its own place in the staging buffer, so
  * the two never touch the same bytes). One helper task per peer and part, no object per message. Helpers come
- * from a shared pool of daemon threads ({@code kvt-standard-scatter-N}) that end after 2 s idle.
+ * from a shared pool of daemon threads ({@code kvt-standard-scatter-N}) that end after 100 ms idle.
  */
 final class ScatterPipeline implements Runnable {
     private static final AtomicInteger THREADS = new AtomicInteger();
-    private static final ThreadPoolExecutor HELPERS = new ThreadPoolExecutor(0, Integer.MAX_VALUE, 2,
-            TimeUnit.SECONDS, new SynchronousQueue<>(), r -> {
+    /**
+     * Idle helpers end after 100 ms: a busy rank keeps reusing them, an idle one holds no thread (leak checks that
+     * wait for the threads of a finished transfer to end wait that long).
+     */
+    private static final ThreadPoolExecutor HELPERS = new ThreadPoolExecutor(0, Integer.MAX_VALUE, 100,
+            TimeUnit.MILLISECONDS, new SynchronousQueue<>(), r -> {
                 Thread t = new Thread(r, "kvt-standard-scatter-" + THREADS.incrementAndGet());
                 t.setDaemon(true);
                 return t;
