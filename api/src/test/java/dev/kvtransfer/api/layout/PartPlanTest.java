@@ -300,6 +300,30 @@ class PartPlanTest {
     }
 
     @Test
+    void sameStreamOnlyForTheSameBytesInTheSameMessages() {
+        BlockLayout l = new BlockLayout(2, 2, 8, 16, 128, 2);
+        BlockLayout half = new BlockLayout(2, 2, 4, 16, 128, 2);
+        int[] ids = range(0, 6);
+        // Two peers holding the same 4 of our 8 heads (duplicated on their side), one with a broken id run.
+        PartPlan a = PartPlan.builder().sender(g(l, PoolLayout.LAYER_NHD, 64), ids, 0, 0, 4)
+                .receiver(g(half, PoolLayout.LAYER_NHD, 64), range(10, 6), 0, 0, 0).shape(6, 2, 4)
+                .selfIsSender(true).build();
+        PartPlan b = PartPlan.builder().sender(g(l, PoolLayout.LAYER_NHD, 64), ids, 0, 0, 4)
+                .receiver(g(half, PoolLayout.LAYER_NHD, 64), range(30, 6), 0, 0, 0).shape(6, 2, 4)
+                .selfIsSender(true).build();
+        PartPlan c = PartPlan.builder().sender(g(l, PoolLayout.LAYER_NHD, 64), ids, 0, 0, 4)
+                .receiver(g(half, PoolLayout.LAYER_NHD, 64), new int[] {1, 2, 3, 9, 10, 11}, 0, 0, 0)
+                .shape(6, 2, 4).selfIsSender(true).build();
+        PartPlan d = PartPlan.builder().sender(g(l, PoolLayout.LAYER_NHD, 64), ids, 0, 0, 0)
+                .receiver(g(half, PoolLayout.LAYER_NHD, 64), range(10, 6), 0, 0, 0).shape(6, 2, 4)
+                .selfIsSender(true).build();
+        assertThat(a.selfDirect()).as("a head subset of a token-major pool is staged").isFalse();
+        assertThat(a.sameStream(b)).isTrue();
+        assertThat(a.sameStream(c)).as("the runs split elsewhere").isFalse();
+        assertThat(a.sameStream(d)).as("other heads").isFalse();
+    }
+
+    @Test
     void emptyPartsHaveNoMessages() {
         BlockLayout l = new BlockLayout(2, 2, 8, 16, 128, 2);
         PartPlan p = PartPlan.builder().sender(g(l, PoolLayout.LAYER_NHD, 64), range(0, 6), 6, 0, 0)
