@@ -62,6 +62,17 @@ public interface TransferSession {
         return null;
     }
 
+    /**
+     * Blocks per region of the peer rank's pool (from its request info or ready signal): with it a planner knows
+     * which of the peer's consecutive blocks are also adjacent in memory.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @return at least 1 (1 when unknown)
+     */
+    default int peerBlocksPerRegion(int peerIndex) {
+        return 1;
+    }
+
     /** @return true for a one-sided push (the context side writes into the peers' pools) */
     default boolean isPush() {
         return false;
