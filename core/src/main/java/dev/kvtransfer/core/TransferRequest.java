@@ -42,6 +42,7 @@ public final class TransferRequest {
     private volatile RequestState state;
     private volatile KvTransferException error;
     private volatile long kvCacheSize;
+    private volatile int messageCount;
     private volatile long startEpochNanos;
     private volatile long endEpochNanos;
 
@@ -258,6 +259,14 @@ public final class TransferRequest {
         }
     }
 
+    /**
+     * @return messages (descriptors) this rank's transfer used: payload messages moved (pull), or write entries
+     *         (push), once the request ended
+     */
+    public int messageCount() {
+        return messageCount;
+    }
+
     /** @return whether the context side sends this request layer by layer */
     public boolean isLayerWise() {
         return layerWise;
@@ -333,6 +342,11 @@ public final class TransferRequest {
         @Override
         public boolean layerWise() {
             return layerWise;
+        }
+
+        @Override
+        public void recordMessages(int n) {
+            messageCount = n;
         }
 
         @Override

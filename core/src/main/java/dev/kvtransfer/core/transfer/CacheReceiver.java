@@ -81,6 +81,8 @@ public final class CacheReceiver implements AutoCloseable {
         boolean layered;
         /** Push: bytes the context ranks wrote into this rank's blocks (checked). */
         long pushedBytes;
+        /** Push: write entries the context ranks reported. */
+        int pushedEntries;
 
         Job(TransferHandle handle, long startNanos, long deadlineNanos) {
             this.handle = handle;
@@ -169,8 +171,11 @@ public final class CacheReceiver implements AutoCloseable {
             }
             markAllLayers(job);
             long bytes = session == null ? 0 : job.push ? job.pushedBytes : session.movedBytes();
+            int messages = session == null ? 0 : job.push ? job.pushedEntries : session.messageCount();
+            h.recordMessages(messages);
             h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(false, true, bytes);
+                env.metrics().messages(false, messages);
                 if (env.timing() != null) {
                     env.timing().submit(false, job.timing);
                 }
@@ -356,6 +361,11 @@ public final class CacheReceiver implements AutoCloseable {
         }
         long expected = expectedPushBytes(job, session);
         job.pushedBytes = total;
+        int n = 0;
+        for (int k : picked) {
+            n += entries[k].length / 3;
+        }
+        job.pushedEntries = n;
         if (total != expected) {
             throw new KvTransferException(ErrorCode.MALFORMED, id, "the context ranks wrote " + total + " bytes into"
                     + " this rank's blocks, " + expected + " were expected (partial or doubled push)", null);

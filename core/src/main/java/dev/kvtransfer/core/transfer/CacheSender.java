@@ -825,9 +825,12 @@ public final class CacheSender implements AutoCloseable {
             }
             p.timing.postprocess(System.nanoTime());
             long bytes = session.movedBytes();
+            int messages = session.messageCount();
             session.close();
+            h.recordMessages(messages);
             h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(true, true, bytes);
+                env.metrics().messages(true, messages);
                 if (env.timing() != null) {
                     env.timing().submit(true, p.timing);
                 }

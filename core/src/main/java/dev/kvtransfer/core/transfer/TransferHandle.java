@@ -39,6 +39,13 @@ public interface TransferHandle {
     /** @return generation side: leading global blocks already held; 0 on the context side */
     int reusedBlocks();
 
+    /**
+     * Records the messages (descriptors) the transfer used, before it completes.
+     *
+     * @param n payload messages or write entries
+     */
+    void recordMessages(int n);
+
     /** @return context side: whether the engine marks this request's layers ready one by one */
     boolean layerWise();
 
