@@ -838,7 +838,7 @@ public abstract class TransportConformanceTest {
         base.properties().forEach((k, v) -> args.add(k + "=" + v));
         try (dev.kvtransfer.testkit.process.ChildJvm child = dev.kvtransfer.testkit.process.ChildJvm.start(
                 dev.kvtransfer.testkit.process.TransportEchoMain.class, "256m", args)) {
-            String address = child.awaitLine("ADDRESS ", Duration.ofSeconds(60)).substring("ADDRESS ".length());
+            String address = child.awaitLine("ADDRESS ", Duration.ofSeconds(60));
             ConnectionManager self = newManager();
             MemoryBuffer len = buffer(8);
             if (!declared) {
