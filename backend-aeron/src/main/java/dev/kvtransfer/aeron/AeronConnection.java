@@ -52,11 +52,6 @@ final class AeronConnection implements Connection {
     }
 
     @Override
-    public void send(int tag, MemoryBuffer buffer, long offset, long length) {
-        send(tag, buffer, offset, length, defaultTimeout());
-    }
-
-    @Override
     public void send(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         AeronConnectionManager.checkBuffer(buffer, offset, length);
         Objects.requireNonNull(timeout, "timeout");
@@ -93,11 +88,6 @@ final class AeronConnection implements Connection {
             int n = (int) Math.min(chunk, length - pos);
             offer(Wire.DATA, tag, seq, pos, address + pos, n, deadline);
         }
-    }
-
-    @Override
-    public void recv(int tag, MemoryBuffer buffer, long offset, long length) {
-        recv(tag, buffer, offset, length, defaultTimeout());
     }
 
     @Override

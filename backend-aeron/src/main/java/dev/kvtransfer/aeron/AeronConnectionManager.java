@@ -85,6 +85,7 @@ public final class AeronConnectionManager implements ConnectionManager {
     final AeronSettings settings;
     final String name;
     private final Duration defaultTimeout;
+    private final dev.kvtransfer.api.ErrorHandler errorHandler;
     private final EmbeddedDriver.Lease lease;
     final Aeron aeron;
     private final Subscription subscription;
@@ -126,6 +127,7 @@ public final class AeronConnectionManager implements ConnectionManager {
         this.settings = AeronSettings.from(config);
         this.name = config.name();
         this.defaultTimeout = config.defaultTimeout();
+        this.errorHandler = config.errorHandler();
         EmbeddedDriver.Lease l = null;
         Aeron a = null;
         String address = null;
@@ -194,15 +196,9 @@ public final class AeronConnectionManager implements ConnectionManager {
 
     @Override
     public Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait) {
-        // Interim bridge to the timed receive; the agent rewrite replaces it with a poll that throws nothing.
-        try {
-            return connectionOf(receive(null, tag, buffer, offset, length, wait));
-        } catch (TransportException e) {
-            if (e.code() == ErrorCode.TIMEOUT && !(e instanceof TransportClosedException)) {
-                return null;
-            }
-            throw e;
-        }
+        Objects.requireNonNull(wait, "wait");
+        Peer p = receive(null, tag, buffer, offset, length, wait, true);
+        return p == null ? null : connectionOf(p);
     }
 
     @Override
@@ -338,6 +334,15 @@ public final class AeronConnectionManager implements ConnectionManager {
      * @return the peer that sent it
      */
     Peer receive(Peer peer, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        return receive(peer, tag, buffer, offset, length, timeout, false);
+    }
+
+    /**
+     * @param poll true for {@link #pollConnect}: when nothing matched by the deadline, null instead of TIMEOUT; a
+     *             message that matched but did not complete in time then fails with NETWORK
+     */
+    private Peer receive(Peer peer, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+            boolean poll) {
         checkBuffer(buffer, offset, length);
         Objects.requireNonNull(timeout, "timeout");
         long deadline = deadline(timeout);
@@ -375,7 +380,7 @@ public final class AeronConnectionManager implements ConnectionManager {
             }
         }
         if (arrival != null) {
-            return consumeArrival(op, arrival, deadline);
+            return consumeArrival(op, arrival, poll ? Math.max(deadline, deadline(defaultTimeout)) : deadline, poll);
         }
         while (true) {
             int st = op.state;
@@ -386,7 +391,7 @@ public final class AeronConnectionManager implements ConnectionManager {
                 throw rethrow(op.failure);
             }
             if (st == RTS_MATCHED) {
-                return rendezvous(op, deadline);
+                return rendezvous(op, poll ? Math.max(deadline, deadline(defaultTimeout)) : deadline, poll);
             }
             long remaining = deadline - System.nanoTime();
             if (remaining <= 0) {
@@ -400,6 +405,9 @@ public final class AeronConnectionManager implements ConnectionManager {
                                 q.remove(op);
                             }
                         }
+                        if (poll) {
+                            return null;
+                        }
                         throw new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": recv of tag " + tag
                                 + " (" + length + " B) from " + (peer == null ? "any peer" : peer.address)
                                 + " timed out after " + timeout.toMillis() + " ms");
@@ -411,7 +419,7 @@ public final class AeronConnectionManager implements ConnectionManager {
         }
     }
 
-    private Peer consumeArrival(RecvOp op, Arrival a, long deadline) {
+    private Peer consumeArrival(RecvOp op, Arrival a, long deadline, boolean poll) {
         if (a.type == Wire.EAGER) {
             try {
                 if (a.length != op.length) {
@@ -429,11 +437,11 @@ public final class AeronConnectionManager implements ConnectionManager {
         }
         op.seq = a.seq;
         op.rtsLength = a.length;
-        return rendezvous(op, deadline);
+        return rendezvous(op, deadline, poll);
     }
 
     /** The receive side of a large message: answer CTS (or REJECT), then wait until the data has landed. */
-    private Peer rendezvous(RecvOp op, long deadline) {
+    private Peer rendezvous(RecvOp op, long deadline, boolean poll) {
         Peer p = op.peer;
         AeronConnection reply = connectionOf(p);
         if (op.rtsLength != op.length) {
@@ -471,8 +479,10 @@ public final class AeronConnectionManager implements ConnectionManager {
                 if (cancelActive(op)) {
                     return p;
                 }
-                throw new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": recv of tag " + op.tag + " ("
-                        + op.length + " B) from " + p.address + " timed out with " + op.received + " B received");
+                // A poll never reports TIMEOUT: a message that began arriving and stalled is a network failure.
+                throw new TransportException(poll ? ErrorCode.NETWORK : ErrorCode.TIMEOUT, "aeron " + name
+                        + ": recv of tag " + op.tag + " (" + op.length + " B) from " + p.address + " timed out with "
+                        + op.received + " B received");
             }
             LockSupport.parkNanos(this, Math.min(remaining, WAIT_SLICE_NS));
         }
@@ -947,6 +957,11 @@ public final class AeronConnectionManager implements ConnectionManager {
 
     void onError(Throwable t) {
         errorCount.incrementAndGet();
+        try {
+            errorHandler.onError(t);
+        } catch (RuntimeException e) {
+            LOG.log(Level.WARNING, "aeron " + name + ": the error handler threw", e);
+        }
         LOG.log(Level.WARNING, "aeron " + name + ": background error", t);
     }
 

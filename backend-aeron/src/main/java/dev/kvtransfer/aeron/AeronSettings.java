@@ -40,6 +40,12 @@ public final class AeronSettings {
     /** Whether managers of this process that share a media driver talk over {@code aeron:ipc} (true/false). */
     public static final String IPC = "aeron.ipc";
 
+    /** Every property this transport reads; any other {@code aeron.*} key is refused at create. */
+    public static final java.util.Set<String> KNOWN = java.util.Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK,
+            SOCKET_BUFFER, PEER_TIMEOUT_MS, EARLY_BUFFER_BYTES, IPC);
+    /** The prefix of this transport's properties. */
+    public static final String PREFIX = "aeron.";
+
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
     static final long DEFAULT_CHUNK = 1L << 20;
@@ -68,6 +74,7 @@ public final class AeronSettings {
     final boolean ipc;
 
     private AeronSettings(TransportConfig config) {
+        config.checkKnownProperties(PREFIX, KNOWN);
         String dir = config.property(DIR, "").trim();
         this.externalDir = dir.isEmpty() ? null : dir;
         this.idle = config.property(IDLE, "backoff").trim().toLowerCase(Locale.ROOT);
