@@ -133,6 +133,10 @@ final class EmbeddedDriver {
                 // publication without status messages for this long reports "not connected".
                 .imageLivenessTimeoutNs(s.peerTimeoutNs)
                 .publicationConnectionTimeoutNs(s.peerTimeoutNs)
+                // A client silent for this long (its process stalled) is dropped; Aeron wants the unblock timeout
+                // of a stuck publication beyond it.
+                .clientLivenessTimeoutNs(s.clientTimeoutNs)
+                .publicationUnblockTimeoutNs(s.clientTimeoutNs + TimeUnit.SECONDS.toNanos(5))
                 .timerIntervalNs(TimeUnit.MILLISECONDS.toNanos(100))
                 .publicationLingerTimeoutNs(TimeUnit.MILLISECONDS.toNanos(200))
                 .errorHandler(t -> LOG.log(Level.WARNING, "aeron media driver error in " + dir, t));
