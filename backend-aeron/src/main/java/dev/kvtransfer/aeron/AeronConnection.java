@@ -201,6 +201,7 @@ final class AeronConnection implements Connection {
             if (caller) {
                 throw e;
             }
+            manager.reporter.report(e);
             return true;
         } catch (RuntimeException e) {
             TransportException t = new TransportException(ErrorCode.NETWORK, "aeron " + manager.name + ": cannot open a publication to " + peer.address + ": " + e, e);
@@ -208,6 +209,7 @@ final class AeronConnection implements Connection {
             if (caller) {
                 throw t;
             }
+            manager.reporter.report(t);
             return true;
         } finally {
             establishLock.unlock();

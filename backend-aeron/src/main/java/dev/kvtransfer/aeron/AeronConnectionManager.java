@@ -196,11 +196,8 @@ public final class AeronConnectionManager implements ConnectionManager {
                 Peer created = new Peer(a.text(), this);
                 p = peers.putIfAbsent(a.hostPort(), created);
                 if (p == null) {
-                    p = created;
-                    TransportAgent ag = agent;
-                    if (ag != null) {
-                        ag.onNewPeer(p);
-                    }
+                    p = created; // its publication opens on first use, not now: a rank that looks up every
+                                 // rank of the peer instance (getConnections) must not cost N^2 streams
                 }
             }
             if (!p.lost) {

@@ -141,6 +141,36 @@ final class AeronRuntime {
         }
     }
 
+    /**
+     * The media driver's own counters (system counters: cycle times, errors, loss, NAKs, ...) of every runtime of
+     * this process, non-zero ones only; for diagnosis and benchmarks.
+     *
+     * @return one line per counter
+     */
+    static List<String> driverCounters() {
+        List<AeronRuntime> rs;
+        synchronized (RUNTIMES) {
+            rs = List.copyOf(RUNTIMES.values());
+        }
+        List<String> out = new java.util.ArrayList<>();
+        for (AeronRuntime r : rs) {
+            Aeron c = r.client;
+            if (c.isClosed()) {
+                continue;
+            }
+            Map<String, Integer> kinds = new java.util.TreeMap<>();
+            c.countersReader().forEach((value, id, label) -> {
+                if (value != 0 && id < 64) {
+                    out.add(r.directory + ": " + label + " = " + value);
+                }
+                int colon = label.indexOf(':');
+                kinds.merge(colon > 0 ? label.substring(0, colon) : label, 1, Integer::sum);
+            });
+            out.add(r.directory + ": counters by kind " + kinds);
+        }
+        return out;
+    }
+
     /** Drops a reference; the last one stops the agents, closes the client and releases the driver. */
     void release() {
         synchronized (RUNTIMES) {

@@ -90,6 +90,7 @@ final class Matcher {
                     op.fail(m.peerLostError(p, "recv of tag " + op.tag));
                 } else {
                     queue(p, op.tag).posted.addLast(op);
+                    agent.ensureOpening(p);
                 }
                 break;
             }

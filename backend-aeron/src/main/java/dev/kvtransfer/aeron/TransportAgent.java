@@ -42,8 +42,7 @@ final class TransportAgent {
     private final Dispatcher dispatcher;
     final ManyToOneConcurrentArrayQueue<Op> commands = new ManyToOneConcurrentArrayQueue<>(1 << 14);
     private final ConcurrentLinkedQueue<ImageEvent> imageEvents = new ConcurrentLinkedQueue<>();
-    /** Peers callers just created: the agent opens their publications so their liveness is watched at once. */
-    private final ManyToOneConcurrentArrayQueue<Peer> newPeers = new ManyToOneConcurrentArrayQueue<>(4096);
+
     private final List<ImageState> images = new ArrayList<>();
     private final Long2ObjectHashMap<ImageState> imagesByKey = new Long2ObjectHashMap<>();
     private final List<ImageState> pending = new ArrayList<>();
@@ -88,9 +87,14 @@ final class TransportAgent {
         imageEvents.add(new ImageEvent(image, ipc, false));
     }
 
-    /** A caller created a peer ({@code connection(address)}): open its publication without waiting for a send. */
-    void onNewPeer(Peer p) {
-        newPeers.offer(p); // when full the peer's first send opens it instead
+    /**
+     * An op names a peer whose publication is not open yet (a receive on a connection nobody sent on): open it, so
+     * that the peer's liveness is watched (PEER_LOST on a connection that never exchanged a byte).
+     */
+    void ensureOpening(Peer p) {
+        if (!p.lost && !p.connection.isEstablished() && !needsEstablish.contains(p)) {
+            needsEstablish.add(p);
+        }
     }
 
     boolean isRemoved() {
@@ -388,12 +392,7 @@ final class TransportAgent {
 
     private int tick(long now) {
         int work = 0;
-        Peer np;
-        while ((np = newPeers.poll()) != null) {
-            if (!np.lost && !np.connection.isEstablished() && !needsEstablish.contains(np)) {
-                needsEstablish.add(np);
-            }
-        }
+
         for (int i = needsEstablish.size() - 1; i >= 0; i--) {
             Peer p = needsEstablish.get(i);
             if (p.lost || p.connection.progressEstablish(false)) {
@@ -404,8 +403,8 @@ final class TransportAgent {
         for (int i = images.size() - 1; i >= 0; i--) {
             ImageState img = images.get(i);
             if (img.state == ImageState.AWAIT_HELLO && now - img.createdNs > m.settings.handshakeTimeoutNs) {
-                refuse(img, "no HELLO within " + TimeUnit.NANOSECONDS.toMillis(m.settings.handshakeTimeoutNs) + " ms",
-                        false);
+                refuse(img, "no HELLO within " + TimeUnit.NANOSECONDS.toMillis(m.settings.handshakeTimeoutNs) + " ms"
+                        + " (stream at " + img.image.position() + ", joined at " + img.image.joinPosition() + ")", false);
             }
         }
         long pendingLimit = Math.max(m.settings.handshakeTimeoutNs, m.settings.peerTimeoutNs
