@@ -28,6 +28,13 @@ record Address(String text, String hostPort, String host, int port, String drive
      * @throws IllegalArgumentException when it is not {@code host:port[/ipc/<id>/<stream>]}
      */
     static Address parse(String text) {
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (c <= 0x20 || c >= 0x7f) {
+                throw new IllegalArgumentException("address = '" + ErrorReporter.peerText(text) + "': character "
+                        + i + " (0x" + Integer.toHexString(c) + ") is not printable ASCII");
+            }
+        }
         String hp = text;
         String driverId = null;
         int stream = 0;

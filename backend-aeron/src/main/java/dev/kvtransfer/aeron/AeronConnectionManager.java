@@ -533,6 +533,22 @@ public final class AeronConnectionManager implements ConnectionManager {
                 + ErrorReporter.peerText(p.address) + " lost (" + p.lostReason + ")");
     }
 
+    /** @return the media driver directory this manager uses (tests, benchmarks) */
+    String driverDirectory() {
+        return runtime.directory();
+    }
+
+    /** @return the UDP socket addresses the driver bound for this manager (tests) */
+    List<String> boundAddresses() {
+        Subscription s = udpSubscription;
+        return s == null ? List.of() : s.localSocketAddresses();
+    }
+
+    /** @return live peers (tests: HELLOs must not leave peers behind) */
+    int peerCount() {
+        return peers.size();
+    }
+
     /** @return whether this manager listens on IPC (tests) */
     boolean ipcEnabled() {
         return ipcStream != 0;

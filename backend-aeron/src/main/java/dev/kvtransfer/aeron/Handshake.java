@@ -89,6 +89,11 @@ final class Handshake {
      * @return the body length
      */
     int encode(MutableDirectBuffer b, int offset, String sender, String receiver, long incarnation) {
+        return encode(b, offset, sender, receiver, incarnation, System.currentTimeMillis());
+    }
+
+    /** As {@link #encode(MutableDirectBuffer, int, String, String, long)} with a given timestamp (tests). */
+    int encode(MutableDirectBuffer b, int offset, String sender, String receiver, long incarnation, long timestampMs) {
         byte[] s = sender.getBytes(StandardCharsets.UTF_8);
         byte[] r = receiver.getBytes(StandardCharsets.UTF_8);
         byte[] nonce = new byte[NONCE_BYTES];
@@ -96,7 +101,7 @@ final class Handshake {
         b.putInt(offset, MAGIC, ByteOrder.LITTLE_ENDIAN);
         b.putInt(offset + 4, secret == null ? 0 : FLAG_MAC, ByteOrder.LITTLE_ENDIAN);
         b.putLong(offset + 8, incarnation, ByteOrder.LITTLE_ENDIAN);
-        b.putLong(offset + 16, System.currentTimeMillis(), ByteOrder.LITTLE_ENDIAN);
+        b.putLong(offset + 16, timestampMs, ByteOrder.LITTLE_ENDIAN);
         b.putBytes(offset + 24, nonce);
         b.putShort(offset + 40, (short) s.length, ByteOrder.LITTLE_ENDIAN);
         b.putShort(offset + 42, (short) r.length, ByteOrder.LITTLE_ENDIAN);

@@ -275,9 +275,8 @@ final class TransportAgent {
         img.peer = existing;
         img.state = ImageState.BOUND;
         matcher.know(existing);
-        if (!existing.connection.isEstablished() && !needsEstablish.contains(existing)) {
-            needsEstablish.add(existing); // our stream back to it: replies go out at once, its liveness is watched
-        }
+        // Our stream back to it opens on first use (a reply, or a receive posted on it), never on a HELLO alone:
+        // a claim must not make us send to whatever address it names.
     }
 
     /** Refuses a stream: never read again (Dispatcher, handshake timeouts). */
@@ -488,7 +487,7 @@ final class TransportAgent {
             m.dropSubscriptions();
         }
         long now = System.nanoTime();
-        if (rt.generation() == generation) {
+        if (rt.generation() == generation && rt.client().isClosed()) {
             if (!rt.recover(generation)) {
                 if (now - recoveryStartNs > RECOVERY_LIMIT_NS) {
                     m.fail("the media driver in " + rt.directory() + " could not be reached again within "
@@ -498,6 +497,9 @@ final class TransportAgent {
                 }
                 return 0;
             }
+        }
+        if (rt.generation() != generation) {
+            // A newer client (ours, or rebuilt by another manager of this process): subscribe again with it.
             generation = rt.generation();
             udpRegistration = -1;
             ipcRegistration = -1;

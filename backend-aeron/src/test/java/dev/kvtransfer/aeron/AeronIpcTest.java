@@ -176,10 +176,10 @@ class AeronIpcTest {
         cb.send(1, buf, 0, 1, T);
         Connection bc = b.recvConnect(1, buf, 0, 1, T);
         assertThat(channel(cb)).startsWith("aeron:ipc?");
-        // b's agent opens its publication back to c as soon as c's HELLO arrived
+        Future<?> waiting = pool.submit(() -> bc.recv(10, buf, 0, 1 << 20, Duration.ofSeconds(60)));
+        // a receive posted on a connection opens its publication (so the peer's liveness is watched)
         org.awaitility.Awaitility.await().atMost(Duration.ofSeconds(10)).until(() -> channel(bc) != null);
         assertThat(channel(bc)).startsWith("aeron:ipc?");
-        Future<?> waiting = pool.submit(() -> bc.recv(10, buf, 0, 1 << 20, Duration.ofSeconds(60)));
         long t0 = System.nanoTime();
         c.close();
         assertThatThrownBy(() -> waiting.get(20, TimeUnit.SECONDS)).cause()
