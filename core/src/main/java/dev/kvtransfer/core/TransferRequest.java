@@ -29,6 +29,8 @@ public final class TransferRequest {
     private final int promptLength;
     private final int[] blockIds;
     private final ContextPhaseParams params;
+    private final long[] blockHashes;
+    private final int reusedBlocks;
     private final CompletableFuture<Void> done = new CompletableFuture<>();
     private final AtomicBoolean submitted = new AtomicBoolean();
     private final Handle handle = new Handle();
@@ -39,15 +41,22 @@ public final class TransferRequest {
     private volatile long endEpochNanos;
 
     private TransferRequest(long requestId, int promptLength, int[] blockIds, ContextPhaseParams params,
-                            RequestState initial) {
+                            RequestState initial, long[] blockHashes, int reusedBlocks) {
         if (promptLength < 1) {
             throw new IllegalArgumentException("promptLength = " + promptLength + ": must be >= 1");
+        }
+        Objects.requireNonNull(blockHashes, "blockHashes");
+        if (reusedBlocks < 0 || reusedBlocks > blockHashes.length && params != null) {
+            throw new IllegalArgumentException("reusedBlocks = " + reusedBlocks + " with " + blockHashes.length
+                    + " hashes: each reused block needs its hash");
         }
         this.requestId = requestId;
         this.promptLength = promptLength;
         this.blockIds = Objects.requireNonNull(blockIds, "blockIds").clone();
         this.params = params;
         this.state = initial;
+        this.blockHashes = blockHashes.clone();
+        this.reusedBlocks = reusedBlocks;
     }
 
     /**
@@ -59,7 +68,23 @@ public final class TransferRequest {
      * @return the request, in state {@link RequestState#CONTEXT_TRANS_IN_PROGRESS}
      */
     public static TransferRequest context(long requestId, int promptLength, int[] blockIds) {
-        return new TransferRequest(requestId, promptLength, blockIds, null, RequestState.CONTEXT_TRANS_IN_PROGRESS);
+        return context(requestId, promptLength, blockIds, new long[0]);
+    }
+
+    /**
+     * A context-side request whose engine knows its prompt blocks' hashes (its prefix-cache keys, one per block
+     * of the whole prompt, in order): a generation side that already holds a prefix names the blocks it reuses by
+     * these hashes, and a disagreement is refused naming the first differing block.
+     *
+     * @param requestId    the context request id
+     * @param promptLength prompt length in tokens
+     * @param blockIds     this rank's blocks of the request, in order
+     * @param blockHashes  the hash of every block of the prompt (global block order), or empty
+     * @return the request, in state {@link RequestState#CONTEXT_TRANS_IN_PROGRESS}
+     */
+    public static TransferRequest context(long requestId, int promptLength, int[] blockIds, long[] blockHashes) {
+        return new TransferRequest(requestId, promptLength, blockIds, null, RequestState.CONTEXT_TRANS_IN_PROGRESS,
+                blockHashes, 0);
     }
 
     /**
@@ -71,9 +96,30 @@ public final class TransferRequest {
      * @return the request, in state {@link RequestState#GENERATION_TRANS_IN_PROGRESS}
      */
     public static TransferRequest generation(ContextPhaseParams params, int promptLength, int[] blockIds) {
+        return generation(params, promptLength, blockIds, 0, new long[0]);
+    }
+
+    /**
+     * A generation-side request whose first {@code reusedBlocks} blocks (global, of the whole prompt) this
+     * instance already holds (a prefix-cache hit): only the rest is moved, the reused blocks are not written.
+     *
+     * @param params       what the context instance handed out
+     * @param promptLength prompt length in tokens (as on the context side)
+     * @param blockIds     this rank's blocks of the request, in order, reused ones included
+     * @param reusedBlocks leading global blocks already held
+     * @param reusedHashes the hash of each reused block (prefix-cache keys, as the context side computes them)
+     * @return the request, in state {@link RequestState#GENERATION_TRANS_IN_PROGRESS}
+     */
+    public static TransferRequest generation(ContextPhaseParams params, int promptLength, int[] blockIds,
+                                             int reusedBlocks, long[] reusedHashes) {
         Objects.requireNonNull(params, "params");
+        Objects.requireNonNull(reusedHashes, "reusedHashes");
+        if (reusedHashes.length != reusedBlocks) {
+            throw new IllegalArgumentException(reusedHashes.length + " hashes for " + reusedBlocks
+                    + " reused blocks: each reused block needs its hash");
+        }
         return new TransferRequest(params.requestId(), promptLength, blockIds, params,
-                RequestState.GENERATION_TRANS_IN_PROGRESS);
+                RequestState.GENERATION_TRANS_IN_PROGRESS, reusedHashes, reusedBlocks);
     }
 
     /** @return the context request id */
@@ -161,6 +207,11 @@ public final class TransferRequest {
         return Instant.ofEpochSecond(0, epochNanos);
     }
 
+    /** @return leading global blocks the generation side already held (0 on the context side) */
+    public int reusedBlocks() {
+        return reusedBlocks;
+    }
+
     /** Marks the request as handed to a transceiver; a request is transferred once. */
     boolean markSubmitted() {
         return submitted.compareAndSet(false, true);
@@ -199,12 +250,27 @@ public final class TransferRequest {
         }
 
         @Override
+        public long[] blockHashes() {
+            return blockHashes;
+        }
+
+        @Override
+        public int reusedBlocks() {
+            return reusedBlocks;
+        }
+
+        @Override
         public void started(long epochNanos) {
             startEpochNanos = epochNanos;
         }
 
         @Override
         public boolean succeed(long bytes, long epochNanos) {
+            return succeed(bytes, epochNanos, null);
+        }
+
+        @Override
+        public boolean succeed(long bytes, long epochNanos, Runnable beforeNotify) {
             synchronized (this) {
                 if (state.isTerminal()) {
                     return false;
@@ -216,12 +282,20 @@ public final class TransferRequest {
                 }
                 state = params == null ? RequestState.CONTEXT_COMPLETE : RequestState.GENERATION_TRANS_COMPLETE;
             }
+            if (beforeNotify != null) {
+                beforeNotify.run();
+            }
             done.complete(null);
             return true;
         }
 
         @Override
         public boolean fail(KvTransferException e) {
+            return fail(e, null);
+        }
+
+        @Override
+        public boolean fail(KvTransferException e, Runnable beforeNotify) {
             Objects.requireNonNull(e, "error");
             synchronized (this) {
                 if (state.isTerminal()) {
@@ -230,6 +304,9 @@ public final class TransferRequest {
                 error = e;
                 endEpochNanos = EpochClock.nowNanos();
                 state = e.code() == ErrorCode.CANCELLED ? RequestState.CANCELLED : RequestState.TRANS_ERROR;
+            }
+            if (beforeNotify != null) {
+                beforeNotify.run();
             }
             done.complete(null);
             return true;

@@ -60,6 +60,7 @@ import static org.assertj.core.api.Assertions.fail;
  * interrupts fails the rule that hung instead of hanging the build.
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransportConformanceTest {
     /** Largest message the suite expects to complete before the receiver posts (control messages). */
     protected static final int EAGER_BYTES = 4096;

@@ -253,15 +253,48 @@ class WireFormatTest {
                 .isThrownBy(() -> new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.READY_SIGNAL_TAG, 0))
                 .withMessageContaining("dataTag = 42");
         byte[] b = new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG, 0).toBytes();
-        putIntLe(b, b.length - 12, Tags.INFO_TAG);
+        // The data tag sits before chunkBytes (8) and the version-2 fields (32 bytes when all are empty).
+        putIntLe(b, b.length - 12 - 32, Tags.INFO_TAG);
         assertThat(malformed(() -> RequestInfo.fromBytes(b)).getMessage()).contains("dataTag = 32 out of range");
     }
 
     @Test
     void negativeChunkBytesAreMalformed() {
         byte[] b = new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG, 0).toBytes();
-        b[b.length - 1] = (byte) 0x80;
+        b[b.length - 1 - 32] = (byte) 0x80;
         assertThat(malformed(() -> RequestInfo.fromBytes(b)).getMessage()).contains("chunkBytes =", "must be >= 0");
+    }
+
+    @Test
+    void requestInfoV2CarriesReuseBlockIdsAndAuthenticationFields() {
+        byte[] token = new byte[ContextPhaseParams.TOKEN_BYTES];
+        byte[] nonce = new byte[RequestInfo.NONCE_BYTES];
+        token[3] = 7;
+        nonce[15] = 9;
+        RequestInfo i = new RequestInfo(5, 9, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG + 3, 4096, 3,
+                new long[] {11, 12, 13}, new int[] {4, 5, 6, 90, 91, 2, 3, 7, 8, 1}, token, nonce, 1234567L, RequestInfo.FLAG_PART_CHECKSUMS);
+        RequestInfo back = RequestInfo.fromBytes(i.toBytes());
+        assertThat(back).isEqualTo(i);
+        assertThat(back.blockIds()).containsExactly(4, 5, 6, 90, 91, 2, 3, 7, 8, 1);
+        assertThat(back.reusedBlockHashes()).containsExactly(11, 12, 13);
+        assertThat(back.partChecksums()).isTrue();
+        assertThatIllegalArgumentException().isThrownBy(() -> new RequestInfo(5, 1, new long[0], ts(SMALL),
+                Tags.FIRST_DATA_TAG, 0, 3, new long[3], new int[0], new byte[0], new byte[0], 0, 0))
+                .withMessageContaining("reusedBlocks = 3");
+        assertThatIllegalArgumentException().isThrownBy(() -> new RequestInfo(5, 4, new long[0], ts(SMALL),
+                Tags.FIRST_DATA_TAG, 0, 2, new long[1], new int[0], new byte[0], new byte[0], 0, 0))
+                .withMessageContaining("1 entries for 2 reused blocks");
+    }
+
+    @Test
+    void contextPhaseParamsCarryTheirRequestToken() {
+        TransceiverState s = new TransceiverState(SMALL, new CommState("aeron", List.of("x"), 0));
+        byte[] token = new byte[ContextPhaseParams.TOKEN_BYTES];
+        token[0] = 1;
+        ContextPhaseParams p = new ContextPhaseParams(9, new long[] {1, 2}, s, token);
+        assertThat(ContextPhaseParams.fromBytes(p.toBytes())).isEqualTo(p);
+        assertThat(p).isNotEqualTo(new ContextPhaseParams(9, new long[] {1, 2}, s));
+        assertThat(p.toString()).doesNotContain("[1, 0").contains("token");
     }
 
     @Test

@@ -49,7 +49,7 @@ public final class CacheReceiver implements AutoCloseable {
     private static final int ENDED = 2;
 
     private final TransferEnv env;
-    private final DataTags tags = new DataTags();
+    private final DataTags tags;
     private final Map<CommState, ThreadPoolExecutor> workers = new ConcurrentHashMap<>();
     private final Map<TransferHandle, Job> jobs = new ConcurrentHashMap<>();
     private final Map<String, Object> connectionLocks = new ConcurrentHashMap<>();
@@ -64,6 +64,8 @@ public final class CacheReceiver implements AutoCloseable {
      */
     public CacheReceiver(TransferEnv env) {
         this.env = Objects.requireNonNull(env, "env");
+        // With authentication on, data tags start at a random point: another process cannot guess the next one.
+        this.tags = new DataTags(env.auth().enabled() ? env.auth().randomInt() : 0);
     }
 
     private static final class Job {
@@ -152,23 +154,24 @@ public final class CacheReceiver implements AutoCloseable {
             if (session != null) {
                 try {
                     env.formatter().unformat(session);
+                    // No byte is accepted as a completed transfer before its end-to-end checksum matched.
+                    session.verifyChecksums();
                 } finally {
                     session.close();
                 }
                 job.timing.postprocess(System.nanoTime());
             }
             long bytes = session == null ? 0 : session.movedBytes();
-            if (h.succeed(bytes, EpochClock.nowNanos())) {
+            h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(false, true, bytes);
                 if (env.timing() != null) {
                     env.timing().submit(false, job.timing);
                 }
-            }
+            });
         } catch (RuntimeException e) {
             KvTransferException k = TransferErrors.forRequest(e, h.requestId(), "receiving");
-            if (h.fail(k)) {
-                env.metrics().outcome(false, false, session == null ? 0 : session.movedBytes());
-            }
+            long moved = session == null ? 0 : session.movedBytes();
+            h.fail(k, () -> env.metrics().outcome(false, false, moved));
         } finally {
             job.phase.set(ENDED);
             jobs.remove(h);
@@ -225,21 +228,47 @@ public final class CacheReceiver implements AutoCloseable {
             conns[pos] = all.get(rank);
         }
         int totalBlocks = BlockDistribution.blocksFor(h.promptLength(), ctx.tokensPerBlock());
+        int reused = h.reusedBlocks();
+        if (reused > totalBlocks) {
+            throw new KvTransferException(ErrorCode.MALFORMED, id, reused + " reused blocks but the prompt of "
+                    + h.promptLength() + " tokens has " + totalBlocks, null);
+        }
         // As upstream's kvCacheTransferStart on the generation side: the handshake begins now.
         h.started(EpochClock.nowNanos());
+        ControlAuth auth = env.auth();
+        byte[] nonce = auth.nonce();
+        int flags = env.config().partChecksums() ? RequestInfo.FLAG_PART_CHECKSUMS : 0;
         RequestInfo info = new RequestInfo(id, totalBlocks - 1, new long[0], env.selfState(), tag,
-                env.config().chunkBytes());
+                env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,
+                System.currentTimeMillis(), flags);
         byte[] bytes = info.toBytes();
-        int readyAt = 16 + bytes.length;
-        try (MemoryBuffer ctl = env.buffers().allocate(readyAt + counterparts.size(), MemoryKind.HOST)) {
+        int mac = auth.macBytes();
+        int infoAt = HEADER_BYTES;
+        int[] readyAt = new int[positions.length];
+        int[] ctxBlocks = new int[positions.length];
+        int end = infoAt + bytes.length + mac;
+        for (int k = 0; k < positions.length; k++) {
+            int rank = targets.peerRanks().get(positions[k]);
+            ctxBlocks[k] = BlockDistribution.count(totalBlocks, ctx.contextParallelism(), ctx.cpRank(rank));
+            readyAt[k] = end;
+            end += readyBytes(ctxBlocks[k], mac);
+        }
+        int[][] peerIds = new int[targets.size()][];
+        String selfAddress = env.connections().localAddress();
+        try (MemoryBuffer ctl = env.buffers().allocate(end, MemoryKind.HOST)) {
             ByteBuffer bb = ctl.asByteBuffer();
             bb.putLong(0, Tags.REQUEST_SEND);
-            bb.putLong(8, bytes.length);
-            bb.put(16, bytes);
+            bb.putLong(8, bytes.length + mac);
+            bb.putLong(16, id);
+            bb.put(infoAt, bytes);
             for (int pos : positions) {
                 Connection c = conns[pos];
+                if (mac > 0) {
+                    // The MAC binds the info to the context rank it is for: it cannot be replayed to another.
+                    bb.put(infoAt + bytes.length, auth.mac("INFO", bytes, utf8(c.peer())));
+                }
                 try {
-                    sendInfo(job, c, ctl, bytes.length);
+                    sendInfo(job, c, ctl, infoAt, bytes.length + mac);
                     env.journal().requestInfoSent(id, targets.peerRanks().get(pos));
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), id, "request info to context rank "
@@ -249,17 +278,43 @@ public final class CacheReceiver implements AutoCloseable {
             job.timing.requestInfo(System.nanoTime());
             for (int k = 0; k < positions.length; k++) {
                 Connection c = conns[positions[k]];
+                int rank = targets.peerRanks().get(positions[k]);
+                int at = readyAt[k];
+                int len = readyBytes(ctxBlocks[k], mac);
                 try {
-                    c.recv(tag, ctl, readyAt + k, 1, remaining(job, "waiting for the ready signal of context rank "
-                            + targets.peerRanks().get(positions[k])));
+                    c.recv(tag, ctl, at, len, remaining(job, "waiting for the ready signal of context rank " + rank));
                 } catch (KvTransferException e) {
-                    throw new KvTransferException(e.code(), id, "no ready signal from context rank "
-                            + targets.peerRanks().get(positions[k]) + " (" + c.peer() + "): " + e.getMessage(), e);
+                    throw new KvTransferException(e.code(), id, "no ready signal from context rank " + rank + " ("
+                            + c.peer() + "): " + e.getMessage(), e);
                 }
-                env.journal().readySignalReceived(id, targets.peerRanks().get(positions[k]), bb.get(readyAt + k) != 0);
-                if (bb.get(readyAt + k) == 0) {
+                byte status = bb.get(at);
+                if (mac > 0) {
+                    byte[] body = new byte[len - mac];
+                    bb.get(at, body);
+                    byte[] claimed = new byte[mac];
+                    bb.get(at + len - mac, claimed);
+                    if (!auth.macValid(readyMac(auth, id, tag, nonce, c.peer(), selfAddress, body), claimed)) {
+                        env.metrics().error(new KvTransferException(ErrorCode.UNAUTHORIZED, id, "ready signal on tag "
+                                + tag + " from " + Texts.peer(c.peer()) + " failed authentication; refused", null));
+                        throw new KvTransferException(ErrorCode.UNAUTHORIZED, id, "the ready signal of context rank "
+                                + rank + " (" + Texts.peer(c.peer()) + ") failed authentication (forged, replayed or a"
+                                + " different deployment secret)", null);
+                    }
+                }
+                env.journal().readySignalReceived(id, rank, status != 0);
+                if (status == 0) {
                     throw Signals.readRefusal(env.buffers(), c, tag, remaining(job, "reading a refusal"), id);
                 }
+                int n = bb.getInt(at + 4);
+                if (n != ctxBlocks[k]) {
+                    throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + rank + " holds " + n
+                            + " blocks of the request, expected " + ctxBlocks[k], null);
+                }
+                int[] ids = new int[n];
+                for (int i = 0; i < n; i++) {
+                    ids[i] = bb.getInt(at + READY_HEADER + 4 * i);
+                }
+                peerIds[positions[k]] = ids;
             }
         }
         job.timing.preparation(System.nanoTime());
@@ -268,7 +323,36 @@ public final class CacheReceiver implements AutoCloseable {
         return DefaultTransferSession.builder(id, false).states(env.selfState(), ctx, targets)
                 .blocks(h.blockIds(), totalBlocks).connections(conns, tagArr, env.config().chunkBytes())
                 .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(job.deadlineNanos, job.timing)
-                .journal(env.journal()).build();
+                .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds)
+                .checksums(env.config().partChecksums()).build();
+    }
+
+    /** Bytes of the request header on {@link Tags#ID_TAG}: kind, info bytes, request id. */
+    public static final int HEADER_BYTES = 24;
+    /** Bytes of a ready signal before the block ids: status, 3 pad bytes, block count. */
+    public static final int READY_HEADER = 8;
+
+    /**
+     * The length of a ready signal: status, count, the context rank's block ids, then the MAC.
+     *
+     * @param ctxBlocks the context rank's blocks of the request
+     * @param macBytes  MAC length (0 without authentication)
+     * @return bytes
+     */
+    public static int readyBytes(int ctxBlocks, int macBytes) {
+        return READY_HEADER + 4 * ctxBlocks + macBytes;
+    }
+
+    /** What the MAC of a ready signal covers: request, tag, the request's nonce, both ends' addresses, its body. */
+    static byte[] readyMac(ControlAuth auth, long id, int tag, byte[] nonce, String ctxAddress, String genAddress,
+                           byte[] body) {
+        byte[] idTag = new byte[12];
+        ByteBuffer.wrap(idTag).order(java.nio.ByteOrder.LITTLE_ENDIAN).putLong(id).putInt(tag);
+        return auth.mac("READY", idTag, nonce, utf8(ctxAddress), utf8(genAddress), body);
+    }
+
+    static byte[] utf8(String s) {
+        return s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
     }
 
     /**
@@ -284,7 +368,8 @@ public final class CacheReceiver implements AutoCloseable {
             int totalBlocks = BlockDistribution.blocksFor(job.handle.promptLength(),
                     params.contextState().cacheState().tokensPerBlock());
             RequestInfo info = new RequestInfo(job.handle.requestId(), totalBlocks - 1, new long[0], env.selfState(),
-                    tag, env.config().chunkBytes());
+                    tag, env.config().chunkBytes(), 0, new long[0], job.handle.blockIds(),
+                    params.requestToken(), env.auth().nonce(), System.currentTimeMillis(), 0);
             sendInfos(job, all, info);
         } catch (RuntimeException e) {
             env.metrics().error(new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, job.handle.requestId(),
@@ -295,25 +380,29 @@ public final class CacheReceiver implements AutoCloseable {
 
     private void sendInfos(Job job, List<Connection> conns, RequestInfo info) {
         byte[] bytes = info.toBytes();
-        try (MemoryBuffer ctl = env.buffers().allocate(16 + bytes.length, MemoryKind.HOST)) {
+        int mac = env.auth().macBytes();
+        try (MemoryBuffer ctl = env.buffers().allocate(HEADER_BYTES + bytes.length + mac, MemoryKind.HOST)) {
             ByteBuffer bb = ctl.asByteBuffer();
             bb.putLong(0, Tags.REQUEST_SEND);
-            bb.putLong(8, bytes.length);
-            bb.put(16, bytes);
+            bb.putLong(8, bytes.length + mac);
+            bb.putLong(16, info.requestId());
+            bb.put(HEADER_BYTES, bytes);
             for (Connection c : conns) {
-                sendInfo(job, c, ctl, bytes.length);
+                if (mac > 0) {
+                    bb.put(HEADER_BYTES + bytes.length, env.auth().mac("INFO", bytes, utf8(c.peer())));
+                }
+                sendInfo(job, c, ctl, HEADER_BYTES, bytes.length + mac);
             }
         }
     }
 
-    private void sendInfo(Job job, Connection c, MemoryBuffer ctl, int infoBytes) {
+    private void sendInfo(Job job, Connection c, MemoryBuffer ctl, int infoAt, int infoBytes) {
         Object connLock = connectionLocks.computeIfAbsent(c.peer(), k -> new Object());
-        // The three messages of one request must not interleave with another request's on this connection:
-        // the responder reads id, size and info in that order.
+        // The two messages of one request must not interleave with another request's on this connection:
+        // the responder reads a header, then that request's info, from each connection in order.
         synchronized (connLock) {
-            c.send(Tags.ID_TAG, ctl, 0, 8, remaining(job, "sending the request id"));
-            c.send(Tags.INFO_SIZE_TAG, ctl, 8, 8, remaining(job, "sending the request info size"));
-            c.send(Tags.INFO_TAG, ctl, 16, infoBytes, remaining(job, "sending the request info"));
+            c.send(Tags.ID_TAG, ctl, 0, HEADER_BYTES, remaining(job, "sending the request header"));
+            c.send(Tags.INFO_TAG, ctl, infoAt, infoBytes, remaining(job, "sending the request info"));
         }
     }
 

@@ -56,6 +56,12 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
 
     private final int reusedBlocks;
     private final int[][] peerBlockIds;
+    /** Per peer position: CRC32C of every message moved, in order (null when checksums are off). */
+    private final int[][] crcs;
+    /** Per peer position: where each message starts in that peer's byte stream (null when checksums are off). */
+    private final long[][] starts;
+    private final int[] messages;
+    private final long[] peerBytes;
 
     private DefaultTransferSession(Builder b) {
         this.journal = Objects.requireNonNull(b.journal, "journal");
@@ -87,6 +93,10 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         this.timing = Objects.requireNonNull(b.timing, "timing");
         this.reusedBlocks = b.reusedBlocks;
         this.peerBlockIds = b.peerBlockIds;
+        this.crcs = b.checksums ? new int[targets.size()][] : null;
+        this.starts = b.checksums ? new long[targets.size()][] : null;
+        this.messages = new int[targets.size()];
+        this.peerBytes = new long[targets.size()];
     }
 
     /**
@@ -120,6 +130,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         private TransferJournal journal = TransferJournal.NOOP;
         private int reusedBlocks;
         private int[][] peerBlockIds;
+        private boolean checksums;
 
         private Builder(long requestId, boolean sender) {
             this.requestId = requestId;
@@ -211,6 +222,15 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
          */
         public Builder peerBlockIds(int[][] ids) {
             this.peerBlockIds = ids;
+            return this;
+        }
+
+        /**
+         * @param on whether every message's CRC32C is kept for the end-to-end check (default off)
+         * @return this builder
+         */
+        public Builder checksums(boolean on) {
+            this.checksums = on;
             return this;
         }
 
@@ -323,6 +343,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
                 throw new KvTransferException(ErrorCode.NETWORK, requestId, describe(out, peerIndex, conn, tag, n)
                         + " failed: " + e, e);
             }
+            record(peerIndex, buffer, offset + pos, n);
             pos += n;
             movedBytes.add(n);
         } while (pos < length);
@@ -336,6 +357,108 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
                 journal.partSent(requestId, peerRank, length, crc, ended - started);
             } else {
                 journal.partReceived(requestId, peerRank, length, crc, ended - started);
+            }
+        }
+    }
+
+    /** Counts one message of a peer and keeps its CRC32C (the per-peer arrays are only touched by that peer's
+     *  thread: forEachPeer gives each peer one thread). */
+    private void record(int peerIndex, MemoryBuffer buffer, long offset, long n) {
+        int k = messages[peerIndex]++;
+        long start = peerBytes[peerIndex];
+        peerBytes[peerIndex] += n;
+        if (crcs != null) {
+            int[] c = crcs[peerIndex];
+            if (c == null) {
+                c = crcs[peerIndex] = new int[8];
+                starts[peerIndex] = new long[8];
+            } else if (k == c.length) {
+                c = crcs[peerIndex] = java.util.Arrays.copyOf(c, k * 2);
+                starts[peerIndex] = java.util.Arrays.copyOf(starts[peerIndex], k * 2);
+            }
+            c[k] = (int) Checksums.crc32c(buffer, offset, n);
+            starts[peerIndex][k] = start;
+        }
+    }
+
+    /** @return messages moved with all peers so far */
+    public int messageCount() {
+        int n = 0;
+        for (int m : messages) {
+            n += m;
+        }
+        return n;
+    }
+
+    /**
+     * Sender, after the formatter returned: sends each peer it sent messages to the CRC32C of every one of them
+     * ({@code [count u32][crc u32 ...]} on the peer's data tag), so the receiver can check every byte end to end.
+     * Does nothing when checksums are off.
+     */
+    public void sendChecksums() {
+        if (crcs == null) {
+            return;
+        }
+        for (int p = 0; p < crcs.length; p++) {
+            int n = messages[p];
+            if (n == 0) {
+                continue;
+            }
+            try (MemoryBuffer t = bufferManager.allocate(4L + 4L * n, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+                java.nio.ByteBuffer bb = t.asByteBuffer();
+                bb.putInt(0, n);
+                for (int i = 0; i < n; i++) {
+                    bb.putInt(4 + 4 * i, crcs[p][i]);
+                }
+                Connection conn = connection(p);
+                try {
+                    conn.send(tags[p], t, 0, 4L + 4L * n, remaining("sending part checksums"));
+                } catch (KvTransferException e) {
+                    throw new KvTransferException(e.code(), requestId, "sending the part checksums to peer rank "
+                            + targets.peerRanks().get(p) + " (" + conn.peer() + ") failed: " + e.getMessage(), e);
+                }
+            }
+        }
+    }
+
+    /**
+     * Receiver, after the formatter returned and before the request may complete: receives each sending peer's
+     * checksums and compares them with what arrived. A difference fails the request {@code MALFORMED} naming the
+     * peer, the message and its byte offset in that peer's stream. Does nothing when checksums are off.
+     */
+    public void verifyChecksums() {
+        if (crcs == null) {
+            return;
+        }
+        for (int p = 0; p < crcs.length; p++) {
+            int n = messages[p];
+            if (n == 0) {
+                continue;
+            }
+            Connection conn = connection(p);
+            int peerRank = targets.peerRanks().get(p);
+            try (MemoryBuffer t = bufferManager.allocate(4L + 4L * n, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+                try {
+                    conn.recv(tags[p], t, 0, 4L + 4L * n, remaining("receiving part checksums"));
+                } catch (KvTransferException e) {
+                    throw new KvTransferException(e.code(), requestId, "the part checksums of peer rank " + peerRank
+                            + " (" + conn.peer() + ") did not arrive: " + e.getMessage(), e);
+                }
+                java.nio.ByteBuffer bb = t.asByteBuffer();
+                if (bb.getInt(0) != n) {
+                    throw new KvTransferException(ErrorCode.MALFORMED, requestId, "peer rank " + peerRank + " ("
+                            + conn.peer() + ") sent " + bb.getInt(0) + " messages, " + n + " arrived", null);
+                }
+                for (int i = 0; i < n; i++) {
+                    int want = bb.getInt(4 + 4 * i);
+                    if (want != crcs[p][i]) {
+                        throw new KvTransferException(ErrorCode.MALFORMED, requestId, "corrupted part: message " + i
+                                + " of " + n + " from peer rank " + peerRank + " (" + conn.peer() + ", tag " + tags[p]
+                                + "), at byte offset " + starts[p][i] + " of its " + peerBytes[p] + " bytes: CRC32C "
+                                + Integer.toHexString(crcs[p][i]) + " arrived, the sender's is "
+                                + Integer.toHexString(want), null);
+                    }
+                }
             }
         }
     }
@@ -375,8 +498,21 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         Objects.requireNonNull(peerIndexes, "peerIndexes");
         Objects.requireNonNull(action, "action");
         if (peerExecutor == null || peerIndexes.length <= 1) {
+            // The same contract as the parallel path: every peer runs, the first failure is rethrown after.
+            RuntimeException first = null;
             for (int p : peerIndexes) {
-                action.accept(p);
+                try {
+                    action.accept(p);
+                } catch (RuntimeException e) {
+                    if (first == null) {
+                        first = e;
+                    } else if (first != e) {
+                        first.addSuppressed(e);
+                    }
+                }
+            }
+            if (first != null) {
+                throw first;
             }
             return;
         }

@@ -28,11 +28,12 @@ import java.util.concurrent.ExecutorService;
  * @param peerExecutor runs per-peer actions when parallel transfer is on, or null
  * @param threadPrefix prefix of this rank's thread names
  * @param journal      where transfer events are recorded ({@link TransferJournal#NOOP} when off)
+ * @param auth         control-plane authentication ({@link ControlAuth#OFF} when off)
  */
 public record TransferEnv(TransceiverConfig config, TransceiverState selfState, ConnectionManager connections,
                           CacheFormatter formatter, TransferBufferPool pool, BufferManager buffers,
                           TransferMetrics metrics, TimingCsvWriter timing, ExecutorService peerExecutor,
-                          String threadPrefix, TransferJournal journal) {
+                          String threadPrefix, TransferJournal journal, ControlAuth auth) {
     /** Longest wait of one control message (ready signals aside, which wait on the request's deadline). */
     public static final Duration MAX_CONTROL_TIMEOUT = Duration.ofSeconds(5);
 
@@ -60,6 +61,7 @@ public record TransferEnv(TransceiverConfig config, TransceiverState selfState, 
         Objects.requireNonNull(metrics, "metrics");
         Objects.requireNonNull(threadPrefix, "threadPrefix");
         Objects.requireNonNull(journal, "journal");
+        Objects.requireNonNull(auth, "auth");
         if (selfState.selfIndex() < 0) {
             throw new IllegalArgumentException("selfState must carry this rank's selfIndex");
         }
@@ -84,7 +86,7 @@ public record TransferEnv(TransceiverConfig config, TransceiverState selfState, 
                        TransferMetrics metrics, TimingCsvWriter timing, ExecutorService peerExecutor,
                        String threadPrefix) {
         this(config, selfState, connections, formatter, pool, buffers, metrics, timing, peerExecutor, threadPrefix,
-                TransferJournal.NOOP);
+                TransferJournal.NOOP, ControlAuth.of(config.authSecret()));
     }
 
     /** @return this rank's cache state */

@@ -31,6 +31,15 @@ public interface TransferHandle {
     void started(long epochNanos);
 
     /**
+     * @return context side: every prompt block's hash (may be empty); generation side: the reused blocks'
+     *         hashes
+     */
+    long[] blockHashes();
+
+    /** @return generation side: leading global blocks already held; 0 on the context side */
+    int reusedBlocks();
+
+    /**
      * Completes the request successfully.
      *
      * @param kvCacheSize bytes this rank moved
@@ -40,12 +49,32 @@ public interface TransferHandle {
     boolean succeed(long kvCacheSize, long epochNanos);
 
     /**
+     * Like {@link #succeed(long, long)}, running {@code beforeNotify} after the state changed and before anyone
+     * waiting on the request is woken (so metrics and timing are visible to whoever sees the completion).
+     *
+     * @param kvCacheSize  bytes moved
+     * @param epochNanos   end time
+     * @param beforeNotify runs only when this call ended the request
+     * @return whether this call ended the request
+     */
+    boolean succeed(long kvCacheSize, long epochNanos, Runnable beforeNotify);
+
+    /**
      * Ends the request with an error ({@code CANCELLED} code = cancelled state).
      *
      * @param error why
      * @return false if it had already ended
      */
     boolean fail(KvTransferException error);
+
+    /**
+     * Like {@link #fail(KvTransferException)}, running {@code beforeNotify} before waiters are woken.
+     *
+     * @param error        what went wrong
+     * @param beforeNotify runs only when this call ended the request
+     * @return whether this call ended the request
+     */
+    boolean fail(KvTransferException error, Runnable beforeNotify);
 
     /** @return completes when the request ends, successfully or not (never exceptionally) */
     CompletableFuture<Void> done();
