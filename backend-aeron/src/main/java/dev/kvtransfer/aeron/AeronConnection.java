@@ -168,7 +168,7 @@ final class AeronConnection implements Connection {
                         : "no subscriber answered") + ")");
             }
             if (idle == null) {
-                idle = manager.settings.newIdleStrategy();
+                idle = manager.settings.callerIdleStrategy();
             }
             idle.idle();
         }
@@ -322,7 +322,7 @@ final class AeronConnection implements Connection {
             }
             handleRefusal(r, type, tag, deadline);
             if (idle == null) {
-                idle = manager.settings.newIdleStrategy();
+                idle = manager.settings.callerIdleStrategy();
             }
             idle.idle();
         }
@@ -352,17 +352,20 @@ final class AeronConnection implements Connection {
         }
     }
 
+    /** A refused offer: throws when it is final; back-pressure (the common case) allocates nothing. */
     private void handleRefusal(long r, int type, int tag, long deadline) {
-        String what = Wire.typeName(type) + " of tag " + tag;
         if (r == Publication.CLOSED) {
-            throw closedOrLost(what);
+            throw closedOrLost(Wire.typeName(type) + " of tag " + tag);
         }
         if (r == Publication.MAX_POSITION_EXCEEDED) {
             throw new TransportException(ErrorCode.NETWORK, "aeron " + manager.name + ": publication to "
                     + peer.address + " reached its maximum position; reconnect");
         }
-        checkAlive(what);
+        if (manager.isClosed() || peer.lost) {
+            checkAlive(Wire.typeName(type) + " of tag " + tag);
+        }
         if (System.nanoTime() - deadline >= 0) {
+            String what = Wire.typeName(type) + " of tag " + tag;
             throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": " + what + " to "
                     + peer.address + " timed out (" + (r == Publication.NOT_CONNECTED ? "not connected"
                     : "back-pressured") + ")");

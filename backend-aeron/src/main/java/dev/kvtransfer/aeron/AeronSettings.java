@@ -235,6 +235,15 @@ public final class AeronSettings {
         return newIdleStrategy(idle, spinNs);
     }
 
+    private final ThreadLocal<IdleStrategy> callerIdle = ThreadLocal.withInitial(this::newIdleStrategy);
+
+    /** @return this thread's idle strategy for waits on back-pressure, reset (no allocation per wait) */
+    IdleStrategy callerIdleStrategy() {
+        IdleStrategy s = callerIdle.get();
+        s.reset();
+        return s;
+    }
+
     /**
      * The idle strategies. {@code backoff}: spin, then yield for about {@code aeron.spinMicros} after the last work
      * (so a request/response exchange keeps its agent hot between hops), then park from 1 µs doubling up to 1 ms
