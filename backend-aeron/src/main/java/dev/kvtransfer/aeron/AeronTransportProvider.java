@@ -58,6 +58,24 @@ public final class AeronTransportProvider implements TransportProvider {
                 TransportCapability.ONE_SIDED_WRITE);
     }
 
+    /**
+     * Starts a media driver the processes of this host share ({@link AeronHostSupport}): give every process its
+     * {@link dev.kvtransfer.api.transport.HostSupport#properties()} ({@code aeron.dir}) and peers on it talk
+     * {@code aeron:ipc}. The embedded per-process driver stays the default when this is not called.
+     *
+     * @param config the settings the processes will use (the driver's {@code aeron.*} settings are taken from it)
+     * @return the running driver, or {@code null} when {@code config} names an external driver already
+     */
+    @Override
+    public dev.kvtransfer.api.transport.HostSupport startHostSupport(TransportConfig config) {
+        Objects.requireNonNull(config, "config");
+        AeronSettings s = AeronSettings.from(config); // validates, refuses unknown aeron.* keys
+        if (s.externalDir() != null) {
+            return null;
+        }
+        return AeronHostSupport.start(config.properties());
+    }
+
     @Override
     public ConnectionManager create(TransportConfig config) {
         Objects.requireNonNull(config, "config");
