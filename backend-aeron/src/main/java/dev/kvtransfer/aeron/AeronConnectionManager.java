@@ -333,7 +333,7 @@ public final class AeronConnectionManager implements ConnectionManager {
      * @return the op's final state: DONE, FAILED or CANCELLED (the deadline passed and the agent let go of it)
      */
     int await(Op op, long deadline, long extended) {
-        long spinUntil = System.nanoTime() + settings.spinNs;
+        long spinUntil = System.nanoTime() + settings.callerSpinNs;
         while (!op.isFinal() && System.nanoTime() - spinUntil < 0) {
             Thread.onSpinWait();
         }

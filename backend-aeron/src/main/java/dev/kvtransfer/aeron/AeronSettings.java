@@ -26,7 +26,7 @@ public final class AeronSettings {
     public static final String PREFIX = "aeron.";
     /** Directory of an external, already running media driver (e.g. the host support's); none embedded then. */
     public static final String DIR = "aeron.dir";
-    /** Idle strategy of our agents and the embedded driver: backoff, sleeping, yielding, busyspin. */
+    /** Idle strategy of our agents and the embedded driver: backoff, agrona-backoff, sleeping, yielding, busyspin. */
     public static final String IDLE = "aeron.idle";
     /** Embedded driver threading mode: shared, shared_network, dedicated. */
     public static final String THREADING = "aeron.threading";
@@ -60,13 +60,15 @@ public final class AeronSettings {
     public static final String MAX_IMAGES = "aeron.maxImages";
     /** How far an authenticated HELLO's timestamp may be from the receiver's clock. */
     public static final String AUTH_WINDOW_MS = "aeron.authWindowMs";
-    /** How long a blocked caller and an agent keep spinning after work before they back off (µs). */
+    /** How long an agent (and the embedded driver) keeps spinning after work before it parks (µs). */
     public static final String SPIN_MICROS = "aeron.spinMicros";
+    /** How long a blocked caller spins before it parks (µs); 0 on a small host, where spinning callers starve the agents. */
+    public static final String CALLER_SPIN_MICROS = "aeron.callerSpinMicros";
 
     /** Every property this transport reads; any other {@code aeron.*} key is refused at create. */
     public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
             PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
-            IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS);
+            IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
@@ -109,6 +111,7 @@ public final class AeronSettings {
     final int maxImages;
     final long authWindowMs;
     final long spinNs;
+    final long callerSpinNs;
 
     private AeronSettings(TransportConfig config) {
         config.checkKnownProperties(PREFIX, KNOWN);
@@ -116,6 +119,7 @@ public final class AeronSettings {
         this.externalDir = dir.isEmpty() ? null : dir;
         this.idle = config.property(IDLE, "backoff").trim().toLowerCase(Locale.ROOT);
         this.spinNs = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 100_000));
+        this.callerSpinNs = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_SPIN_MICROS, 0, 0, 100_000));
         newIdleStrategy(idle, spinNs); // validates
         String tm = config.property(THREADING, "shared").trim().toUpperCase(Locale.ROOT);
         try {
@@ -252,9 +256,9 @@ public final class AeronSettings {
     static IdleStrategy newIdleStrategy(String name, long spinNs) {
         switch (name) {
             case "backoff":
-                // A yield costs ~1 µs on an idle core: yields ≈ spin time in µs.
-                long yields = Math.max(10, spinNs / 1000);
-                return new BackoffIdleStrategy(50, yields, TimeUnit.MICROSECONDS.toNanos(1),
+                return new SpinThenParkIdleStrategy(spinNs, TimeUnit.MILLISECONDS.toNanos(1));
+            case "agrona-backoff":
+                return new BackoffIdleStrategy(10, 20, TimeUnit.MICROSECONDS.toNanos(1),
                         TimeUnit.MILLISECONDS.toNanos(1));
             case "sleeping":
                 return new SleepingMillisIdleStrategy(1);
@@ -264,7 +268,7 @@ public final class AeronSettings {
                 return new BusySpinIdleStrategy();
             default:
                 throw new IllegalArgumentException("transport property " + IDLE + " = '" + name
-                        + "': must be backoff, sleeping, yielding or busyspin");
+                        + "': must be backoff, agrona-backoff, sleeping, yielding or busyspin");
         }
     }
 
