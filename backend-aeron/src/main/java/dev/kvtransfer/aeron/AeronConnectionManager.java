@@ -333,9 +333,12 @@ public final class AeronConnectionManager implements ConnectionManager {
      * @return the op's final state: DONE, FAILED or CANCELLED (the deadline passed and the agent let go of it)
      */
     int await(Op op, long deadline, long extended) {
-        long spinUntil = System.nanoTime() + settings.callerSpinNs;
-        while (!op.isFinal() && System.nanoTime() - spinUntil < 0) {
-            Thread.onSpinWait();
+        if (settings.callerSpinNs > 0) {
+            // Yield rather than spin: on a small host the agent that completes the op may need this core.
+            long spinUntil = System.nanoTime() + settings.callerSpinNs;
+            while (!op.isFinal() && System.nanoTime() - spinUntil < 0) {
+                Thread.yield();
+            }
         }
         while (true) {
             int st = op.state;
