@@ -6,7 +6,7 @@ import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.local.LocalInstance;
-import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.core.pattern.KvPattern;
 import org.HdrHistogram.Histogram;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;

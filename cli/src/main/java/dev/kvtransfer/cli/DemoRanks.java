@@ -50,9 +50,9 @@ final class DemoRanks {
      */
     static long[] blockHashes(long requestId, int blocks) {
         long[] h = new long[blocks];
-        long prev = dev.kvtransfer.testkit.KvPattern.mix(requestId ^ 0x5DEECE66DL);
+        long prev = dev.kvtransfer.core.pattern.KvPattern.mix(requestId ^ 0x5DEECE66DL);
         for (int b = 0; b < blocks; b++) {
-            prev = dev.kvtransfer.testkit.KvPattern.mix(prev + 0x9E3779B97F4A7C15L * (b + 1));
+            prev = dev.kvtransfer.core.pattern.KvPattern.mix(prev + 0x9E3779B97F4A7C15L * (b + 1));
             h[b] = prev;
         }
         return h;

@@ -10,7 +10,7 @@ import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.local.LocalInstance;
-import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.core.pattern.KvPattern;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;

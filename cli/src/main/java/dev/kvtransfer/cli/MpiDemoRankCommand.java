@@ -16,7 +16,7 @@ import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.mpi.MpiGroupComm;
 import dev.kvtransfer.mpi.MpiRuntime;
-import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.core.pattern.KvPattern;
 import org.HdrHistogram.Histogram;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;

@@ -14,7 +14,7 @@ import dev.kvtransfer.core.journal.RequestTimeline;
 import dev.kvtransfer.core.journal.TransferJournal.Role;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.plugin.Plugins;
-import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.core.pattern.KvPattern;
 
 import java.time.Duration;
 import java.util.ArrayList;
