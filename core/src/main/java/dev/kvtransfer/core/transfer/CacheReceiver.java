@@ -172,7 +172,7 @@ public final class CacheReceiver implements AutoCloseable {
             markAllLayers(job);
             long bytes = session == null ? 0 : job.push ? job.pushedBytes : session.movedBytes();
             int messages = session == null ? 0 : job.push ? job.pushedEntries : session.messageCount();
-            h.recordMessages(messages);
+            h.recordMessages(messages, job.push);
             h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(false, true, bytes);
                 env.metrics().messages(false, messages);

@@ -827,7 +827,7 @@ public final class CacheSender implements AutoCloseable {
             long bytes = session.movedBytes();
             int messages = session.messageCount();
             session.close();
-            h.recordMessages(messages);
+            h.recordMessages(messages, session.isPush());
             h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(true, true, bytes);
                 env.metrics().messages(true, messages);

@@ -40,11 +40,12 @@ public interface TransferHandle {
     int reusedBlocks();
 
     /**
-     * Records the messages (descriptors) the transfer used, before it completes.
+     * Records the messages (descriptors) the transfer used and how it moved, before it completes.
      *
-     * @param n payload messages or write entries
+     * @param n      payload messages or write entries
+     * @param pushed whether the context side wrote one-sided into the generation pool (else it sent)
      */
-    void recordMessages(int n);
+    void recordMessages(int n, boolean pushed);
 
     /** @return context side: whether the engine marks this request's layers ready one by one */
     boolean layerWise();
