@@ -116,6 +116,7 @@ public final class CacheTransceiver implements AutoCloseable {
         Objects.requireNonNull(commState, "commState");
         Objects.requireNonNull(connections, "connections");
         Objects.requireNonNull(formatter, "formatter");
+        this.formatterCapabilities = java.util.Set.copyOf(formatter.capabilities());
         Objects.requireNonNull(cache, "cache");
         Objects.requireNonNull(pool, "pool");
         Objects.requireNonNull(buffers, "buffers");
@@ -175,9 +176,19 @@ public final class CacheTransceiver implements AutoCloseable {
         return this;
     }
 
+    private final java.util.Set<dev.kvtransfer.api.format.FormatterCapability> formatterCapabilities;
+
     /** @return the config */
     public TransceiverConfig config() {
         return config;
+    }
+
+    /**
+     * @return what this rank's formatter can do beyond whole requests ({@code LAYER_RANGES}: layer-wise sends;
+     *         {@code PUSH}: one-sided writes, when the transport has them)
+     */
+    public java.util.Set<dev.kvtransfer.api.format.FormatterCapability> formatterCapabilities() {
+        return formatterCapabilities;
     }
 
     /**
