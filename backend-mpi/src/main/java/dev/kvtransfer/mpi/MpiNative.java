@@ -106,7 +106,35 @@ final class MpiNative {
     /** copy: send from a private copy of the bytes (eager: the caller's memory is free on return). */
     static native long isend(long address, int count, int dest, int tag, int comm, boolean copy);
 
-    static native long improbe(int source, int tag, int comm, long[] sourceAndCount, long spinNanos);
+    /** source or tag -1: any. out: source, byte count, MPI tag. @return the matched message, or 0 */
+    static native long improbe(int source, int tag, int comm, long[] out, long spinNanos);
+
+    /** An envelope: header and payload copied into one private buffer, sent as one MPI message. */
+    static native long isendEnvelope(long header, int headerBytes, long payload, int payloadBytes, int dest, int tag,
+                                     int comm);
+
+    /** @return 1 received, 0 not within waitNanos (MPI keeps the buffer: never reuse it) */
+    static native int recvMatched(long address, int count, long message, long waitNanos);
+
+    static native void copy(long from, long to, long bytes);
+
+    static native long addressOf(java.nio.ByteBuffer direct);
+
+    // dynamic process management: links to processes of other MPI worlds
+    /** Opens a port and starts the native acceptor; @return the port name */
+    static native String dpmListen(String worldId, int worldRank);
+
+    /** @return whether the acceptor runs */
+    static native boolean dpmListening();
+
+    /** out: envelope comm, data comm, intercomm, remote world id, remote world rank, 1. @return 1 when one was taken */
+    static native int dpmAccepted(long[] out);
+
+    /** Blocks until connected (no timeout in MPI). out as {@link #dpmAccepted}. */
+    static native void dpmConnect(String port, String worldId, int worldRank, long[] out);
+
+    /** @return whether init found an inherited rank environment and initialized as a singleton */
+    static native boolean detachedFromParentRank();
 
     static native long imrecv(long address, int count, long message);
 

@@ -1,0 +1,354 @@
+package dev.kvtransfer.mpi;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportException;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.MethodOrderer;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestMethodOrder;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+/**
+ * What only several ranks can show, run inside every rank of an {@code mpirun} job ({@link MpiJUnitMain}) next to
+ * the conformance suites: messages between processes (Open MPI's vader shared-memory transport, CMA single copy
+ * for large ones) of every size class with guard bytes, chunking across ranks, one endpoint accepting every
+ * other rank, several endpoints per rank all talking to each other, and {@link MpiGroupComm}. Ranks agree on
+ * addresses by an allgather of endpoint ids and meet in a barrier after each test. Every rank runs every test in
+ * the same order; with one rank the tests are skipped, saying why.
+ */
+@TestMethodOrder(MethodOrderer.MethodName.class)
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+public class MpiCrossRankTest {
+    private static final Duration T = Duration.ofSeconds(30);
+    private static MpiGroupComm world;
+    private final List<ConnectionManager> managers = new ArrayList<>();
+    private final List<HostBuffer> buffers = new ArrayList<>();
+
+    @BeforeAll
+    static void formWorld() {
+        world = MpiGroupComm.world(T);
+    }
+
+    @AfterAll
+    static void closeWorld() {
+        if (world != null) {
+            world.close();
+        }
+    }
+
+    @AfterEach
+    void closeAndMeet() {
+        managers.forEach(ConnectionManager::close);
+        buffers.forEach(HostBuffer::close);
+        barrier();
+    }
+
+    private static int rank() {
+        return world.rank();
+    }
+
+    private static int size() {
+        return world.size();
+    }
+
+    private static void needRanks(int n) {
+        Assumptions.assumeTrue(size() >= n, "needs " + n + " ranks, the job has " + size());
+    }
+
+    private static void barrier() {
+        world.allgather(new long[0], T);
+    }
+
+    private ConnectionManager manager(Map<String, String> properties) {
+        ConnectionManager m = new MpiTransportProvider().create(TransportConfig.builder().name("cross-rank-"
+                + rank()).defaultTimeout(T).properties(properties).build());
+        managers.add(m);
+        return m;
+    }
+
+    private HostBuffer buffer(long bytes) {
+        HostBuffer b = HostBuffer.allocate(bytes);
+        buffers.add(b);
+        return b;
+    }
+
+    /** @return every rank's address of its manager, index = world rank */
+    private static List<String> exchange(ConnectionManager m) {
+        List<long[]> all = world.allgather(new long[] {endpointOf(m)}, T);
+        List<String> out = new ArrayList<>();
+        for (int r = 0; r < all.size(); r++) {
+            out.add(r + "/" + all.get(r)[0] + "@" + MpiRuntime.get().worldId());
+        }
+        return out;
+    }
+
+    /** @return the endpoint id of a manager's address {@code rank/endpoint@world} */
+    private static long endpointOf(ConnectionManager m) {
+        String a = m.localAddress();
+        return Long.parseLong(a.substring(a.indexOf('/') + 1, a.indexOf('@')));
+    }
+
+    private static void verify(HostBuffer b, long offset, long length, long seed, String what) {
+        long bad = Patterns.firstMismatch(b, offset, length, seed);
+        assertThat(bad).as("%s: first wrong byte (of %d)", what, length).isEqualTo(-1);
+    }
+
+    private static final long[] SIZES = {0, 1, 7, 4095, 4096, 4097, 65_536, 65_537, (1 << 20) + 3, 64L << 20};
+
+    @Test
+    void a01_everySizeClassCrossesBetweenRanksExactlyWithGuardBytes() {
+        needRanks(2);
+        ConnectionManager m = manager(Map.of());
+        List<String> addrs = exchange(m);
+        int partner = rank() ^ 1;
+        if (partner >= size()) {
+            return;
+        }
+        Connection c = m.connection(addrs.get(partner));
+        int tag = 5_000;
+        for (long n : SIZES) {
+            HostBuffer buf = buffer(n + 16);
+            for (int dir = 0; dir < 2; dir++) {
+                boolean sender = (rank() & 1) == dir;
+                long seed = n * 2 + dir;
+                if (sender) {
+                    Patterns.fill(buf, 8, n, seed);
+                    c.send(tag, buf, 8, n, T);
+                } else {
+                    Patterns.fill(buf, 0, 8, 77);
+                    Patterns.fill(buf, n + 8, 8, 78);
+                    c.recv(tag, buf, 8, n, T);
+                    verify(buf, 8, n, seed, n + " bytes from rank " + partner);
+                    verify(buf, 0, 8, 77, "guard before");
+                    verify(buf, n + 8, 8, 78, "guard after");
+                }
+            }
+        }
+    }
+
+    @Test
+    void a02_payloadsAreChunkedAcrossRanksAtTheSendersChunkSize() {
+        needRanks(2);
+        // The sender's chunk size travels in the envelope: only the even ranks use 4 KiB chunks.
+        ConnectionManager m = manager((rank() & 1) == 0 ? Map.of(MpiSettings.MAX_MESSAGE_BYTES, "4096") : Map.of());
+        List<String> addrs = exchange(m);
+        int partner = rank() ^ 1;
+        if (partner >= size()) {
+            return;
+        }
+        Connection c = m.connection(addrs.get(partner));
+        long[] sizes = {65_537, 4096L * 257, 4096L * 64 + 1, 1L << 20};
+        for (long n : sizes) {
+            HostBuffer buf = buffer(n);
+            if ((rank() & 1) == 0) {
+                Patterns.fill(buf, 0, n, n);
+                c.send(9_000, buf, 0, n, T);
+            } else {
+                c.recv(9_000, buf, 0, n, T);
+                verify(buf, 0, n, n, n + " bytes in 4 KiB chunks");
+            }
+        }
+        // A length mismatch across ranks is MALFORMED and the tag stays usable.
+        HostBuffer buf = buffer(200_000);
+        if ((rank() & 1) == 0) {
+            Patterns.fill(buf, 0, 200_000, 5);
+            c.send(9_001, buf, 0, 200_000, T);
+            c.send(9_001, buf, 0, 100_000, T);
+        } else {
+            assertThatThrownBy(() -> c.recv(9_001, buf, 0, 150_000, T)).isInstanceOfSatisfying(
+                    TransportException.class, e -> assertThat(e.code()).isEqualTo(ErrorCode.MALFORMED));
+            c.recv(9_001, buf, 0, 100_000, T);
+            verify(buf, 0, 100_000, 5, "message after a mismatch");
+        }
+    }
+
+    @Test
+    void a03_oneEndpointAcceptsEveryOtherRankAndRepliesThroughTheReturnedConnection() {
+        needRanks(2);
+        ConnectionManager m = manager(Map.of());
+        List<String> addrs = exchange(m);
+        HostBuffer buf = buffer(64);
+        if (rank() == 0) {
+            Set<String> seen = new HashSet<>();
+            for (int i = 1; i < size(); i++) {
+                Connection back = m.recvConnect(19, buf, 0, 64, T);
+                int from = Integer.parseInt(back.peer().split("/")[0]);
+                verify(buf, 0, 64, 100 + from, "hello from " + back.peer());
+                assertThat(back.peer()).isEqualTo(addrs.get(from));
+                assertThat(seen.add(back.peer())).isTrue();
+                Patterns.fill(buf, 0, 8, 200 + from);
+                back.send(42, buf, 0, 8, T);
+            }
+        } else {
+            Connection c = m.connection(addrs.get(0));
+            Patterns.fill(buf, 0, 64, 100 + rank());
+            c.send(19, buf, 0, 64, T);
+            c.recv(42, buf, 0, 8, T);
+            verify(buf, 0, 8, 200 + rank(), "reply from rank 0");
+        }
+    }
+
+    @Test
+    void a04_severalEndpointsPerRankAllTalkToEachOther() throws Exception {
+        needRanks(2);
+        int per = 3;
+        List<ConnectionManager> mine = new ArrayList<>();
+        for (int i = 0; i < per; i++) {
+            mine.add(manager(Map.of()));
+        }
+        long[] ids = mine.stream().mapToLong(MpiCrossRankTest::endpointOf).toArray();
+        List<long[]> all = world.allgather(ids, T);
+        List<String> everyone = new ArrayList<>();
+        for (int r = 0; r < size(); r++) {
+            for (long id : all.get(r)) {
+                everyone.add(r + "/" + id + "@" + MpiRuntime.get().worldId());
+            }
+        }
+        // Each of my endpoints sends one 100 KiB message to every endpoint (mine included), then receives one from
+        // every endpoint; senders run on their own threads (large sends wait for the receiver).
+        long n = 100 * 1024;
+        java.util.concurrent.ExecutorService ex = java.util.concurrent.Executors.newFixedThreadPool(per);
+        try {
+            List<java.util.concurrent.Future<?>> sends = new ArrayList<>();
+            for (int i = 0; i < per; i++) {
+                ConnectionManager from = mine.get(i);
+                sends.add(ex.submit(() -> {
+                    try (HostBuffer src = HostBuffer.allocate(n)) {
+                        for (String to : everyone) {
+                            Patterns.fill(src, 0, n, (from.localAddress() + "->" + to).hashCode());
+                            from.connection(to).send(7_000, src, 0, n, T);
+                        }
+                    }
+                    return null;
+                }));
+            }
+            HostBuffer dst = buffer(n);
+            for (ConnectionManager to : mine) {
+                for (String from : everyone) {
+                    to.connection(from).recv(7_000, dst, 0, n, T);
+                    verify(dst, 0, n, (from + "->" + to.localAddress()).hashCode(), from + " -> " + to.localAddress());
+                }
+            }
+            for (java.util.concurrent.Future<?> f : sends) {
+                f.get(60, TimeUnit.SECONDS);
+            }
+        } finally {
+            ex.shutdownNow();
+        }
+    }
+
+    private static long[] contribution(int rank, int round) {
+        long[] v = new long[rank + round % 3]; // ranks contribute different lengths, some none
+        for (int i = 0; i < v.length; i++) {
+            v[i] = rank * 1_000_000L + round * 1_000L + i;
+        }
+        return v;
+    }
+
+    @Test
+    void g01_allgatherOverTheWorldHasEveryMembersValues() {
+        assertThat(world.size()).isEqualTo(MpiRuntime.get().worldSize());
+        for (int round = 0; round < 20; round++) {
+            List<long[]> all = world.allgather(contribution(world.rank(), round), T);
+            assertThat(all).hasSize(world.size());
+            for (int r = 0; r < all.size(); r++) {
+                assertThat(all.get(r)).as("round %d member %d", round, r).isEqualTo(contribution(r, round));
+            }
+        }
+    }
+
+    @Test
+    void g02_splitGroupsAreOrderedByKey() {
+        // color = rank % 2 (two groups), key = -rank: members ordered by descending world rank.
+        int rank = rank();
+        try (MpiGroupComm g = MpiGroupComm.split(rank % 2, -rank, T)) {
+            int[] members = java.util.stream.IntStream.range(0, size()).filter(r -> r % 2 == rank % 2)
+                    .boxed().sorted((x, y) -> Integer.compare(y, x)).mapToInt(Integer::intValue).toArray();
+            assertThat(g.size()).isEqualTo(members.length);
+            assertThat(members[g.rank()]).isEqualTo(rank);
+            List<long[]> all = g.allgather(new long[] {rank, rank * 10L, -rank}, T);
+            for (int i = 0; i < members.length; i++) {
+                int r = members[i];
+                assertThat(all.get(i)).isEqualTo(new long[] {r, r * 10L, -r});
+            }
+        }
+    }
+
+    @Test
+    void g03_anAllgatherThatTimedOutIsFinishedByTheNextCallSoMembersStayInStep() {
+        needRanks(2);
+        // Rank 0 calls first, alone, and times out; the others arrive later. Rank 0's next call first finishes
+        // that round; the others' first round carries rank 0's early values and their second its new ones.
+        try (MpiGroupComm g = MpiGroupComm.split(0, rank(), T)) {
+            if (rank() == 0) {
+                long start = System.nanoTime();
+                assertThatThrownBy(() -> g.allgather(new long[] {-1}, Duration.ofMillis(200)))
+                        .isInstanceOfSatisfying(KvTransferException.class,
+                                e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+                assertThat(Duration.ofNanos(System.nanoTime() - start)).isBetween(Duration.ofMillis(190),
+                        Duration.ofSeconds(5));
+                barrier();
+                List<long[]> second = g.allgather(new long[] {-2}, T);
+                assertThat(second.get(0)).isEqualTo(new long[] {-2});
+            } else {
+                barrier();
+                List<long[]> first = g.allgather(new long[] {rank()}, T);
+                assertThat(first.get(0)).isEqualTo(new long[] {-1});
+                List<long[]> second = g.allgather(new long[] {rank()}, T);
+                assertThat(second.get(0)).isEqualTo(new long[] {-2});
+                assertThat(Arrays.stream(second.get(rank())).boxed().toList()).containsExactly((long) rank());
+            }
+        }
+    }
+
+    @Test
+    void z01_aMessageAboveTwoGibibytesIsChunkedAndExact() throws Exception {
+        needRanks(2);
+        Assumptions.assumeTrue(Boolean.getBoolean("mpi.test.big"), "the 2.5 GiB message runs in its own job"
+                + " (-Dmpi.test.big=true, MpiConformanceIT when MemAvailable > 7 GiB)");
+        long big = (5L << 30) / 2;
+        ConnectionManager m = manager(Map.of());
+        List<String> addrs = exchange(m);
+        if (rank() > 1) {
+            return;
+        }
+        Connection c = m.connection(addrs.get(1 - rank()));
+        try (HostBuffer buf = HostBuffer.allocate(big + 3)) {
+            long start = System.nanoTime();
+            if (rank() == 0) {
+                Patterns.fill(buf, 3, big, 2_500);
+                double fill = (System.nanoTime() - start) / 1e9;
+                start = System.nanoTime();
+                c.send(9_900, buf, 3, big, Duration.ofSeconds(90)); // odd offset: unaligned source
+                System.out.printf("2.5 GiB message: fill %.2f s, send %.2f s%n", fill,
+                        (System.nanoTime() - start) / 1e9);
+            } else {
+                c.recv(9_900, buf, 3, big, Duration.ofSeconds(90));
+                double secs = (System.nanoTime() - start) / 1e9;
+                start = System.nanoTime();
+                verify(buf, 3, big, 2_500, "2.5 GiB message");
+                System.out.printf("2.5 GiB message received (%.2f s, including the sender's fill) and verified"
+                        + " (%.2f s)%n", secs, (System.nanoTime() - start) / 1e9);
+            }
+        }
+    }
+}
