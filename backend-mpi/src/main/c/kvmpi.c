@@ -235,6 +235,12 @@ static void detach_from_parent_rank(void)
     detached_from_rank = 1;
 }
 
+JNIEXPORT jboolean JNICALL Java_dev_kvtransfer_mpi_MpiNative_inheritedRankEnvironment(JNIEnv *env, jclass cls)
+{
+    (void) env; (void) cls;
+    return inherited_rank_environment() ? JNI_TRUE : JNI_FALSE;
+}
+
 JNIEXPORT jboolean JNICALL Java_dev_kvtransfer_mpi_MpiNative_detachedFromParentRank(JNIEnv *env, jclass cls)
 {
     (void) env; (void) cls;

@@ -1,13 +1,18 @@
 package dev.kvtransfer.mpi;
 
 /**
- * The address of one endpoint: {@code "<world rank>/<endpoint>@<world id>"}, plus {@code "~<port>"} for a process
- * that accepts connections from other MPI worlds ({@link MpiLinks}). A process may hold several endpoints (one
- * per open manager), numbered from 0 in creation order and never reused, so a message can never reach a later
- * manager that happens to live in the same process. The world id ({@link MpiRuntime#worldId()}) tells the
- * endpoints of this {@code mpirun} job from those of another job or of a singleton process. Short forms, meaning
- * this world: {@code "<world rank>/<endpoint>"}, and a bare {@code "<world rank>"} for endpoint 0 of that rank (the
- * first manager its process created), which is what a launcher-started program with one manager per process uses.
+ * The address of one endpoint. A process may hold several endpoints (one per open manager), numbered from 0 in
+ * creation order and never reused, so a message can never reach a later manager that happens to live in the same
+ * process. Forms:
+ * <ul>
+ *   <li>{@code "<world rank>"}: endpoint 0 of that rank of this world (the first manager its process created), and
+ *       {@code "<world rank>/<endpoint>"}: what the processes of one {@code mpirun} job print and use, so a
+ *       launcher-started program with one manager per process addresses its ranks by number;</li>
+ *   <li>{@code "<world rank>/<endpoint>@<world id>"}, plus {@code "~<port>"} for a process that accepts
+ *       connections from other MPI worlds ({@link MpiLinks}): what a process {@code mpirun} did not start (a
+ *       singleton, e.g. a child JVM of a rank) prints, since its world is its own. The world id
+ *       ({@link MpiRuntime#worldId()}) tells such an endpoint from one of this job.</li>
+ * </ul>
  *
  * @param rank     world rank of the process (in its own world)
  * @param endpoint endpoint id inside the process

@@ -57,8 +57,7 @@ public final class MpiConnectionManager implements ConnectionManager {
         this.data = new MpiDataPath(this, runtime, settings);
         this.endpoint = runtime.openEndpoint(this, settings);
         this.endpointId = endpoint.id;
-        this.localAddress = MpiAddress.format(runtime.worldRank(), endpointId, runtime.worldId(),
-                runtime.links().port());
+        this.localAddress = runtime.address(runtime.worldRank(), endpointId);
     }
 
     static MpiConnectionManager open(TransportConfig config) {
@@ -184,8 +183,8 @@ public final class MpiConnectionManager implements ConnectionManager {
         if (c != null) {
             return c;
         }
-        int worldRank = link.index() == 0 ? rank : link.worldRank();
-        String peer = MpiAddress.format(worldRank, ep, link.world(), null);
+        String peer = link.index() == 0 ? runtime.address(rank, ep)
+                : MpiAddress.format(link.worldRank(), ep, link.world(), null);
         return connections.computeIfAbsent(key, k -> new MpiConnection(this, link, rank, ep, peer));
     }
 

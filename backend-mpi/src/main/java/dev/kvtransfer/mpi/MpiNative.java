@@ -133,6 +133,9 @@ final class MpiNative {
     /** Blocks until connected (no timeout in MPI). out as {@link #dpmAccepted}. */
     static native void dpmConnect(String port, String worldId, int worldRank, long[] out);
 
+    /** @return whether this process only inherited an mpirun rank's environment (checked without MPI) */
+    static native boolean inheritedRankEnvironment();
+
     /** @return whether init found an inherited rank environment and initialized as a singleton */
     static native boolean detachedFromParentRank();
 

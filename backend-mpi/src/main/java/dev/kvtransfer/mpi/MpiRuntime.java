@@ -49,6 +49,7 @@ public final class MpiRuntime {
     private final boolean detachedFromParentRank;
     private final String worldId;
     private final MpiLinks links;
+    private final boolean qualifiedAddresses;
     private final int envelopeComm;
     private final int dataComm;
     private final int groupSetupComm;
@@ -92,6 +93,7 @@ public final class MpiRuntime {
         this.worldId = agreeWorldId(groupSetupComm);
         // A singleton not started by mpirun listens for links from other worlds when ompi-server is configured.
         boolean singleton = detachedFromParentRank || System.getenv("OMPI_COMM_WORLD_SIZE") == null;
+        this.qualifiedAddresses = singleton;
         String server = System.getenv("OMPI_MCA_pmix_server_uri");
         this.links = new MpiLinks(this, envelopeComm, dataComm, singleton && worldSize == 1 && server != null
                 && !server.isBlank());
@@ -244,6 +246,18 @@ public final class MpiRuntime {
 
     Counters counters() {
         return counters;
+    }
+
+    /**
+     * The address of an endpoint of this world as this process prints it: short ({@code "3"} for endpoint 0,
+     * {@code "3/2"}) in a job {@code mpirun} started, where every process shares the world; qualified
+     * ({@code "0/1@world~port"}) in a process {@code mpirun} did not start, whose world nobody else shares.
+     */
+    String address(int rank, int endpoint) {
+        if (qualifiedAddresses) {
+            return MpiAddress.format(rank, endpoint, worldId, links.port());
+        }
+        return endpoint == 0 ? Integer.toString(rank) : rank + "/" + endpoint;
     }
 
     /** @return the process's links (link 0 = its own world) */

@@ -96,15 +96,15 @@ public class MpiCrossRankTest {
         List<long[]> all = world.allgather(new long[] {endpointOf(m)}, T);
         List<String> out = new ArrayList<>();
         for (int r = 0; r < all.size(); r++) {
-            out.add(r + "/" + all.get(r)[0] + "@" + MpiRuntime.get().worldId());
+            out.add(all.get(r)[0] == 0 ? Integer.toString(r) : r + "/" + all.get(r)[0]);
         }
         return out;
     }
 
-    /** @return the endpoint id of a manager's address {@code rank/endpoint@world} */
+    /** @return the endpoint id of a manager's address ({@code rank} = endpoint 0, or {@code rank/endpoint}) */
     private static long endpointOf(ConnectionManager m) {
         String a = m.localAddress();
-        return Long.parseLong(a.substring(a.indexOf('/') + 1, a.indexOf('@')));
+        return a.indexOf('/') < 0 ? 0 : Long.parseLong(a.substring(a.indexOf('/') + 1));
     }
 
     private static void verify(HostBuffer b, long offset, long length, long seed, String what) {
@@ -143,6 +143,36 @@ public class MpiCrossRankTest {
                 }
             }
         }
+    }
+
+    @Test
+    void a01b_smallMessagesRoundTripBetweenRanks() {
+        needRanks(2);
+        ConnectionManager m = manager(Map.of());
+        List<String> addrs = exchange(m);
+        int partner = rank() ^ 1;
+        if (partner >= size()) {
+            return;
+        }
+        Connection c = m.connection(addrs.get(partner));
+        HostBuffer buf = buffer(64);
+        int n = 2_000;
+        long t0 = 0;
+        for (int i = 0; i < n + 100; i++) {
+            if (i == 100) {
+                t0 = System.nanoTime();
+            }
+            if ((rank() & 1) == 0) {
+                c.send(6_000, buf, 0, 64, T);
+                c.recv(6_001, buf, 0, 64, T);
+            } else {
+                c.recv(6_000, buf, 0, 64, T);
+                c.send(6_001, buf, 0, 64, T);
+            }
+        }
+        double us = (System.nanoTime() - t0) / 1e3 / n;
+        System.out.printf("[rank %d] 64-byte round trip with rank %d: %.1f us (mean of %d)%n", rank(), partner, us, n);
+        assertThat(us).isPositive();
     }
 
     @Test
@@ -192,6 +222,7 @@ public class MpiCrossRankTest {
             for (int i = 1; i < size(); i++) {
                 Connection back = m.recvConnect(19, buf, 0, 64, T);
                 int from = Integer.parseInt(back.peer().split("/")[0]);
+                assertThat(back.peer()).doesNotContain("@"); // a job's own addresses are short
                 verify(buf, 0, 64, 100 + from, "hello from " + back.peer());
                 assertThat(back.peer()).isEqualTo(addrs.get(from));
                 assertThat(seen.add(back.peer())).isTrue();
@@ -220,7 +251,7 @@ public class MpiCrossRankTest {
         List<String> everyone = new ArrayList<>();
         for (int r = 0; r < size(); r++) {
             for (long id : all.get(r)) {
-                everyone.add(r + "/" + id + "@" + MpiRuntime.get().worldId());
+                everyone.add(id == 0 ? Integer.toString(r) : r + "/" + id);
             }
         }
         // Each of my endpoints sends one 100 KiB message to every endpoint (mine included), then receives one from
@@ -262,6 +293,24 @@ public class MpiCrossRankTest {
             v[i] = rank * 1_000_000L + round * 1_000L + i;
         }
         return v;
+    }
+
+    @Test
+    void l01_theProvidersLauncherKnowsTheRankAndFormsGroups() {
+        dev.kvtransfer.api.transport.RankLauncher l = new MpiTransportProvider().launcher().orElseThrow();
+        assertThat(l.launchedRank()).isEqualTo(MpiRuntime.get().worldRank());
+        assertThat(l.launchedSize()).isEqualTo(MpiRuntime.get().worldSize());
+        // the demo's shape: context ranks first, status groups per instance
+        int ctx = Math.max(1, size() / 2);
+        boolean isCtx = rank() < ctx;
+        try (dev.kvtransfer.api.sync.GroupComm g = l.group(isCtx ? 0 : 1, rank(), T)) {
+            assertThat(g.size()).isEqualTo(isCtx ? ctx : size() - ctx);
+            assertThat(g.rank()).isEqualTo(isCtx ? rank() : rank() - ctx);
+            List<long[]> all = g.allgather(new long[] {rank()}, T);
+            for (int i = 0; i < all.size(); i++) {
+                assertThat(all.get(i)).containsExactly(isCtx ? i : i + ctx);
+            }
+        }
     }
 
     @Test
