@@ -1006,3 +1006,87 @@ JNIEXPORT void JNICALL Java_dev_kvtransfer_mpi_MpiNative_dpmConnect(JNIEnv *env,
     }
     (*env)->SetLongArrayRegion(env, out, 0, 6, li.fields);
 }
+
+/* ---------------------------------------------------------------- one-sided writes (MPI-3 RMA) */
+
+/*
+ * One dynamic window per process over MPI_COMM_WORLD, created right after init (collective) and kept in a
+ * passive-target epoch for the process's life (MPI_Win_lock_all with MPI_MODE_NOCHECK). Registered memory is
+ * attached to it (MPI_Win_attach, local); writers put at the region's absolute address and flush.
+ */
+static MPI_Win rma_window = MPI_WIN_NULL;
+
+JNIEXPORT jint JNICALL Java_dev_kvtransfer_mpi_MpiNative_rmaCreate(JNIEnv *env, jclass cls)
+{
+    (void) cls;
+    int rc = MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &rma_window);
+    if (rc != MPI_SUCCESS) {
+        rma_window = MPI_WIN_NULL;
+        throw_mpi(env, rc, "MPI_Win_create_dynamic");
+        return -1;
+    }
+    MPI_Win_set_errhandler(rma_window, MPI_ERRORS_RETURN);
+    rc = MPI_Win_lock_all(MPI_MODE_NOCHECK, rma_window);
+    if (rc != MPI_SUCCESS) {
+        MPI_Win_free(&rma_window);
+        rma_window = MPI_WIN_NULL;
+        throw_mpi(env, rc, "MPI_Win_lock_all");
+        return -1;
+    }
+    return 1;
+}
+
+JNIEXPORT void JNICALL Java_dev_kvtransfer_mpi_MpiNative_rmaFree(JNIEnv *env, jclass cls)
+{
+    (void) env; (void) cls;
+    if (rma_window != MPI_WIN_NULL) {
+        MPI_Win_unlock_all(rma_window);
+        MPI_Win_free(&rma_window);
+        rma_window = MPI_WIN_NULL;
+    }
+}
+
+JNIEXPORT void JNICALL Java_dev_kvtransfer_mpi_MpiNative_rmaAttach(JNIEnv *env, jclass cls, jlong address, jlong bytes)
+{
+    (void) cls;
+    int rc = MPI_Win_attach(rma_window, (void *) (intptr_t) address, (MPI_Aint) bytes);
+    if (rc != MPI_SUCCESS) {
+        throw_mpi(env, rc, "MPI_Win_attach");
+    }
+}
+
+JNIEXPORT void JNICALL Java_dev_kvtransfer_mpi_MpiNative_rmaDetach(JNIEnv *env, jclass cls, jlong address)
+{
+    (void) cls;
+    int rc = MPI_Win_detach(rma_window, (void *) (intptr_t) address);
+    if (rc != MPI_SUCCESS) {
+        throw_mpi(env, rc, "MPI_Win_detach");
+    }
+}
+
+/* Starts puts of bytes from a local address to the target's absolute address, in pieces of at most 1 GiB. */
+JNIEXPORT void JNICALL Java_dev_kvtransfer_mpi_MpiNative_rmaPut(JNIEnv *env, jclass cls, jlong from, jlong bytes,
+                                                               jint rank, jlong target)
+{
+    (void) cls;
+    const int64_t piece = (int64_t) 1 << 30;
+    for (int64_t pos = 0; pos < bytes; pos += piece) {
+        int count = (int) (bytes - pos < piece ? bytes - pos : piece);
+        int rc = MPI_Put((const void *) (intptr_t) (from + pos), count, MPI_BYTE, rank, (MPI_Aint) (target + pos),
+                         count, MPI_BYTE, rma_window);
+        if (rc != MPI_SUCCESS) {
+            throw_mpi(env, rc, "MPI_Put");
+            return;
+        }
+    }
+}
+
+/* Completes every put of this process to rank, at the target too (remote completion). */
+JNIEXPORT void JNICALL Java_dev_kvtransfer_mpi_MpiNative_rmaFlush(JNIEnv *env, jclass cls, jint rank)
+{
+    (void) cls;
+    int rc = MPI_Win_flush(rank, rma_window);
+    if (rc != MPI_SUCCESS) {
+        throw_mpi(env, rc, "MPI_Win_flush");
+    }
+}

@@ -58,6 +58,11 @@ final class MpiConnection implements Connection {
     }
 
     @Override
+    public void write(dev.kvtransfer.api.transport.WriteBatch batch, Duration timeout) {
+        manager.write(this, batch, timeout);
+    }
+
+    @Override
     public String peer() {
         return peer;
     }

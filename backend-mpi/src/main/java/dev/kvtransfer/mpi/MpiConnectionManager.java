@@ -8,7 +8,10 @@ import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.api.transport.support.EmulatedOneSided;
 
 import java.time.Duration;
 import java.util.Objects;
@@ -46,6 +49,10 @@ public final class MpiConnectionManager implements ConnectionManager {
     private final String localAddress;
     private final MpiDataPath data;
     private final ConcurrentHashMap<Key, MpiConnection> connections = new ConcurrentHashMap<>();
+    /** Native one-sided writes (MPI-3 RMA), or null when this manager emulates them or RMA is unavailable. */
+    private final MpiOneSided nativeOneSided;
+    private final Object emulatedLock = new Object();
+    private EmulatedOneSided emulated;
     private final AtomicInteger inFlight = new AtomicInteger();
     private volatile boolean closing;
     private volatile boolean closed;
@@ -58,6 +65,12 @@ public final class MpiConnectionManager implements ConnectionManager {
         this.endpoint = runtime.openEndpoint(this, settings);
         this.endpointId = endpoint.id;
         this.localAddress = runtime.address(runtime.worldRank(), endpointId);
+        this.nativeOneSided = settings.oneSided() == MpiSettings.OneSided.NATIVE && runtime.rmaFailure() == null
+                ? new MpiOneSided(this, runtime) : null;
+        if (settings.oneSided() == MpiSettings.OneSided.NATIVE && runtime.rmaFailure() != null) {
+            backgroundError(new TransportException(ErrorCode.NETWORK, this + ": native one-sided writes unavailable ("
+                    + runtime.rmaFailure() + "); this manager emulates them"));
+        }
     }
 
     static MpiConnectionManager open(TransportConfig config) {
@@ -192,6 +205,48 @@ public final class MpiConnectionManager implements ConnectionManager {
     private record Key(int link, int rank, int endpoint) {
     }
 
+    /** @return the native one-sided part (the agent serves its requests), or null */
+    MpiOneSided nativeOneSided() {
+        return nativeOneSided;
+    }
+
+    private EmulatedOneSided emulated() {
+        synchronized (emulatedLock) {
+            if (emulated == null) {
+                emulated = new EmulatedOneSided(this, new MpiHostMemory(), this::backgroundError,
+                        settings.defaultTimeout(), settings.name() + "-" + localAddress);
+            }
+            return emulated;
+        }
+    }
+
+    /**
+     * Registers memory for one-sided writes: attached to the process's MPI window (native), or served by
+     * {@code EmulatedOneSided} when {@code mpi.oneSided=emulated} or the window could not be created.
+     */
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory) {
+        Objects.requireNonNull(memory, "memory");
+        ensureOpen("register");
+        return nativeOneSided != null ? nativeOneSided.register(memory) : emulated().register(memory);
+    }
+
+    void write(MpiConnection conn, WriteBatch batch, Duration timeout) {
+        Objects.requireNonNull(batch, "batch");
+        Objects.requireNonNull(timeout, "timeout");
+        ensureOpen("write");
+        enter("write");
+        try {
+            if (nativeOneSided != null) {
+                nativeOneSided.write(conn, batch, timeout);
+            } else {
+                emulated().write(conn, batch, timeout);
+            }
+        } finally {
+            exit();
+        }
+    }
+
     @Override
     public boolean isRunning() {
         return !closing && !runtime.finalizing() && runtime.agentRunning();
@@ -205,7 +260,19 @@ public final class MpiConnectionManager implements ConnectionManager {
             }
             closing = true;
         }
-        {
+        try {
+            // Regions first: each waits (bounded) until no granted write lands in it any more.
+            if (nativeOneSided != null) {
+                nativeOneSided.close();
+            }
+            EmulatedOneSided e;
+            synchronized (emulatedLock) {
+                e = emulated;
+            }
+            if (e != null) {
+                e.close();
+            }
+        } finally {
             // Waiters in the inbox wake at once; calls in MPI see the flag within one poll and cancel their requests.
             int orphaned = endpoint.close();
             long deadline = System.nanoTime() + CLOSE_WAIT_NANOS;
@@ -214,6 +281,9 @@ public final class MpiConnectionManager implements ConnectionManager {
             }
             closed = true;
             runtime.closeEndpoint(this, endpointId);
+            if (nativeOneSided != null) {
+                nativeOneSided.release();
+            }
             if (orphaned > 0) {
                 backgroundError(new TransportException(ErrorCode.CANCELLED, this + " closed with " + orphaned
                         + " large message(s) announced but never received; their senders time out"));

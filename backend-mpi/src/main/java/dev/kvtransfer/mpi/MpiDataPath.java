@@ -47,6 +47,21 @@ final class MpiDataPath {
         final long address = MpiNative.addressOf(view);
     }
 
+    /**
+     * Sends a message of at most the eager limit from {@code srcEndpoint} of this process without blocking (the
+     * progress agent answers one-sided requests with it, also for an endpoint that has closed).
+     */
+    static void sendInline(MpiRuntime runtime, MpiLinks.Link link, int rank, int srcEndpoint, int dstEndpoint, int tag,
+                           long address, int length) {
+        Header h = HEADER.get();
+        Envelope.write(h.view, true, srcEndpoint, dstEndpoint, tag, 0, length, 0);
+        long request = MpiNative.isendEnvelope(h.address, Envelope.HEADER_BYTES, address, length, rank, dstEndpoint,
+                link.envelopeComm());
+        if (MpiNative.test(request, 0) == 0) {
+            runtime.deferEager(request, null);
+        }
+    }
+
     /** Sends one message (the caller checked the range and entered the manager). */
     void send(MpiConnection conn, int tag, long address, long length, long deadline) {
         Header h = HEADER.get();

@@ -150,6 +150,20 @@ final class MpiNative {
     /** Releases a request to complete in the background (no cancel). */
     static native void requestFree(long request);
 
+    // one-sided writes: one dynamic window per process (collective create), passive-target epoch for life
+    static native int rmaCreate();
+
+    static native void rmaFree();
+
+    static native void rmaAttach(long address, long bytes);
+
+    static native void rmaDetach(long address);
+
+    /** Starts puts (pieces of at most 1 GiB) to rank's absolute address; complete them with {@link #rmaFlush}. */
+    static native void rmaPut(long from, long bytes, int rank, long target);
+
+    static native void rmaFlush(int rank);
+
     // allgather of variable-length long[]
     static native long allgatherStart(int comm, long[] values);
 

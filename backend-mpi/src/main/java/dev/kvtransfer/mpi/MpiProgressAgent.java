@@ -1,6 +1,7 @@
 package dev.kvtransfer.mpi;
 
 import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportException;
 import org.agrona.concurrent.Agent;
 import org.agrona.concurrent.IdleStrategy;
@@ -29,6 +30,8 @@ final class MpiProgressAgent implements Agent {
     private final MpiRuntime runtime;
     private final long[] probe = new long[3];
     private long scratch;
+    private long reply;
+    private ByteBuffer replyView;
     private int scratchBytes;
     private ByteBuffer view;
 
@@ -113,6 +116,9 @@ final class MpiProgressAgent implements Agent {
         }
         runtime.counters().envelopes.increment();
         MpiEndpoint endpoint = runtime.endpoint(mpiTag);
+        if (view.getInt(Envelope.AT_TAG) == Tags.RMA_REQUEST_TAG && oneSided(endpoint, link, source, count, mpiTag)) {
+            return;
+        }
         if (endpoint == null) {
             runtime.counters().dropped.increment();
             runtime.report("late", new TransportException(ErrorCode.NETWORK, "mpi: dropped a message for endpoint "
@@ -134,8 +140,52 @@ final class MpiProgressAgent implements Agent {
         }
     }
 
+    /**
+     * A one-sided request or done message: served here when the endpoint writes natively; refused
+     * {@code CANCELLED} when the endpoint has closed (so the writer does not wait for its deadline).
+     *
+     * @return true when handled
+     */
+    private boolean oneSided(MpiEndpoint endpoint, int link, int source, int count, int mpiTag) {
+        if ((view.getInt(Envelope.AT_FLAGS) & Envelope.FLAG_INLINE) == 0) {
+            return false;
+        }
+        int srcEndpoint = view.getInt(Envelope.AT_SOURCE_ENDPOINT);
+        long payload = scratch + Envelope.HEADER_BYTES;
+        long length = count - Envelope.HEADER_BYTES;
+        if (endpoint != null) {
+            MpiOneSided os = endpoint.owner.nativeOneSided();
+            if (os == null) {
+                return false;
+            }
+            os.onMessage(link, source, srcEndpoint, payload, length);
+            return true;
+        }
+        if (mpiTag >= runtime.issuedEndpoints() || length < MpiOneSided.HEADER_BYTES) {
+            return false;
+        }
+        ByteBuffer m = MpiNative.wrap(payload, length).order(ByteOrder.LITTLE_ENDIAN);
+        if (m.getInt(0) != MpiOneSided.MAGIC || m.getInt(4) != MpiOneSided.REQUEST) {
+            return false;
+        }
+        if (reply == 0) {
+            reply = MpiNative.allocate(MpiOneSided.REPLY_BYTES);
+            replyView = MpiNative.wrap(reply, MpiOneSided.REPLY_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+        }
+        MpiOneSided.writeReply(replyView, m.getLong(8), MpiOneSided.REFUSED + ErrorCode.CANCELLED.ordinal(), 0,
+                "endpoint " + runtime.worldRank() + "/" + mpiTag + " is closed: its regions were deregistered");
+        MpiDataPath.sendInline(runtime, runtime.links().get(link), source, mpiTag, srcEndpoint, Tags.RMA_REPLY_TAG,
+                reply, MpiOneSided.REPLY_BYTES);
+        runtime.counters().rmaRefused.increment();
+        return true;
+    }
+
     @Override
     public void onClose() {
+        if (reply != 0) {
+            MpiNative.release(reply);
+            reply = 0;
+        }
         if (scratch != 0) {
             MpiNative.release(scratch);
             scratch = 0;

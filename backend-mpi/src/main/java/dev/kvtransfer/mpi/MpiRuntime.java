@@ -50,6 +50,7 @@ public final class MpiRuntime {
     private final String worldId;
     private final MpiLinks links;
     private final boolean qualifiedAddresses;
+    private final String rmaFailure;
     private final int envelopeComm;
     private final int dataComm;
     private final int groupSetupComm;
@@ -62,7 +63,7 @@ public final class MpiRuntime {
     private final Map<String, long[]> lastReports = new ConcurrentHashMap<>();
     /** Open endpoints by id (closed ones null); replaced on change, read lock-free by the agent. */
     private volatile MpiEndpoint[] endpoints = new MpiEndpoint[8];
-    private int nextEndpoint;
+    private volatile int nextEndpoint;
     private int openEndpoints;
     private final Object endpointLock = new Object();
     private AgentRunner agentRunner;
@@ -94,6 +95,14 @@ public final class MpiRuntime {
         // A singleton not started by mpirun listens for links from other worlds when ompi-server is configured.
         boolean singleton = detachedFromParentRank || System.getenv("OMPI_COMM_WORLD_SIZE") == null;
         this.qualifiedAddresses = singleton;
+        String rma = null;
+        try {
+            MpiNative.rmaCreate();
+        } catch (RuntimeException e) {
+            // osc rdma needs a peer to reach: a 1-process world gets MPI_ERR_WIN (then writes are emulated)
+            rma = e.getMessage();
+        }
+        this.rmaFailure = rma;
         String server = System.getenv("OMPI_MCA_pmix_server_uri");
         this.links = new MpiLinks(this, envelopeComm, dataComm, singleton && worldSize == 1 && server != null
                 && !server.isBlank());
@@ -196,6 +205,9 @@ public final class MpiRuntime {
             // wait for it forever. The process is exiting: its MPI state goes with it.
             return;
         }
+        if (rt.rmaFailure == null) {
+            MpiNative.rmaFree(); // collective, like finalize
+        }
         MpiNative.finalizeMpi();
     }
 
@@ -258,6 +270,16 @@ public final class MpiRuntime {
             return MpiAddress.format(rank, endpoint, worldId, links.port());
         }
         return endpoint == 0 ? Integer.toString(rank) : rank + "/" + endpoint;
+    }
+
+    /** @return why the process's RMA window could not be created, or null when native one-sided writes work */
+    String rmaFailure() {
+        return rmaFailure;
+    }
+
+    /** @return the next endpoint id this process would open (ids below it were issued) */
+    int issuedEndpoints() {
+        return nextEndpoint;
     }
 
     /** @return the process's links (link 0 = its own world) */
@@ -416,8 +438,13 @@ public final class MpiRuntime {
                     complete = MpiNative.test(request, 0) != 0;
                 } catch (MpiNative.MpiCallException e) {
                     complete = true; // the request is gone
-                    owner.backgroundError(new TransportException(ErrorCode.NETWORK, owner + ": an eager send failed"
-                            + " after it returned: " + e.getMessage(), e));
+                    TransportException t = new TransportException(ErrorCode.NETWORK, (owner == null ? "mpi agent"
+                            : owner.toString()) + ": an eager send failed after it returned: " + e.getMessage(), e);
+                    if (owner != null) {
+                        owner.backgroundError(t);
+                    } else {
+                        report("eager", t);
+                    }
                 }
                 if (complete) {
                     done++;

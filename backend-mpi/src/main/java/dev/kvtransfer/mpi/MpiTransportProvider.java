@@ -23,6 +23,9 @@ import java.util.Set;
  * ({@link MpiLinks}); without the server an address of another MPI world is refused with {@code NETWORK}, saying
  * so. No {@link TransportCapability#PEER_FAILURE_DETECTION}: Open MPI aborts the whole job when a rank dies, so a
  * surviving rank is killed rather than told {@code PEER_LOST}, and a silent peer ends a wait at its deadline.
+ * {@link TransportCapability#ONE_SIDED_WRITE} and {@link TransportCapability#NATIVE_ONE_SIDED_WRITE}: MPI-3 RMA
+ * puts into memory attached to the process's dynamic window, granted by the owner's agent ({@link MpiOneSided});
+ * {@code mpi.oneSided=emulated} selects {@code EmulatedOneSided} instead (then the writes are not native).
  */
 public final class MpiTransportProvider implements TransportProvider {
     /** The provider name. */
@@ -55,7 +58,8 @@ public final class MpiTransportProvider implements TransportProvider {
 
     @Override
     public Set<TransportCapability> capabilities() {
-        return EnumSet.of(TransportCapability.CROSS_PROCESS);
+        return EnumSet.of(TransportCapability.CROSS_PROCESS, TransportCapability.ONE_SIDED_WRITE,
+                TransportCapability.NATIVE_ONE_SIDED_WRITE);
     }
 
     /**

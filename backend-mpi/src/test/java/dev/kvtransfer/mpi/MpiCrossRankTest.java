@@ -287,6 +287,177 @@ public class MpiCrossRankTest {
         }
     }
 
+    /** Sends a region descriptor to a peer (length, then the wire bytes). */
+    private void sendDescriptor(Connection c, dev.kvtransfer.api.transport.RegionDescriptor d) {
+        dev.kvtransfer.api.wire.WireWriter w = dev.kvtransfer.api.wire.WireWriter.raw();
+        d.writeTo(w);
+        byte[] bytes = w.toByteArray();
+        HostBuffer b = buffer(8 + bytes.length);
+        b.asByteBuffer().putLong(0, bytes.length).put(8, bytes);
+        c.send(8_800, b, 0, 8, T);
+        c.send(8_801, b, 8, bytes.length, T);
+    }
+
+    private dev.kvtransfer.api.transport.RegionDescriptor recvDescriptor(Connection c) {
+        HostBuffer len = buffer(8);
+        c.recv(8_800, len, 0, 8, T);
+        int n = (int) len.asByteBuffer().getLong(0);
+        HostBuffer b = buffer(n);
+        c.recv(8_801, b, 0, n, T);
+        byte[] bytes = new byte[n];
+        b.asByteBuffer().get(0, bytes);
+        return dev.kvtransfer.api.transport.RegionDescriptor.readFrom(dev.kvtransfer.api.wire.WireReader.raw(bytes));
+    }
+
+    @Test
+    void r01_oneSidedWritesBetweenRanksLandExactlyAndRefusalsTouchNothing() {
+        needRanks(2);
+        Assumptions.assumeTrue(MpiRuntime.get().rmaFailure() == null, "no MPI window: " + MpiRuntime.get()
+                .rmaFailure());
+        ConnectionManager m = manager(Map.of());
+        List<String> addrs = exchange(m);
+        int partner = rank() ^ 1;
+        if (partner >= size()) {
+            return;
+        }
+        Connection c = m.connection(addrs.get(partner));
+        long size = (1 << 20) + 4096;
+        int guard = 4096;
+        HostBuffer note = buffer(8);
+        if ((rank() & 1) == 1) {
+            HostBuffer whole = buffer(size + 2 * guard);
+            java.nio.ByteBuffer w = whole.asByteBuffer();
+            for (int i = 0; i < w.capacity(); i++) {
+                w.put(i, (byte) 0xA5);
+            }
+            dev.kvtransfer.api.transport.RegisteredRegion region = m.register(whole.slice(guard, size));
+            sendDescriptor(c, region.descriptor());
+            c.recv(8_802, note, 0, 8, T); // the writer's batch completed before this was sent
+            HostBuffer expect = buffer(size);
+            Patterns.fill(expect, 0, size, 31);
+            java.nio.ByteBuffer e = expect.asByteBuffer();
+            long[][] entries = {{0, 1}, {4097, 65_537}, {size - 7, 7}, {300_000, 500_000}};
+            boolean[] written = new boolean[(int) size];
+            for (long[] en : entries) {
+                for (long i = 0; i < en[1]; i++) {
+                    written[(int) (en[0] + i)] = true;
+                }
+            }
+            for (int i = 0; i < size; i++) {
+                byte want = written[i] ? e.get(i) : (byte) 0xA5;
+                assertThat(w.get(guard + i)).as("region byte %d", i).isEqualTo(want);
+            }
+            for (int i = 0; i < guard; i++) {
+                assertThat(w.get(i)).isEqualTo((byte) 0xA5);
+                assertThat(w.get((int) (guard + size + i))).isEqualTo((byte) 0xA5);
+            }
+            region.close();
+            for (int i = 0; i < w.capacity(); i++) {
+                w.put(i, (byte) 0xA5);
+            }
+            c.send(8_803, note, 0, 8, T); // deregistered
+            c.recv(8_804, note, 0, 8, T); // the writer's refused attempts are over
+            for (int i = 0; i < w.capacity(); i++) {
+                assertThat(w.get(i)).as("byte %d after deregistration", i).isEqualTo((byte) 0xA5);
+            }
+        } else {
+            dev.kvtransfer.api.transport.RegionDescriptor d = recvDescriptor(c);
+            HostBuffer src = buffer(size);
+            Patterns.fill(src, 0, size, 31);
+            dev.kvtransfer.api.transport.WriteBatch batch = new dev.kvtransfer.api.transport.WriteBatch();
+            for (long[] en : new long[][] {{0, 1}, {4097, 65_537}, {size - 7, 7}, {300_000, 500_000}}) {
+                batch.add(src, en[0], d, en[0], en[1]);
+            }
+            c.write(batch, T);
+            c.send(8_802, note, 0, 8, T);
+            // forged: shifted address, other key
+            byte[] k = d.key();
+            k[3] ^= 1;
+            for (dev.kvtransfer.api.transport.RegionDescriptor f : List.of(
+                    new dev.kvtransfer.api.transport.RegionDescriptor(d.owner(), d.regionId(), d.address() + 64,
+                            d.length(), d.key()),
+                    new dev.kvtransfer.api.transport.RegionDescriptor(d.owner(), d.regionId(), d.address(), d.length(),
+                            k))) {
+                assertThatThrownBy(() -> c.write(new dev.kvtransfer.api.transport.WriteBatch().add(src, 0, f, 0, 4096),
+                        T)).isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.UNAUTHORIZED));
+            }
+            c.recv(8_803, note, 0, 8, T);
+            assertThatThrownBy(() -> c.write(new dev.kvtransfer.api.transport.WriteBatch().add(src, 0, d, 0, size), T))
+                    .isInstanceOfSatisfying(TransportException.class,
+                            e -> assertThat(e.code()).isEqualTo(ErrorCode.CANCELLED));
+            c.send(8_804, note, 0, 8, T);
+        }
+    }
+
+    /**
+     * 16 MiB per message, rank 0 to rank 1: native one-sided writes (MPI_Put + MPI_Win_flush, plus the grant),
+     * emulated one-sided writes (mpi.oneSided=emulated) and two-sided send/recv, same run, 3 rounds each; rank 0
+     * prints {@code MPI-ONE-SIDED-BW kind=.. GBps=..}.
+     */
+    @Test
+    void r02_oneSidedBandwidthNativeAgainstEmulatedAndTwoSided() throws Exception {
+        needRanks(2);
+        Assumptions.assumeTrue(MpiRuntime.get().rmaFailure() == null, "no MPI window: " + MpiRuntime.get()
+                .rmaFailure());
+        ConnectionManager nat = manager(Map.of());
+        ConnectionManager emu = manager(Map.of(MpiSettings.ONE_SIDED, "emulated"));
+        List<String> nAddrs = exchange(nat);
+        List<String> eAddrs = exchange(emu);
+        if (rank() > 1) {
+            return;
+        }
+        long n = 16L << 20;
+        int iters = Integer.getInteger("mpi.bw.rmaIters", 20);
+        HostBuffer buf = buffer(n);
+        HostBuffer note = buffer(8);
+        Patterns.fill(buf, 0, n, 5);
+        for (int round = 0; round < 3; round++) {
+            for (String kind : List.of("native", "emulated", "send")) {
+                ConnectionManager m = kind.equals("emulated") ? emu : nat;
+                Connection c = m.connection((kind.equals("emulated") ? eAddrs : nAddrs).get(1 - rank()));
+                if (rank() == 1) {
+                    if (kind.equals("send")) {
+                        for (int i = 0; i <= iters; i++) {
+                            c.recv(8_900, buf, 0, n, T);
+                        }
+                        c.send(8_902, note, 0, 8, T);
+                        continue;
+                    }
+                    try (dev.kvtransfer.api.transport.RegisteredRegion r = m.register(buf)) {
+                        sendDescriptor(c, r.descriptor());
+                        c.recv(8_901, note, 0, 8, T);
+                    }
+                    continue;
+                }
+                long t0 = 0;
+                if (kind.equals("send")) {
+                    for (int i = 0; i <= iters; i++) {
+                        if (i == 1) {
+                            t0 = System.nanoTime();
+                        }
+                        c.send(8_900, buf, 0, n, T);
+                    }
+                    c.recv(8_902, note, 0, 8, T);
+                } else {
+                    dev.kvtransfer.api.transport.RegionDescriptor d = recvDescriptor(c);
+                    dev.kvtransfer.api.transport.WriteBatch b = new dev.kvtransfer.api.transport.WriteBatch()
+                            .add(buf, 0, d, 0, n);
+                    for (int i = 0; i <= iters; i++) {
+                        if (i == 1) {
+                            t0 = System.nanoTime();
+                        }
+                        c.write(b, T);
+                    }
+                    c.send(8_901, note, 0, 8, T);
+                }
+                double secs = (System.nanoTime() - t0) / 1e9;
+                System.out.printf(java.util.Locale.ROOT, "MPI-ONE-SIDED-BW round=%d kind=%s bytes=%d iters=%d GBps=%.3f%n",
+                        round, kind, n, iters, n * (double) iters / secs / 1e9);
+            }
+        }
+    }
+
     private static long[] contribution(int rank, int round) {
         long[] v = new long[rank + round % 3]; // ranks contribute different lengths, some none
         for (int i = 0; i < v.length; i++) {

@@ -74,7 +74,9 @@ public final class MpiJUnitMain {
         SummaryGeneratingListener summary = new SummaryGeneratingListener();
         RankReport lines = new RankReport(rank);
         System.out.println("[rank " + rank + "] MPI-JUNIT start: " + rt.libraryVersion() + ", " + size
-                + " ranks, MPI_TAG_UB " + rt.tagUpperBound() + ", classes " + classes);
+                + " ranks, MPI_TAG_UB " + rt.tagUpperBound() + ", one-sided: " + (rt.rmaFailure() == null
+                ? "MPI-3 RMA window" : "emulated (" + rt.rmaFailure() + ")") + ", classes "
+                + classes);
         System.out.flush();
         long t0 = System.nanoTime();
         launcher.execute(discovery, summary, lines);
