@@ -79,7 +79,7 @@ class MpiConformanceIT {
     @Timeout(600)
     void transportAndTransceiverRulesAndCrossRankTestsPassInEveryRankOfTwo() throws Exception {
         MpiJob job = junitJob("np2-conformance", 2, 540, List.of(), MpiTransportConformanceTest.class,
-                MpiTransceiverConformanceTest.class, MpiCrossRankTest.class);
+                MpiTransceiverConformanceTest.class, MpiTransceiverFaultConformanceTest.class, MpiCrossRankTest.class);
         for (int r = 0; r < 2; r++) {
             assertThat(job.output()).contains("[rank " + r + "] SUCCESSFUL MpiTransportConformanceTest > "
                     + "required_23_crossProcessWhenDeclared");

@@ -458,6 +458,101 @@ public class MpiCrossRankTest {
         }
     }
 
+    /** Sends one raw envelope (header as given, plus payload bytes) from this rank to rank/endpoint. */
+    private static void rawEnvelope(int rank, int endpoint, java.util.function.Consumer<java.nio.ByteBuffer> header,
+                                    int payloadBytes) {
+        try (HostBuffer h = HostBuffer.allocate(Envelope.HEADER_BYTES); HostBuffer p = HostBuffer.allocate(
+                Math.max(1, payloadBytes))) {
+            java.nio.ByteBuffer b = h.asByteBuffer();
+            Envelope.write(b, true, 0, endpoint, 4_242, 0, payloadBytes, 0);
+            header.accept(b);
+            long request = MpiNative.isendEnvelope(h.address(), Envelope.HEADER_BYTES, p.address(), payloadBytes, rank,
+                    endpoint, MpiRuntime.get().envelopeComm());
+            while (MpiNative.test(request, 1_000_000) == 0) {
+                Thread.onSpinWait();
+            }
+        }
+    }
+
+    @Test
+    void f01_malformedEnvelopesFromARankAreDroppedAndReportedAndTheEndpointKeepsServing() {
+        needRanks(2);
+        List<Throwable> reported = java.util.Collections.synchronizedList(new ArrayList<>());
+        ConnectionManager m = new MpiTransportProvider().create(TransportConfig.builder().name("f01").defaultTimeout(T)
+                .errorHandler(reported::add).build());
+        managers.add(m);
+        List<String> addrs = exchange(m);
+        int partner = rank() ^ 1;
+        if (partner >= size()) {
+            return;
+        }
+        int partnerEndpoint = addrs.get(partner).indexOf('/') < 0 ? 0
+                : Integer.parseInt(addrs.get(partner).substring(addrs.get(partner).indexOf('/') + 1));
+        Connection c = m.connection(addrs.get(partner));
+        HostBuffer buf = buffer(64);
+        if ((rank() & 1) == 0) {
+            // bad magic; destination field disagreeing with the MPI tag; negative source endpoint; inline length
+            // that is not the message's; a large message needing more than 2^31 chunks; unknown flags
+            rawEnvelope(partner, partnerEndpoint, b -> b.putInt(Envelope.AT_MAGIC, 0x0bad0bad), 8);
+            rawEnvelope(partner, partnerEndpoint, b -> b.putInt(Envelope.AT_DEST_ENDPOINT, partnerEndpoint + 7), 8);
+            rawEnvelope(partner, partnerEndpoint, b -> b.putInt(Envelope.AT_SOURCE_ENDPOINT, -5), 8);
+            rawEnvelope(partner, partnerEndpoint, b -> b.putLong(Envelope.AT_LENGTH, 1L << 40), 8);
+            rawEnvelope(partner, partnerEndpoint, b -> {
+                b.putInt(Envelope.AT_FLAGS, 0);
+                b.putLong(Envelope.AT_LENGTH, Long.MAX_VALUE);
+                b.putInt(Envelope.AT_CHUNK, 1);
+                b.putInt(Envelope.AT_PAYLOAD_TAG, 3);
+            }, 0);
+            rawEnvelope(partner, partnerEndpoint, b -> b.putInt(Envelope.AT_FLAGS, 0x80), 8);
+            Patterns.fill(buf, 0, 64, 7);
+            c.send(4_243, buf, 0, 64, T);
+        } else {
+            c.recv(4_243, buf, 0, 64, T); // the genuine message after six hostile ones
+            verify(buf, 0, 64, 7, "message after malformed envelopes");
+            // reports are rate-limited per kind: at least one, naming the sender's rank and what was wrong
+            org.awaitility.Awaitility.await().atMost(Duration.ofSeconds(10)).until(() -> !reported.isEmpty());
+            assertThat(reported.get(0).getMessage()).contains("dropped an envelope from rank " + partner);
+            assertThat(MpiRuntime.get().counterValues().get("mpi malformed envelopes")).isGreaterThanOrEqualTo(6);
+            assertThat(m.isRunning()).isTrue();
+        }
+    }
+
+    @Test
+    void f02_theQueueBoundDropsAndReportsInsteadOfGrowing() {
+        needRanks(2);
+        List<Throwable> reported = java.util.Collections.synchronizedList(new ArrayList<>());
+        ConnectionManager m = new MpiTransportProvider().create(TransportConfig.builder().name("f02").defaultTimeout(T)
+                .property(MpiSettings.MAX_QUEUED_MESSAGES, "16").errorHandler(reported::add).build());
+        managers.add(m);
+        List<String> addrs = exchange(m);
+        int partner = rank() ^ 1;
+        if (partner >= size()) {
+            return;
+        }
+        Connection c = m.connection(addrs.get(partner));
+        HostBuffer buf = buffer(64);
+        if ((rank() & 1) == 0) {
+            for (int i = 0; i < 40; i++) {
+                Patterns.fill(buf, 0, 64, i);
+                c.send(4_300, buf, 0, 64, T); // eager: returns before the partner receives
+            }
+            c.recv(4_302, buf, 0, 8, T); // the partner drained its queue
+            c.send(4_301, buf, 0, 64, T);
+        } else {
+            org.awaitility.Awaitility.await().atMost(Duration.ofSeconds(20)).until(() -> !reported.isEmpty());
+            assertThat(reported.get(0).getMessage()).contains("queue bound reached");
+            for (int i = 0; i < 16; i++) {
+                c.recv(4_300, buf, 0, 64, T);
+                verify(buf, 0, 64, i, "queued message " + i);
+            }
+            assertThatThrownBy(() -> c.recv(4_300, buf, 0, 64, Duration.ofMillis(300)))
+                    .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code())
+                            .isEqualTo(ErrorCode.TIMEOUT));
+            c.send(4_302, buf, 0, 8, T);
+            c.recv(4_301, buf, 0, 64, T); // below the bound again: served
+        }
+    }
+
     private static long[] contribution(int rank, int round) {
         long[] v = new long[rank + round % 3]; // ranks contribute different lengths, some none
         for (int i = 0; i < v.length; i++) {
