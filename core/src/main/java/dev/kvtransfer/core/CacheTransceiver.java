@@ -140,7 +140,11 @@ public final class CacheTransceiver implements AutoCloseable {
         }
         this.selfState = new TransceiverState(cacheState, commState.withSelfIndex(selfIndex));
         String rank = "rank-" + selfIndex;
-        this.metrics = new TransferMetrics(meters, rank, errorHandler);
+        this.metrics = new TransferMetrics(meters, instanceName, rank, errorHandler);
+        if (pool instanceof dev.kvtransfer.core.buffer.DefaultTransferBufferPool d) {
+            metrics.stagingPool(d);
+            d.onWait(metrics::stagingWait);
+        }
         this.timing = config.timingDir().map(d -> new TimingCsvWriter(d, selfIndex, metrics::error)).orElse(null);
         String prefix = "kvt-" + instanceName + "-" + commState.transport() + "-" + rank;
         if (config.parallelReceive()) {
@@ -158,6 +162,7 @@ public final class CacheTransceiver implements AutoCloseable {
                 timing, peerExecutor, prefix, journal, auth);
         this.sender = new CacheSender(env);
         this.receiver = new CacheReceiver(env);
+        metrics.inFlight(this, CacheTransceiver::pendingContextRequests, CacheTransceiver::pendingGenerationRequests);
         LiveResources.count(3, 1);
     }
 

@@ -404,6 +404,12 @@ public final class TransferRequest {
         }
 
         @Override
+        public long startedEpochNanos(long otherwise) {
+            long s = startEpochNanos;
+            return s == 0 ? otherwise : s;
+        }
+
+        @Override
         public void started(long epochNanos) {
             startEpochNanos = epochNanos;
         }

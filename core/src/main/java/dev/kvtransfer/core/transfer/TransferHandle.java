@@ -47,6 +47,12 @@ public interface TransferHandle {
      */
     void recordMessages(int n, boolean pushed);
 
+    /**
+     * @param otherwise returned when the transfer has not started
+     * @return when this rank's transfer started (epoch nanoseconds, {@link dev.kvtransfer.core.timing.EpochClock})
+     */
+    long startedEpochNanos(long otherwise);
+
     /** @return context side: whether the engine marks this request's layers ready one by one */
     boolean layerWise();
 
