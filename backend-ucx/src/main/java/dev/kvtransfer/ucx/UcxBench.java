@@ -114,8 +114,8 @@ public final class UcxBench {
     /** Both sides of the bench run with the same manager properties. */
     private static TransportConfig config(String name, Options o) {
         return TransportConfig.builder().name(name).defaultTimeout(Duration.ofMinutes(2))
-                .property(UcxConnectionManager.PROP_REGISTRATION, o.registration)
-                .property(UcxConnectionManager.PROP_SPIN_MICROS, Long.toString(o.spinMicros)).build();
+                .property(UcxSettings.REGISTRATION, o.registration)
+                .property(UcxSettings.SPIN_MICROS, Long.toString(o.spinMicros)).build();
     }
 
     static int compare(Options o, PrintStream out) throws Exception {
@@ -499,7 +499,7 @@ public final class UcxBench {
         int warmup = 3;
         String perftest = "ucx_perftest";
         String registration = "rcache";
-        long spinMicros = UcxConnectionManager.DEFAULT_SPIN_MICROS;
+        long spinMicros = UcxSettings.DEFAULT_SPIN_MICROS;
         int seconds = 5;
 
         static Options parse(String[] args) {

@@ -66,41 +66,25 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * the endpoint it created for that client id, gives the dialer a sender id and answers on that endpoint. See
  * {@link UcxTags} for the tag layout.
  *
- * <p><b>Properties</b> (of {@link TransportConfig}): {@value #PROP_REGISTRATION} = {@code rcache} (default:
- * leave registration to UCX's registration cache) or {@code explicit} (map every buffer once with
- * {@code ucp_mem_map} and keep it, LRU-bounded by {@value #PROP_REGISTRATION_MAX}, default 256);
- * {@value #PROP_CLOSE_GRACE} (ms, default 5000): how long close and cancellation wait for UCX to hand buffers
- * back; {@value #PROP_UCX_CONFIG_PREFIX}{@code NAME=value}: any UCX setting for this manager's context, e.g.
- * {@code ucx.config.TLS=tcp} (the same as {@code UCX_TLS=tcp} in the environment).
+ * <p><b>Properties</b>: see {@link UcxSettings} (parsed and validated once, unknown {@code ucx.*} keys refused).
+ * Background errors (a malformed hello, a failed handshake, a failed command) go to the configuration's
+ * error handler and are counted ({@link #errorCount()}).
  */
 public final class UcxConnectionManager implements ConnectionManager {
-    /** Property: {@code rcache} or {@code explicit} memory registration. */
-    public static final String PROP_REGISTRATION = "ucx.registration";
-    /** Property: most regions the explicit registration cache keeps. */
-    public static final String PROP_REGISTRATION_MAX = "ucx.registration.maxEntries";
-    /** Property: milliseconds close and cancellation wait for UCX. */
-    public static final String PROP_CLOSE_GRACE = "ucx.closeGraceMillis";
-    /**
-     * Property: microseconds the progress thread keeps polling after its last piece of work before it sleeps in
-     * epoll (0 = sleep at once). Never spins while idle: the window opens only when work was done.
-     */
-    public static final String PROP_SPIN_MICROS = "ucx.spinMicros";
-    /** Property prefix: the rest of the key is a UCX setting name without {@code UCX_}. */
-    public static final String PROP_UCX_CONFIG_PREFIX = "ucx.config.";
-
     static final int MAX_ADDRESS_BYTES = 1024;
 
-    private static final System.Logger LOG = System.getLogger(UcxConnectionManager.class.getName());
     private static final int HELLO_MAGIC = 0x4855564B; // "KVUH" little-endian
     private static final int ACK_MAGIC = 0x4155564B;   // "KVUA"
     private static final int COMMANDS_PER_ROUND = 256;
     private static final int PROGRESS_PER_ROUND = 64;
-    /** Default of {@value #PROP_SPIN_MICROS}: 50 µs (1 MiB messages: 1.61 vs 1.33–1.43 GB/s without; see README). */
-    public static final long DEFAULT_SPIN_MICROS = 50;
+    /** Why a poll's receive was cancelled: its wait ended with nothing matched (the caller gets null). */
+    private static final Failure POLL_EMPTY = new Failure(ErrorCode.TIMEOUT, "nothing arrived", false, null);
     private static final int RUNNING = 0;
     private static final int CLOSING = 1;
     private static final int CLOSED = 2;
 
+    private final UcxSettings settings;
+    private final UcxErrors errors;
     private final String name;
     private final Duration defaultTimeout;
     private final long closeGraceNanos;
@@ -152,31 +136,15 @@ public final class UcxConnectionManager implements ConnectionManager {
      */
     public UcxConnectionManager(TransportConfig config) {
         Objects.requireNonNull(config, "config");
-        this.name = config.name();
-        this.defaultTimeout = config.defaultTimeout();
-        long grace = config.longProperty(PROP_CLOSE_GRACE, 5000);
-        if (grace <= 0) {
-            throw new IllegalArgumentException("transport property " + PROP_CLOSE_GRACE + " = " + grace
-                    + ": must be positive");
-        }
-        this.closeGraceNanos = TimeUnit.MILLISECONDS.toNanos(grace);
-        long spin = config.longProperty(PROP_SPIN_MICROS, DEFAULT_SPIN_MICROS);
-        if (spin < 0 || spin > 1_000_000) {
-            throw new IllegalArgumentException("transport property " + PROP_SPIN_MICROS + " = " + spin
-                    + ": must be 0..1000000");
-        }
-        this.spinNanos = TimeUnit.MICROSECONDS.toNanos(spin);
-        String reg = config.property(PROP_REGISTRATION, "rcache");
-        if (!reg.equals("rcache") && !reg.equals("explicit")) {
-            throw new IllegalArgumentException("transport property " + PROP_REGISTRATION + " = '" + reg
-                    + "': must be 'rcache' or 'explicit'");
-        }
-        this.explicitRegistration = reg.equals("explicit");
-        long maxRegs = config.longProperty(PROP_REGISTRATION_MAX, 256);
-        if (maxRegs < 1 || maxRegs > 1 << 20) {
-            throw new IllegalArgumentException("transport property " + PROP_REGISTRATION_MAX + " = " + maxRegs
-                    + ": must be in [1, 1048576]");
-        }
+        UcxSettings settings = UcxSettings.from(config);
+        this.settings = settings;
+        this.errors = new UcxErrors(config.errorHandler());
+        this.name = settings.name();
+        this.defaultTimeout = settings.defaultTimeout();
+        this.closeGraceNanos = settings.closeGraceNanos();
+        this.spinNanos = settings.spinNanos();
+        this.explicitRegistration = settings.explicitRegistration();
+        int maxRegs = settings.registrationMaxEntries();
         this.registrations = new LinkedHashMap<>(16, 0.75f, true) {
             private static final long serialVersionUID = 1L;
 
@@ -192,11 +160,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.clientId = new SecureRandom().nextLong() | 1L;
 
         UcpParams params = new UcpParams().requestTagFeature().requestWakeupFeature();
-        for (Map.Entry<String, String> e : config.properties().entrySet()) {
-            if (e.getKey().startsWith(PROP_UCX_CONFIG_PREFIX)) {
-                params.setConfig(e.getKey().substring(PROP_UCX_CONFIG_PREFIX.length()), e.getValue());
-            }
-        }
+        settings.ucxConfig().forEach(params::setConfig);
         InetSocketAddress bind = new InetSocketAddress(config.host(), config.port());
         if (bind.isUnresolved()) {
             throw new TransportException(ErrorCode.NETWORK, "UCX manager '" + name + "': host '" + config.host()
@@ -248,36 +212,17 @@ public final class UcxConnectionManager implements ConnectionManager {
 
     @Override
     public Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait) {
-        // Interim bridge to the timed receive; the agent rewrite replaces it with a poll that throws nothing.
-        try {
-            return recvConnect(tag, buffer, offset, length, wait);
-        } catch (TransportException e) {
-            if (e.code() == ErrorCode.TIMEOUT && !(e instanceof TransportClosedException)) {
-                return null;
-            }
-            throw e;
-        }
-    }
-
-    @Override
-    public Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
-        Op op = newOp(Op.RECV_ANY, null, tag, buffer, offset, length, timeout);
-        run(op, timeout);
+        Objects.requireNonNull(wait, "wait");
+        Op op = newOp(Op.RECV_ANY, null, tag, buffer, offset, length, wait);
+        op.poll = true;
+        op.pollOnce = wait.isZero() || wait.isNegative();
+        run(op, wait);
         return op.sender;
     }
 
-    @Override
-    public List<Connection> getConnections(CommState peerInstance) {
-        Objects.requireNonNull(peerInstance, "peerInstance");
-        if (!UcxTransportProvider.NAME.equals(peerInstance.transport())) {
-            throw new IllegalArgumentException("CommState is for transport '" + peerInstance.transport()
-                    + "', this manager is '" + UcxTransportProvider.NAME + "'");
-        }
-        List<Connection> out = new ArrayList<>(peerInstance.size());
-        for (String a : peerInstance.addresses()) {
-            out.add(connection(a));
-        }
-        return out;
+    /** @return background errors reported to the configuration's error handler so far */
+    public long errorCount() {
+        return errors.count();
     }
 
     @Override
@@ -338,8 +283,8 @@ public final class UcxConnectionManager implements ConnectionManager {
             Thread.currentThread().interrupt();
         }
         if (progressThread.isAlive()) {
-            LOG.log(System.Logger.Level.ERROR, "UCX manager '" + name + "': progress thread did not end within "
-                    + bound + " ms of close()");
+            background("UCX manager '" + name + "': progress thread did not end within "
+                    + bound + " ms of close()", null);
         }
     }
 
@@ -397,7 +342,8 @@ public final class UcxConnectionManager implements ConnectionManager {
         Failure cancelReason = null;
         try {
             if (!op.await(System.nanoTime() + timeoutNanos)) {
-                cancelReason = new Failure(ErrorCode.TIMEOUT, "timed out after " + timeout, false, null);
+                cancelReason = op.poll ? POLL_EMPTY
+                        : new Failure(ErrorCode.TIMEOUT, "timed out after " + timeout, false, null);
             }
         } catch (InterruptedException e) {
             interrupted = true;
@@ -429,6 +375,10 @@ public final class UcxConnectionManager implements ConnectionManager {
             }
         }
         Failure f = op.failure;
+        if (f == POLL_EMPTY) {
+            op.sender = null; // nothing arrived within the poll's wait: not an error
+            return;
+        }
         if (f != null) {
             throw f.toException(what);
         }
@@ -521,7 +471,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             }
         } catch (Throwable t) {
             progressFailure = t;
-            LOG.log(System.Logger.Level.ERROR, "UCX manager '" + name + "': progress thread failed; closing", t);
+            background("UCX manager '" + name + "': progress thread failed; closing", t);
         } finally {
             shutdown();
         }
@@ -538,7 +488,7 @@ public final class UcxConnectionManager implements ConnectionManager {
                 if (c instanceof Op op) {
                     finish(op, new Failure(ErrorCode.NETWORK, "UCX call failed: " + e.getMessage(), false, e));
                 } else {
-                    LOG.log(System.Logger.Level.ERROR, "UCX manager '" + name + "': command failed", e);
+                    background("UCX manager '" + name + "': command failed", e);
                 }
             }
         }
@@ -593,9 +543,14 @@ public final class UcxConnectionManager implements ConnectionManager {
             mask = UcxTags.EXACT_MASK;
         }
         register(op);
-        // jucx 1.12.1 reports neither length nor sender tag when a receive completes inside the posting call
-        // (the message was already here). Probing first (same thread, so the same message matches) gives both.
-        UcpTagMessage m = worker.tagProbeNonBlocking(tag, mask, false);
+        // A message already here is taken by its handle (probe + remove): its length and sender tag come from
+        // the probe. (jucx 1.12.1 reports neither when a plain receive completes inside the posting call.) A
+        // receive posted when nothing matched cannot complete before the next progress(), which reports both.
+        UcpTagMessage m = worker.tagProbeNonBlocking(tag, mask, true);
+        if (m == null && op.poll && op.pollOnce) {
+            finish(op, null); // non-blocking poll, nothing here: sender stays null
+            return;
+        }
         if (m != null) {
             op.probed = true;
             op.probedLength = m.getRecvLength();
@@ -607,7 +562,9 @@ public final class UcxConnectionManager implements ConnectionManager {
         }
         op.posted = true;
         try {
-            op.request = worker.recvTaggedNonBlocking(op.address, op.length, tag, mask, op, op.memType);
+            op.request = m != null
+                    ? worker.recvTaggedMessageNonBlocking(op.address, op.length, m, op, op.memType)
+                    : worker.recvTaggedNonBlocking(op.address, op.length, tag, mask, op, op.memType);
         } catch (UcxException e) {
             if (!op.done) {
                 onOpError(op, e.getStatus(), e.getMessage());
@@ -715,7 +672,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         try {
             worker.cancelRequest(op.request);
         } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': cancel failed", e);
+            background("UCX manager '" + name + "': cancel failed", e);
         }
     }
 
@@ -761,7 +718,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             try {
                 req.reject();
             } catch (RuntimeException e) {
-                LOG.log(System.Logger.Level.DEBUG, "reject failed", e);
+                background("reject failed", e);
             }
             return;
         }
@@ -771,8 +728,8 @@ public final class UcxConnectionManager implements ConnectionManager {
                     .setName("kv-" + name + "<-" + req.getClientAddress())
                     .setErrorHandler((e, status, msg) -> onAcceptedEndpointError(a, e, status, msg)));
         } catch (UcxException e) {
-            LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': cannot accept "
-                    + req.getClientAddress() + ": " + e.getMessage());
+            background("UCX manager '" + name + "': cannot accept "
+                    + req.getClientAddress() + ": " + e.getMessage(), null);
             return;
         }
         unclaimed.computeIfAbsent(a.clientId, k -> new ArrayDeque<>()).add(a);
@@ -802,7 +759,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             postHelloRecv();
         }
         if (peerAddress == null) {
-            LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': malformed hello ignored");
+            background("UCX manager '" + name + "': malformed hello ignored", null);
             return;
         }
         ArrayDeque<AcceptedEndpoint> q = unclaimed.get(peerClient);
@@ -811,8 +768,8 @@ public final class UcxConnectionManager implements ConnectionManager {
             unclaimed.remove(peerClient);
         }
         if (a == null) {
-            LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': hello from " + peerAddress
-                    + " without an accepted endpoint of client id " + Long.toHexString(peerClient) + "; ignored");
+            background("UCX manager '" + name + "': hello from " + UcxErrors.quote(peerAddress)
+                    + " without an accepted endpoint of client id " + Long.toHexString(peerClient) + "; ignored", null);
             return;
         }
         UcxConnection c = connections.get(peerAddress);
@@ -876,8 +833,8 @@ public final class UcxConnectionManager implements ConnectionManager {
         if (c.outId == 0) {
             c.outId = id;
         } else if (c.outId != id) {
-            LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': " + c.peer + " gave sender id " + id
-                    + " after " + c.outId + "; keeping the first");
+            background("UCX manager '" + name + "': " + c.peer + " gave sender id " + id
+                    + " after " + c.outId + "; keeping the first", null);
         }
         if (c.ready()) {
             everConnected.add(c);
@@ -928,7 +885,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             try {
                 worker.cancelRequest(c.ackRecv);
             } catch (RuntimeException e) {
-                LOG.log(System.Logger.Level.DEBUG, "cancel of handshake receive failed", e);
+                background("cancel of handshake receive failed", e);
             }
         }
         List<Op> ops = new ArrayList<>(c.pending);
@@ -1000,7 +957,7 @@ public final class UcxConnectionManager implements ConnectionManager {
                 closingEndpoints.add(r);
             }
         } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.DEBUG, "endpoint close failed", e);
+            background("endpoint close failed", e);
         }
     }
 
@@ -1025,8 +982,8 @@ public final class UcxConnectionManager implements ConnectionManager {
                     .setLength(b.size()).setMemoryType(op.memType)));
         } catch (UcxException e) {
             // Registration is an optimisation; UCX registers on its own when sending.
-            LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': ucp_mem_map of " + b.size()
-                    + " bytes failed: " + e.getMessage());
+            background("UCX manager '" + name + "': ucp_mem_map of " + b.size()
+                    + " bytes failed: " + e.getMessage(), null);
         }
     }
 
@@ -1034,7 +991,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         try {
             m.deregister();
         } catch (RuntimeException e) {
-            LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': deregistration failed", e);
+            background("UCX manager '" + name + "': deregistration failed", e);
         }
     }
 
@@ -1101,11 +1058,11 @@ public final class UcxConnectionManager implements ConnectionManager {
                 finish(op, op.cancelReason);
             }
             if (!closingDone()) {
-                LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': endpoints still closing after "
-                        + TimeUnit.NANOSECONDS.toMillis(closeGraceNanos) + " ms; destroying the worker anyway");
+                background("UCX manager '" + name + "': endpoints still closing after "
+                        + TimeUnit.NANOSECONDS.toMillis(closeGraceNanos) + " ms; destroying the worker anyway", null);
             }
         } catch (Throwable t) {
-            LOG.log(System.Logger.Level.ERROR, "UCX manager '" + name + "': error while closing", t);
+            background("UCX manager '" + name + "': error while closing", t);
             for (Op op : new ArrayList<>(posted)) {
                 op.complete(closed);
             }
@@ -1142,7 +1099,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         return closingEndpoints.isEmpty();
     }
 
-    private static void closeQuietly(AutoCloseable... all) {
+    private void closeQuietly(AutoCloseable... all) {
         for (AutoCloseable c : all) {
             if (c == null) {
                 continue;
@@ -1150,9 +1107,15 @@ public final class UcxConnectionManager implements ConnectionManager {
             try {
                 c.close();
             } catch (Exception e) {
-                LOG.log(System.Logger.Level.WARNING, "closing " + c.getClass().getSimpleName() + " failed", e);
+                background("closing " + c.getClass().getSimpleName() + " failed", e);
             }
         }
+    }
+
+    /** Counts a background error and hands it to the configured error handler (rate-limited per kind). */
+    private void background(String message, Throwable cause) {
+        errors.report(message.contains("hello") || message.contains("accept") ? "handshake" : "background",
+                new TransportException(ErrorCode.NETWORK, message, cause));
     }
 
     // ---- addresses ----
@@ -1255,6 +1218,9 @@ public final class UcxConnectionManager implements ConnectionManager {
         long probedLength;
         long probedSenderTag;
         Failure cancelReason;
+        /** pollConnect: a wait that ends empty returns null; pollOnce: do not post, only look. */
+        boolean poll;
+        boolean pollOnce;
 
         // written under this monitor, read by the caller after done
         volatile boolean done;
@@ -1353,7 +1319,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             try {
                 onHello();
             } catch (RuntimeException e) {
-                LOG.log(System.Logger.Level.ERROR, "UCX manager '" + name + "': hello handling failed", e);
+                background("UCX manager '" + name + "': hello handling failed", e);
             }
         }
 
@@ -1361,7 +1327,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         public void onError(int status, String message) {
             helloRecvDone = true;
             if (state == RUNNING) {
-                LOG.log(System.Logger.Level.WARNING, "UCX manager '" + name + "': hello receive failed: " + message);
+                background("UCX manager '" + name + "': hello receive failed: " + message, null);
                 postHelloRecv();
             }
         }
@@ -1381,7 +1347,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             try {
                 onAck(conn);
             } catch (RuntimeException e) {
-                LOG.log(System.Logger.Level.ERROR, "UCX manager '" + name + "': handshake answer failed", e);
+                background("UCX manager '" + name + "': handshake answer failed", e);
             }
         }
 

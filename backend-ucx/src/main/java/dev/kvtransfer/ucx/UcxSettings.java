@@ -1,0 +1,162 @@
+package dev.kvtransfer.ucx;
+
+import dev.kvtransfer.api.transport.TransportConfig;
+
+import java.time.Duration;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Pattern;
+
+/**
+ * Every {@code ucx.*} property of a {@link TransportConfig}, parsed and validated once ({@link #from}, in the
+ * manner of Aeron's {@code Context.conclude()}): a typo'd key of this transport's prefix is refused naming the
+ * known ones, a bad value names its key. Immutable. The README's property table lists the same keys.
+ */
+public final class UcxSettings {
+    /** Prefix of every property of this transport. */
+    public static final String PREFIX = "ucx.";
+    /** Property: {@code rcache} (UCX's registration cache) or {@code explicit} ({@code ucp_mem_map} each buffer). */
+    public static final String REGISTRATION = "ucx.registration";
+    /** Property: most regions the explicit registration cache keeps. */
+    public static final String REGISTRATION_MAX = "ucx.registration.maxEntries";
+    /** Property: milliseconds close and cancellation wait for UCX to hand a buffer back. */
+    public static final String CLOSE_GRACE = "ucx.closeGraceMillis";
+    /**
+     * Property: microseconds the progress agent keeps polling after its last piece of work before it sleeps in
+     * epoll (0 = sleep at once). Never spins while idle: the window opens only when work was done.
+     */
+    public static final String SPIN_MICROS = "ucx.spinMicros";
+    /** Property prefix: the rest of the key is a UCX setting name without {@code UCX_}, e.g. {@code ucx.config.TLS}. */
+    public static final String UCX_CONFIG_PREFIX = "ucx.config.";
+
+    /** Default of {@value #SPIN_MICROS}: 50 µs (1 MiB messages: 1.61 vs 1.33–1.43 GB/s without; see README). */
+    public static final long DEFAULT_SPIN_MICROS = 50;
+    /** Default of {@value #CLOSE_GRACE}. */
+    public static final long DEFAULT_CLOSE_GRACE_MILLIS = 5000;
+    /** Default of {@value #REGISTRATION_MAX}. */
+    public static final long DEFAULT_REGISTRATION_MAX = 256;
+
+    private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS);
+    private static final Pattern UCX_NAME = Pattern.compile("[A-Z][A-Z0-9_]{0,63}");
+
+    private final String name;
+    private final Duration defaultTimeout;
+    private final boolean explicitRegistration;
+    private final int registrationMaxEntries;
+    private final long closeGraceNanos;
+    private final long spinNanos;
+    private final Map<String, String> ucxConfig;
+
+    private UcxSettings(TransportConfig config) {
+        this.name = config.name();
+        this.defaultTimeout = config.defaultTimeout();
+        String reg = config.property(REGISTRATION, "rcache").trim();
+        if (!reg.equals("rcache") && !reg.equals("explicit")) {
+            throw bad(REGISTRATION, reg, "must be 'rcache' or 'explicit'");
+        }
+        this.explicitRegistration = reg.equals("explicit");
+        this.registrationMaxEntries = (int) range(config, REGISTRATION_MAX, DEFAULT_REGISTRATION_MAX, 1, 1 << 20);
+        this.closeGraceNanos = TimeUnit.MILLISECONDS.toNanos(range(config, CLOSE_GRACE, DEFAULT_CLOSE_GRACE_MILLIS, 1,
+                600_000));
+        this.spinNanos = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 1_000_000));
+        Map<String, String> ucx = new LinkedHashMap<>();
+        for (Map.Entry<String, String> e : config.properties().entrySet()) {
+            if (e.getKey().startsWith(UCX_CONFIG_PREFIX)) {
+                String n = e.getKey().substring(UCX_CONFIG_PREFIX.length());
+                if (!UCX_NAME.matcher(n).matches()) {
+                    throw bad(e.getKey(), e.getValue(), "the part after '" + UCX_CONFIG_PREFIX + "' must be a UCX "
+                            + "setting name without 'UCX_' (upper case, digits, '_'), e.g. " + UCX_CONFIG_PREFIX + "TLS");
+                }
+                ucx.put(n, e.getValue());
+            }
+        }
+        this.ucxConfig = Collections.unmodifiableMap(ucx);
+    }
+
+    /**
+     * Parses and validates the {@code ucx.*} properties of a configuration.
+     *
+     * @param config the configuration
+     * @return the settings
+     * @throws IllegalArgumentException naming an unknown {@code ucx.*} key (and the known ones) or a bad value
+     */
+    public static UcxSettings from(TransportConfig config) {
+        Objects.requireNonNull(config, "config");
+        Set<String> known = new TreeSet<>(KEYS);
+        for (String k : config.properties().keySet()) {
+            if (k.startsWith(UCX_CONFIG_PREFIX)) {
+                known.add(k); // any UCX setting passes through; its name is checked below, its value by UCX
+            }
+        }
+        try {
+            config.checkKnownProperties(PREFIX, known);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(e.getMessage() + ", " + UCX_CONFIG_PREFIX + "<UCX setting>", e);
+        }
+        return new UcxSettings(config);
+    }
+
+    /** @return the known keys (without the {@value #UCX_CONFIG_PREFIX} family) */
+    public static Set<String> knownKeys() {
+        return KEYS;
+    }
+
+    private static long range(TransportConfig c, String key, long dflt, long min, long max) {
+        long v = c.longProperty(key, dflt);
+        if (v < min || v > max) {
+            throw bad(key, Long.toString(v), "must be in [" + min + ", " + max + "]");
+        }
+        return v;
+    }
+
+    private static IllegalArgumentException bad(String key, String value, String why) {
+        return new IllegalArgumentException("transport property " + key + " = '" + value + "': " + why);
+    }
+
+    /** @return the manager's name (logs, thread names) */
+    public String name() {
+        return name;
+    }
+
+    /** @return the deadline of calls that take none */
+    public Duration defaultTimeout() {
+        return defaultTimeout;
+    }
+
+    /** @return whether buffers are mapped explicitly ({@value #REGISTRATION} = explicit) */
+    public boolean explicitRegistration() {
+        return explicitRegistration;
+    }
+
+    /** @return the LRU bound of explicit registrations */
+    public int registrationMaxEntries() {
+        return registrationMaxEntries;
+    }
+
+    /** @return how long close and cancellation wait for UCX, in nanoseconds */
+    public long closeGraceNanos() {
+        return closeGraceNanos;
+    }
+
+    /** @return the progress agent's polling window after work, in nanoseconds */
+    public long spinNanos() {
+        return spinNanos;
+    }
+
+    /** @return UCX settings for the context (name without {@code UCX_} → value), in property order */
+    public Map<String, String> ucxConfig() {
+        return ucxConfig;
+    }
+
+    @Override
+    public String toString() {
+        return "UcxSettings{" + name + ", registration=" + (explicitRegistration ? "explicit" : "rcache")
+                + ", closeGrace=" + TimeUnit.NANOSECONDS.toMillis(closeGraceNanos) + " ms, spin="
+                + TimeUnit.NANOSECONDS.toMicros(spinNanos) + " µs, ucx=" + ucxConfig + "}";
+    }
+}
