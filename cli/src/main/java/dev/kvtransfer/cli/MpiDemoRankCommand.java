@@ -1,7 +1,5 @@
 package dev.kvtransfer.cli;
 
-import dev.kvtransfer.api.format.CacheFormatter;
-import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
@@ -10,10 +8,10 @@ import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.CacheTransceiver;
+import dev.kvtransfer.core.RankAssembly;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.TransferRequest;
-import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;
@@ -84,17 +82,17 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
         CommState genComm = new CommState("mpi", addresses(ctxRanks, genRanks), -1);
         CommState myComm = isCtx ? ctxComm : genComm;
 
-        // Status groups: per instance, per PP stage (and DP group with attention DP); collective over the world.
+        // Status groups, collective over the world: context completion per PP stage (and DP group), generation
+        // completion over the whole instance (or DP group across PP stages).
         int pp = base.ppRank(rank);
         int dpGroup = base.attentionDpEnabled() ? base.tpRank(rank) / base.tpPerDpGroup() : 0;
-        int color = (isCtx ? 0 : 1) * 1_000_000 + pp * 1_000 + dpGroup;
-        MpiGroupComm status = MpiGroupComm.split(color, rank, timeout);
+        int instance = isCtx ? 0 : 1;
+        MpiGroupComm ctxStatus = MpiGroupComm.split(instance * 1_000_000 + pp * 1_000 + dpGroup, rank, timeout);
+        MpiGroupComm genStatus = MpiGroupComm.split(2_000_000 + instance * 1_000_000 + dpGroup, rank, timeout);
         MpiGroupComm all = MpiGroupComm.world(timeout);
 
         int totalBlocks = DemoRanks.totalBlocks(ctxState, isl);
         int blocksPerRank = Math.max(1, window * totalBlocks);
-        FormatterProvider fp = config.formatter().isPresent() ? plugins.formatter(config.formatter().get())
-                : plugins.formatterFor(base.attentionType());
         Histogram latency = new Histogram(3_600_000_000_000L, 3);
         long bytes = 0;
         long transferNanos = 0;
@@ -104,20 +102,12 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
         String firstProblem = "";
         try (HostBufferManager mm = new HostBufferManager();
              PagedKvCache cache = new PagedKvCache(mm, BlockLayout.of(mine, rank), blocksPerRank)) {
-            long slot = Math.max(config.slotBytes(cache.layout()), HostBufferManager.PAGE_SIZE);
-            DefaultTransferBufferPool pool = new DefaultTransferBufferPool(mm, slot, config.sendConcurrency(),
-                    config.recvSlots(), config.allowDynamicBuffers());
-            CacheFormatter formatter = fp.create(cache, pool);
             dev.kvtransfer.api.ErrorHandler errors =
                     e -> System.err.println("kvtransfer[mpi " + world + "]: " + e.getMessage());
-            // One journal queue per rank, named as LocalInstance names them: <dir>/<ctx|gen>-rank-<r>.
-            dev.kvtransfer.core.journal.TransferJournal journal = config.journalDir().isPresent()
-                    ? dev.kvtransfer.core.journal.ChronicleTransferJournal.open(config.journalDir().get(),
-                    isCtx ? "ctx" : "gen", rank, mine, config.journalChecksums(), errors)
-                    : dev.kvtransfer.core.journal.TransferJournal.NOOP;
-            try (CacheTransceiver t = new CacheTransceiver(config, mine, rank, myComm, cm, formatter, pool, mm, status,
-                    errors, new io.micrometer.core.instrument.simple.SimpleMeterRegistry(), journal)
-                    .closeWith(pool).closeWith(journal)) {
+            // The one assembly: journal queue <dir>/<ctx|gen>-rank-<r>, timing, metrics as for every entry point.
+            try (CacheTransceiver t = RankAssembly.of(config).rank(isCtx ? "ctx" : "gen", mine, rank, myComm)
+                    .connections(cm).memory(cache, mm).groups(ctxStatus, genStatus).plugins(plugins)
+                    .observability(errors, new io.micrometer.core.instrument.simple.SimpleMeterRegistry()).build()) {
                 for (int start = 0; start < requests; start += window) {
                     int end = Math.min(requests, start + window);
                     List<TransferRequest> mineReqs = new ArrayList<>();
@@ -243,7 +233,8 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                     : "FAILED: " + totalMismatches + " mismatching elements of " + totalChecked + " checked");
             System.out.flush();
         }
-        status.close();
+        ctxStatus.close();
+        genStatus.close();
         all.close();
         cm.close();
         return totalFailed == 0 && totalMismatches == 0 ? 0 : 1;

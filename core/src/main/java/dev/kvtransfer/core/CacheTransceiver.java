@@ -57,7 +57,8 @@ public final class CacheTransceiver implements AutoCloseable {
 
     private final TransceiverConfig config;
     private final TransceiverState selfState;
-    private final GroupComm statusGroup;
+    private final GroupComm contextGroup;
+    private final GroupComm generationGroup;
     private final TransferMetrics metrics;
     private final TimingCsvWriter timing;
     private final ThreadPoolExecutor peerExecutor;
@@ -75,69 +76,32 @@ public final class CacheTransceiver implements AutoCloseable {
     }
 
     /**
-     * Creates a transceiver with a logging-only error handler and its own {@link SimpleMeterRegistry}.
+     * Creates a transceiver. {@link RankAssembly} builds every part from a {@link TransceiverConfig}; this
+     * constructor is for callers who bring their own parts.
      *
-     * @param config      settings
-     * @param cacheState  this rank's cache state
-     * @param selfIndex   this rank's index in its instance
-     * @param commState   every rank's address in this instance (gathered before construction)
-     * @param connections this rank's transport endpoint
-     * @param formatter   the cache formatter over this rank's KV pool
-     * @param pool        the staging pool the formatter was created with
-     * @param buffers     allocates control buffers and copies
-     * @param statusGroup the ranks that agree on completion (TP group of this PP stage, or TP-in-DP group)
+     * @param config          settings
+     * @param cacheState      this rank's cache state
+     * @param selfIndex       this rank's index in its instance
+     * @param commState       every rank's address in this instance (gathered before construction)
+     * @param connections     this rank's transport endpoint
+     * @param formatter       the cache formatter over this rank's KV pool
+     * @param pool            the staging pool the formatter was created with
+     * @param buffers         allocates control buffers and copies
+     * @param contextGroup    agrees on context completion: the TP group of this PP stage (attention DP: the DP
+     *                        group of the stage)
+     * @param generationGroup agrees on generation completion: the whole instance (attention DP: the DP group
+     *                        across every PP stage), so no stage starts decoding while another still receives
+     * @param errorHandler    receives background errors (after they are logged and counted)
+     * @param meters          where meters are registered
+     * @param journal         where transfer events go ({@link TransferJournal#NOOP} for none; the caller's, or
+     *                        register it with {@link #closeWith})
+     * @param instanceName    the instance's name, for thread names ({@code "ctx"}, {@code "gen"})
      */
     public CacheTransceiver(TransceiverConfig config, CacheState cacheState, int selfIndex, CommState commState,
                             ConnectionManager connections, CacheFormatter formatter, TransferBufferPool pool,
-                            BufferManager buffers, GroupComm statusGroup) {
-        this(config, cacheState, selfIndex, commState, connections, formatter, pool, buffers, statusGroup,
-                e -> { }, new SimpleMeterRegistry());
-    }
-
-    /**
-     * Creates a transceiver.
-     *
-     * @param config       settings
-     * @param cacheState   this rank's cache state
-     * @param selfIndex    this rank's index in its instance
-     * @param commState    every rank's address in this instance
-     * @param connections  this rank's transport endpoint
-     * @param formatter    the cache formatter over this rank's KV pool
-     * @param pool         the staging pool the formatter was created with
-     * @param buffers      allocates control buffers and copies
-     * @param statusGroup  the ranks that agree on completion
-     * @param errorHandler receives background errors (after they are logged and counted)
-     * @param meters       where counters are registered
-     */
-    public CacheTransceiver(TransceiverConfig config, CacheState cacheState, int selfIndex, CommState commState,
-                            ConnectionManager connections, CacheFormatter formatter, TransferBufferPool pool,
-                            BufferManager buffers, GroupComm statusGroup, ErrorHandler errorHandler,
-                            MeterRegistry meters) {
-        this(config, cacheState, selfIndex, commState, connections, formatter, pool, buffers, statusGroup,
-                errorHandler, meters, TransferJournal.NOOP);
-    }
-
-    /**
-     * Creates a transceiver that records its transfers in a journal. The journal stays the caller's: register
-     * it with {@link #closeWith} to have it closed (flushed) after the transceiver's threads stopped.
-     *
-     * @param config       settings
-     * @param cacheState   this rank's cache state
-     * @param selfIndex    this rank's index in its instance
-     * @param commState    every rank's address in this instance
-     * @param connections  this rank's transport endpoint
-     * @param formatter    the cache formatter over this rank's KV pool
-     * @param pool         the staging pool the formatter was created with
-     * @param buffers      allocates control buffers and copies
-     * @param statusGroup  the ranks that agree on completion
-     * @param errorHandler receives background errors (after they are logged and counted)
-     * @param meters       where counters are registered
-     * @param journal      where transfer events go ({@link TransferJournal#NOOP} for none)
-     */
-    public CacheTransceiver(TransceiverConfig config, CacheState cacheState, int selfIndex, CommState commState,
-                            ConnectionManager connections, CacheFormatter formatter, TransferBufferPool pool,
-                            BufferManager buffers, GroupComm statusGroup, ErrorHandler errorHandler,
-                            MeterRegistry meters, TransferJournal journal) {
+                            BufferManager buffers, GroupComm contextGroup, GroupComm generationGroup,
+                            ErrorHandler errorHandler, MeterRegistry meters, TransferJournal journal,
+                            String instanceName) {
         this.journal = Objects.requireNonNull(journal, "journal");
         this.config = Objects.requireNonNull(config, "config");
         Objects.requireNonNull(cacheState, "cacheState");
@@ -146,7 +110,9 @@ public final class CacheTransceiver implements AutoCloseable {
         Objects.requireNonNull(formatter, "formatter");
         Objects.requireNonNull(pool, "pool");
         Objects.requireNonNull(buffers, "buffers");
-        this.statusGroup = Objects.requireNonNull(statusGroup, "statusGroup");
+        this.contextGroup = Objects.requireNonNull(contextGroup, "contextGroup");
+        this.generationGroup = Objects.requireNonNull(generationGroup, "generationGroup");
+        Objects.requireNonNull(instanceName, "instanceName");
         Objects.requireNonNull(errorHandler, "errorHandler");
         Objects.requireNonNull(meters, "meters");
         if (selfIndex < 0 || selfIndex >= cacheState.worldSize()) {
@@ -166,7 +132,7 @@ public final class CacheTransceiver implements AutoCloseable {
         String rank = "rank-" + selfIndex;
         this.metrics = new TransferMetrics(meters, rank, errorHandler);
         this.timing = config.timingDir().map(d -> new TimingCsvWriter(d, selfIndex, metrics::error)).orElse(null);
-        String prefix = "kvt-" + commState.transport() + "-" + rank + "@" + Integer.toHexString(System.identityHashCode(this));
+        String prefix = "kvt-" + instanceName + "-" + commState.transport() + "-" + rank;
         if (config.parallelReceive()) {
             AtomicInteger n = new AtomicInteger();
             peerExecutor = new ThreadPoolExecutor(0, 64, 10, TimeUnit.SECONDS, new SynchronousQueue<>(), r -> {
@@ -296,80 +262,120 @@ public final class CacheTransceiver implements AutoCloseable {
     }
 
     /**
-     * Context side status (TensorRT-LLM's {@code checkContextTransferStatus}): allgathers this rank's finished
-     * ids over the status group; selects the ids finished on every member, then, while fewer than
-     * {@code atLeast}, unfinished ones oldest first (all pending ones when {@code atLeast} is empty); waits at
-     * most {@code senderFutureTimeout} on each selected one. Selected requests that ended are reported (once);
-     * others stay pending, except those past {@code kvTransferTimeout} (plus that wait), which fail with
-     * {@code TIMEOUT}.
+     * Context side status (TensorRT-LLM's {@code checkContextTransferStatus}), agreed over the context group (the
+     * TP group of this PP stage; with attention DP the DP group of the stage).
+     *
+     * <p>Every member contributes the requests it has finished (and whether each succeeded). A request is
+     * reported only when <em>every</em> member finished it; it is reported failed when any member failed it.
+     * {@code atLeast} says how many to wait for: selected by the upstream rule (finished everywhere first, then
+     * the oldest pending ones; every pending one when empty), each waited for at most
+     * {@code senderFutureTimeout} locally, then the group gathers again. Every member must call with the same
+     * {@code atLeast}: {@code 0} costs one collective round, anything else two. Requests past
+     * {@code kvTransferTimeout} (plus that wait) without an outcome fail with {@code TIMEOUT} locally, so no
+     * request is pending forever.
      *
      * @param atLeast the minimum number of requests to wait for, or empty to wait for all
-     * @return the completed and failed request ids
+     * @return the completed and failed request ids, each reported once
      * @throws KvTransferException {@code TIMEOUT} when the group does not gather within kvTransferTimeout
      */
     public TransferStatus checkContextTransferStatus(OptionalInt atLeast) {
-        return check(contextRequests, true, atLeast);
+        return check(contextRequests, contextGroup, true, atLeast);
     }
 
     /**
-     * Generation side status (TensorRT-LLM's {@code checkGenTransferStatus}): like
-     * {@link #checkContextTransferStatus} with the generation selection rule (ids most finished across the
-     * group first, then oldest, then every id finished on all members).
+     * Generation side status (TensorRT-LLM's {@code checkGenTransferStatus}), agreed over the generation group:
+     * the whole generation instance (with attention DP the DP group across every PP stage), so a PP stage never
+     * starts decoding a request whose other stages are still receiving. Otherwise as
+     * {@link #checkContextTransferStatus}, with the generation selection rule for whom to wait for (ids finished
+     * on most members first, then the oldest).
      *
      * @param atLeast the minimum number of requests to wait for, or empty to wait for all
-     * @return the completed and failed request ids
+     * @return the completed and failed request ids, each reported once
      */
     public TransferStatus checkGenTransferStatus(OptionalInt atLeast) {
-        return check(generationRequests, false, atLeast);
+        return check(generationRequests, generationGroup, false, atLeast);
     }
 
-    private TransferStatus check(Map<Long, Tracked> map, boolean context, OptionalInt atLeast) {
+    /** Encodes this rank's finished requests as (id, 1 = succeeded / 0 = failed) pairs. */
+    private long[] finishedPairs(Map<Long, Tracked> map, List<Long> pendingOut) {
+        synchronized (statusLock) {
+            long[] out = new long[2 * map.size()];
+            int n = 0;
+            for (Tracked t : map.values()) {
+                if (pendingOut != null) {
+                    pendingOut.add(t.request.requestId());
+                }
+                if (t.request.isDone()) {
+                    out[n++] = t.request.requestId();
+                    out[n++] = succeeded(t.request) ? 1 : 0;
+                }
+            }
+            return java.util.Arrays.copyOf(out, n);
+        }
+    }
+
+    private static boolean succeeded(TransferRequest r) {
+        RequestState s = r.state();
+        return s == RequestState.CONTEXT_COMPLETE || s == RequestState.GENERATION_TRANS_COMPLETE;
+    }
+
+    private List<long[]> gather(GroupComm group, long[] pairs) {
+        return group.size() == 1 ? List.of(pairs) : group.allgather(pairs, config.kvTransferTimeout());
+    }
+
+    private static List<long[]> idsOnly(List<long[]> gatheredPairs) {
+        List<long[]> out = new ArrayList<>(gatheredPairs.size());
+        for (long[] p : gatheredPairs) {
+            long[] ids = new long[p.length / 2];
+            for (int i = 0; i < ids.length; i++) {
+                ids[i] = p[2 * i];
+            }
+            out.add(ids);
+        }
+        return out;
+    }
+
+    private TransferStatus check(Map<Long, Tracked> map, GroupComm group, boolean context, OptionalInt atLeast) {
         Objects.requireNonNull(atLeast, "atLeast");
         synchronized (checkLock) {
-            List<Long> ids = new ArrayList<>();
-            long[] finished;
-            synchronized (statusLock) {
-                List<Long> done = new ArrayList<>();
-                for (Tracked t : map.values()) {
-                    ids.add(t.request.requestId());
-                    if (t.request.isDone()) {
-                        done.add(t.request.requestId());
+            List<Long> pending = new ArrayList<>();
+            List<long[]> gathered = gather(group, finishedPairs(map, pending));
+            boolean wait = atLeast.isEmpty() || atLeast.getAsInt() > 0;
+            if (wait) {
+                List<long[]> ids = idsOnly(gathered);
+                List<Long> selected = context ? StatusAgreement.selectContext(pending, ids, atLeast)
+                        : StatusAgreement.selectGeneration(pending, ids, atLeast);
+                long overdueNanos = config.kvTransferTimeout().plus(config.senderFutureTimeout()).toNanos();
+                for (Long id : selected) {
+                    Tracked t;
+                    synchronized (statusLock) {
+                        t = map.get(id);
+                    }
+                    if (t == null) {
+                        continue;
+                    }
+                    TransferRequest r = t.request;
+                    awaitBounded(r);
+                    if (!r.isDone() && System.nanoTime() - t.submittedNanos > overdueNanos) {
+                        // The transfer's own deadlines should have ended it; never let a request stay forever.
+                        r.handle().fail(new KvTransferException(ErrorCode.TIMEOUT, id, "no outcome within "
+                                + config.kvTransferTimeout().toMillis() + " ms", null));
                     }
                 }
-                finished = done.stream().mapToLong(Long::longValue).toArray();
+                // Second round: what the waits finished, agreed by the whole group.
+                gathered = gather(group, finishedPairs(map, null));
             }
-            List<long[]> gathered = statusGroup.size() == 1 ? List.of(finished)
-                    : statusGroup.allgather(finished, config.kvTransferTimeout());
-            List<Long> selected = context ? StatusAgreement.selectContext(ids, gathered, atLeast)
-                    : StatusAgreement.selectGeneration(ids, gathered, atLeast);
+            StatusAgreement.Outcome agreed = StatusAgreement.agree(gathered);
             List<Long> completed = new ArrayList<>();
             List<Long> failed = new ArrayList<>();
-            long overdueNanos = config.kvTransferTimeout().plus(config.senderFutureTimeout()).toNanos();
-            for (Long id : selected) {
-                Tracked t;
-                synchronized (statusLock) {
-                    t = map.get(id);
-                }
-                if (t == null) {
-                    continue;
-                }
-                TransferRequest r = t.request;
-                awaitBounded(r);
-                if (!r.isDone() && System.nanoTime() - t.submittedNanos > overdueNanos) {
-                    // The transfer's own deadlines should have ended it; never let a request stay forever.
-                    r.handle().fail(new KvTransferException(ErrorCode.TIMEOUT, id, "no outcome within "
-                            + config.kvTransferTimeout().toMillis() + " ms", null));
-                }
-                if (r.isDone()) {
-                    synchronized (statusLock) {
-                        map.remove(id);
+            synchronized (statusLock) {
+                for (Long id : pending) {
+                    Boolean ok = agreed.outcome(id);
+                    if (ok == null || !map.containsKey(id)) {
+                        continue;
                     }
-                    RequestState s = r.state();
-                    if (s == RequestState.CONTEXT_COMPLETE || s == RequestState.GENERATION_TRANS_COMPLETE) {
-                        completed.add(id);
-                    } else {
-                        failed.add(id);
-                    }
+                    map.remove(id);
+                    (ok ? completed : failed).add(id);
                 }
             }
             return new TransferStatus(completed, failed);

@@ -2,6 +2,9 @@ package dev.kvtransfer.cli.journal;
 
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.local.LocalInstance;
+import dev.kvtransfer.testkit.fault.Fault;
+import dev.kvtransfer.testkit.fault.Faults;
+import dev.kvtransfer.testkit.fault.FaultyTransportProvider;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 
 import java.nio.file.Path;
@@ -25,8 +28,10 @@ public final class JournalCrashChild {
     public static void main(String[] args) throws Exception {
         Path dir = Path.of(args[0]);
         TransceiverConfig cfg = JournalRun.config(dir, true, 4096);
-        ThrottledTransportProvider slow = new ThrottledTransportProvider(new LoopbackTransportProvider(),
-                Duration.ofMillis(20));
+        // Every payload send (data tags, more than the 1-byte ready signal) takes 20 ms longer, so a transfer is
+        // reliably still moving when the test kills this process.
+        FaultyTransportProvider slow = new FaultyTransportProvider(new LoopbackTransportProvider(),
+                new Faults().inject(Fault.delay(Duration.ofMillis(20), Fault.dataOfAtLeast(2))));
         LocalInstance ctx = JournalRun.start("ctx", JournalRun.CTX, slow, "crash", cfg, 1024);
         LocalInstance gen = JournalRun.start("gen", JournalRun.GEN, slow, "crash", cfg, 1024);
         JournalRun.awaitAndVerify(ctx, gen, JournalRun.submit(ctx, gen, 1, 16));

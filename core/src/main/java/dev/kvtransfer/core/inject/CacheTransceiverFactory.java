@@ -1,7 +1,6 @@
 package dev.kvtransfer.core.inject;
 
 import dev.kvtransfer.api.cache.KvCacheView;
-import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.model.AttentionType;
@@ -12,7 +11,7 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.core.CacheTransceiver;
 import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.core.TransceiverConfig;
-import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
+import dev.kvtransfer.core.RankAssembly;
 import dev.kvtransfer.core.plugin.Plugins;
 import io.micrometer.core.instrument.MeterRegistry;
 import jakarta.inject.Inject;
@@ -20,11 +19,8 @@ import jakarta.inject.Inject;
 import java.util.Objects;
 
 /**
- * Builds one rank's {@link CacheTransceiver}: picks the formatter (by name from the config, else the one that
- * handles the cache's attention type), creates the rank's {@link DefaultTransferBufferPool} (slot size from
- * {@link TransceiverConfig#slotBytes}, {@code sendConcurrency} send and {@code recvSlots} receive slots) and
- * the formatter over the rank's KV pool. The transceiver owns the pool (closes it on close). Usable with or
- * without Guice.
+ * Builds ranks' {@link CacheTransceiver}s from the injected config, plugins, buffer manager, meters and error
+ * handler, through {@link RankAssembly} (the one assembly every entry point uses). Usable with or without Guice.
  */
 public final class CacheTransceiverFactory {
     private final TransceiverConfig config;
@@ -68,30 +64,24 @@ public final class CacheTransceiverFactory {
     }
 
     /**
-     * Builds a rank's transceiver.
+     * Builds a rank's transceiver through {@link RankAssembly}, so every {@link TransceiverConfig} key (journal,
+     * timing, metrics, pool sizes) takes effect exactly as for any other entry point.
      *
-     * @param cacheState  the rank's cache state
-     * @param selfIndex   the rank's index
-     * @param commState   every rank's address in the instance
-     * @param connections the rank's transport endpoint (the caller's to close)
-     * @param cache       the rank's KV pool (the caller's)
-     * @param statusGroup the rank's status group (the caller's)
-     * @return the transceiver (it owns the staging pool)
+     * @param instanceName    the instance's name (journal queue, thread names)
+     * @param cacheState      the rank's cache state
+     * @param selfIndex       the rank's index
+     * @param commState       every rank's address in the instance
+     * @param connections     the rank's transport endpoint (the caller's to close)
+     * @param cache           the rank's KV pool (the caller's)
+     * @param contextGroup    the rank's context status group (the caller's)
+     * @param generationGroup the rank's generation status group (the caller's)
+     * @return the transceiver (it owns the staging pool and the journal)
      */
-    public CacheTransceiver create(CacheState cacheState, int selfIndex, CommState commState,
-                                   ConnectionManager connections, KvCacheView cache, GroupComm statusGroup) {
-        Objects.requireNonNull(cacheState, "cacheState");
-        Objects.requireNonNull(cache, "cache");
-        FormatterProvider provider = formatterProvider(cacheState.attentionType());
-        DefaultTransferBufferPool pool = new DefaultTransferBufferPool(buffers, config.slotBytes(cache.layout()),
-                config.sendConcurrency(), config.recvSlots(), config.allowDynamicBuffers());
-        try {
-            CacheFormatter formatter = provider.create(cache, pool);
-            return new CacheTransceiver(config, cacheState, selfIndex, commState, connections, formatter, pool,
-                    buffers, statusGroup, errors, meters).closeWith(pool);
-        } catch (RuntimeException e) {
-            pool.close();
-            throw e;
-        }
+    public CacheTransceiver create(String instanceName, CacheState cacheState, int selfIndex, CommState commState,
+                                   ConnectionManager connections, KvCacheView cache, GroupComm contextGroup,
+                                   GroupComm generationGroup) {
+        return RankAssembly.of(config).rank(instanceName, cacheState, selfIndex, commState).connections(connections)
+                .memory(cache, buffers).groups(contextGroup, generationGroup).plugins(plugins)
+                .observability(errors, meters).build();
     }
 }

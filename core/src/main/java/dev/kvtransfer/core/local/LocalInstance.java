@@ -1,6 +1,5 @@
 package dev.kvtransfer.core.local;
 
-import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.memory.BufferManager;
@@ -13,12 +12,10 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
 import dev.kvtransfer.core.CacheTransceiver;
+import dev.kvtransfer.core.RankAssembly;
 import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.core.TransceiverConfig;
-import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
-import dev.kvtransfer.core.journal.ChronicleTransferJournal;
-import dev.kvtransfer.core.journal.TransferJournal;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.core.sync.InProcessGroup;
@@ -38,9 +35,10 @@ import java.util.Objects;
  * manager of the given transport, a staging pool, a formatter and a {@link CacheTransceiver}. The
  * {@link CommState} is gathered from every rank's {@code localAddress()} before any transceiver is built.
  *
- * <p>Status groups (reference §5): the ranks of one PP stage (all TP and CP ranks), or, with attention DP,
- * the ranks of one PP stage and one DP group. With attention DP each rank's cache state carries its own DP
- * rank ({@code tpRank / (TP / dpSize)}).
+ * <p>Status groups (reference §5): context completion is agreed by the ranks of one PP stage (all TP and CP
+ * ranks; with attention DP those of one DP group of the stage), generation completion by the whole instance
+ * (with attention DP: one DP group across every PP stage). With attention DP each rank's cache state carries
+ * its own DP rank ({@code tpRank / (TP / dpSize)}).
  *
  * <p>{@link #close()} shuts every transceiver down, closes the connection managers (waking blocked transport
  * calls), waits for the transceivers' threads, then closes pools, caches, groups and buffer managers; a buffer
@@ -56,7 +54,7 @@ public final class LocalInstance implements AutoCloseable {
     private volatile boolean closed;
 
     private record Rank(CacheState state, BufferManager buffers, PagedKvCache cache, ConnectionManager connections,
-                        CacheTransceiver transceiver, GroupComm group) {
+                        CacheTransceiver transceiver, GroupComm contextGroup, GroupComm generationGroup) {
     }
 
     private LocalInstance(String name, CacheState state, CommState commState, List<Rank> ranks,
@@ -218,7 +216,8 @@ public final class LocalInstance implements AutoCloseable {
             run(failures, () -> r.cache.close());
         }
         for (Rank r : ranks) {
-            run(failures, () -> r.group.close());
+            run(failures, () -> r.contextGroup.close());
+            run(failures, () -> r.generationGroup.close());
         }
         for (BufferManager b : bufferManagers) {
             run(failures, b::close);
@@ -247,15 +246,44 @@ public final class LocalInstance implements AutoCloseable {
     }
 
     /**
-     * The key of a rank's status group: its PP stage and, with attention DP, its DP group.
+     * The key of a rank's context status group: its PP stage and, with attention DP, its DP group.
      *
      * @param s    the instance state
      * @param rank the rank
      * @return the key
      */
-    static String groupKey(CacheState s, int rank) {
+    static String contextGroupKey(CacheState s, int rank) {
         int pp = s.ppRank(rank);
         return s.attentionDpEnabled() ? pp + "/" + s.tpRank(rank) / s.tpPerDpGroup() : Integer.toString(pp);
+    }
+
+    /**
+     * The key of a rank's generation status group: the whole instance or, with attention DP, its DP group across
+     * every PP stage.
+     *
+     * @param s    the instance state
+     * @param rank the rank
+     * @return the key
+     */
+    static String generationGroupKey(CacheState s, int rank) {
+        return s.attentionDpEnabled() ? "dp" + s.tpRank(rank) / s.tpPerDpGroup() : "all";
+    }
+
+    /** One in-process group per distinct key; member order = rank order. */
+    private static GroupComm[] groups(List<InProcessGroup> all, int n, java.util.function.IntFunction<String> key) {
+        Map<String, List<Integer>> members = new LinkedHashMap<>();
+        for (int r = 0; r < n; r++) {
+            members.computeIfAbsent(key.apply(r), k -> new ArrayList<>()).add(r);
+        }
+        GroupComm[] out = new GroupComm[n];
+        for (List<Integer> m : members.values()) {
+            InProcessGroup g = new InProcessGroup(m.size());
+            all.add(g);
+            for (int i = 0; i < m.size(); i++) {
+                out[m.get(i)] = g.member(i);
+            }
+        }
+        return out;
     }
 
     /** Builds and starts a {@link LocalInstance}. */
@@ -400,43 +428,17 @@ public final class LocalInstance implements AutoCloseable {
                     addresses.add(cm.localAddress());
                 }
                 CommState comm = new CommState(tp.name(), addresses, -1);
-                Map<String, List<Integer>> members = new LinkedHashMap<>();
-                for (int r = 0; r < n; r++) {
-                    members.computeIfAbsent(groupKey(state, r), k -> new ArrayList<>()).add(r);
-                }
-                GroupComm[] comms = new GroupComm[n];
-                for (List<Integer> m : members.values()) {
-                    InProcessGroup g = new InProcessGroup(m.size());
-                    groups.add(g);
-                    for (int i = 0; i < m.size(); i++) {
-                        comms[m.get(i)] = g.member(i);
-                    }
-                }
+                GroupComm[] ctxGroups = groups(groups, n, r -> contextGroupKey(state, r));
+                GroupComm[] genGroups = groups(groups, n, r -> generationGroupKey(state, r));
                 List<Rank> ranks = new ArrayList<>();
                 for (int r = 0; r < n; r++) {
                     BufferManager bm = shared != null ? shared : bms.get(r);
-                    PagedKvCache cache = caches.get(r);
-                    long slot = Math.max(config.slotBytes(cache.layout()), HostBufferManager.PAGE_SIZE);
-                    DefaultTransferBufferPool pool = new DefaultTransferBufferPool(bm, slot, config.sendConcurrency(),
-                            config.recvSlots(), config.allowDynamicBuffers());
-                    CacheTransceiver t;
-                    TransferJournal journal = TransferJournal.NOOP;
-                    try {
-                        CacheFormatter f = fp.create(cache, pool);
-                        if (config.journalDir().isPresent()) {
-                            // One queue per rank: <journalDir>/<instance>-rank-<r>; closed after the threads stop.
-                            journal = ChronicleTransferJournal.open(config.journalDir().get(), name, r, states.get(r),
-                                    config.journalChecksums(), errors);
-                        }
-                        t = new CacheTransceiver(config, states.get(r), r, comm, cms.get(r), f, pool, bm, comms[r],
-                                errors, registry, journal).closeWith(pool).closeWith(journal);
-                    } catch (RuntimeException e) {
-                        pool.close();
-                        journal.close();
-                        throw e;
-                    }
+                    CacheTransceiver t = RankAssembly.of(config).rank(name, states.get(r), r, comm)
+                            .connections(cms.get(r)).memory(caches.get(r), bm).groups(ctxGroups[r], genGroups[r])
+                            .formatter(fp).observability(errors, registry).build();
                     transceivers.add(t);
-                    ranks.add(new Rank(states.get(r), bm, cache, cms.get(r), t, comms[r]));
+                    ranks.add(new Rank(states.get(r), bm, caches.get(r), cms.get(r), t, ctxGroups[r],
+                            genGroups[r]));
                 }
                 return new LocalInstance(name, state, comm, List.copyOf(ranks), List.copyOf(groups), List.copyOf(bms));
             } catch (RuntimeException e) {

@@ -120,4 +120,53 @@ public final class StatusAgreement {
         }
         return freq;
     }
+
+    /**
+     * What a group agreed on: for each request every member finished, whether all succeeded.
+     *
+     * @param gatheredPairs every member's finished requests as (id, 1 = succeeded / 0 = failed) pairs
+     * @return the agreed outcomes
+     */
+    public static Outcome agree(List<long[]> gatheredPairs) {
+        Map<Long, int[]> counts = new HashMap<>();
+        for (long[] pairs : gatheredPairs) {
+            Set<Long> seen = new java.util.HashSet<>();
+            for (int i = 0; i + 1 < pairs.length; i += 2) {
+                long id = pairs[i];
+                if (!seen.add(id)) {
+                    continue; // a member lists an id once; never count a buggy member twice
+                }
+                int[] c = counts.computeIfAbsent(id, k -> new int[2]);
+                c[0]++;
+                if (pairs[i + 1] == 0) {
+                    c[1]++;
+                }
+            }
+        }
+        return new Outcome(counts, gatheredPairs.size());
+    }
+
+    /** The agreed outcomes of one status check. */
+    public static final class Outcome {
+        private final Map<Long, int[]> counts;
+        private final int members;
+
+        private Outcome(Map<Long, int[]> counts, int members) {
+            this.counts = counts;
+            this.members = members;
+        }
+
+        /**
+         * @param id a request id
+         * @return {@code null} while some member has not finished it; else true when every member succeeded,
+         *         false when any failed
+         */
+        public Boolean outcome(long id) {
+            int[] c = counts.get(id);
+            if (c == null || c[0] < members) {
+                return null;
+            }
+            return c[1] == 0;
+        }
+    }
 }

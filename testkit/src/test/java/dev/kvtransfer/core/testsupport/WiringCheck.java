@@ -1,0 +1,99 @@
+package dev.kvtransfer.core.testsupport;
+
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.layout.BlockDistribution;
+import dev.kvtransfer.core.CacheTransceiver;
+import dev.kvtransfer.core.RequestState;
+import dev.kvtransfer.core.TransferRequest;
+import dev.kvtransfer.core.cache.PagedKvCache;
+import dev.kvtransfer.core.journal.JournalEvent;
+import dev.kvtransfer.core.journal.JournalReader;
+import dev.kvtransfer.testkit.KvPattern;
+import io.micrometer.core.instrument.MeterRegistry;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.OptionalInt;
+import java.util.concurrent.TimeUnit;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * Proves that an entry point wired a transceiver pair from every config key that has an observable effect: one
+ * verified transfer, then the journal queues hold its events, the timing directory its CSV rows and the
+ * registry its counters.
+ */
+public final class WiringCheck {
+    private WiringCheck() {
+    }
+
+    /**
+     * Moves one request from {@code ctx} to {@code gen} (one rank each), verified with {@link KvPattern}, and
+     * checks the journal, timing and metrics output.
+     *
+     * @param ctx        context transceiver (rank 0 of a one-rank instance)
+     * @param ctxCache   its pool
+     * @param gen        generation transceiver (rank 0 of a one-rank instance)
+     * @param genCache   its pool
+     * @param journalDir the configured journal directory
+     * @param timingDir  the configured timing directory
+     * @param ctxMeters  the context transceiver's registry
+     * @param genMeters  the generation transceiver's registry
+     * @throws Exception on failure
+     */
+    public static void transferAndCheck(CacheTransceiver ctx, PagedKvCache ctxCache, CacheTransceiver gen,
+                                        PagedKvCache genCache, Path journalDir, Path timingDir,
+                                        MeterRegistry ctxMeters, MeterRegistry genMeters) throws Exception {
+        CacheState cs = ctx.state().cacheState();
+        long id = 4242;
+        int prompt = 3 * cs.tokensPerBlock() + 1;
+        int blocks = BlockDistribution.blocksFor(prompt, cs.tokensPerBlock());
+        int[] ctxIds = ctxCache.allocate(id, blocks);
+        int[] genIds = genCache.allocate(id, blocks);
+        KvPattern.fill(ctxCache, ctxIds, cs, 0, id, blocks);
+        TransferRequest c = TransferRequest.context(id, prompt, ctxIds);
+        TransferRequest g = TransferRequest.generation(new ContextPhaseParams(id, new long[0], ctx.state()), prompt,
+                genIds);
+        ctx.respondAndSendAsync(c);
+        gen.requestAndReceiveAsync(g);
+        g.completion().toCompletableFuture().get(60, TimeUnit.SECONDS);
+        c.completion().toCompletableFuture().get(60, TimeUnit.SECONDS);
+        assertThat(g.state()).as("%s", g.error()).isEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
+        assertThat(c.state()).as("%s", c.error()).isEqualTo(RequestState.CONTEXT_COMPLETE);
+        KvPattern.verify(genCache, genIds, gen.state().cacheState(), 0, id, blocks).assertOk();
+        assertThat(ctx.checkContextTransferStatus(OptionalInt.empty()).completed()).containsExactly(id);
+        assertThat(gen.checkGenTransferStatus(OptionalInt.empty()).completed()).containsExactly(id);
+        // Metrics: one transfer each way, its bytes.
+        assertThat(ctxMeters.get("kvtransfer.transfers").tag("role", "context").tag("outcome", "complete").counter()
+                .count()).isEqualTo(1.0);
+        assertThat(genMeters.get("kvtransfer.transfers").tag("role", "generation").tag("outcome", "complete").counter()
+                .count()).isEqualTo(1.0);
+        assertThat(genMeters.get("kvtransfer.bytes").tag("role", "generation").counter().count())
+                .isEqualTo((double) blocks * genCache.layout().blockBytes());
+        // Timing and journal are written off the hot path and flushed on close.
+        ctx.close();
+        gen.close();
+        Path send = timingDir.resolve("rank_0_send.csv");
+        Path recv = timingDir.resolve("rank_0_recv.csv");
+        assertThat(send).exists();
+        assertThat(recv).exists();
+        assertThat(Files.readAllLines(send)).hasSize(2).last().asString().startsWith(id + ",");
+        assertThat(Files.readAllLines(recv)).hasSize(2).last().asString().startsWith(id + ",");
+        JournalReader.Result journal = JournalReader.readAll(journalDir);
+        assertThat(journal.queues()).hasSize(2);
+        List<JournalEvent> events = journal.events();
+        assertThat(events).isNotEmpty();
+        assertThat(events.stream().filter(e -> e.toString().contains(Long.toString(id))).count())
+                .as("events of request %d in %s", id, events).isGreaterThanOrEqualTo(4);
+        ctxCache.free(id);
+        genCache.free(id);
+    }
+
+    /** @return a bound for waits in these checks */
+    public static Duration bound() {
+        return Duration.ofSeconds(60);
+    }
+}
