@@ -22,21 +22,16 @@ import java.util.Set;
  * the peer, and it sends on one endpoint ({@link #sendEp}) with the id the peer gave this manager
  * ({@link #outId}), so order per (connection, tag) holds.
  *
- * <p>Every field below the identity fields belongs to the manager's progress thread.
+ * <p>Every field below the identity fields belongs to the manager's progress agent.
  */
 final class UcxConnection implements Connection {
-    /** Bytes of the hello a dialing side sends: magic, client id, sender id, address length, address. */
-    static final int HELLO_BYTES = 4 + 8 + 4 + 4 + UcxConnectionManager.MAX_ADDRESS_BYTES;
-    /** Bytes of the accepting side's answer: magic, client id, sender id. */
-    static final int ACK_BYTES = 4 + 8 + 4;
-
     final UcxConnectionManager manager;
     final String peer;
     /** The id this manager gave the peer: bits 32..62 of every tag the peer sends here. */
     final int inId;
 
     /** Why this connection is dead; set once, on the progress thread. */
-    volatile UcxConnectionManager.Failure failure;
+    volatile UcxFailure failure;
 
     // ---- progress thread only ----
     /** The id the peer gave this manager; 0 until its hello or ack arrived. */
@@ -48,15 +43,16 @@ final class UcxConnection implements Connection {
     /** Every endpoint to the peer (dialed and accepted), closed together. */
     final List<UcpEndpoint> endpoints = new ArrayList<>(2);
     /** Sends that arrived before the handshake finished, posted in order once it has. */
-    final ArrayDeque<UcxConnectionManager.Op> waitingSends = new ArrayDeque<>();
+    final ArrayDeque<UcxOp> waitingSends = new ArrayDeque<>();
     /** Posted operations, to fail when the peer is lost. */
-    final Set<UcxConnectionManager.Op> pending = Collections.newSetFromMap(new IdentityHashMap<>());
+    final Set<UcxOp> pending = Collections.newSetFromMap(new IdentityHashMap<>());
     /** The receive of the accepting side's ack while dialing. */
     UcpRequest ackRecv;
     boolean ackRecvDone;
-    final ByteBuffer helloOut = ByteBuffer.allocateDirect(HELLO_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-    final ByteBuffer ackOut = ByteBuffer.allocateDirect(ACK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-    final ByteBuffer ackIn = ByteBuffer.allocateDirect(ACK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+    final ByteBuffer helloOut = ByteBuffer.allocateDirect(SockaddrHandshake.HELLO_BYTES)
+            .order(ByteOrder.LITTLE_ENDIAN);
+    final ByteBuffer ackOut = ByteBuffer.allocateDirect(SockaddrHandshake.ACK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
+    final ByteBuffer ackIn = ByteBuffer.allocateDirect(SockaddrHandshake.ACK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
     final long helloOutAddress = UcxUtils.getAddress(helloOut);
     final long ackOutAddress = UcxUtils.getAddress(ackOut);
     final long ackInAddress = UcxUtils.getAddress(ackIn);

@@ -4,7 +4,9 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
-import dev.kvtransfer.ucx.internal.DirectMemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.core.memory.HostBufferManager;
+import dev.kvtransfer.testkit.process.ChildJvm;
 
 import java.io.BufferedReader;
 import java.io.IOException;
@@ -47,7 +49,13 @@ public final class UcxBench {
     private static final int ACK = (1 << 10) + 1;
     private static final int STATUS = (1 << 10) + 2;
 
+    private static final HostBufferManager MEMORY = new HostBufferManager();
+
     private UcxBench() {
+    }
+
+    private static MemoryBuffer alloc(long bytes) {
+        return MEMORY.allocate(bytes, MemoryKind.HOST);
     }
 
     /**
@@ -128,17 +136,14 @@ public final class UcxBench {
         boolean allVerified = true;
         TransportConfig cfg = config("bench-sender", o);
         long maxSize = o.sizes.stream().mapToLong(Long::longValue).max().orElse(1);
-        Process child = forkReceiver(o);
-        try (ConnectionManager m = new UcxTransportProvider().create(cfg)) {
-            BufferedReader childOut = new BufferedReader(new InputStreamReader(child.getInputStream(),
-                    StandardCharsets.UTF_8));
-            CompletableFuture<List<String>> childErr = collect(child.getErrorStream());
-            String address = readAddress(childOut, child);
-            // UCX logs to stdout: the receiver's ep_cfg lines follow its address line.
-            CompletableFuture<List<String>> childLog = collect(childOut);
+        try (ChildJvm child = ChildJvm.start(UcxBench.class, "512m", List.of("--role", "receiver",
+                "--registration", o.registration, "--spin-micros", Long.toString(o.spinMicros)));
+             ConnectionManager m = new UcxTransportProvider().create(cfg)) {
+            // UCX logs (UCX_LOG_LEVEL=info, inherited from this process's environment) go to the child's stdout.
+            String address = child.awaitLine("ADDRESS ", Duration.ofSeconds(60));
             Connection c = m.connection(address);
-            MemoryBuffer buf = DirectMemoryBuffer.allocate(maxSize);
-            MemoryBuffer small = DirectMemoryBuffer.allocate(32);
+            MemoryBuffer buf = alloc(maxSize);
+            MemoryBuffer small = alloc(32);
             for (long size : o.sizes) {
                 long count = Math.max(4, o.bytes / size);
                 fillPattern(buf, size, size);
@@ -166,19 +171,13 @@ public final class UcxBench {
             ByteBuffer h = small.asByteBuffer();
             h.putLong(0, 0).putLong(8, 0).putLong(16, 0).putLong(24, 0);
             c.send(CTRL, small, 0, 32);
-            if (!child.waitFor(30, TimeUnit.SECONDS)) {
-                child.destroyForcibly();
-            }
-            List<String> log = new ArrayList<>(childLog.get(10, TimeUnit.SECONDS));
-            log.addAll(childErr.get(10, TimeUnit.SECONDS));
-            for (String l : log) {
+            child.awaitLine("BYE", Duration.ofSeconds(30));
+            for (String l : child.seen()) {
                 String t = transports(l);
                 if (t != null) {
                     ourTransports.add(t);
                 }
             }
-        } finally {
-            child.destroyForcibly();
         }
         java.util.Map<PerftestMode, Set<String>> perfTransports = new java.util.EnumMap<>(PerftestMode.class);
         for (PerftestMode pm : PerftestMode.values()) {
@@ -215,44 +214,6 @@ public final class UcxBench {
         }
         out.println(allVerified ? "all transfers verified" : "VERIFICATION FAILED");
         return allVerified ? 0 : 1;
-    }
-
-    private static Process forkReceiver(Options o) throws IOException {
-        List<String> cmd = new ArrayList<>();
-        cmd.add(ProcessHandle.current().info().command().orElse(System.getProperty("java.home") + "/bin/java"));
-        cmd.add("-Xmx512m");
-        cmd.add("-cp");
-        cmd.add(System.getProperty("java.class.path"));
-        cmd.add(UcxBench.class.getName());
-        cmd.add("--role");
-        cmd.add("receiver");
-        cmd.add("--registration");
-        cmd.add(o.registration);
-        cmd.add("--spin-micros");
-        cmd.add(Long.toString(o.spinMicros));
-        ProcessBuilder pb = new ProcessBuilder(cmd);
-        pb.environment().put("UCX_LOG_LEVEL", "info");
-        return pb.start();
-    }
-
-    private static String readAddress(BufferedReader r, Process p) throws Exception {
-        CompletableFuture<String> f = async(() -> {
-            try {
-                for (String l; (l = r.readLine()) != null; ) {
-                    if (l.startsWith("ADDRESS ")) {
-                        return l.substring(8).trim();
-                    }
-                }
-            } catch (IOException e) {
-                return null;
-            }
-            return null;
-        });
-        String a = f.get(60, TimeUnit.SECONDS);
-        if (a == null) {
-            throw new IllegalStateException("receiver did not start (alive=" + p.isAlive() + ")");
-        }
-        return a;
     }
 
     private static CompletableFuture<List<String>> collect(InputStream in) {
@@ -360,7 +321,7 @@ public final class UcxBench {
                 .build());
              ConnectionManager b = new UcxTransportProvider().create(TransportConfig.builder().name("idle-b")
                      .build())) {
-            MemoryBuffer m = DirectMemoryBuffer.allocate(8);
+            MemoryBuffer m = alloc(8);
             a.connection(b.localAddress()).send(CTRL, m, 0, 8);
             b.recvConnect(CTRL, m, 0, 8).send(CTRL, m, 0, 8);
             a.connection(b.localAddress()).recv(CTRL, m, 0, 8);
@@ -408,7 +369,7 @@ public final class UcxBench {
         try (ConnectionManager m = new UcxTransportProvider().create(cfg)) {
             System.out.println("ADDRESS " + m.localAddress());
             System.out.flush();
-            MemoryBuffer small = DirectMemoryBuffer.allocate(32);
+            MemoryBuffer small = alloc(32);
             MemoryBuffer buf = null;
             Connection c = m.recvConnect(CTRL, small, 0, 32, Duration.ofMinutes(2));
             while (true) {
@@ -421,7 +382,7 @@ public final class UcxBench {
                     break;
                 }
                 if (buf == null || buf.size() < size) {
-                    buf = DirectMemoryBuffer.allocate(size);
+                    buf = alloc(size);
                 }
                 for (long i = 0; i < warmup; i++) {
                     c.recv(DATA, buf, 0, size);
@@ -436,6 +397,8 @@ public final class UcxBench {
                 c.recv(CTRL, small, 0, 32, Duration.ofMinutes(5));
             }
         }
+        System.out.println("BYE");
+        System.out.flush();
         System.exit(0);
     }
 
