@@ -3,7 +3,6 @@ package dev.kvtransfer.ucx;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.transport.TransportException;
 import org.openucx.jucx.ucp.UcpContext;
-import org.openucx.jucx.ucp.UcpListener;
 import org.openucx.jucx.ucp.UcpWorker;
 
 import java.util.ArrayList;
@@ -15,34 +14,29 @@ import java.util.concurrent.TimeUnit;
  * The ordered teardown of a manager, on the progress agent's thread once its loop ended: fail queued commands,
  * every connection (their calls end with {@code TransportClosedException}) and every posted receive; close
  * endpoints (flush where nothing is outstanding so peers see it at once, force otherwise); progress until UCX
- * gave everything back or {@code ucx.closeGraceMillis} passed; release registrations; destroy listener, worker
- * and context under the lifecycle's write lock (no signal can hit them after); fail commands that raced in.
+ * gave everything back or {@code ucx.closeGraceMillis} passed; release registrations; destroy worker and
+ * context under the lifecycle's write lock (no signal can hit them after); fail commands that raced in.
  */
 final class ShutdownSequence implements Runnable {
     private final UcxConnectionManager manager;
     private final ProgressAgent agent;
     private final TagMatcher matcher;
     private final EndpointCloser endpoints;
-    private final SockaddrHandshake handshake;
     private final UcxLifecycle life;
     private final UcxErrors errors;
     private final long graceNanos;
-    private final UcpListener listener;
     private final UcpWorker worker;
     private final UcpContext context;
 
     ShutdownSequence(UcxConnectionManager manager, ProgressAgent agent, TagMatcher matcher, EndpointCloser endpoints,
-                     SockaddrHandshake handshake, UcxLifecycle life, UcxErrors errors, long graceNanos,
-                     UcpListener listener, UcpWorker worker, UcpContext context) {
+                     UcxLifecycle life, UcxErrors errors, long graceNanos, UcpWorker worker, UcpContext context) {
         this.manager = manager;
         this.agent = agent;
         this.matcher = matcher;
         this.endpoints = endpoints;
-        this.handshake = handshake;
         this.life = life;
         this.errors = errors;
         this.graceNanos = graceNanos;
-        this.listener = listener;
         this.worker = worker;
         this.context = context;
     }
@@ -69,7 +63,6 @@ final class ShutdownSequence implements Runnable {
                     matcher.cancelRecv(op);
                 }
             }
-            handshake.shutdown();
             endpoints.closeQueued();
             long deadline = System.nanoTime() + graceNanos;
             while (System.nanoTime() - deadline < 0 && (!matcher.posted.isEmpty() || !endpoints.allClosed())) {
@@ -95,7 +88,7 @@ final class ShutdownSequence implements Runnable {
             matcher.deregisterAll();
             life.writeLock().lock();
             try {
-                closeQuietly(listener, worker, context);
+                closeQuietly(worker, context);
                 life.closed();
             } finally {
                 life.writeLock().unlock();

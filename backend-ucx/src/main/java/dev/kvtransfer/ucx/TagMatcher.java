@@ -5,6 +5,8 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.TransportException;
 import org.openucx.jucx.UcxException;
 import org.openucx.jucx.ucp.UcpContext;
+import org.openucx.jucx.ucp.UcpEndpoint;
+import org.openucx.jucx.ucp.UcpEndpointParams;
 import org.openucx.jucx.ucp.UcpMemMapParams;
 import org.openucx.jucx.ucp.UcpMemory;
 import org.openucx.jucx.ucp.UcpRequest;
@@ -12,6 +14,7 @@ import org.openucx.jucx.ucp.UcpTagMessage;
 import org.openucx.jucx.ucp.UcpWorker;
 import org.openucx.jucx.ucs.UcsConstants;
 
+import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.IdentityHashMap;
@@ -42,10 +45,14 @@ final class TagMatcher {
     /** Every posted operation, to cancel or fail on close. */
     final Set<UcxOp> posted = Collections.newSetFromMap(new IdentityHashMap<>());
     private final LinkedHashMap<Long, UcpMemory> registrations;
-    private ConnectionHook hook = c -> { };
+    private ConnectionHook hook;
 
-    /** What the handshake must undo when a connection fails (e.g. its posted handshake receive). */
+    /** What the rest of the manager hears about a connection (agent thread). */
     interface ConnectionHook {
+        /** Its endpoint exists: sends may go. */
+        void onReady(UcxConnection c);
+
+        /** It failed: close its control sessions. */
         void onFailed(UcxConnection c);
     }
 
@@ -99,6 +106,41 @@ final class TagMatcher {
         } else {
             postRecv(op);
         }
+    }
+
+    /**
+     * Creates the connection's endpoint to the peer's worker address (the bootstrap handshake finished) and
+     * posts the sends that waited for it.
+     *
+     * @param c            the connection
+     * @param peerWorker   the peer's UCX worker address
+     * @param peerSenderId the sender id the peer gave this manager
+     * @param peerMode     whether to use UCX's peer error mode (net mode; shm mode detects loss itself)
+     */
+    void openEndpoint(UcxConnection c, byte[] peerWorker, int peerSenderId, boolean peerMode) {
+        if (c.failure != null || c.sendEp != null) {
+            return;
+        }
+        ByteBuffer addr = ByteBuffer.allocateDirect(peerWorker.length);
+        addr.put(peerWorker).flip();
+        UcpEndpointParams p = new UcpEndpointParams().setUcpAddress(addr).setName("kv-" + localAddress + "->"
+                + c.peer).setErrorHandler((ep, status, msg) -> failConnection(c, UcxFailure.of(ErrorCode.PEER_LOST,
+                "peer " + c.peer + " lost (UCX: " + msg + ", status " + status + ")")));
+        if (peerMode) {
+            p.setPeerErrorHandlingMode();
+        }
+        try {
+            UcpEndpoint ep = worker.newEndpoint(p);
+            c.endpoints.add(ep);
+            c.sendEp = ep;
+            c.outId = peerSenderId;
+        } catch (UcxException e) {
+            failConnection(c, new UcxFailure(ErrorCode.NETWORK, "cannot create a UCX endpoint to " + c.peer
+                    + "'s worker: " + e.getMessage(), false, e));
+            return;
+        }
+        hook.onReady(c);
+        releaseWaitingSends(c);
     }
 
     /** Posts sends that waited for the handshake (in order). */

@@ -15,6 +15,47 @@ final class UcxAddresses {
     }
 
     /**
+     * Checks an address's form without resolving it (for addresses peers claim).
+     *
+     * @param address the claimed address
+     * @return what is wrong, or null
+     */
+    static String syntaxError(String address) {
+        if (address.isEmpty() || address.length() > MAX_LENGTH) {
+            return "empty or longer than " + MAX_LENGTH + " characters";
+        }
+        int colon = address.lastIndexOf(':');
+        if (colon <= 0 || colon == address.length() - 1) {
+            return "expected host:port";
+        }
+        for (int i = 0; i < colon; i++) {
+            char ch = address.charAt(i);
+            if (!(Character.isLetterOrDigit(ch) || ch == '.' || ch == '-' || ch == ':' || ch == '[' || ch == ']'
+                    || ch == '_' || ch == '%')) {
+                return "host has character " + (int) ch;
+            }
+        }
+        try {
+            int port = Integer.parseInt(address.substring(colon + 1));
+            return port > 0 && port <= 65535 ? null : "port " + port + " out of range";
+        } catch (NumberFormatException e) {
+            return "port is not a number";
+        }
+    }
+
+    /** @return whether two addresses name the same socket address (resolved; false when either does not parse) */
+    static boolean sameEndpoint(String a, String b) {
+        if (a.equals(b)) {
+            return true;
+        }
+        try {
+            return parse(a).equals(parse(b));
+        } catch (IllegalArgumentException e) {
+            return false;
+        }
+    }
+
+    /**
      * @param address {@code host:port}
      * @return the resolved socket address
      * @throws IllegalArgumentException saying what is wrong

@@ -12,15 +12,16 @@ import org.agrona.concurrent.AgentRunner;
 import org.agrona.concurrent.AgentTerminationException;
 import org.openucx.jucx.UcxException;
 import org.openucx.jucx.ucp.UcpContext;
-import org.openucx.jucx.ucp.UcpListener;
-import org.openucx.jucx.ucp.UcpListenerParams;
 import org.openucx.jucx.ucp.UcpParams;
 import org.openucx.jucx.ucp.UcpWorker;
 import org.openucx.jucx.ucp.UcpWorkerParams;
 import org.openucx.jucx.ucs.UcsConstants;
 
+import java.io.IOException;
 import java.net.InetSocketAddress;
-import java.security.SecureRandom;
+import java.nio.ByteBuffer;
+import java.nio.channels.Selector;
+import java.nio.channels.ServerSocketChannel;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.Collections;
@@ -30,22 +31,23 @@ import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * One rank's UCX endpoint: one {@link UcpContext} (tag matching + wakeup), one {@link UcpWorker}, a
- * {@link UcpListener} on {@code host:port}, and the agents that own them. The work is split as in Aeron's
- * receiver: {@link UcxSettings} (every property, validated once), {@link SockaddrHandshake} (connection set-up),
- * {@link TagMatcher} (posting, completion, matching, peer failure), {@link ProgressAgent} (an Agrona
- * {@code Agent} under an {@link AgentRunner} that owns the worker and drains the command queue, with
+ * One rank's UCX endpoint: one {@link UcpContext} (tag matching, RMA, wakeup), one {@link UcpWorker}, our own
+ * bootstrap listener on {@code host:port} (plain TCP, bound to that address only; no UCX listener exists), and the
+ * agents that own them. The work is split as in Aeron's receiver: {@link UcxSettings} (every property, validated
+ * once), {@link BootstrapAgent} (authenticated handshake, worker-address exchange, control connections and their
+ * liveness), {@link TagMatcher} (endpoints, posting, completion, matching, peer failure), {@link ProgressAgent}
+ * (an Agrona {@code Agent} under an {@link AgentRunner} that owns the worker and drains the command queue, with
  * {@link ProgressIdleStrategy}: a spin window after work, then epoll) and {@link ShutdownSequence}.
  *
  * <p><b>Threading.</b> No caller thread touches the worker: a call fills its thread's reusable {@link UcxOp},
- * queues it and waits on it with its deadline (spinning briefly, then parking). All jucx callbacks run on the
- * agent's thread.
+ * queues it and waits on it with its deadline. All jucx callbacks run on the progress agent's thread; all
+ * bootstrap sockets belong to the bootstrap agent's thread.
  *
- * <p><b>Properties</b>: see {@link UcxSettings}. Background errors (a malformed hello, a failed handshake, a
- * failed command) go to the configuration's error handler and are counted ({@link #errorCount()}).
+ * <p><b>Properties</b>: see {@link UcxSettings}. Background errors (a refused or malformed handshake, a lost
+ * control connection, a failed command) go to the configuration's error handler and are counted
+ * ({@link #errorCount()}); refused handshakes also in {@link #refusedHandshakes()}.
  */
 public final class UcxConnectionManager implements ConnectionManager {
     /** Why a poll's receive was cancelled: its wait ended with nothing matched (the caller gets null). */
@@ -64,11 +66,10 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final ProgressAgent agent;
     private final AgentRunner runner;
     private final TagMatcher matcher;
-    private final SockaddrHandshake handshake;
+    private final BootstrapAgent bootstrap;
+    private final AgentRunner bootstrapRunner;
     private final ConcurrentHashMap<String, UcxConnection> connections = new ConcurrentHashMap<>();
-    /** Connections that ever completed a handshake (closed with the manager even after leaving the map). */
-    private final Set<UcxConnection> everConnected = Collections.newSetFromMap(new IdentityHashMap<>());
-    private final AtomicInteger nextSenderId = new AtomicInteger();
+    private final java.security.SecureRandom random = new java.security.SecureRandom();
     private final ThreadLocal<UcxOp> ops;
     private volatile Throwable agentFailure;
 
@@ -86,29 +87,42 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.name = settings.name();
         this.defaultTimeout = settings.defaultTimeout();
         this.closeGraceNanos = settings.closeGraceNanos();
-        long clientId = new SecureRandom().nextLong() | 1L;
-        UcpParams params = new UcpParams().requestTagFeature().requestWakeupFeature();
-        settings.ucxConfig().forEach(params::setConfig);
         InetSocketAddress bind = new InetSocketAddress(config.host(), config.port());
         if (bind.isUnresolved()) {
             throw new TransportException(ErrorCode.NETWORK, "UCX manager '" + name + "': host '" + config.host()
                     + "' does not resolve");
         }
+        UcpParams params = new UcpParams().requestTagFeature().requestRmaFeature().requestWakeupFeature();
+        settings.ucxConfig().forEach(params::setConfig);
+        if (!settings.sharedMemory() && !settings.ucxConfig().containsKey("NET_DEVICES")) {
+            // UCX's TCP transport listens on every device it uses: keep it to the configured address's device.
+            String dev = HostIdentity.deviceOf(bind.getAddress());
+            if (dev != null) {
+                params.setConfig("NET_DEVICES", dev);
+            }
+        }
         UcpContext ctx = null;
         UcpWorker w = null;
-        UcpListener l = null;
-        SockaddrHandshake hs;
+        ServerSocketChannel server = null;
+        Selector selector = null;
+        byte[] workerAddress;
         try {
             ctx = new UcpContext(params);
             this.cudaMemory = UcsConstants.MEMORY_TYPE.isMemTypeSupported(ctx.getMemoryTypesMask(),
                     UcsConstants.MEMORY_TYPE.UCS_MEMORY_TYPE_CUDA);
-            w = ctx.newWorker(new UcpWorkerParams().setClientId(clientId));
-            hs = new SockaddrHandshake(this, errors, w, clientId);
-            SockaddrHandshake h = hs;
-            l = w.newListener(new UcpListenerParams().setSockAddr(bind).setConnectionHandler(h::onConnectionRequest));
-            this.localAddress = UcxAddresses.format(config.host(), l.getAddress().getPort());
-        } catch (UcxException | IllegalStateException e) {
-            for (AutoCloseable c : new AutoCloseable[] {l, w, ctx}) {
+            w = ctx.newWorker(new UcpWorkerParams());
+            ByteBuffer wa = w.getAddress();
+            workerAddress = new byte[wa.remaining()];
+            wa.get(workerAddress);
+            selector = Selector.open();
+            server = ServerSocketChannel.open();
+            server.bind(bind, 128);
+            server.configureBlocking(false);
+            server.register(selector, java.nio.channels.SelectionKey.OP_ACCEPT, null);
+            this.localAddress = UcxAddresses.format(config.host(),
+                    ((InetSocketAddress) server.getLocalAddress()).getPort());
+        } catch (UcxException | IllegalStateException | IOException e) {
+            for (AutoCloseable c : new AutoCloseable[] {server, selector, w, ctx}) {
                 try {
                     if (c != null) {
                         c.close();
@@ -121,22 +135,44 @@ public final class UcxConnectionManager implements ConnectionManager {
                     + config.host() + ":" + config.port() + ": " + e.getMessage(), e);
         }
         this.context = ctx;
-        this.handshake = hs;
         EndpointCloser closer = new EndpointCloser(errors);
         this.matcher = new TagMatcher(settings, errors, ctx, w, closer, localAddress);
         closer.wire(matcher);
-        hs.wire(matcher, closer);
         this.agent = new ProgressAgent(name, w, life, errors, settings.spinNanos());
-        agent.wire(closer, new ShutdownSequence(this, agent, matcher, closer, hs, life, errors, closeGraceNanos, l, w,
-                ctx));
+        agent.wire(closer, new ShutdownSequence(this, agent, matcher, closer, life, errors, closeGraceNanos, w, ctx));
+        BootstrapAgent.Identity me = new BootstrapAgent.Identity(nonZero(random.nextLong()), HostIdentity.id(),
+                settings.sharedMemory() ? BootstrapFrames.MODE_SHM : BootstrapFrames.MODE_NET, workerAddress);
+        this.bootstrap = new BootstrapAgent(this, settings, errors, life, new BootstrapAuth(config.authSecret(),
+                settings.authMaxSkewMillis()), me, server, selector, agent, matcher);
+        matcher.hook(new TagMatcher.ConnectionHook() {
+            @Override
+            public void onReady(UcxConnection c) {
+                // Sends flow from here on.
+            }
+
+            @Override
+            public void onFailed(UcxConnection c) {
+                bootstrap.execute(() -> bootstrap.closeSessions(c));
+            }
+        });
         this.ops = ThreadLocal.withInitial(() -> new UcxOp(matcher));
-        hs.start();
         this.runner = new AgentRunner(agent.idleStrategy(), this::onAgentError, null, agent);
-        AgentRunner.startOnThread(runner, r -> {
-            Thread t = new Thread(r, agent.roleName());
+        this.bootstrapRunner = new AgentRunner(new SelectorIdleStrategy(bootstrap, life), this::onAgentError, null,
+                bootstrap);
+        AgentRunner.startOnThread(runner, daemon(agent.roleName()));
+        AgentRunner.startOnThread(bootstrapRunner, daemon(bootstrap.roleName()));
+    }
+
+    private static java.util.concurrent.ThreadFactory daemon(String name) {
+        return r -> {
+            Thread t = new Thread(r, name);
             t.setDaemon(true);
             return t;
-        });
+        };
+    }
+
+    private static long nonZero(long v) {
+        return v == 0 ? 1 : v;
     }
 
     private void onAgentError(Throwable t) {
@@ -146,8 +182,13 @@ public final class UcxConnectionManager implements ConnectionManager {
         errors.report("agent", t);
         if (t instanceof Error) {
             agentFailure = t;
-            life.beginClose(agent::signalNow);
+            life.beginClose(this::wakeAgents);
         }
+    }
+
+    private void wakeAgents() {
+        agent.signalNow();
+        bootstrap.selector().wakeup();
     }
 
     // ------------------------------------------------------------------ public API
@@ -192,31 +233,27 @@ public final class UcxConnectionManager implements ConnectionManager {
         Objects.requireNonNull(address, "address");
         checkRunning("connection to " + address);
         UcxConnection c = connections.get(address);
-        if (c != null) {
+        if (c != null && c.failure == null) {
             return c;
         }
         boolean[] created = {false};
-        c = connections.computeIfAbsent(address, a -> {
+        c = connections.compute(address, (a, old) -> {
+            if (old != null && old.failure == null) {
+                return old;
+            }
             created[0] = true;
-            return newConnection(a);
+            return newConnection(a, reserveSenderId());
         });
         if (created[0]) {
             UcxConnection dial = c;
-            if (!agent.submit(new UcxCommand() {
-                @Override
-                public void run() {
-                    handshake.dial(dial);
-                }
-
-                @Override
-                public void abort(UcxFailure f) {
-                    // Nothing waits on a dial; its connection's calls fail on their own.
-                }
-            })) {
-                throw closedException("connection to " + address);
-            }
+            bootstrap.execute(() -> bootstrap.dial(dial));
         }
         return c;
+    }
+
+    /** @return incoming handshakes this manager refused so far (unauthenticated, forged, replayed, conflicting) */
+    public long refusedHandshakes() {
+        return bootstrap.refusedHandshakes();
     }
 
     @Override
@@ -226,11 +263,15 @@ public final class UcxConnectionManager implements ConnectionManager {
 
     @Override
     public void close() {
-        life.beginClose(agent::signalNow);
-        if (agent.onAgentThread()) {
-            return; // e.g. an error handler closing the manager: the agent ends after this round
+        life.beginClose(this::wakeAgents);
+        if (agent.onAgentThread() || Thread.currentThread() == bootstrapRunner.thread()) {
+            return; // e.g. an error handler closing the manager: the agents end after this round
         }
         long bound = TimeUnit.NANOSECONDS.toMillis(closeGraceNanos) * 2 + 10_000;
+        // The bootstrap first: peers hear BYE at once; then the worker's shutdown fails what is left.
+        bootstrapRunner.close((int) Math.min(Integer.MAX_VALUE, bound), t -> errors.report("close",
+                new TransportException(ErrorCode.INTERNAL, "UCX manager '" + name + "': bootstrap agent did not end "
+                        + "within " + bound + " ms of close()")));
         runner.close((int) Math.min(Integer.MAX_VALUE, bound), t -> errors.report("close",
                 new TransportException(ErrorCode.INTERNAL, "UCX manager '" + name + "': progress agent did not end "
                         + "within " + bound + " ms of close()")));
@@ -255,14 +296,37 @@ public final class UcxConnectionManager implements ConnectionManager {
         run(op(UcxOp.RECV, c, tag, buffer, offset, length), timeout);
     }
 
-    /** @return the connection to an address, created (and its sender id registered) if absent */
-    UcxConnection connectionFor(String address) {
-        return connections.computeIfAbsent(address, this::newConnection);
-    }
-
-    /** @return the connection to an address, or null */
+    /** @return the live or failed connection to an address, or null (bootstrap agent) */
     UcxConnection existing(String address) {
         return connections.get(address);
+    }
+
+    /**
+     * Creates the connection of an accepted peer (bootstrap agent, after its confirm).
+     *
+     * @return the new connection, or null when a live one appeared meanwhile or the sender id was taken
+     */
+    UcxConnection createConnection(String address, int senderId) {
+        UcxConnection c = new UcxConnection(this, address, senderId);
+        if (matcher.bySenderId.putIfAbsent(senderId, c) != null) {
+            return null;
+        }
+        UcxConnection inMap = connections.compute(address, (a, old) -> old == null || old.failure != null ? c : old);
+        if (inMap != c) {
+            matcher.bySenderId.remove(senderId, c);
+            return null;
+        }
+        return c;
+    }
+
+    /** @return a random sender id no connection uses now (unguessable, so tags cannot be aimed at a peer) */
+    int reserveSenderId() {
+        while (true) {
+            int id = random.nextInt() & UcxTags.MAX_SENDER_ID;
+            if (id != 0 && !matcher.bySenderId.containsKey(id)) {
+                return id;
+            }
+        }
     }
 
     /** Drops a failed connection from the map (the next {@link #connection} dials afresh). */
@@ -270,15 +334,11 @@ public final class UcxConnectionManager implements ConnectionManager {
         connections.remove(c.peer, c);
     }
 
-    void everConnected(UcxConnection c) {
-        everConnected.add(c); // agent thread only
-    }
-
     /** @return every connection the shutdown must close (agent thread) */
     Collection<UcxConnection> allConnections() {
         Set<UcxConnection> all = Collections.newSetFromMap(new IdentityHashMap<>());
         all.addAll(connections.values());
-        all.addAll(everConnected);
+        all.addAll(matcher.bySenderId.values());
         return all;
     }
 
@@ -292,18 +352,10 @@ public final class UcxConnectionManager implements ConnectionManager {
         return matcher.explicitRegistrations();
     }
 
-    private UcxConnection newConnection(String address) {
-        UcxConnection c = new UcxConnection(this, address, newSenderId());
-        matcher.bySenderId.put(c.inId, c); // before the peer can learn the id and send with it
+    private UcxConnection newConnection(String address, int senderId) {
+        UcxConnection c = new UcxConnection(this, address, senderId);
+        matcher.bySenderId.put(senderId, c); // before the peer can learn the id and send with it
         return c;
-    }
-
-    private int newSenderId() {
-        int id = nextSenderId.incrementAndGet();
-        if (id <= 0 || id > UcxTags.MAX_SENDER_ID) {
-            throw new TransportException(ErrorCode.INTERNAL, "UCX manager '" + name + "' ran out of sender ids");
-        }
-        return id;
     }
 
     // ------------------------------------------------------------------ caller side

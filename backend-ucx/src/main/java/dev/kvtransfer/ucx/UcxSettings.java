@@ -31,6 +31,30 @@ public final class UcxSettings {
      * epoll (0 = sleep at once). Never spins while idle: the window opens only when work was done.
      */
     public static final String SPIN_MICROS = "ucx.spinMicros";
+    /**
+     * Property: which transports UCX may use and how peers fail. {@code shm}: shared memory only (UCX
+     * {@code TLS=self,sysv,posix}, plus {@code cma} with {@value #CMA}), endpoints without UCX's peer error mode
+     * (which forces TCP on UCX 1.13), peers on this host only; {@code net}: UCX's default transports (or
+     * {@code ucx.config.TLS}) with UCX's peer error mode, any host; {@code auto} (default): {@code shm} when the
+     * configured host is a loopback address and {@code ucx.config.TLS} is not set, else {@code net}.
+     */
+    public static final String TRANSPORTS = "ucx.transports";
+    /**
+     * Property: in {@code shm} mode also use CMA ({@code process_vm_readv/writev}, zero-copy). Off by default:
+     * UCX 1.13.1 aborts the whole process when a peer dies during a CMA transfer on an endpoint without peer error
+     * mode (measured with {@code ucx_perftest}; see README).
+     */
+    public static final String CMA = "ucx.cma";
+    /** Property: milliseconds between heartbeats on an idle control connection. */
+    public static final String LIVENESS_INTERVAL = "ucx.livenessIntervalMillis";
+    /** Property: milliseconds of silence on a control connection after which its peer is lost. */
+    public static final String LIVENESS_TIMEOUT = "ucx.livenessTimeoutMillis";
+    /** Property: milliseconds a bootstrap handshake may take. */
+    public static final String HANDSHAKE_TIMEOUT = "ucx.handshakeTimeoutMillis";
+    /** Property: most incoming handshakes in progress at once (the oldest goes when one more arrives). */
+    public static final String MAX_PENDING_HANDSHAKES = "ucx.maxPendingHandshakes";
+    /** Property: how far (ms) an authenticated hello's timestamp may be from this clock. */
+    public static final String AUTH_MAX_SKEW = "ucx.authMaxSkewMillis";
     /** Property prefix: the rest of the key is a UCX setting name without {@code UCX_}, e.g. {@code ucx.config.TLS}. */
     public static final String UCX_CONFIG_PREFIX = "ucx.config.";
 
@@ -41,7 +65,12 @@ public final class UcxSettings {
     /** Default of {@value #REGISTRATION_MAX}. */
     public static final long DEFAULT_REGISTRATION_MAX = 256;
 
-    private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS);
+    /** Transports of {@code shm} mode (without CMA). */
+    public static final String SHM_TLS = "self,sysv,posix";
+
+    private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS,
+            TRANSPORTS, CMA, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
+            AUTH_MAX_SKEW);
     private static final Pattern UCX_NAME = Pattern.compile("[A-Z][A-Z0-9_]{0,63}");
 
     private final String name;
@@ -51,6 +80,13 @@ public final class UcxSettings {
     private final long closeGraceNanos;
     private final long spinNanos;
     private final Map<String, String> ucxConfig;
+    private final boolean sharedMemory;
+    private final boolean cma;
+    private final long livenessIntervalMillis;
+    private final long livenessTimeoutMillis;
+    private final long handshakeTimeoutMillis;
+    private final int maxPendingHandshakes;
+    private final long authMaxSkewMillis;
 
     private UcxSettings(TransportConfig config) {
         this.name = config.name();
@@ -75,7 +111,46 @@ public final class UcxSettings {
                 ucx.put(n, e.getValue());
             }
         }
+        String mode = config.property(TRANSPORTS, "auto").trim();
+        boolean tlsGiven = ucx.containsKey("TLS");
+        switch (mode) {
+            case "shm" -> {
+                if (tlsGiven) {
+                    throw bad(TRANSPORTS, mode, "conflicts with " + UCX_CONFIG_PREFIX + "TLS (shm mode sets the "
+                            + "transports itself); drop one of them");
+                }
+                this.sharedMemory = true;
+            }
+            case "net" -> this.sharedMemory = false;
+            case "auto" -> this.sharedMemory = !tlsGiven && isLoopback(config.host());
+            default -> throw bad(TRANSPORTS, mode, "must be 'auto', 'shm' or 'net'");
+        }
+        String cmaValue = config.property(CMA, "false").trim();
+        if (!cmaValue.equals("true") && !cmaValue.equals("false")) {
+            throw bad(CMA, cmaValue, "must be 'true' or 'false'");
+        }
+        this.cma = cmaValue.equals("true");
+        this.livenessIntervalMillis = range(config, LIVENESS_INTERVAL, 1000, 10, 600_000);
+        this.livenessTimeoutMillis = range(config, LIVENESS_TIMEOUT, 10_000, 50, 3_600_000);
+        if (livenessTimeoutMillis <= livenessIntervalMillis) {
+            throw bad(LIVENESS_TIMEOUT, Long.toString(livenessTimeoutMillis), "must be longer than "
+                    + LIVENESS_INTERVAL + " (" + livenessIntervalMillis + ")");
+        }
+        this.handshakeTimeoutMillis = range(config, HANDSHAKE_TIMEOUT, 5000, 10, 600_000);
+        this.maxPendingHandshakes = (int) range(config, MAX_PENDING_HANDSHAKES, 64, 1, 65_536);
+        this.authMaxSkewMillis = range(config, AUTH_MAX_SKEW, 120_000, 1, 86_400_000);
+        if (sharedMemory) {
+            ucx.put("TLS", SHM_TLS + (cma ? ",cma" : ""));
+        }
         this.ucxConfig = Collections.unmodifiableMap(ucx);
+    }
+
+    private static boolean isLoopback(String host) {
+        try {
+            return java.net.InetAddress.getByName(host).isLoopbackAddress();
+        } catch (java.net.UnknownHostException e) {
+            return false;
+        }
     }
 
     /**
@@ -148,14 +223,53 @@ public final class UcxSettings {
         return spinNanos;
     }
 
-    /** @return UCX settings for the context (name without {@code UCX_} → value), in property order */
+    /** @return whether this manager runs in shared-memory mode (see {@value #TRANSPORTS}) */
+    public boolean sharedMemory() {
+        return sharedMemory;
+    }
+
+    /** @return whether shared-memory mode also uses CMA */
+    public boolean cma() {
+        return cma;
+    }
+
+    /** @return heartbeat interval of control connections, ms */
+    public long livenessIntervalMillis() {
+        return livenessIntervalMillis;
+    }
+
+    /** @return silence after which a control connection's peer is lost, ms */
+    public long livenessTimeoutMillis() {
+        return livenessTimeoutMillis;
+    }
+
+    /** @return the bound of one bootstrap handshake, ms */
+    public long handshakeTimeoutMillis() {
+        return handshakeTimeoutMillis;
+    }
+
+    /** @return most incoming handshakes in progress at once */
+    public int maxPendingHandshakes() {
+        return maxPendingHandshakes;
+    }
+
+    /** @return allowed clock skew of authenticated hellos, ms */
+    public long authMaxSkewMillis() {
+        return authMaxSkewMillis;
+    }
+
+    /**
+     * @return UCX settings for the context (name without {@code UCX_} → value), in property order; in shm mode
+     *         with {@code TLS} set to the shared-memory transports
+     */
     public Map<String, String> ucxConfig() {
         return ucxConfig;
     }
 
     @Override
     public String toString() {
-        return "UcxSettings{" + name + ", registration=" + (explicitRegistration ? "explicit" : "rcache")
+        return "UcxSettings{" + name + ", " + (sharedMemory ? "shm" + (cma ? "+cma" : "") : "net")
+                + ", liveness " + livenessIntervalMillis + "/" + livenessTimeoutMillis + " ms, registration=" + (explicitRegistration ? "explicit" : "rcache")
                 + ", closeGrace=" + TimeUnit.NANOSECONDS.toMillis(closeGraceNanos) + " ms, spin="
                 + TimeUnit.NANOSECONDS.toMicros(spinNanos) + " µs, ucx=" + ucxConfig + "}";
     }
