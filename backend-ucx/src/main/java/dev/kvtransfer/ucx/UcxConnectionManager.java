@@ -251,6 +251,11 @@ public final class UcxConnectionManager implements ConnectionManager {
         return c;
     }
 
+    /** @return bootstrap sessions open now (handshakes in progress and control connections), read racily */
+    int openControlSessions() {
+        return bootstrap.openSessions();
+    }
+
     /** @return incoming handshakes this manager refused so far (unauthenticated, forged, replayed, conflicting) */
     public long refusedHandshakes() {
         return bootstrap.refusedHandshakes();

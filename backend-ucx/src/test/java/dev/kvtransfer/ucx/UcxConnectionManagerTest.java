@@ -403,6 +403,16 @@ class UcxConnectionManagerTest {
         roundTrips(a, b, 3100, (1 << 20) + 3, 4, 120);
     }
 
+    @Test
+    void withCmaBytesStillMove() throws Exception {
+        UcxConnectionManager a = manager(TransportConfig.builder().name("cma-a").property(UcxSettings.CMA, "true")
+                .build());
+        UcxConnectionManager b = manager(TransportConfig.builder().name("cma-b").property(UcxSettings.CMA, "true")
+                .build());
+        assertThat(a.settings().ucxConfig()).containsEntry("TLS", UcxSettings.SHM_TLS + ",cma");
+        roundTrips(a, b, 3200, (4 << 20) + 5, 3, 130);
+    }
+
     /** {@code rounds} messages a → b on one tag, each with its own pattern, every byte verified. */
     private void roundTrips(UcxConnectionManager a, UcxConnectionManager b, int tag, long size, int rounds,
             long seed) throws Exception {

@@ -43,7 +43,7 @@ class UcxCrossProcessTest {
         return true;
     }
 
-    private static void command(Connection c, int op, long size, long count, long seed) {
+    static void command(Connection c, int op, long size, long count, long seed) {
         MemoryBuffer h = UcxTestSupport.buffer(32);
         ByteBuffer b = h.asByteBuffer();
         b.putInt(0, op).putInt(4, 0).putLong(8, size).putLong(16, count).putLong(24, seed);
@@ -51,7 +51,7 @@ class UcxCrossProcessTest {
     }
 
     /** Runs an ECHO round with a child: our messages verified there, its answers verified here. */
-    private static void echo(Connection child, long size, int count, long seed) {
+    static void echo(Connection child, long size, int count, long seed) {
         command(child, UcxPeerMain.ECHO, size, count, seed);
         MemoryBuffer data = UcxTestSupport.buffer(Math.max(size, 8));
         for (int i = 0; i < count; i++) {

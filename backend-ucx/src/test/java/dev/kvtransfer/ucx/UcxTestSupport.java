@@ -26,6 +26,23 @@ final class UcxTestSupport {
         return MEMORY.allocate(bytes, MemoryKind.HOST);
     }
 
+    /** One message each way between two managers on a tag pair, verified. */
+    static void exchange(dev.kvtransfer.api.transport.ConnectionManager a,
+                         dev.kvtransfer.api.transport.ConnectionManager b, int tag, long seed) {
+        MemoryBuffer m = buffer(256);
+        fill(m, 0, 256, seed);
+        a.connection(b.localAddress()).send(tag, m, 0, 256);
+        MemoryBuffer in = buffer(256);
+        b.connection(a.localAddress()).recv(tag, in, 0, 256, Duration.ofSeconds(20));
+        verify(in, 0, 256, seed);
+        fill(m, 0, 256, seed + 1);
+        b.connection(a.localAddress()).send(tag + 1, m, 0, 256);
+        a.connection(b.localAddress()).recv(tag + 1, in, 0, 256, Duration.ofSeconds(20));
+        verify(in, 0, 256, seed + 1);
+        m.close();
+        in.close();
+    }
+
     /** The byte at index {@code i} of message {@code seed}: a cheap mix so shifted or swapped data shows. */
     static byte patternByte(long seed, long i) {
         long x = (seed * 0x9E3779B97F4A7C15L) ^ (i * 0xC2B2AE3D27D4EB4FL);
