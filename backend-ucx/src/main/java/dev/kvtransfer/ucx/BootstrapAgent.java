@@ -84,6 +84,7 @@ final class BootstrapAgent implements Agent {
     private final String roleName;
     private final ByteBuffer scratchLength = ByteBuffer.allocate(4).order(ByteOrder.LITTLE_ENDIAN);
     private ControlFrames control = (c, type, body) -> false;
+    private java.util.function.Consumer<UcxConnection> onControlLost = c -> { };
     private long nextTimerNanos;
 
     BootstrapAgent(UcxConnectionManager manager, UcxSettings settings, UcxErrors errors, UcxLifecycle life,
@@ -103,8 +104,9 @@ final class BootstrapAgent implements Agent {
         this.nextTimerNanos = System.nanoTime();
     }
 
-    void control(ControlFrames c) {
+    void control(ControlFrames c, java.util.function.Consumer<UcxConnection> lost) {
         this.control = c;
+        this.onControlLost = lost;
     }
 
     Selector selector() {
@@ -526,6 +528,10 @@ final class BootstrapAgent implements Agent {
         s.deadlineNanos = 0;
         timerAt(now + TimeUnit.MILLISECONDS.toNanos(settings.livenessIntervalMillis()));
         c.sessions.add(s);
+        Object[] queued;
+        while ((queued = c.controlBacklog.poll()) != null) {
+            sendFrame(s, (Integer) queued[0], (ByteBuffer) queued[1]);
+        }
         if (c.peerInstance == 0) {
             c.peerInstance = instance;
             c.peerWorker = worker.clone();
@@ -687,6 +693,21 @@ final class BootstrapAgent implements Agent {
         }
         s.sendSeq++;
         sendRaw(s, f.flip());
+    }
+
+    /**
+     * Sends a control frame now if the connection has an established session, else once its handshake
+     * finished; runs {@code onFail} when the connection is (or becomes) dead first.
+     */
+    void sendControlWhenEstablished(UcxConnection c, int type, ByteBuffer body, Runnable onFail) {
+        if (sendControl(c, type, body)) {
+            return;
+        }
+        if (c.failure != null || c.controlLost) {
+            onFail.run();
+            return;
+        }
+        c.controlBacklog.add(new Object[] {type, body, onFail});
     }
 
     /**
@@ -863,6 +884,11 @@ final class BootstrapAgent implements Agent {
     /** Closes every session of a connection, telling the peer (BYE) on established ones. */
     void closeSessions(UcxConnection c) {
         c.controlLost = true;
+        Object[] queued;
+        while ((queued = c.controlBacklog.poll()) != null) {
+            ((Runnable) queued[2]).run();
+        }
+        onControlLost.accept(c);
         for (BootstrapSession s : new ArrayList<>(c.sessions)) {
             if (s.established()) {
                 sendFrame(s, BYE, empty());

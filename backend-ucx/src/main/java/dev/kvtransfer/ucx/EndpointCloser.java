@@ -21,6 +21,7 @@ final class EndpointCloser {
     private final ArrayDeque<UcpEndpoint> toFlushClose = new ArrayDeque<>();
     private final List<UcpRequest> closing = new ArrayList<>();
     private final List<UcxOp> sendsAwaitingClose = new ArrayList<>();
+    private final List<Runnable> afterClose = new ArrayList<>();
     private final UcxErrors errors;
     private TagMatcher matcher;
 
@@ -51,6 +52,11 @@ final class EndpointCloser {
         sendsAwaitingClose.add(op);
     }
 
+    /** Something to do once the queued closes have started (e.g. destroy remote keys their puts used). */
+    void afterClose(Runnable r) {
+        afterClose.add(r);
+    }
+
     /** Starts the queued closes; returns how many things it did. */
     int closeQueued() {
         int n = 0;
@@ -71,6 +77,14 @@ final class EndpointCloser {
                 }
             }
             sendsAwaitingClose.clear();
+        }
+        if (!afterClose.isEmpty()) {
+            n++;
+            List<Runnable> rs = new ArrayList<>(afterClose);
+            afterClose.clear();
+            for (Runnable r : rs) {
+                r.run();
+            }
         }
         return n;
     }

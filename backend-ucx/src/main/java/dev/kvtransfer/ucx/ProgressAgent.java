@@ -31,12 +31,13 @@ final class ProgressAgent implements Agent {
     private Runnable shutdown;
     private volatile Thread thread;
 
-    ProgressAgent(String name, UcpWorker worker, UcxLifecycle life, UcxErrors errors, long spinNanos) {
+    ProgressAgent(String name, UcpWorker worker, UcxLifecycle life, UcxErrors errors, long spinNanos,
+                  java.util.function.IntSupplier sendsInFlight) {
         this.roleName = "ucx-progress-" + name;
         this.worker = worker;
         this.life = life;
         this.errors = errors;
-        this.idle = new ProgressIdleStrategy(worker, commands, life, spinNanos);
+        this.idle = new ProgressIdleStrategy(worker, commands, life, spinNanos, sendsInFlight);
     }
 
     /** Completes the wiring (the closer and the shutdown sequence need the agent's queue themselves). */

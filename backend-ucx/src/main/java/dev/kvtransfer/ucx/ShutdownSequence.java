@@ -59,7 +59,7 @@ final class ShutdownSequence implements Runnable {
                 if (op.cancelReason == null) {
                     op.cancelReason = closed;
                 }
-                if (op.kind != UcxOp.SEND) {
+                if (op.kind == UcxOp.RECV || op.kind == UcxOp.RECV_ANY) {
                     matcher.cancelRecv(op);
                 }
             }
@@ -86,6 +86,7 @@ final class ShutdownSequence implements Runnable {
             }
         } finally {
             matcher.deregisterAll();
+            manager.unmapRegions();
             life.writeLock().lock();
             try {
                 closeQuietly(worker, context);

@@ -52,6 +52,12 @@ final class UcxConnection implements Connection {
     boolean controlLost;
     /** Dials of this connection in progress. */
     int dialing;
+    /** Control frames queued until a session is established (frame type, body; fail action). */
+    final ArrayDeque<Object[]> controlBacklog = new ArrayDeque<>();
+
+    // ---- one-sided writes: guarded by the map itself ----
+    /** The peer's regions this writer validated, by region id. */
+    final java.util.HashMap<Long, RmaWriter.Target> writerTargets = new java.util.HashMap<>();
 
     UcxConnection(UcxConnectionManager manager, String peer, int inId) {
         this.manager = manager;
@@ -77,6 +83,11 @@ final class UcxConnection implements Connection {
     @Override
     public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         manager.recv(this, tag, buffer, offset, length, timeout);
+    }
+
+    @Override
+    public void write(dev.kvtransfer.api.transport.WriteBatch batch, Duration timeout) {
+        manager.write(this, batch, timeout);
     }
 
     @Override

@@ -5,6 +5,8 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RegisteredRegion;
+import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
@@ -69,6 +71,8 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final BootstrapAgent bootstrap;
     private final AgentRunner bootstrapRunner;
     private final ConcurrentHashMap<String, UcxConnection> connections = new ConcurrentHashMap<>();
+    private final RmaRegions regions;
+    private final RmaWriter writer;
     private final java.security.SecureRandom random = new java.security.SecureRandom();
     private final ThreadLocal<UcxOp> ops;
     private volatile Throwable agentFailure;
@@ -138,12 +142,29 @@ public final class UcxConnectionManager implements ConnectionManager {
         EndpointCloser closer = new EndpointCloser(errors);
         this.matcher = new TagMatcher(settings, errors, ctx, w, closer, localAddress);
         closer.wire(matcher);
-        this.agent = new ProgressAgent(name, w, life, errors, settings.spinNanos());
+        TagMatcher m = matcher;
+        this.agent = new ProgressAgent(name, w, life, errors, settings.spinNanos(), () -> m.sendsInFlight);
         agent.wire(closer, new ShutdownSequence(this, agent, matcher, closer, life, errors, closeGraceNanos, w, ctx));
         BootstrapAgent.Identity me = new BootstrapAgent.Identity(nonZero(random.nextLong()), HostIdentity.id(),
                 settings.sharedMemory() ? BootstrapFrames.MODE_SHM : BootstrapFrames.MODE_NET, workerAddress);
         this.bootstrap = new BootstrapAgent(this, settings, errors, life, new BootstrapAuth(config.authSecret(),
                 settings.authMaxSkewMillis()), me, server, selector, agent, matcher);
+        this.regions = new RmaRegions(this, ctx, errors, cudaMemory);
+        this.writer = new RmaWriter(this);
+        regions.wire(bootstrap);
+        writer.wire(bootstrap);
+        bootstrap.control((c, type, body) -> {
+            switch (type) {
+                case BootstrapFrames.VALIDATE -> regions.onValidate(c, body);
+                case BootstrapFrames.VALIDATED -> writer.onValidated(c, body);
+                case BootstrapFrames.REVOKE -> writer.onRevoke(c, body);
+                case BootstrapFrames.REVOKED -> regions.onRevoked(c, body);
+                default -> {
+                    return false;
+                }
+            }
+            return true;
+        }, regions::onConnectionLost);
         matcher.hook(new TagMatcher.ConnectionHook() {
             @Override
             public void onReady(UcxConnection c) {
@@ -152,6 +173,7 @@ public final class UcxConnectionManager implements ConnectionManager {
 
             @Override
             public void onFailed(UcxConnection c) {
+                writer.onConnectionLost(c, c.failure);
                 bootstrap.execute(() -> bootstrap.closeSessions(c));
             }
         });
@@ -262,6 +284,13 @@ public final class UcxConnectionManager implements ConnectionManager {
     }
 
     @Override
+    public RegisteredRegion register(MemoryBuffer memory) {
+        Objects.requireNonNull(memory, "memory");
+        checkRunning("register at " + localAddress);
+        return regions.register(memory);
+    }
+
+    @Override
     public boolean isRunning() {
         return life.running();
     }
@@ -269,6 +298,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     @Override
     public void close() {
         life.beginClose(this::wakeAgents);
+        regions.closeAll();
         if (agent.onAgentThread() || Thread.currentThread() == bootstrapRunner.thread()) {
             return; // e.g. an error handler closing the manager: the agents end after this round
         }
@@ -347,6 +377,101 @@ public final class UcxConnectionManager implements ConnectionManager {
         return all;
     }
 
+    // ---- one-sided writes ----
+
+    void write(UcxConnection c, WriteBatch batch, Duration timeout) {
+        Objects.requireNonNull(batch, "batch");
+        Objects.requireNonNull(timeout, "timeout");
+        checkOpen("write to " + c.peer); // a closed manager says so, whatever its connections went through
+        if (c.failure != null) {
+            throw c.failure.toException("write to " + c.peer);
+        }
+        writer.write(c, batch, timeout);
+    }
+
+    void checkOpen(String what) {
+        checkRunning(what);
+    }
+
+    /** Posts a validated batch as puts + flush and waits (caller thread). */
+    void puts(UcxConnection c, WriteBatch batch, RmaWriter.Target[] targets, long deadlineNanos) {
+        UcxOp op = ops.get();
+        if (!op.reusable() && op.waiter != null) {
+            op = new UcxOp(matcher);
+            ops.set(op);
+        }
+        op.reset(UcxOp.PUTS, c, 0, null, 0, batch.totalBytes(), UcsConstants.MEMORY_TYPE.UCS_MEMORY_TYPE_HOST);
+        op.batch = batch;
+        op.targets = targets;
+        run(op, Duration.ofNanos(Math.max(0, deadlineNanos - System.nanoTime())));
+    }
+
+    /** Destroys an unpacked remote key on the progress agent. */
+    void releaseRemoteKey(RmaWriter.Target t) {
+        agent.submitAlways(new UcxCommand() {
+            @Override
+            public void run() {
+                matcher.releaseRemoteKey(t);
+            }
+
+            @Override
+            public void abort(UcxFailure f) {
+                // The worker goes with the manager.
+            }
+        });
+    }
+
+    /** Unmaps every region (shutdown, progress agent). */
+    void unmapRegions() {
+        regions.unmapAll();
+    }
+
+    /**
+     * Runs a call on the progress agent and waits for it (at most the default timeout).
+     *
+     * @throws TransportClosedException when the manager closed first
+     */
+    <T> T callOnAgent(String what, java.util.function.Supplier<T> call) {
+        java.util.concurrent.CompletableFuture<T> f = new java.util.concurrent.CompletableFuture<>();
+        if (agent.onAgentThread()) {
+            return call.get();
+        }
+        if (!agent.submit(new UcxCommand() {
+            @Override
+            public void run() {
+                try {
+                    f.complete(call.get());
+                } catch (RuntimeException e) {
+                    f.completeExceptionally(e);
+                }
+            }
+
+            @Override
+            public void abort(UcxFailure closing) {
+                f.completeExceptionally(closing.toException(what));
+            }
+        })) {
+            throw closedException(what);
+        }
+        try {
+            return f.get(defaultTimeout.toMillis(), TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.ExecutionException e) {
+            if (e.getCause() instanceof RuntimeException r) {
+                if (r instanceof UcxException) {
+                    throw new TransportException(ErrorCode.NETWORK, what + ": " + r.getMessage(), r);
+                }
+                throw r;
+            }
+            throw new TransportException(ErrorCode.INTERNAL, what + ": " + e.getCause(), e.getCause());
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new TransportException(ErrorCode.TIMEOUT, what + ": the progress agent did not answer within "
+                    + defaultTimeout.toMillis() + " ms");
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new TransportException(ErrorCode.NETWORK, what + ": interrupted");
+        }
+    }
+
     UcxFailure closedFailure() {
         Throwable pf = agentFailure;
         return new UcxFailure(ErrorCode.NETWORK, "UCX manager '" + name + "' (" + localAddress + ") closed"
@@ -397,7 +522,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     /** Submits an operation and waits for it: deadline, then cancellation, then the outcome. */
     private void run(UcxOp op, Duration timeout) {
         Objects.requireNonNull(timeout, "timeout");
-        if (op.conn != null && op.conn.failure != null) {
+        if (op.conn != null && op.conn.failure != null && life.running()) {
             UcxFailure f = op.conn.failure;
             op.complete(f);
             throw f.toException(op.describe());

@@ -7,7 +7,7 @@ import org.openucx.jucx.ucp.UcpRequest;
 import java.util.concurrent.locks.LockSupport;
 
 /**
- * One call of a caller thread: a send, a receive, or a receive from any sender. It is
+ * One call of a caller thread: a send, a receive, a receive from any sender, or a batch of puts. It is
  * the command the progress agent runs to post it, the jucx callback UCX completes, and what the caller waits
  * on. Reused: each (caller thread, manager) keeps one ({@link #reusable()}), so a steady stream of calls
  * allocates no op; one that UCX may still call back is never reused.
@@ -19,6 +19,7 @@ final class UcxOp extends UcxCallback implements UcxCommand {
     static final int SEND = 0;
     static final int RECV = 1;
     static final int RECV_ANY = 2;
+    static final int PUTS = 3;
 
     private final TagMatcher matcher;
 
@@ -36,6 +37,9 @@ final class UcxOp extends UcxCallback implements UcxCommand {
     boolean poll;
     /** pollConnect with a zero wait: look, do not post. */
     boolean pollOnce;
+    /** PUTS: the batch and its validated targets (index = entry). */
+    dev.kvtransfer.api.transport.WriteBatch batch;
+    RmaWriter.Target[] targets;
 
     // ---- progress agent ----
     UcpRequest request;
@@ -80,6 +84,8 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         this.memType = memType;
         this.poll = false;
         this.pollOnce = false;
+        this.batch = null;
+        this.targets = null;
         this.request = null;
         this.posted = false;
         this.probed = false;
@@ -101,6 +107,7 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         return switch (kind) {
             case SEND -> "UCX send of " + length + " bytes on tag " + tag + " to " + conn.peer;
             case RECV -> "UCX receive of " + length + " bytes on tag " + tag + " from " + conn.peer;
+            case PUTS -> "UCX one-sided write of " + length + " bytes to " + conn.peer;
             default -> "UCX recvConnect of " + length + " bytes on tag " + tag + " at " + matcher.localAddress();
         };
     }

@@ -404,12 +404,13 @@ class UcxConnectionManagerTest {
     }
 
     @Test
-    void withCmaBytesStillMove() throws Exception {
-        UcxConnectionManager a = manager(TransportConfig.builder().name("cma-a").property(UcxSettings.CMA, "true")
+    void withoutCmaBytesStillMove() throws Exception {
+        assertThat(manager("cma-default").settings().ucxConfig()).containsEntry("TLS", UcxSettings.SHM_TLS + ",cma");
+        UcxConnectionManager a = manager(TransportConfig.builder().name("nocma-a").property(UcxSettings.CMA, "false")
                 .build());
-        UcxConnectionManager b = manager(TransportConfig.builder().name("cma-b").property(UcxSettings.CMA, "true")
+        UcxConnectionManager b = manager(TransportConfig.builder().name("nocma-b").property(UcxSettings.CMA, "false")
                 .build());
-        assertThat(a.settings().ucxConfig()).containsEntry("TLS", UcxSettings.SHM_TLS + ",cma");
+        assertThat(a.settings().ucxConfig()).containsEntry("TLS", UcxSettings.SHM_TLS);
         roundTrips(a, b, 3200, (4 << 20) + 5, 3, 130);
     }
 

@@ -3,7 +3,13 @@ package dev.kvtransfer.ucx;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RegionDescriptor;
+import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.api.wire.WireReader;
+import dev.kvtransfer.api.wire.WireWriter;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.testkit.process.ChildJvm;
@@ -37,6 +43,11 @@ public final class UcxPeerMain {
     static final int EXIT = 0;
     static final int ECHO = 1;
     static final int STREAM = 2;
+    /** Receive a descriptor (its length in {@code size}) on DATA_IN, write the whole region {@code count} times with
+     *  pattern {@code seed + i}, then answer 1 on STATUS (or -1 and the error's code ordinal). */
+    static final int WRITE = 3;
+    /** Register {@code size} bytes (zeroed), send the descriptor's length on STATUS and its bytes on DATA_OUT. */
+    static final int REGISTER = 4;
     static final long REPLY_SEED = 0x5EED_0000_0000L;
 
     private static final HostBufferManager MEMORY = new HostBufferManager();
@@ -100,6 +111,36 @@ public final class UcxPeerMain {
                     for (long i = 0; i < count; i++) {
                         parent.send(DATA_OUT, data, 0, size);
                     }
+                } else if (op == WRITE) {
+                    parent.recv(DATA_IN, data, 0, size);
+                    byte[] raw = new byte[(int) size];
+                    data.asByteBuffer().get(0, raw);
+                    RegionDescriptor d = RegionDescriptor.readFrom(WireReader.raw(raw));
+                    MemoryBuffer src = MEMORY.allocate(d.length(), MemoryKind.HOST);
+                    MemoryBuffer st = MEMORY.allocate(8, MemoryKind.HOST);
+                    long status = 1;
+                    try {
+                        for (long i = 0; i < count; i++) {
+                            UcxTestSupport.fill(src, 0, d.length(), seed + i);
+                            parent.write(new WriteBatch().add(src, 0, d, 0, d.length()), Duration.ofSeconds(60));
+                        }
+                    } catch (TransportException e) {
+                        status = -1 - e.code().ordinal();
+                    }
+                    st.asByteBuffer().putLong(0, status);
+                    parent.send(STATUS, st, 0, 8);
+                } else if (op == REGISTER) {
+                    MemoryBuffer region = MEMORY.allocate(size, MemoryKind.HOST);
+                    RegisteredRegion r = m.register(region);
+                    WireWriter w = WireWriter.raw();
+                    r.descriptor().writeTo(w);
+                    byte[] raw = w.toByteArray();
+                    MemoryBuffer st = MEMORY.allocate(8, MemoryKind.HOST);
+                    st.asByteBuffer().putLong(0, raw.length);
+                    parent.send(STATUS, st, 0, 8);
+                    MemoryBuffer out = MEMORY.allocate(raw.length, MemoryKind.HOST);
+                    out.asByteBuffer().put(0, raw);
+                    parent.send(DATA_OUT, out, 0, raw.length);
                 } else {
                     throw new IllegalStateException("unknown op " + op);
                 }
