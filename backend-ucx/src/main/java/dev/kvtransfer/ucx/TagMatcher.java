@@ -140,6 +140,7 @@ final class TagMatcher {
             c.endpoints.add(ep);
             c.sendEp = ep;
             c.outId = peerSenderId;
+            c.established = true;
         } catch (UcxException e) {
             failConnection(c, new UcxFailure(ErrorCode.NETWORK, "cannot create a UCX endpoint to " + c.peer
                     + "'s worker: " + e.getMessage(), false, e));
@@ -433,7 +434,7 @@ final class TagMatcher {
     // ---- explicit memory registration (ucx.registration=explicit) ----
 
     private void register(UcxOp op) {
-        if (!settings.explicitRegistration() || op.length == 0) {
+        if (!settings.explicitRegistration() || op.length == 0 || op.buffer == null) {
             return;
         }
         MemoryBuffer b = op.buffer;

@@ -28,6 +28,8 @@ final class UcxConnection implements Connection {
 
     /** Why this connection is dead; set once, on the progress agent. */
     volatile UcxFailure failure;
+    /** Its endpoint exists (the handshake finished): small sends may be buffered. */
+    volatile boolean established;
 
     // ---- progress agent only ----
     /** The id the peer gave this manager; 0 until the handshake finished. */

@@ -60,6 +60,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final String name;
     private final Duration defaultTimeout;
     private final long closeGraceNanos;
+    private final long callerSpinNanos;
     private final boolean cudaMemory;
     private final String localAddress;
 
@@ -72,6 +73,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final AgentRunner bootstrapRunner;
     private final ConcurrentHashMap<String, UcxConnection> connections = new ConcurrentHashMap<>();
     private final RmaRegions regions;
+    private final BufferedSends buffered;
     private final RmaWriter writer;
     private final java.security.SecureRandom random = new java.security.SecureRandom();
     private final ThreadLocal<UcxOp> ops;
@@ -91,6 +93,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.name = settings.name();
         this.defaultTimeout = settings.defaultTimeout();
         this.closeGraceNanos = settings.closeGraceNanos();
+        this.callerSpinNanos = settings.callerSpinNanos();
         InetSocketAddress bind = new InetSocketAddress(config.host(), config.port());
         if (bind.isUnresolved()) {
             throw new TransportException(ErrorCode.NETWORK, "UCX manager '" + name + "': host '" + config.host()
@@ -178,6 +181,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             }
         });
         this.ops = ThreadLocal.withInitial(() -> new UcxOp(matcher));
+        this.buffered = new BufferedSends(matcher, errors, settings.bufferedSendBytes(), settings.bufferedSendSlots());
         this.runner = new AgentRunner(agent.idleStrategy(), this::onAgentError, null, agent);
         this.bootstrapRunner = new AgentRunner(new SelectorIdleStrategy(bootstrap, life), this::onAgentError, null,
                 bootstrap);
@@ -324,6 +328,22 @@ public final class UcxConnectionManager implements ConnectionManager {
     }
 
     void send(UcxConnection c, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        if (length <= buffered.slotBytes() && c.established && c.failure == null && buffer.kind() != MemoryKind.DEVICE
+                && life.running()) {
+            Objects.checkFromIndexSize(offset, length, buffer.size());
+            Objects.requireNonNull(timeout, "timeout");
+            UcxOp op = buffered.take();
+            if (op != null) {
+                op.reset(UcxOp.SEND, c, tag, null, op.slotAddress, length,
+                        UcsConstants.MEMORY_TYPE.UCS_MEMORY_TYPE_HOST);
+                BufferedSends.copy(buffer.address() + offset, op, length);
+                if (!agent.submit(op)) {
+                    op.complete(closedFailure());
+                    throw closedException(op.describe());
+                }
+                return; // the payload is ours now: the caller's buffer is free
+            }
+        }
         run(op(UcxOp.SEND, c, tag, buffer, offset, length), timeout);
     }
 
@@ -534,7 +554,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         // A zero-wait poll still waits for the agent's answer: nothing (at once) or a matched message's bytes.
         long deadline = System.nanoTime() + saturatedNanos(op.pollOnce ? defaultTimeout : timeout);
         UcxFailure cancelReason = null;
-        if (!op.await(deadline, 0)) {
+        if (!op.await(deadline, callerSpinNanos)) {
             if (Thread.currentThread().isInterrupted()) {
                 cancelReason = UcxFailure.of(ErrorCode.NETWORK, "interrupted");
             } else {

@@ -41,6 +41,12 @@ final class UcxOp extends UcxCallback implements UcxCommand {
     dev.kvtransfer.api.transport.WriteBatch batch;
     RmaWriter.Target[] targets;
 
+    /** Buffered sends only: the slot the payload was copied into, and the pool it returns to. */
+    java.nio.ByteBuffer slot;
+    long slotAddress;
+    BufferedSends pool;
+    private boolean released;
+
     // ---- progress agent ----
     UcpRequest request;
     boolean posted;
@@ -100,6 +106,7 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         this.failure = null;
         this.sender = null;
         this.waiter = Thread.currentThread();
+        this.released = false;
         this.done = false;
     }
 
@@ -151,6 +158,15 @@ final class UcxOp extends UcxCallback implements UcxCommand {
             matcher.finish(this, new UcxFailure(dev.kvtransfer.api.ErrorCode.INTERNAL, "completion handling failed: "
                     + e, false, e));
         }
+        releaseIfBuffered();
+    }
+
+    /** A buffered send's slot goes back once it is finished and UCX no longer holds it. */
+    private void releaseIfBuffered() {
+        if (pool != null && done && outstanding == 0 && !posting && !released) {
+            released = true;
+            pool.release(this);
+        }
     }
 
     @Override
@@ -163,6 +179,7 @@ final class UcxOp extends UcxCallback implements UcxCommand {
             matcher.finish(this, new UcxFailure(dev.kvtransfer.api.ErrorCode.INTERNAL, "error handling failed: "
                     + e, false, e));
         }
+        releaseIfBuffered();
     }
 
     /** Publishes the outcome (agent thread, or the closing thread after the agent ended) and wakes the caller. */
@@ -179,6 +196,10 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         }
         failure = f;
         done = true;
+        if (pool != null) {
+            releaseIfBuffered(); // nobody waits on a buffered send
+            return;
+        }
         LockSupport.unpark(waiter);
     }
 

@@ -57,11 +57,25 @@ public final class UcxSettings {
     public static final String MAX_PENDING_HANDSHAKES = "ucx.maxPendingHandshakes";
     /** Property: how far (ms) an authenticated hello's timestamp may be from this clock. */
     public static final String AUTH_MAX_SKEW = "ucx.authMaxSkewMillis";
+    /**
+     * Property: microseconds a caller spins on its operation before it parks (0 = park at once). A completion
+     * that comes within the window costs no park/unpark pair (each a futex system call and a context switch).
+     */
+    public static final String CALLER_SPIN_MICROS = "ucx.callerSpinMicros";
+    /**
+     * Property: sends of at most this many bytes on an established connection are copied and do not wait for the
+     * progress agent (0 = every send waits). See {@code BufferedSends}.
+     */
+    public static final String BUFFERED_SEND_BYTES = "ucx.bufferedSendBytes";
+    /** Property: most buffered sends in flight per manager (their slots are made on demand). */
+    public static final String BUFFERED_SEND_SLOTS = "ucx.bufferedSendSlots";
     /** Property prefix: the rest of the key is a UCX setting name without {@code UCX_}, e.g. {@code ucx.config.TLS}. */
     public static final String UCX_CONFIG_PREFIX = "ucx.config.";
 
     /** Default of {@value #SPIN_MICROS}: 50 µs (1 MiB messages: 1.61 vs 1.33–1.43 GB/s without; see README). */
     public static final long DEFAULT_SPIN_MICROS = 50;
+    /** Default of {@value #CALLER_SPIN_MICROS}. */
+    public static final long DEFAULT_CALLER_SPIN_MICROS = 0;
     /** Default of {@value #CLOSE_GRACE}. */
     public static final long DEFAULT_CLOSE_GRACE_MILLIS = 5000;
     /** Default of {@value #REGISTRATION_MAX}. */
@@ -71,7 +85,7 @@ public final class UcxSettings {
     public static final String SHM_TLS = "self,sysv,posix";
 
     private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS,
-            TRANSPORTS, CMA, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
+            CALLER_SPIN_MICROS, BUFFERED_SEND_BYTES, BUFFERED_SEND_SLOTS, TRANSPORTS, CMA, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
             AUTH_MAX_SKEW);
     private static final Pattern UCX_NAME = Pattern.compile("[A-Z][A-Z0-9_]{0,63}");
 
@@ -81,6 +95,9 @@ public final class UcxSettings {
     private final int registrationMaxEntries;
     private final long closeGraceNanos;
     private final long spinNanos;
+    private final long callerSpinNanos;
+    private final int bufferedSendBytes;
+    private final int bufferedSendSlots;
     private final Map<String, String> ucxConfig;
     private final boolean sharedMemory;
     private final boolean cma;
@@ -102,6 +119,10 @@ public final class UcxSettings {
         this.closeGraceNanos = TimeUnit.MILLISECONDS.toNanos(range(config, CLOSE_GRACE, DEFAULT_CLOSE_GRACE_MILLIS, 1,
                 600_000));
         this.spinNanos = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 1_000_000));
+        this.callerSpinNanos = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_SPIN_MICROS,
+                DEFAULT_CALLER_SPIN_MICROS, 0, 1_000_000));
+        this.bufferedSendBytes = (int) range(config, BUFFERED_SEND_BYTES, 16 * 1024, 0, 1 << 20);
+        this.bufferedSendSlots = (int) range(config, BUFFERED_SEND_SLOTS, 64, 1, 65_536);
         Map<String, String> ucx = new LinkedHashMap<>();
         for (Map.Entry<String, String> e : config.properties().entrySet()) {
             if (e.getKey().startsWith(UCX_CONFIG_PREFIX)) {
@@ -218,6 +239,21 @@ public final class UcxSettings {
     /** @return how long close and cancellation wait for UCX, in nanoseconds */
     public long closeGraceNanos() {
         return closeGraceNanos;
+    }
+
+    /** @return how long a caller spins on its operation before parking, in nanoseconds */
+    public long callerSpinNanos() {
+        return callerSpinNanos;
+    }
+
+    /** @return the largest send that is buffered instead of waited for (0 = none) */
+    public int bufferedSendBytes() {
+        return bufferedSendBytes;
+    }
+
+    /** @return most buffered sends in flight */
+    public int bufferedSendSlots() {
+        return bufferedSendSlots;
     }
 
     /** @return the progress agent's polling window after work, in nanoseconds */

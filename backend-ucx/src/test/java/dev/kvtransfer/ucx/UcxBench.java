@@ -48,7 +48,7 @@ import java.util.regex.Pattern;
  * min / median / max per cell, the ratio of medians to perftest's default, all from the same run.
  *
  * <p>Usage: {@code UcxBench [--runs 3] [--sizes 1m,16m,64m] [--bytes 1g] [--warmup 3] [--streams 1]
- * [--variants shm,nocma,net] [--lat-iters 20000] [--perftest ucx_perftest | --no-perftest] [--role idle]}.
+ * [--variants shm,nocma,net] [--lat-iters 20000] [--set ucx.key=value ...] [--perftest ucx_perftest | --no-perftest] [--role idle]}.
  * Exit code 0 when every transfer verified.
  */
 public final class UcxBench {
@@ -133,12 +133,12 @@ public final class UcxBench {
         }
     }
 
+    /** Transport properties from {@code --set key=value}, applied to both sides. */
+    private static final Map<String, String> SETTINGS = new LinkedHashMap<>();
+
     private static TransportConfig config(String name, String variant) {
         TransportConfig.Builder b = TransportConfig.builder().name(name).defaultTimeout(Duration.ofMinutes(2));
-        String spin = System.getProperty("ucx.bench.spinMicros");
-        if (spin != null) {
-            b.property(UcxSettings.SPIN_MICROS, spin);
-        }
+        SETTINGS.forEach(b::property); // --set key=value, both sides
         switch (variant) {
             case "shm" -> { }
             case "nocma" -> b.property(UcxSettings.CMA, "false");
@@ -157,8 +157,10 @@ public final class UcxBench {
             throws Exception {
         boolean ok = true;
         long maxSize = o.sizes.stream().mapToLong(Long::longValue).max().orElse(8);
-        try (ChildJvm child = ChildJvm.start(UcxBench.class, "1g", List.of("--role", "receiver", "--variants",
-                variant, "--streams", Integer.toString(o.streams)));
+        List<String> childArgs = new ArrayList<>(List.of("--role", "receiver", "--variants", variant, "--streams",
+                Integer.toString(o.streams)));
+        SETTINGS.forEach((k, v) -> childArgs.addAll(List.of("--set", k + "=" + v)));
+        try (ChildJvm child = ChildJvm.start(UcxBench.class, "1g", childArgs);
              ConnectionManager m = new UcxTransportProvider().create(config("bench-sender", variant))) {
             Connection c = m.connection(child.awaitLine("ADDRESS ", Duration.ofSeconds(60)));
             MemoryBuffer small = alloc(64);
@@ -593,6 +595,10 @@ public final class UcxBench {
                     case "--perftest" -> o.perftest = args[++i];
                     case "--no-perftest" -> o.perftest = null;
                     case "--seconds" -> o.seconds = Integer.parseInt(args[++i]);
+                    case "--set" -> {
+                        String kv = args[++i];
+                        SETTINGS.put(kv.substring(0, kv.indexOf('=')), kv.substring(kv.indexOf('=') + 1));
+                    }
                     default -> throw new IllegalArgumentException("unknown option " + a + "; see UcxBench javadoc");
                 }
             }

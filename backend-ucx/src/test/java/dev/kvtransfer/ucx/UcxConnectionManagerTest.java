@@ -414,6 +414,34 @@ class UcxConnectionManagerTest {
         roundTrips(a, b, 3200, (4 << 20) + 5, 3, 130);
     }
 
+    @Test
+    void smallSendsAreCopiedSoTheCallersBufferIsFreeAtOnceAndOrderHoldsWithLargeOnes() throws Exception {
+        UcxConnectionManager a = manager("buf-a");
+        UcxConnectionManager b = manager("buf-b");
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        UcxTestSupport.exchange(a, b, 3300, 1); // established: small sends are buffered from here on
+        MemoryBuffer src = buffer(1 << 20);
+        int n = 300;
+        Future<?> sender = pool.submit(() -> {
+            for (int i = 0; i < n; i++) {
+                long size = i % 10 == 9 ? (1 << 20) : 100 + i;
+                fill(src, 0, size, 5000 + i);
+                ab.send(3302, src, 0, size);
+                fill(src, 0, size, -1); // overwrite at once: a buffered send already has its copy
+            }
+            return null;
+        });
+        MemoryBuffer dst = buffer(1 << 20);
+        for (int i = 0; i < n; i++) {
+            long size = i % 10 == 9 ? (1 << 20) : 100 + i;
+            ba.recv(3302, dst, 0, size);
+            verify(dst, 0, size, 5000 + i);
+        }
+        get(sender);
+        assertThat(a.errorCount()).isZero();
+    }
+
     /** {@code rounds} messages a → b on one tag, each with its own pattern, every byte verified. */
     private void roundTrips(UcxConnectionManager a, UcxConnectionManager b, int tag, long size, int rounds,
             long seed) throws Exception {
