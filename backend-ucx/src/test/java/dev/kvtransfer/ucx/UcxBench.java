@@ -36,7 +36,8 @@ import java.util.regex.Pattern;
 /**
  * Our {@link Connection} between two processes next to {@code ucx_perftest} in the same run: bandwidth of
  * blocking sends per message size (one stream, or {@code --streams N} concurrent streams on their own tags),
- * small-message round trips, and the transports each side selected (UCX's {@code ep_cfg} log lines; run with
+ * small-message round trips, one-sided writes ({@code --put}: {@code Connection.write} of one entry per size,
+ * each waiting for remote completion, next to {@code ucx_perftest -t ucp_put_bw}), and the transports each side selected (UCX's {@code ep_cfg} log lines; run with
  * {@code UCX_LOG_LEVEL=info}, as {@code bench.sh} does).
  *
  * <p>Every run starts a fresh receiver JVM per variant of ours ({@code shm}: the default on loopback,
@@ -48,7 +49,7 @@ import java.util.regex.Pattern;
  * min / median / max per cell, the ratio of medians to perftest's default, all from the same run.
  *
  * <p>Usage: {@code UcxBench [--runs 3] [--sizes 1m,16m,64m] [--bytes 1g] [--warmup 3] [--streams 1]
- * [--variants shm,nocma,net] [--lat-iters 20000] [--set ucx.key=value ...] [--perftest ucx_perftest | --no-perftest] [--role idle]}.
+ * [--variants shm,nocma,net] [--lat-iters 20000] [--set ucx.key=value ...] [--put] [--perftest ucx_perftest | --no-perftest] [--role idle]}.
  * Exit code 0 when every transfer verified.
  */
 public final class UcxBench {
@@ -112,6 +113,13 @@ public final class UcxBench {
                     }
                     if (o.latIters > 0) {
                         res.add(p.column(), -1, 2 * perftest(o, p, "tag_lat", 8, o.latIters, t, out));
+                    }
+                    if (o.put && p != Perftest.ERR) {
+                        for (long size : o.sizes) {
+                            long count = Math.max(4, o.bytes / size);
+                            res.add(p.column() + " ucp_put_bw", size, perftest(o, p, "ucp_put_bw", size, count, t,
+                                    out));
+                        }
                     }
                 }
             }
@@ -195,6 +203,44 @@ public final class UcxBench {
                             variant, human(size), count, o.streams, gbs, count * o.streams * 1e9 / ns,
                             good ? "" : " VERIFICATION FAILED");
                     res.add("ours " + variant, size, gbs);
+                }
+                if (o.put) {
+                    for (long size : o.sizes) {
+                        long count = Math.max(4, o.bytes / size);
+                        ByteBuffer h = small.asByteBuffer();
+                        h.putLong(0, 3).putLong(8, size).putLong(16, 0).putLong(24, 0);
+                        c.send(CTRL, small, 0, 32);
+                        MemoryBuffer st = alloc(8);
+                        c.recv(STATUS, st, 0, 8);
+                        int n = (int) st.asByteBuffer().getLong(0);
+                        MemoryBuffer raw = alloc(n);
+                        c.recv(ACK, raw, 0, n);
+                        byte[] bytes = new byte[n];
+                        raw.asByteBuffer().get(0, bytes);
+                        dev.kvtransfer.api.transport.RegionDescriptor d = dev.kvtransfer.api.transport.RegionDescriptor
+                                .readFrom(dev.kvtransfer.api.wire.WireReader.raw(bytes));
+                        fillPattern(bufs[0], size, size);
+                        dev.kvtransfer.api.transport.WriteBatch b = new dev.kvtransfer.api.transport.WriteBatch()
+                                .add(bufs[0], 0, d, 0, size);
+                        for (int i = 0; i < o.warmup; i++) {
+                            c.write(b, Duration.ofMinutes(2));
+                        }
+                        long t0 = System.nanoTime();
+                        for (long i = 0; i < count; i++) {
+                            c.write(b, Duration.ofMinutes(2));
+                        }
+                        long ns = System.nanoTime() - t0;
+                        c.send(ACK, st, 0, 8);
+                        c.recv(STATUS, st, 0, 8);
+                        boolean good = st.asByteBuffer().getLong(0) == 1;
+                        ok &= good;
+                        double gbs = (double) size * count / ns;
+                        out.printf(Locale.ROOT, "  ours %-4s write %9s x %6d: %8.3f GB/s (each write waits for remote"
+                                + " completion)%s%n", variant, human(size), count, gbs, good ? "" : " VERIFICATION FAILED");
+                        res.add("ours " + variant + " write", size, gbs);
+                        st.close();
+                        raw.close();
+                    }
                 }
                 if (o.latIters > 0) {
                     ByteBuffer h = small.asByteBuffer();
@@ -326,8 +372,8 @@ public final class UcxBench {
                         return us;
                     }
                     double gbs = Double.parseDouble(m.group(6)) * 1048576.0 / 1e9; // overall MB/s, MB = 2^20
-                    out.printf(Locale.ROOT, "  perftest %-22s %9s x %6d: %8.3f GB/s%n", p.label, human(size), count,
-                            gbs);
+                    out.printf(Locale.ROOT, "  perftest %-22s %-10s %9s x %6d: %8.3f GB/s%n", p.label, test,
+                            human(size), count, gbs);
                     return gbs;
                 }
             }
@@ -381,6 +427,24 @@ public final class UcxBench {
                         c.recv(LAT, small, 40, 8);
                         c.send(LAT, small, 40, 8);
                     }
+                } else if (op == 3) {
+                    // One-sided writes into a region of ours: hand out its descriptor, check it when told.
+                    MemoryBuffer target = alloc(size);
+                    try (dev.kvtransfer.api.transport.RegisteredRegion r = m.register(target)) {
+                        dev.kvtransfer.api.wire.WireWriter w = dev.kvtransfer.api.wire.WireWriter.raw();
+                        r.descriptor().writeTo(w);
+                        byte[] raw = w.toByteArray();
+                        MemoryBuffer d = alloc(raw.length);
+                        d.asByteBuffer().put(0, raw);
+                        MemoryBuffer st = alloc(8);
+                        st.asByteBuffer().putLong(0, raw.length);
+                        c.send(STATUS, st, 0, 8);
+                        c.send(ACK, d, 0, raw.length);
+                        c.recv(ACK, st, 0, 8, Duration.ofMinutes(10)); // the writer is done
+                        st.asByteBuffer().putLong(0, checkPattern(target, size, size) ? 1 : 0);
+                        c.send(STATUS, st, 0, 8);
+                    }
+                    target.close();
                 } else {
                     List<Future<?>> fs = new ArrayList<>();
                     for (int s = 0; s < o.streams; s++) {
@@ -571,6 +635,7 @@ public final class UcxBench {
         int latIters = 20_000;
         List<String> variants = List.of("shm");
         String perftest = "ucx_perftest";
+        boolean put;
         int seconds = 5;
 
         static Options parse(String[] args) {
@@ -594,6 +659,7 @@ public final class UcxBench {
                     case "--variants" -> o.variants = List.of(args[++i].split(","));
                     case "--perftest" -> o.perftest = args[++i];
                     case "--no-perftest" -> o.perftest = null;
+                    case "--put" -> o.put = true;
                     case "--seconds" -> o.seconds = Integer.parseInt(args[++i]);
                     case "--set" -> {
                         String kv = args[++i];
