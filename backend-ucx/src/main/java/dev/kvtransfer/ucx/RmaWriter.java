@@ -77,19 +77,18 @@ final class RmaWriter {
                 throw new IllegalArgumentException("entry " + i + " targets region #" + d.regionId() + " of "
                         + d.owner() + " but the connection goes to " + c.peer);
             }
-            if (d.key().length <= RmaRegions.CAPABILITY_BYTES) {
-                throw new TransportException(ErrorCode.UNAUTHORIZED, "entry " + i + ": region #" + d.regionId()
-                        + " has a " + d.key().length + "-byte key; this transport's keys are longer");
-            }
             if (batch.source(i).kind() == MemoryKind.DEVICE && !manager.supportsDeviceMemory()) {
                 throw new UnsupportedOperationException("UCX transport: DEVICE memory is not supported here");
             }
         }
         if (batch.size() == 0) {
-            manager.checkOpen("write to " + c.peer);
+            if (!manager.isRunning()) {
+                manager.checkOpen("write to " + c.peer);
+            }
             return;
         }
-        Target[] targets = new Target[batch.size()];
+        Target[] targets = manager.targetScratch(batch.size());
+        int n = batch.size();
         Map<Long, Target> byRegion = c.writerTargets;
         for (int i = 0; i < batch.size(); i++) {
             RegionDescriptor d = batch.target(i);
@@ -104,21 +103,22 @@ final class RmaWriter {
         }
         // Acquire every target at once: a revocation either comes before (CANCELLED) or waits for this batch.
         synchronized (byRegion) {
-            for (int i = 0; i < targets.length; i++) {
+            for (int i = 0; i < n; i++) {
                 if (targets[i].revoked) {
                     throw new TransportException(ErrorCode.CANCELLED, "write to " + c.peer + ": region #"
                             + targets[i].descriptor.regionId() + " was deregistered by its owner");
                 }
             }
-            for (Target t : targets) {
-                t.inFlight++;
+            for (int i = 0; i < n; i++) {
+                targets[i].inFlight++;
             }
         }
         try {
             manager.puts(c, batch, targets, deadline);
         } finally {
             synchronized (byRegion) {
-                for (Target t : targets) {
+                for (int i = 0; i < n; i++) {
+                    Target t = targets[i];
                     t.inFlight--;
                     if (t.inFlight == 0 && t.ackOwed) {
                         t.ackOwed = false;
@@ -131,6 +131,10 @@ final class RmaWriter {
 
     /** Asks the owner whether a descriptor is live; caches the answer when it is. */
     private Target validate(UcxConnection c, RegionDescriptor d, long deadline) {
+        if (d.key().length <= RmaRegions.CAPABILITY_BYTES) {
+            throw new TransportException(ErrorCode.UNAUTHORIZED, "write to " + c.peer + ": region #" + d.regionId()
+                    + " has a " + d.key().length + "-byte key; this transport's keys are longer");
+        }
         long request = nextRequest.getAndIncrement();
         CompletableFuture<UcxFailure> answer = new CompletableFuture<>();
         pending.put(request, new Pending(c, answer));

@@ -77,6 +77,8 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final RmaWriter writer;
     private final java.security.SecureRandom random = new java.security.SecureRandom();
     private final ThreadLocal<UcxOp> ops;
+    private final ThreadLocal<RmaWriter.Target[][]> targetScratch = ThreadLocal.withInitial(
+            () -> new RmaWriter.Target[][] {new RmaWriter.Target[16]});
     private volatile Throwable agentFailure;
 
     /**
@@ -257,7 +259,9 @@ public final class UcxConnectionManager implements ConnectionManager {
     @Override
     public Connection connection(String address) {
         Objects.requireNonNull(address, "address");
-        checkRunning("connection to " + address);
+        if (!life.running()) {
+            throw closedException("connection to " + address);
+        }
         UcxConnection c = connections.get(address);
         if (c != null && c.failure == null) {
             return c;
@@ -290,7 +294,9 @@ public final class UcxConnectionManager implements ConnectionManager {
     @Override
     public RegisteredRegion register(MemoryBuffer memory) {
         Objects.requireNonNull(memory, "memory");
-        checkRunning("register at " + localAddress);
+        if (!life.running()) {
+            throw closedException("register at " + localAddress);
+        }
         return regions.register(memory);
     }
 
@@ -402,7 +408,9 @@ public final class UcxConnectionManager implements ConnectionManager {
     void write(UcxConnection c, WriteBatch batch, Duration timeout) {
         Objects.requireNonNull(batch, "batch");
         Objects.requireNonNull(timeout, "timeout");
-        checkOpen("write to " + c.peer); // a closed manager says so, whatever its connections went through
+        if (!life.running()) { // a closed manager says so, whatever its connections went through
+            throw closedException("write to " + c.peer);
+        }
         if (c.failure != null) {
             throw c.failure.toException("write to " + c.peer);
         }
@@ -423,7 +431,16 @@ public final class UcxConnectionManager implements ConnectionManager {
         op.reset(UcxOp.PUTS, c, 0, null, 0, batch.totalBytes(), UcsConstants.MEMORY_TYPE.UCS_MEMORY_TYPE_HOST);
         op.batch = batch;
         op.targets = targets;
-        run(op, Duration.ofNanos(Math.max(0, deadlineNanos - System.nanoTime())));
+        runUntil(op, deadlineNanos, null);
+    }
+
+    /** @return the calling thread's reusable array for a batch's targets (at least {@code n} long) */
+    RmaWriter.Target[] targetScratch(int n) {
+        RmaWriter.Target[][] holder = targetScratch.get();
+        if (holder[0].length < n) {
+            holder[0] = new RmaWriter.Target[Math.max(n, holder[0].length * 2)];
+        }
+        return holder[0];
     }
 
     /** Destroys an unpacked remote key on the progress agent. */
@@ -542,6 +559,12 @@ public final class UcxConnectionManager implements ConnectionManager {
     /** Submits an operation and waits for it: deadline, then cancellation, then the outcome. */
     private void run(UcxOp op, Duration timeout) {
         Objects.requireNonNull(timeout, "timeout");
+        // A zero-wait poll still waits for the agent's answer: nothing (at once) or a matched message's bytes.
+        runUntil(op, System.nanoTime() + saturatedNanos(op.pollOnce ? defaultTimeout : timeout), timeout);
+    }
+
+    /** Like {@link #run} with an absolute {@link System#nanoTime()} deadline ({@code timeout} only for messages). */
+    private void runUntil(UcxOp op, long deadline, Duration timeout) {
         if (op.conn != null && op.conn.failure != null && life.running()) {
             UcxFailure f = op.conn.failure;
             op.complete(f);
@@ -551,15 +574,14 @@ public final class UcxConnectionManager implements ConnectionManager {
             op.complete(closedFailure());
             throw closedException(op.describe());
         }
-        // A zero-wait poll still waits for the agent's answer: nothing (at once) or a matched message's bytes.
-        long deadline = System.nanoTime() + saturatedNanos(op.pollOnce ? defaultTimeout : timeout);
         UcxFailure cancelReason = null;
         if (!op.await(deadline, callerSpinNanos)) {
             if (Thread.currentThread().isInterrupted()) {
                 cancelReason = UcxFailure.of(ErrorCode.NETWORK, "interrupted");
             } else {
                 cancelReason = op.poll && !op.pollOnce ? POLL_EMPTY : UcxFailure.of(ErrorCode.TIMEOUT,
-                        "timed out after " + (op.pollOnce ? defaultTimeout : timeout).toMillis() + " ms");
+                        "timed out" + (timeout == null ? "" : " after " + (op.pollOnce ? defaultTimeout : timeout)
+                                .toMillis() + " ms"));
             }
         }
         if (cancelReason != null) {

@@ -60,6 +60,7 @@ public class UcxMessageBenchmark {
     private RegisteredRegion region;
     private RegionDescriptor descriptor;
     private final WriteBatch batch = new WriteBatch();
+    private static final Duration WRITE_TIMEOUT = Duration.ofSeconds(30);
 
     @Setup
     public void setUp() {
@@ -125,6 +126,6 @@ public class UcxMessageBenchmark {
 
     @Benchmark
     public void write() {
-        ab.write(batch, Duration.ofSeconds(30));
+        ab.write(batch, WRITE_TIMEOUT);
     }
 }
