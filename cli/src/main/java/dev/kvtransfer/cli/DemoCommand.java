@@ -4,6 +4,7 @@ import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransferRequest;
+import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.testkit.KvPattern;
 import org.HdrHistogram.Histogram;
@@ -94,10 +95,11 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                 Long.toString(Math.max(1L << 20, Math.min(1L << 30, Math.max(ctxRequestBytes, genRequestBytes)))));
         options.properties.putIfAbsent(dev.kvtransfer.core.TransceiverConfig.P_PARALLEL_RECEIVE, "true");
         Duration timeout = Duration.ofSeconds(options.timeoutSeconds);
+        boolean child = !inProcess && !options.backend.equals("loopback");
+        out.printf(Locale.ROOT, "%-18s %s%n", "auth", authLine(child || options.backend.equals("mpi")));
         if (options.backend.equals("mpi")) {
             return runMpi(ctxState, genState, window, timeout);
         }
-        boolean child = !inProcess && !options.backend.equals("loopback");
 
         out.printf(Locale.ROOT, "kvtransfer demo: backend %s%s, %s%n", options.backend,
                 child ? " (generation instance in a child JVM)" : " (both instances in this JVM)",
@@ -136,6 +138,41 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                     && result.warmup.mismatches == 0;
             return ok ? 0 : 1;
         }
+    }
+
+    /**
+     * Authentication is on unless configured off. Processes of one run share a secret: the user's
+     * {@code kvtransfer.authSecretFile}, or one generated here for this run (a private temp file every process
+     * is pointed at); instances inside one JVM share the per-JVM secret.
+     */
+    private String authLine(boolean crossProcess) {
+        try {
+            return authLineOrThrow(crossProcess);
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException("cannot write the run's secret file", e);
+        }
+    }
+
+    private String authLineOrThrow(boolean crossProcess) throws java.io.IOException {
+        TransceiverConfig c = options.transceiverConfig();
+        if (!c.authRequired()) {
+            return "OFF (kvtransfer.auth=off): control messages are not authenticated";
+        }
+        if (c.authSecretFile().isPresent()) {
+            return "HMAC-SHA256, secret from " + c.authSecretFile().get();
+        }
+        if (!crossProcess) {
+            return "HMAC-SHA256, per-JVM secret (both instances in this JVM)";
+        }
+        java.nio.file.Path f = java.nio.file.Files.createTempFile("kvtransfer-demo-secret-", ".bin",
+                java.nio.file.attribute.PosixFilePermissions.asFileAttribute(
+                        java.nio.file.attribute.PosixFilePermissions.fromString("rw-------")));
+        f.toFile().deleteOnExit();
+        byte[] secret = new byte[32];
+        new java.security.SecureRandom().nextBytes(secret);
+        java.nio.file.Files.write(f, secret);
+        options.properties.put(TransceiverConfig.P_AUTH_SECRET_FILE, f.toString());
+        return "HMAC-SHA256, secret generated for this run's processes (" + f + ")";
     }
 
     /**

@@ -127,8 +127,11 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                             CacheState ctxForRequest = ctxState.attentionDpEnabled()
                                     ? ctxState.withDpRank(i % ctxState.dpSize()) : ctxState;
                             int firstServing = DemoRanks.serving(ctxState, i).get(0);
+                            // The context side would hand these out; every rank of this run shares the secret, so
+                            // the generation rank derives the same request token the context ranks check.
                             ContextPhaseParams params = new ContextPhaseParams(id, new long[0],
-                                    new TransceiverState(ctxForRequest, ctxComm.withSelfIndex(firstServing)));
+                                    new TransceiverState(ctxForRequest, ctxComm.withSelfIndex(firstServing)),
+                                    dev.kvtransfer.core.transfer.ControlAuth.of(config.authSecret()).token(id));
                             mineReqs.add(TransferRequest.generation(params, isl, blocks));
                         }
                         ids.add(id);

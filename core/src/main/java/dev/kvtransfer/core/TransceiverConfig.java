@@ -54,6 +54,15 @@ public final class TransceiverConfig {
     /** Whether the journal records a CRC32C of every part's payload (per-byte work on the transfer threads). */
     public static final String P_JOURNAL_CHECKSUMS = PREFIX + "journalChecksums";
 
+    /** Control-plane authentication: {@code required} (default) or {@code off}. */
+    public static final String P_AUTH = PREFIX + "auth";
+    /** File holding the deployment's shared secret (at least 16 bytes); unset = a per-JVM random secret. */
+    public static final String P_AUTH_SECRET_FILE = PREFIX + "authSecretFile";
+    /** Whether every part carries an end-to-end CRC32C that the receiver checks before it completes. */
+    public static final String P_PART_CHECKSUMS = PREFIX + "partChecksums";
+    /** {@code pull} (default: the generation side asks, the context side sends) or {@code push}. */
+    public static final String P_TRANSFER_MODE = PREFIX + "transferMode";
+
     /** Default transport: Aeron needs nothing installed. */
     public static final String DEFAULT_BACKEND = "aeron";
     /** Default formatter: none named, chosen by attention type. */
@@ -88,6 +97,15 @@ public final class TransceiverConfig {
     public static final String DEFAULT_JOURNAL_DIR = "";
     /** Default: no part checksums. */
     public static final boolean DEFAULT_JOURNAL_CHECKSUMS = false;
+    /** Default: authentication required. */
+    public static final boolean DEFAULT_AUTH = true;
+    /** Default: end-to-end part checksums on. */
+    public static final boolean DEFAULT_PART_CHECKSUMS = true;
+    /** Default transfer mode. */
+    public static final String DEFAULT_TRANSFER_MODE = "pull";
+
+    /** Secret used when authentication is on and no secret file is configured: random, one per JVM. */
+    private static final byte[] JVM_SECRET = newSecret();
 
     private final String backend;
     private final String formatter;
@@ -106,8 +124,21 @@ public final class TransceiverConfig {
     private final int maxPendingRequests;
     private final Path journalDir;
     private final boolean journalChecksums;
+    private final boolean auth;
+    private final Path authSecretFile;
+    private final byte[] authSecret;
+    private final boolean partChecksums;
+    private final TransferMode transferMode;
 
-    private TransceiverConfig(Builder b) {
+    /** Who starts a transfer. */
+    public enum TransferMode {
+        /** The generation side asks, the context side sends (two-sided messages). */
+        PULL,
+        /** The generation side registers its blocks, the context side writes them one-sided. */
+        PUSH
+    }
+
+    private TransceiverConfig(Builder b, byte[] secret) {
         this.backend = b.backend;
         this.formatter = b.formatter;
         this.transferBufferBytes = b.transferBufferBytes;
@@ -125,6 +156,17 @@ public final class TransceiverConfig {
         this.maxPendingRequests = b.maxPendingRequests;
         this.journalDir = b.journalDir;
         this.journalChecksums = b.journalChecksums;
+        this.auth = b.auth;
+        this.authSecretFile = b.authSecretFile;
+        this.authSecret = secret;
+        this.partChecksums = b.partChecksums;
+        this.transferMode = b.transferMode;
+    }
+
+    private static byte[] newSecret() {
+        byte[] b = new byte[32];
+        new java.security.SecureRandom().nextBytes(b);
+        return b;
     }
 
     /** @return a builder holding the defaults */
@@ -172,6 +214,10 @@ public final class TransceiverConfig {
                 case P_MAX_PENDING_REQUESTS -> b.maxPendingRequests(parseInt(key, v));
                 case P_JOURNAL_DIR -> b.journalDir(v.isEmpty() ? null : Path.of(v));
                 case P_JOURNAL_CHECKSUMS -> b.journalChecksums(parseBool(key, v));
+                case P_AUTH -> b.auth(parseAuth(key, v));
+                case P_AUTH_SECRET_FILE -> b.authSecretFile(v.isEmpty() ? null : Path.of(v));
+                case P_PART_CHECKSUMS -> b.partChecksums(parseBool(key, v));
+                case P_TRANSFER_MODE -> b.transferMode(parseMode(key, v));
                 default -> throw new IllegalArgumentException("unknown property " + key + " = '" + v
                         + "'; known: " + String.join(", ", defaults().toProperties().keySet()));
             }
@@ -199,6 +245,10 @@ public final class TransceiverConfig {
         m.put(P_MAX_PENDING_REQUESTS, Integer.toString(maxPendingRequests));
         m.put(P_JOURNAL_DIR, journalDir == null ? "" : journalDir.toString());
         m.put(P_JOURNAL_CHECKSUMS, Boolean.toString(journalChecksums));
+        m.put(P_AUTH, auth ? "required" : "off");
+        m.put(P_AUTH_SECRET_FILE, authSecretFile == null ? "" : authSecretFile.toString());
+        m.put(P_PART_CHECKSUMS, Boolean.toString(partChecksums));
+        m.put(P_TRANSFER_MODE, transferMode.name().toLowerCase(java.util.Locale.ROOT));
         return m;
     }
 
@@ -216,6 +266,26 @@ public final class TransceiverConfig {
             throw new IllegalArgumentException(key + " = '" + v + "': out of int range");
         }
         return (int) l;
+    }
+
+    private static boolean parseAuth(String key, String v) {
+        if (v.equalsIgnoreCase("required")) {
+            return true;
+        }
+        if (v.equalsIgnoreCase("off")) {
+            return false;
+        }
+        throw new IllegalArgumentException(key + " = '" + v + "': expected required or off");
+    }
+
+    private static TransferMode parseMode(String key, String v) {
+        if (v.equalsIgnoreCase("pull")) {
+            return TransferMode.PULL;
+        }
+        if (v.equalsIgnoreCase("push")) {
+            return TransferMode.PUSH;
+        }
+        throw new IllegalArgumentException(key + " = '" + v + "': expected pull or push");
     }
 
     private static boolean parseBool(String key, String v) {
@@ -322,6 +392,36 @@ public final class TransceiverConfig {
         return senderFutureTimeout;
     }
 
+    /** @return whether control messages are authenticated (the default) */
+    public boolean authRequired() {
+        return auth;
+    }
+
+    /** @return the configured secret file, empty when the per-JVM secret is used or authentication is off */
+    public Optional<Path> authSecretFile() {
+        return Optional.ofNullable(authSecretFile);
+    }
+
+    /**
+     * The deployment secret: the secret file's bytes, or (no file) a random secret shared by every transceiver of
+     * this JVM, which authenticates instances of one process and refuses peers of others until they share a file.
+     *
+     * @return a copy of the secret, or {@code null} when authentication is off
+     */
+    public byte[] authSecret() {
+        return authSecret == null ? null : authSecret.clone();
+    }
+
+    /** @return whether every part carries an end-to-end CRC32C */
+    public boolean partChecksums() {
+        return partChecksums;
+    }
+
+    /** @return who starts a transfer */
+    public TransferMode transferMode() {
+        return transferMode;
+    }
+
     /** @return the timing CSV directory, empty when timing output is off */
     public Optional<Path> timingDir() {
         return Optional.ofNullable(timingDir);
@@ -389,6 +489,10 @@ public final class TransceiverConfig {
         b.maxPendingRequests = maxPendingRequests;
         b.journalDir = journalDir;
         b.journalChecksums = journalChecksums;
+        b.auth = auth;
+        b.authSecretFile = authSecretFile;
+        b.partChecksums = partChecksums;
+        b.transferMode = transferMode;
         return b;
     }
 
@@ -426,6 +530,10 @@ public final class TransceiverConfig {
         private int maxPendingRequests = DEFAULT_MAX_PENDING_REQUESTS;
         private Path journalDir;
         private boolean journalChecksums = DEFAULT_JOURNAL_CHECKSUMS;
+        private boolean auth = DEFAULT_AUTH;
+        private Path authSecretFile;
+        private boolean partChecksums = DEFAULT_PART_CHECKSUMS;
+        private TransferMode transferMode = TransferMode.PULL;
 
         private Builder() {
         }
@@ -533,6 +641,42 @@ public final class TransceiverConfig {
         }
 
         /**
+         * @param v whether control messages are authenticated
+         * @return this builder
+         */
+        public Builder auth(boolean v) {
+            this.auth = v;
+            return this;
+        }
+
+        /**
+         * @param v the deployment's secret file, or null for the per-JVM secret
+         * @return this builder
+         */
+        public Builder authSecretFile(Path v) {
+            this.authSecretFile = v;
+            return this;
+        }
+
+        /**
+         * @param v whether parts carry end-to-end CRC32Cs
+         * @return this builder
+         */
+        public Builder partChecksums(boolean v) {
+            this.partChecksums = v;
+            return this;
+        }
+
+        /**
+         * @param v pull or push
+         * @return this builder
+         */
+        public Builder transferMode(TransferMode v) {
+            this.transferMode = Objects.requireNonNull(v, "transferMode");
+            return this;
+        }
+
+        /**
          * Validates and builds.
          *
          * @return the config
@@ -563,7 +707,26 @@ public final class TransceiverConfig {
             }
             positive(P_KV_TRANSFER_TIMEOUT_MS, kvTransferTimeout);
             positive(P_SENDER_FUTURE_TIMEOUT_MS, senderFutureTimeout);
-            return new TransceiverConfig(this);
+            byte[] secret = null;
+            if (auth) {
+                secret = authSecretFile == null ? JVM_SECRET.clone() : readSecret(authSecretFile);
+            }
+            return new TransceiverConfig(this, secret);
+        }
+
+        private static byte[] readSecret(Path file) {
+            byte[] b;
+            try {
+                b = java.nio.file.Files.readAllBytes(file);
+            } catch (java.io.IOException | RuntimeException e) {
+                throw new IllegalArgumentException(P_AUTH_SECRET_FILE + " = '" + file + "': cannot read it ("
+                        + e.getClass().getSimpleName() + ": " + e.getMessage() + ")");
+            }
+            if (b.length < 16) {
+                throw new IllegalArgumentException(P_AUTH_SECRET_FILE + " = '" + file + "': holds " + b.length
+                        + " bytes, a secret needs at least 16");
+            }
+            return b;
         }
 
         private static void range(String key, int v, int min, int max) {

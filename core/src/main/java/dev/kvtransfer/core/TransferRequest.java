@@ -29,25 +29,40 @@ public final class TransferRequest {
     private final int promptLength;
     private final int[] blockIds;
     private final ContextPhaseParams params;
+    private final long[] blockHashes;
+    private final int reusedBlocks;
+    /** Layer-wise: layers of this rank known ready (context) or arrived (generation); guarded by {@code layers}. */
+    private final java.util.BitSet layerBits = new java.util.BitSet();
+    private final Object layers = new Object();
+    private int layerPrefix;
+    private volatile boolean layerWise;
     private final CompletableFuture<Void> done = new CompletableFuture<>();
     private final AtomicBoolean submitted = new AtomicBoolean();
     private final Handle handle = new Handle();
     private volatile RequestState state;
     private volatile KvTransferException error;
     private volatile long kvCacheSize;
+    private volatile int messageCount;
     private volatile long startEpochNanos;
     private volatile long endEpochNanos;
 
     private TransferRequest(long requestId, int promptLength, int[] blockIds, ContextPhaseParams params,
-                            RequestState initial) {
+                            RequestState initial, long[] blockHashes, int reusedBlocks) {
         if (promptLength < 1) {
             throw new IllegalArgumentException("promptLength = " + promptLength + ": must be >= 1");
+        }
+        Objects.requireNonNull(blockHashes, "blockHashes");
+        if (reusedBlocks < 0 || reusedBlocks > blockHashes.length && params != null) {
+            throw new IllegalArgumentException("reusedBlocks = " + reusedBlocks + " with " + blockHashes.length
+                    + " hashes: each reused block needs its hash");
         }
         this.requestId = requestId;
         this.promptLength = promptLength;
         this.blockIds = Objects.requireNonNull(blockIds, "blockIds").clone();
         this.params = params;
         this.state = initial;
+        this.blockHashes = blockHashes.clone();
+        this.reusedBlocks = reusedBlocks;
     }
 
     /**
@@ -59,7 +74,23 @@ public final class TransferRequest {
      * @return the request, in state {@link RequestState#CONTEXT_TRANS_IN_PROGRESS}
      */
     public static TransferRequest context(long requestId, int promptLength, int[] blockIds) {
-        return new TransferRequest(requestId, promptLength, blockIds, null, RequestState.CONTEXT_TRANS_IN_PROGRESS);
+        return context(requestId, promptLength, blockIds, new long[0]);
+    }
+
+    /**
+     * A context-side request whose engine knows its prompt blocks' hashes (its prefix-cache keys, one per block
+     * of the whole prompt, in order): a generation side that already holds a prefix names the blocks it reuses by
+     * these hashes, and a disagreement is refused naming the first differing block.
+     *
+     * @param requestId    the context request id
+     * @param promptLength prompt length in tokens
+     * @param blockIds     this rank's blocks of the request, in order
+     * @param blockHashes  the hash of every block of the prompt (global block order), or empty
+     * @return the request, in state {@link RequestState#CONTEXT_TRANS_IN_PROGRESS}
+     */
+    public static TransferRequest context(long requestId, int promptLength, int[] blockIds, long[] blockHashes) {
+        return new TransferRequest(requestId, promptLength, blockIds, null, RequestState.CONTEXT_TRANS_IN_PROGRESS,
+                blockHashes, 0);
     }
 
     /**
@@ -71,9 +102,30 @@ public final class TransferRequest {
      * @return the request, in state {@link RequestState#GENERATION_TRANS_IN_PROGRESS}
      */
     public static TransferRequest generation(ContextPhaseParams params, int promptLength, int[] blockIds) {
+        return generation(params, promptLength, blockIds, 0, new long[0]);
+    }
+
+    /**
+     * A generation-side request whose first {@code reusedBlocks} blocks (global, of the whole prompt) this
+     * instance already holds (a prefix-cache hit): only the rest is moved, the reused blocks are not written.
+     *
+     * @param params       what the context instance handed out
+     * @param promptLength prompt length in tokens (as on the context side)
+     * @param blockIds     this rank's blocks of the request, in order, reused ones included
+     * @param reusedBlocks leading global blocks already held
+     * @param reusedHashes the hash of each reused block (prefix-cache keys, as the context side computes them)
+     * @return the request, in state {@link RequestState#GENERATION_TRANS_IN_PROGRESS}
+     */
+    public static TransferRequest generation(ContextPhaseParams params, int promptLength, int[] blockIds,
+                                             int reusedBlocks, long[] reusedHashes) {
         Objects.requireNonNull(params, "params");
+        Objects.requireNonNull(reusedHashes, "reusedHashes");
+        if (reusedHashes.length != reusedBlocks) {
+            throw new IllegalArgumentException(reusedHashes.length + " hashes for " + reusedBlocks
+                    + " reused blocks: each reused block needs its hash");
+        }
         return new TransferRequest(params.requestId(), promptLength, blockIds, params,
-                RequestState.GENERATION_TRANS_IN_PROGRESS);
+                RequestState.GENERATION_TRANS_IN_PROGRESS, reusedHashes, reusedBlocks);
     }
 
     /** @return the context request id */
@@ -161,6 +213,90 @@ public final class TransferRequest {
         return Instant.ofEpochSecond(0, epochNanos);
     }
 
+    /**
+     * Layer-wise, context side: local layer {@code localLayer} of this rank's blocks is computed (call it after
+     * each layer's forward pass, TensorRT-LLM's / Mooncake's {@code save_kv_layer}); the transfer moves it at
+     * once. Layers may be marked in any order; they are moved in order.
+     *
+     * @param localLayer the rank-local layer index
+     * @throws IllegalArgumentException when the index is negative
+     */
+    public void layerReady(int localLayer) {
+        markLayer(localLayer);
+    }
+
+    /**
+     * Layer-wise, generation side: waits until this rank's local layer {@code localLayer} has arrived (vLLM's
+     * {@code wait_for_layer_load}), or the request ended.
+     *
+     * @param localLayer the rank-local layer index
+     * @param timeout    how long to wait
+     * @return true when the layer arrived; false when the wait timed out
+     * @throws dev.kvtransfer.api.KvTransferException the request's error when it failed before the layer arrived
+     */
+    public boolean awaitLayer(int localLayer, Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        synchronized (layers) {
+            while (!layerBits.get(localLayer)) {
+                if (state.isTerminal()) {
+                    if (error != null) {
+                        throw error;
+                    }
+                    return state == RequestState.GENERATION_TRANS_COMPLETE || state == RequestState.CONTEXT_COMPLETE;
+                }
+                long left = deadline - System.nanoTime();
+                if (left <= 0) {
+                    return false;
+                }
+                try {
+                    java.util.concurrent.TimeUnit.NANOSECONDS.timedWait(layers, left);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+            }
+            return true;
+        }
+    }
+
+    /**
+     * @return messages (descriptors) this rank's transfer used: payload messages moved (pull), or write entries
+     *         (push), once the request ended
+     */
+    public int messageCount() {
+        return messageCount;
+    }
+
+    /** @return whether the context side sends this request layer by layer */
+    public boolean isLayerWise() {
+        return layerWise;
+    }
+
+    private void markLayer(int localLayer) {
+        if (localLayer < 0) {
+            throw new IllegalArgumentException("localLayer = " + localLayer + ": must be >= 0");
+        }
+        synchronized (layers) {
+            layerBits.set(localLayer);
+            while (layerBits.get(layerPrefix)) {
+                layerPrefix++;
+            }
+            layers.notifyAll();
+        }
+    }
+
+    /** Wakes per-layer waiters (the request ended). */
+    private void wakeLayerWaiters() {
+        synchronized (layers) {
+            layers.notifyAll();
+        }
+    }
+
+    /** @return leading global blocks the generation side already held (0 on the context side) */
+    public int reusedBlocks() {
+        return reusedBlocks;
+    }
+
     /** Marks the request as handed to a transceiver; a request is transferred once. */
     boolean markSubmitted() {
         return submitted.compareAndSet(false, true);
@@ -199,12 +335,76 @@ public final class TransferRequest {
         }
 
         @Override
+        public long[] blockHashes() {
+            return blockHashes;
+        }
+
+        @Override
+        public boolean layerWise() {
+            return layerWise;
+        }
+
+        @Override
+        public void recordMessages(int n) {
+            messageCount = n;
+        }
+
+        @Override
+        public void markLayerWise() {
+            layerWise = true;
+        }
+
+        @Override
+        public boolean awaitLayersReady(int count, long deadlineNanos) {
+            synchronized (layers) {
+                while (layerPrefix < count) {
+                    if (state.isTerminal()) {
+                        return false;
+                    }
+                    long left = deadlineNanos - System.nanoTime();
+                    if (left <= 0) {
+                        return false;
+                    }
+                    try {
+                        java.util.concurrent.TimeUnit.NANOSECONDS.timedWait(layers, Math.min(left, 50_000_000L));
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        return false;
+                    }
+                }
+                return true;
+            }
+        }
+
+        @Override
+        public int layersReady() {
+            synchronized (layers) {
+                return layerPrefix;
+            }
+        }
+
+        @Override
+        public void layerArrived(int localLayer) {
+            markLayer(localLayer);
+        }
+
+        @Override
+        public int reusedBlocks() {
+            return reusedBlocks;
+        }
+
+        @Override
         public void started(long epochNanos) {
             startEpochNanos = epochNanos;
         }
 
         @Override
         public boolean succeed(long bytes, long epochNanos) {
+            return succeed(bytes, epochNanos, null);
+        }
+
+        @Override
+        public boolean succeed(long bytes, long epochNanos, Runnable beforeNotify) {
             synchronized (this) {
                 if (state.isTerminal()) {
                     return false;
@@ -216,12 +416,21 @@ public final class TransferRequest {
                 }
                 state = params == null ? RequestState.CONTEXT_COMPLETE : RequestState.GENERATION_TRANS_COMPLETE;
             }
+            if (beforeNotify != null) {
+                beforeNotify.run();
+            }
             done.complete(null);
+            wakeLayerWaiters();
             return true;
         }
 
         @Override
         public boolean fail(KvTransferException e) {
+            return fail(e, null);
+        }
+
+        @Override
+        public boolean fail(KvTransferException e, Runnable beforeNotify) {
             Objects.requireNonNull(e, "error");
             synchronized (this) {
                 if (state.isTerminal()) {
@@ -231,7 +440,11 @@ public final class TransferRequest {
                 endEpochNanos = EpochClock.nowNanos();
                 state = e.code() == ErrorCode.CANCELLED ? RequestState.CANCELLED : RequestState.TRANS_ERROR;
             }
+            if (beforeNotify != null) {
+                beforeNotify.run();
+            }
             done.complete(null);
+            wakeLayerWaiters();
             return true;
         }
 

@@ -1,5 +1,12 @@
 package dev.kvtransfer.testkit;
 
+import dev.kvtransfer.testkit.TransferFixture.Transfer;
+import static dev.kvtransfer.testkit.TransferFixture.assertExact;
+import static dev.kvtransfer.testkit.TransferFixture.free;
+import static dev.kvtransfer.testkit.TransferFixture.prepare;
+import static dev.kvtransfer.testkit.TransferFixture.request;
+import static dev.kvtransfer.testkit.TransferFixture.respond;
+
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.FormatterProvider;
@@ -62,8 +69,8 @@ import static org.awaitility.Awaitility.await;
  * Every test closes its instances; a leaked buffer fails the close.
  */
 @Timeout(value = 5, unit = TimeUnit.MINUTES)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverConformanceTest {
-    private static final AtomicLong NEXT_ID = new AtomicLong(1_000);
 
     private final List<LocalInstance> instances = new CopyOnWriteArrayList<>();
     private final List<Throwable> backgroundErrors = new CopyOnWriteArrayList<>();
@@ -149,122 +156,9 @@ public abstract class TransceiverConformanceTest {
         return i;
     }
 
-    /** One request across both instances: the ranks that serve it and their handles. */
-    protected static final class Transfer {
-        final long id;
-        final int prompt;
-        final int totalBlocks;
-        final CacheState ctxState;
-        final CacheState genState;
-        final List<Integer> ctxRanks = new ArrayList<>();
-        final List<Integer> genRanks = new ArrayList<>();
-        final List<TransferRequest> ctx = new ArrayList<>();
-        final List<TransferRequest> gen = new ArrayList<>();
-
-        Transfer(long id, int prompt, CacheState ctxState, CacheState genState) {
-            this.id = id;
-            this.prompt = prompt;
-            this.ctxState = ctxState;
-            this.genState = genState;
-            this.totalBlocks = BlockDistribution.blocksFor(prompt, ctxState.tokensPerBlock());
-        }
-
-        List<TransferRequest> all() {
-            List<TransferRequest> a = new ArrayList<>(ctx);
-            a.addAll(gen);
-            return a;
-        }
-    }
-
-    /**
-     * Allocates and fills the context blocks and allocates the generation blocks of one request.
-     *
-     * @param ctx       context instance
-     * @param gen       generation instance
-     * @param ctxState  context state for the request (its DP rank picks the serving ranks)
-     * @param genState  generation state for the request
-     * @param prompt    context prompt length
-     * @param genPrompt prompt length the generation side asks for (normally {@code prompt})
-     * @return the prepared transfer
-     */
-    protected static Transfer prepare(LocalInstance ctx, LocalInstance gen, CacheState ctxState, CacheState genState,
-                                      int prompt, int genPrompt) {
-        Transfer t = new Transfer(NEXT_ID.incrementAndGet(), prompt, ctxState, genState);
-        int genTotal = BlockDistribution.blocksFor(genPrompt, genState.tokensPerBlock());
-        for (int r = 0; r < ctx.ranks(); r++) {
-            if (!LayoutPair.serves(ctxState, r)) {
-                continue;
-            }
-            int cp = ctxState.contextParallelism();
-            int[] ids = ctx.cache(r).allocate(t.id, BlockDistribution.count(t.totalBlocks, cp, ctxState.cpRank(r)));
-            KvPattern.fill(ctx.cache(r), ids, ctx.cacheState(r), r, t.id, t.totalBlocks);
-            t.ctxRanks.add(r);
-            t.ctx.add(TransferRequest.context(t.id, prompt, ids));
-        }
-        ContextPhaseParams params = ctx.contextPhaseParams(t.id, t.ctxRanks.get(0));
-        for (int r = 0; r < gen.ranks(); r++) {
-            if (!LayoutPair.serves(genState, r)) {
-                continue;
-            }
-            int cp = genState.contextParallelism();
-            int[] ids = gen.cache(r).allocate(t.id, BlockDistribution.count(genTotal, cp, genState.cpRank(r)));
-            t.genRanks.add(r);
-            t.gen.add(TransferRequest.generation(params, genPrompt, ids));
-        }
-        return t;
-    }
-
-    /** Context ranks of the transfer make it ready. */
-    protected static void respond(LocalInstance ctx, Transfer t) {
-        for (int i = 0; i < t.ctxRanks.size(); i++) {
-            ctx.transceiver(t.ctxRanks.get(i)).respondAndSendAsync(t.ctx.get(i));
-        }
-    }
-
-    /** Generation ranks of the transfer ask for it. */
-    protected static void request(LocalInstance gen, Transfer t) {
-        for (int i = 0; i < t.genRanks.size(); i++) {
-            gen.transceiver(t.genRanks.get(i)).requestAndReceiveAsync(t.gen.get(i));
-        }
-    }
-
     /** Waits (bounded) until every handle of the transfers ended. */
     protected final void awaitEnded(List<Transfer> ts) {
-        await("transfers to end").atMost(bound()).pollInterval(Duration.ofMillis(10))
-                .until(() -> ts.stream().allMatch(t -> t.all().stream().allMatch(TransferRequest::isDone)));
-    }
-
-    /** Asserts both sides completed and every element of every generation rank is the pattern. */
-    protected static void assertExact(LocalInstance gen, Transfer t) {
-        for (TransferRequest r : t.ctx) {
-            assertThat(r.state()).as("context side of request %d: %s", t.id, r).isEqualTo(RequestState.CONTEXT_COMPLETE);
-        }
-        for (int i = 0; i < t.genRanks.size(); i++) {
-            int rank = t.genRanks.get(i);
-            TransferRequest r = t.gen.get(i);
-            assertThat(r.state()).as("generation rank %d of request %d: %s", rank, t.id, r)
-                    .isEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
-            KvPattern.Result v = KvPattern.verify(gen.cache(rank), r.blockIds(), gen.cacheState(rank), rank, t.id,
-                    t.totalBlocks);
-            assertThat(v.checkedElements()).as("elements checked on rank %d", rank)
-                    .isEqualTo(expectedElements(gen, rank, r.blockIds().length));
-            v.assertOk();
-        }
-    }
-
-    private static long expectedElements(LocalInstance gen, int rank, int blocks) {
-        var l = gen.cache(rank).layout();
-        return (long) blocks * l.localLayers() * l.kvFactor() * l.localHeads() * l.tokensPerBlock() * l.sizePerHead();
-    }
-
-    /** Frees the transfer's blocks on both sides. */
-    protected static void free(LocalInstance ctx, LocalInstance gen, Transfer t) {
-        for (int r : t.ctxRanks) {
-            ctx.cache(r).free(t.id);
-        }
-        for (int r : t.genRanks) {
-            gen.cache(r).free(t.id);
-        }
+        TransferFixture.awaitEnded(ts, bound());
     }
 
     @TestFactory

@@ -44,6 +44,7 @@ import static org.awaitility.Awaitility.await;
  * the child filled in.
  */
 @Timeout(value = 150, unit = TimeUnit.SECONDS)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverCrossProcessTest {
     private static final Duration T = Duration.ofSeconds(60);
 
@@ -56,6 +57,17 @@ public abstract class TransceiverCrossProcessTest {
     }
 
     private final List<AutoCloseable> open = new ArrayList<>();
+    /** The deployment secret both processes share (authentication is on by default). */
+    private static java.nio.file.Path secret;
+
+    @org.junit.jupiter.api.BeforeAll
+    static void createSecret() throws IOException {
+        secret = java.nio.file.Files.createTempFile("kvtransfer-secret", ".bin");
+        secret.toFile().deleteOnExit();
+        byte[] b = new byte[32];
+        new java.security.SecureRandom().nextBytes(b);
+        java.nio.file.Files.write(secret, b);
+    }
     private final List<Throwable> genErrors = new CopyOnWriteArrayList<>();
 
     @AfterEach
@@ -71,6 +83,7 @@ public abstract class TransceiverCrossProcessTest {
         List<String> args = new ArrayList<>(List.of(provider().name(), spec, Integer.toString(blocksPerRank)));
         new TreeMap<>(transportProperties()).forEach((k, v) -> args.add(k + "=" + v));
         args.addAll(List.of(props));
+        args.add(TransceiverConfig.P_AUTH_SECRET_FILE + "=" + secret);
         ChildJvm c = ChildJvm.start(ContextInstanceMain.class, "256m", args);
         open.add(c);
         c.awaitLine("READY", T);
@@ -92,7 +105,8 @@ public abstract class TransceiverCrossProcessTest {
         return p;
     }
 
-    private LocalInstance generation(CacheState state, int blocksPerRank, TransceiverConfig config) {
+    private LocalInstance generation(CacheState state, int blocksPerRank, TransceiverConfig base) {
+        TransceiverConfig config = base.toBuilder().authSecretFile(secret).build();
         TransportConfig tc = TransportConfig.builder().properties(transportProperties()).build();
         LocalInstance gen = LocalInstance.builder("gen", state).transport(provider(), tc)
                 .formatter(Plugins.discover().formatterFor(state.attentionType())).config(config)

@@ -11,33 +11,78 @@ import java.util.Objects;
 /**
  * What a generation rank sends each context counterpart to ask for a request's cache.
  *
- * @param requestId      the <em>context</em> request id
- * @param indexFromEnd   number of requested blocks minus one
- * @param lastBlockKey   key of the prompt's last block (tokens or hashes; may be empty)
- * @param requesterState the generation rank's own cache and comm state (its {@code selfIndex} set)
- * @param dataTag        the per-transfer tag the payload travels on (unique among in-flight transfers), at
- *                       least {@link Tags#FIRST_DATA_TAG} so it never collides with a control tag
- * @param chunkBytes     largest payload message the requester accepts; parts above it are sent in chunks of
- *                       exactly this size (last one shorter); 0 = no chunking
+ * <p>Format version 2 adds prefix reuse ({@code reusedBlocks} leading blocks the generation side already holds,
+ * with the hash of each so a disagreement about the prefix is refused instead of silently corrupting), the
+ * requesting rank's block ids (so both sides can plan the same coalesced messages), and what authentication
+ * needs: the request token from the {@code ContextPhaseParams}, a fresh nonce and a timestamp (replays are
+ * refused); the MAC itself travels after the encoded info.
+ *
+ * @param requestId         the <em>context</em> request id
+ * @param indexFromEnd      number of requested blocks minus one
+ * @param lastBlockKey      key of the prompt's last block (tokens or hashes; may be empty)
+ * @param requesterState    the generation rank's own cache and comm state (its {@code selfIndex} set)
+ * @param dataTag           the per-transfer tag the payload travels on (unique among in-flight transfers), at
+ *                          least {@link Tags#FIRST_DATA_TAG} so it never collides with a control tag
+ * @param chunkBytes        largest payload message the requester accepts; parts above it are sent in chunks of
+ *                          exactly this size (last one shorter); 0 = no chunking
+ * @param reusedBlocks      leading global blocks of the request the generation side holds already (not sent)
+ * @param reusedBlockHashes the hash of each reused block ({@code reusedBlocks} entries)
+ * @param blockIds          the requesting rank's block ids of the request, in order (reused ones included)
+ * @param requestToken      the token from the request's {@code ContextPhaseParams} (empty without auth)
+ * @param nonce             16 fresh random bytes (empty without auth)
+ * @param timestampMillis   the requester's wall clock when it sent the info (epoch milliseconds)
+ * @param flags             options the requester chose for this transfer ({@link #FLAG_PART_CHECKSUMS})
+ * @param blocksPerRegion   blocks per region of the requester's pool (lets both sides coalesce across blocks)
+ * @param grants            for a push: what the requester registered for this request's blocks (empty for pull)
  */
 public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey, TransceiverState requesterState,
-                          int dataTag, long chunkBytes) {
+                          int dataTag, long chunkBytes, int reusedBlocks, long[] reusedBlockHashes, int[] blockIds,
+                          byte[] requestToken, byte[] nonce, long timestampMillis, int flags, int blocksPerRegion,
+                          java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants) {
+    /** Nonce length when authentication is on. */
+    public static final int NONCE_BYTES = 16;
+    /** Flag: every message carries an end-to-end CRC32C, checked by the receiver before it completes. */
+    public static final int FLAG_PART_CHECKSUMS = 1;
+    /** Flags this version knows. */
+    public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS;
     private static final int WIRE_TAG = 0x52; // 'R'
 
     /**
-     * Validates.
+     * Validates and copies the arrays.
      *
-     * @param requestId      context request id
-     * @param indexFromEnd   blocks minus one
-     * @param lastBlockKey   last block key
-     * @param requesterState the requester's state
-     * @param dataTag        payload tag
-     * @param chunkBytes     chunk size or 0
+     * @param requestId         context request id
+     * @param indexFromEnd      blocks minus one
+     * @param lastBlockKey      last block key
+     * @param requesterState    the requester's state
+     * @param dataTag           payload tag
+     * @param chunkBytes        chunk size or 0
+     * @param reusedBlocks      reused leading blocks
+     * @param reusedBlockHashes their hashes
+     * @param blockIds          requester's block ids
+     * @param requestToken      token or empty
+     * @param nonce             nonce or empty
+     * @param timestampMillis   send time
+     * @param flags             transfer options
+     * @param blocksPerRegion   requester's blocks per region
+     * @param grants            push grants or empty
      */
     public RequestInfo {
+        Objects.requireNonNull(grants, "grants");
+        grants = java.util.List.copyOf(grants);
+        if (blocksPerRegion < 1) {
+            throw new IllegalArgumentException("blocksPerRegion = " + blocksPerRegion + ": must be >= 1");
+        }
         Objects.requireNonNull(lastBlockKey, "lastBlockKey");
         Objects.requireNonNull(requesterState, "requesterState");
+        Objects.requireNonNull(reusedBlockHashes, "reusedBlockHashes");
+        Objects.requireNonNull(blockIds, "blockIds");
+        Objects.requireNonNull(requestToken, "requestToken");
+        Objects.requireNonNull(nonce, "nonce");
         lastBlockKey = lastBlockKey.clone();
+        reusedBlockHashes = reusedBlockHashes.clone();
+        blockIds = blockIds.clone();
+        requestToken = requestToken.clone();
+        nonce = nonce.clone();
         if (indexFromEnd < -1) {
             throw new IllegalArgumentException("indexFromEnd = " + indexFromEnd + ": must be >= -1");
         }
@@ -49,6 +94,49 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
             throw new IllegalArgumentException("dataTag = " + dataTag + ": must be >= Tags.FIRST_DATA_TAG ("
                     + Tags.FIRST_DATA_TAG + ")");
         }
+        if (reusedBlocks < 0 || reusedBlocks > (long) indexFromEnd + 1) {
+            throw new IllegalArgumentException("reusedBlocks = " + reusedBlocks + ": must be in [0, "
+                    + (indexFromEnd + 1) + "] (the requested blocks)");
+        }
+        if (reusedBlockHashes.length != reusedBlocks) {
+            throw new IllegalArgumentException("reusedBlockHashes has " + reusedBlockHashes.length + " entries for "
+                    + reusedBlocks + " reused blocks");
+        }
+        if (requestToken.length != 0 && requestToken.length != ContextPhaseParams.TOKEN_BYTES) {
+            throw new IllegalArgumentException("requestToken of " + requestToken.length + " bytes");
+        }
+        if (nonce.length != 0 && nonce.length != NONCE_BYTES) {
+            throw new IllegalArgumentException("nonce of " + nonce.length + " bytes");
+        }
+        if ((flags & ~KNOWN_FLAGS) != 0) {
+            throw new IllegalArgumentException("flags = " + flags + ": unknown bits");
+        }
+    }
+
+    /** @return whether the requester asked for end-to-end part checksums */
+    public boolean partChecksums() {
+        return (flags & FLAG_PART_CHECKSUMS) != 0;
+    }
+
+    /**
+     * A request info without reuse, block ids or authentication fields.
+     *
+     * @param requestId      context request id
+     * @param indexFromEnd   blocks minus one
+     * @param lastBlockKey   last block key
+     * @param requesterState the requester's state
+     * @param dataTag        payload tag
+     * @param chunkBytes     chunk size or 0
+     */
+    public RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey, TransceiverState requesterState,
+                       int dataTag, long chunkBytes) {
+        this(requestId, indexFromEnd, lastBlockKey, requesterState, dataTag, chunkBytes, 0, new long[0], new int[0],
+                new byte[0], new byte[0], 0, 0, 1, java.util.List.of());
+    }
+
+    /** @return whether the requester asks for a one-sided push into its grants */
+    public boolean push() {
+        return !grants.isEmpty();
     }
 
     /**
@@ -59,6 +147,30 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     @Override
     public long[] lastBlockKey() {
         return lastBlockKey.clone();
+    }
+
+    /** @return a copy of the reused blocks' hashes */
+    @Override
+    public long[] reusedBlockHashes() {
+        return reusedBlockHashes.clone();
+    }
+
+    /** @return a copy of the requester's block ids */
+    @Override
+    public int[] blockIds() {
+        return blockIds.clone();
+    }
+
+    /** @return a copy of the request token */
+    @Override
+    public byte[] requestToken() {
+        return requestToken.clone();
+    }
+
+    /** @return a copy of the nonce */
+    @Override
+    public byte[] nonce() {
+        return nonce.clone();
     }
 
     /**
@@ -99,6 +211,19 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         requesterState.writeTo(w);
         w.writeInt(dataTag);
         w.writeLong(chunkBytes);
+        // Format version 2.
+        w.writeInt(reusedBlocks);
+        w.writeLongArray(reusedBlockHashes);
+        w.writeIntArray(blockIds);
+        w.writeBytes(requestToken);
+        w.writeBytes(nonce);
+        w.writeLong(timestampMillis);
+        w.writeInt(flags);
+        w.writeInt(blocksPerRegion);
+        w.writeInt(grants.size());
+        for (var g : grants) {
+            g.writeTo(w);
+        }
     }
 
     /**
@@ -124,7 +249,41 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         if (chunk < 0) {
             throw new MalformedMessageException(chunkAt, "chunkBytes = " + chunk + ": must be >= 0");
         }
-        return new RequestInfo(id, indexFromEnd, key, state, dataTag, chunk);
+        if (r.version() < 2) {
+            return new RequestInfo(id, indexFromEnd, key, state, dataTag, chunk);
+        }
+        int reusedAt = r.offset();
+        int reused = r.readInt("reusedBlocks", 0, Integer.MAX_VALUE);
+        long[] hashes = r.readLongArray("reusedBlockHashes");
+        int[] ids = r.readIntArray("blockIds", 0, Integer.MAX_VALUE);
+        int tokenAt = r.offset();
+        byte[] token = r.readBytes("requestToken");
+        int nonceAt = r.offset();
+        byte[] nonce = r.readBytes("nonce");
+        long ts = r.readLong("timestampMillis");
+        int flagsAt = r.offset();
+        int flags = r.readInt("flags");
+        if ((flags & ~KNOWN_FLAGS) != 0) {
+            throw new MalformedMessageException(flagsAt, "flags = " + flags + ": unknown bits");
+        }
+        if (reused > (long) indexFromEnd + 1 || hashes.length != reused) {
+            throw new MalformedMessageException(reusedAt, "reusedBlocks = " + reused + " with " + hashes.length
+                    + " hashes for " + (indexFromEnd + 1) + " requested blocks");
+        }
+        if (token.length != 0 && token.length != ContextPhaseParams.TOKEN_BYTES) {
+            throw new MalformedMessageException(tokenAt, "requestToken of " + token.length + " bytes");
+        }
+        if (nonce.length != 0 && nonce.length != NONCE_BYTES) {
+            throw new MalformedMessageException(nonceAt, "nonce of " + nonce.length + " bytes");
+        }
+        int bpr = r.readInt("blocksPerRegion", 1, Integer.MAX_VALUE);
+        int n = r.readCount("grants", 30);
+        java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants = new java.util.ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            grants.add(dev.kvtransfer.api.format.PeerPool.Grant.readFrom(r));
+        }
+        return new RequestInfo(id, indexFromEnd, key, state, dataTag, chunk, reused, hashes, ids, token, nonce, ts,
+                flags, bpr, grants);
     }
 
     @Override
@@ -132,17 +291,23 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         return o instanceof RequestInfo i && requestId == i.requestId && indexFromEnd == i.indexFromEnd
                 && Arrays.equals(lastBlockKey, i.lastBlockKey) && requesterState.equals(i.requesterState)
                 && requesterState.selfIndex() == i.requesterState.selfIndex()
-                && dataTag == i.dataTag && chunkBytes == i.chunkBytes;
+                && dataTag == i.dataTag && chunkBytes == i.chunkBytes && reusedBlocks == i.reusedBlocks
+                && Arrays.equals(reusedBlockHashes, i.reusedBlockHashes) && Arrays.equals(blockIds, i.blockIds)
+                && Arrays.equals(requestToken, i.requestToken) && Arrays.equals(nonce, i.nonce)
+                && timestampMillis == i.timestampMillis && flags == i.flags && blocksPerRegion == i.blocksPerRegion
+                && grants.equals(i.grants);
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(requestId, indexFromEnd, Arrays.hashCode(lastBlockKey), requesterState, dataTag, chunkBytes);
+        return Objects.hash(requestId, indexFromEnd, Arrays.hashCode(lastBlockKey), requesterState, dataTag, chunkBytes,
+                reusedBlocks, Arrays.hashCode(reusedBlockHashes), Arrays.hashCode(blockIds), timestampMillis);
     }
 
     @Override
     public String toString() {
-        return "RequestInfo{request " + requestId + ", blocks " + (indexFromEnd + 1) + ", tag " + dataTag
+        return "RequestInfo{request " + requestId + ", blocks " + (indexFromEnd + 1)
+                + (reusedBlocks > 0 ? " (" + reusedBlocks + " reused)" : "") + ", tag " + dataTag
                 + ", from rank " + requesterState.selfIndex() + " " + requesterState.cacheState() + "}";
     }
 }

@@ -183,7 +183,7 @@ public final class LocalInstance implements AutoCloseable {
      * @return the params (no first generated tokens)
      */
     public ContextPhaseParams contextPhaseParams(long requestId, int rank) {
-        return new ContextPhaseParams(requestId, new long[0], transceiverState(rank));
+        return transceiver(rank).contextPhaseParams(requestId, new long[0]);
     }
 
     private Rank rank(int r) {
@@ -417,12 +417,14 @@ public final class LocalInstance implements AutoCloseable {
                             ? state.withDpRank(state.tpRank(r) / state.tpPerDpGroup()) : state;
                     states.add(s);
                     BufferManager bm = shared != null ? shared : add(bms, new HostBufferManager());
-                    caches.add(new PagedKvCache(bm, BlockLayout.of(s, r), blocksPerRank));
+                    caches.add(PagedKvCache.of(bm, s, r, blocksPerRank));
                     TransportConfig tc = TransportConfig.builder().name(name + "-rank-" + r)
                             .host(baseTransport.host())
                             .port(baseTransport.port() == 0 ? 0 : baseTransport.port() + r)
                             .defaultTimeout(baseTransport.defaultTimeout())
-                            .properties(baseTransport.properties()).build();
+                            .properties(baseTransport.properties()).errorHandler(errors)
+                            .authSecret(baseTransport.authSecret() != null ? baseTransport.authSecret()
+                                    : config.authSecret()).build();
                     ConnectionManager cm = tp.create(tc);
                     cms.add(cm);
                     addresses.add(cm.localAddress());

@@ -115,6 +115,10 @@ public final class TimingCsvWriter implements AutoCloseable {
     }
 
     private void write(Row r) {
+        String row = r.timing.csvRow();
+        if (row == null) {
+            return; // as upstream: a session without measures (nothing moved on this rank) writes no row
+        }
         try {
             BufferedWriter w = r.sender ? send : recv;
             if (w == null) {
@@ -129,7 +133,7 @@ public final class TimingCsvWriter implements AutoCloseable {
                     recv = w;
                 }
             }
-            w.write(r.timing.csvRow());
+            w.write(row);
             w.newLine();
         } catch (IOException | RuntimeException e) {
             errors.onError(new UncheckedIOException("timing row of request " + r.timing.requestId()

@@ -131,8 +131,19 @@ public final class TransferTiming {
         return sb.toString();
     }
 
-    /** @return this request's CSV row (no newline) */
+    /**
+     * This request's CSV row (no newline), as TensorRT-LLM's {@code TransferSession::exportMeasure} writes it:
+     * the context request id; the five stage deltas in milliseconds from the transfer start, each from the
+     * previous stage that was set ({@code 0.0} for an unset stage); then per measure the delay from the
+     * Preprocess stamp, the duration, and {@code bytes * 8 / duration_ms / 1e6} Gbit/s. Numbers are printed the
+     * way a C++ {@code std::ostream} prints a {@code double} by default ({@link #cpp}).
+     *
+     * @return the row, or {@code null} when there is no measure (upstream writes no row then)
+     */
     public synchronized String csvRow() {
+        if (measureCount == 0) {
+            return null;
+        }
         StringBuilder sb = new StringBuilder(64 + measureCount * 32);
         sb.append(requestId);
         long prev = start;
@@ -141,7 +152,7 @@ public final class TransferTiming {
             if (s == 0) {
                 sb.append(",0.0");
             } else {
-                sb.append(',').append(ms(s - prev));
+                sb.append(',').append(cpp((s - prev) / 1e6));
                 prev = s;
             }
         }
@@ -150,16 +161,41 @@ public final class TransferTiming {
             long ms = measures[i * 4 + 1];
             long me = measures[i * 4 + 2];
             long bytes = measures[i * 4 + 3];
-            long dur = Math.max(0, me - ms);
-            // bytes*8 / duration_ms / 1e6 == bits per nanosecond == Gbit/s.
-            double gbps = dur == 0 ? 0.0 : bytes * 8.0 / dur;
-            sb.append(',').append(ms(ms - base)).append(',').append(ms(dur)).append(',')
-                    .append(String.format(Locale.ROOT, "%.3f", gbps));
+            double durationMs = (me - ms) / 1e6;
+            double gbps = bytes * 8.0 / durationMs / 1e6;
+            sb.append(',').append(cpp((ms - base) / 1e6)).append(',').append(cpp(durationMs)).append(',')
+                    .append(cpp(gbps));
         }
         return sb.toString();
     }
 
-    private static String ms(long nanos) {
-        return String.format(Locale.ROOT, "%.3f", nanos / 1e6);
+    private static final java.math.MathContext SIX = new java.math.MathContext(6, java.math.RoundingMode.HALF_EVEN);
+
+    /**
+     * A {@code double} as C++'s {@code std::ostream << double} prints it by default ({@code %g} with six
+     * significant digits, no trailing zeros): {@code 0.5}, {@code 123457}, {@code 1.23457e+06}, {@code 1e-07},
+     * {@code inf}, {@code nan}.
+     *
+     * @param v the value
+     * @return the text
+     */
+    public static String cpp(double v) {
+        if (Double.isNaN(v)) {
+            return "nan";
+        }
+        if (Double.isInfinite(v)) {
+            return v > 0 ? "inf" : "-inf";
+        }
+        if (v == 0) {
+            return 1 / v < 0 ? "-0" : "0";
+        }
+        java.math.BigDecimal bd = new java.math.BigDecimal(v).round(SIX);
+        int x = bd.precision() - bd.scale() - 1;
+        if (x < -4 || x >= 6) {
+            String m = bd.movePointLeft(x).stripTrailingZeros().toPlainString();
+            int ax = Math.abs(x);
+            return m + "e" + (x < 0 ? "-" : "+") + (ax < 10 ? "0" : "") + ax;
+        }
+        return bd.stripTrailingZeros().toPlainString();
     }
 }

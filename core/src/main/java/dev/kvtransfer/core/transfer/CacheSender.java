@@ -18,6 +18,7 @@ import dev.kvtransfer.core.journal.TransferJournal;
 import dev.kvtransfer.core.timing.EpochClock;
 import dev.kvtransfer.core.timing.TransferTiming;
 
+import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -47,16 +48,28 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class CacheSender implements AutoCloseable {
     /** Largest RequestInfo accepted, in bytes; a larger announced size is dropped as MALFORMED. */
     public static final long MAX_INFO_BYTES = 1 << 20;
-    /** How often the idle responder wakes up to expire old requests and notice close. */
+    /** Longest the idle responder waits in one poll before it expires old requests and checks for close. */
     static final Duration POLL = Duration.ofMillis(50);
+    /** Threads reading request infos (each connection's infos are read in order by one of them at a time). */
+    static final int INFO_READERS = 2;
+    /** Most request headers queued per connection before that connection's further requests are dropped. */
+    static final int MAX_QUEUED_PER_CONNECTION = 1024;
 
     private final TransferEnv env;
     private final Object lock = new Object();
     private final Map<Long, Pending> pending = new HashMap<>();
     private final AtomicInteger senderThreads = new AtomicInteger();
-    private Thread responder;
+    private org.agrona.concurrent.AgentRunner responder;
     private ThreadPoolExecutor senders;
-    private MemoryBuffer readyOne;
+    private ThreadPoolExecutor infoReaders;
+    private final Map<Connection, InfoQueue> infoQueues = new java.util.concurrent.ConcurrentHashMap<>();
+    /** The infos of the last dispatched requests (guarded by {@link #lock}): late duplicates are recognised. */
+    private final Map<Long, RequestInfo[]> dispatchedRecently = new java.util.LinkedHashMap<>(256, 0.75f, false) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Long, RequestInfo[]> e) {
+            return size() > 1024;
+        }
+    };
     private volatile boolean closing;
 
     /**
@@ -73,7 +86,7 @@ public final class CacheSender implements AutoCloseable {
     }
 
     /** A refusal to send outside the lock. */
-    private record Refusal(Connection conn, int tag, ErrorCode code, String reason, long requestId) {
+    private record Refusal(Connection conn, RequestInfo info, ErrorCode code, String reason, long requestId) {
     }
 
     /** One request known to this rank: locally ready, asked for, or both. */
@@ -90,6 +103,8 @@ public final class CacheSender implements AutoCloseable {
         ErrorCode refusalCode;
         String refusalReason;
         boolean dispatched;
+        /** When the first counterpart's info arrived (TensorRT-LLM's kTimeRequestInfo: the session's creation). */
+        long firstInfoNanos;
 
         Pending(long requestId, long deadlineNanos) {
             this.requestId = requestId;
@@ -183,7 +198,7 @@ public final class CacheSender implements AutoCloseable {
             p.refusalCode = ErrorCode.CANCELLED;
             p.refusalReason = "cancelled by the context side";
             for (Asked a : p.allAsked()) {
-                refusals.add(new Refusal(a.conn, a.info.dataTag(), p.refusalCode, p.refusalReason, p.requestId));
+                refusals.add(new Refusal(a.conn, a.info, p.refusalCode, p.refusalReason, p.requestId));
             }
         }
         h.fail(new KvTransferException(ErrorCode.CANCELLED, h.requestId(), "cancelled before its ready signal", null));
@@ -196,95 +211,284 @@ public final class CacheSender implements AutoCloseable {
             if (responder != null || closing) {
                 return;
             }
-            readyOne = env.buffers().allocate(1, MemoryKind.HOST);
-            readyOne.asByteBuffer().put(0, (byte) 1);
             int n = env.config().sendConcurrency();
             senders = new ThreadPoolExecutor(n, n, 0, TimeUnit.MILLISECONDS, new LinkedBlockingQueue<>(), r -> {
                 Thread t = new Thread(r, env.threadPrefix() + "-send-" + senderThreads.getAndIncrement());
                 t.setDaemon(true);
                 return t;
             });
-            responder = new Thread(this::respondLoop, env.threadPrefix() + "-responder");
-            responder.setDaemon(true);
-            responder.start();
+            AtomicInteger readers = new AtomicInteger();
+            infoReaders = new ThreadPoolExecutor(INFO_READERS, INFO_READERS, 0, TimeUnit.MILLISECONDS,
+                    new LinkedBlockingQueue<>(), r -> {
+                Thread t = new Thread(r, env.threadPrefix() + "-info-" + readers.getAndIncrement());
+                t.setDaemon(true);
+                return t;
+            });
+            // The responder is an Agrona agent: its work is one poll of the transport (which waits, bounded, in
+            // the transport's own wakeup), its errors go to the metrics' error path and counter.
+            responder = new org.agrona.concurrent.AgentRunner(new org.agrona.concurrent.NoOpIdleStrategy(),
+                    e -> {
+                        if (e instanceof org.agrona.concurrent.AgentTerminationException) {
+                            return; // the agent's own, orderly stop (close, or the transport closed)
+                        }
+                        env.metrics().error(e instanceof KvTransferException ? e
+                                : new KvTransferException(ErrorCode.INTERNAL, KvTransferException.NO_REQUEST,
+                                "responder of rank " + env.selfIndex() + ": " + e, e));
+                    }, null, new Responder());
+            org.agrona.concurrent.AgentRunner.startOnThread(responder, r -> {
+                Thread t = new Thread(r, env.threadPrefix() + "-responder");
+                t.setDaemon(true);
+                return t;
+            });
         }
     }
 
     // ---------------------------------------------------------------- responder
 
-    private void respondLoop() {
-        MemoryBuffer control = null;
-        MemoryBuffer info = null;
-        try {
-            control = env.buffers().allocate(16, MemoryKind.HOST);
-            info = env.buffers().allocate(MAX_INFO_BYTES, MemoryKind.HOST);
-            while (!closing) {
-                try {
-                    expire();
-                    Connection conn;
-                    try {
-                        conn = env.connections().recvConnect(Tags.ID_TAG, control, 0, 8, POLL);
-                    } catch (TransportClosedException e) {
-                        if (!closing) {
-                            env.metrics().error(new KvTransferException(ErrorCode.NETWORK, KvTransferException.NO_REQUEST,
-                                    "responder of rank " + env.selfIndex() + " stops: transport closed", e));
-                        }
-                        break;
-                    } catch (KvTransferException e) {
-                        if (e.code() != ErrorCode.TIMEOUT) {
-                            env.metrics().error(e);
-                        }
-                        continue;
-                    }
-                    long id = control.asByteBuffer().getLong(0);
-                    if (id == Tags.TERMINATION) {
-                        continue;
-                    }
-                    if (id != Tags.REQUEST_SEND) {
-                        env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, "rank " + env.selfIndex()
-                                + ": unknown id message " + id + " from " + conn.peer() + " (dropped)"));
-                        continue;
-                    }
-                    readInfo(conn, control, info);
-                } catch (RuntimeException e) {
-                    // One bad message or bug must never stop the responder: report and serve the next one.
-                    env.metrics().error(e instanceof KvTransferException ? e
-                            : new KvTransferException(ErrorCode.INTERNAL, KvTransferException.NO_REQUEST,
-                            "responder of rank " + env.selfIndex() + ": " + e, e));
+    /** The responder agent: accepts request headers and hands each connection's infos to an info reader. */
+    private final class Responder implements org.agrona.concurrent.Agent {
+        private MemoryBuffer header;
+
+        @Override
+        public void onStart() {
+            header = env.buffers().allocate(CacheReceiver.HEADER_BYTES, MemoryKind.HOST);
+        }
+
+        @Override
+        public int doWork() {
+            if (closing) {
+                throw new org.agrona.concurrent.AgentTerminationException();
+            }
+            expire();
+            Connection conn;
+            try {
+                conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, CacheReceiver.HEADER_BYTES, POLL);
+            } catch (TransportClosedException e) {
+                if (!closing) {
+                    env.metrics().error(new KvTransferException(ErrorCode.NETWORK, KvTransferException.NO_REQUEST,
+                            "responder of rank " + env.selfIndex() + " stops: transport closed", e));
+                }
+                throw new org.agrona.concurrent.AgentTerminationException();
+            } catch (KvTransferException e) {
+                // A malformed header (wrong length) from some peer: counted, and the next one is served.
+                env.metrics().error(e);
+                return 1;
+            }
+            if (conn == null) {
+                return 0;
+            }
+            ByteBuffer h = header.asByteBuffer();
+            long kind = h.getLong(0);
+            long size = h.getLong(8);
+            long id = h.getLong(16);
+            if (kind == Tags.TERMINATION) {
+                return 1;
+            }
+            int mac = env.auth().macBytes();
+            if (kind != Tags.REQUEST_SEND) {
+                env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, "rank " + env.selfIndex()
+                        + ": unknown request kind " + kind + " from " + Texts.peer(conn.peer()) + " (dropped)"));
+                return 1;
+            }
+            if (size <= mac || size > MAX_INFO_BYTES + mac) {
+                // The info itself is left unread: a peer that announces this is not speaking our protocol.
+                env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
+                        + ": request info of " + size + " bytes announced by " + Texts.peer(conn.peer())
+                        + " (limit " + MAX_INFO_BYTES + "); dropped", null));
+                return 1;
+            }
+            enqueueInfo(conn, id, (int) size);
+            return 1;
+        }
+
+        @Override
+        public void onClose() {
+            if (header != null) {
+                header.close();
+            }
+        }
+
+        @Override
+        public String roleName() {
+            return env.threadPrefix() + "-responder";
+        }
+    }
+
+    /** The headers of one connection whose infos are still to read, read in order by one reader at a time. */
+    private static final class InfoQueue {
+        final java.util.ArrayDeque<long[]> pending = new java.util.ArrayDeque<>();
+        /** Request ids of the last headers accepted: a duplicated header (a network artifact) is ignored. */
+        final long[] recent = new long[64];
+        int recentNext;
+        boolean reading;
+
+        boolean seenRecently(long id) {
+            for (long r : recent) {
+                if (r == id && id != 0) {
+                    return true;
                 }
             }
-        } finally {
-            if (control != null) {
-                control.close();
+            return false;
+        }
+
+        void remember(long id) {
+            recent[recentNext] = id;
+            recentNext = (recentNext + 1) % recent.length;
+        }
+    }
+
+    private void enqueueInfo(Connection conn, long id, int size) {
+        InfoQueue q = infoQueues.computeIfAbsent(conn, c -> new InfoQueue());
+        boolean start;
+        synchronized (q) {
+            if (q.seenRecently(id)) {
+                env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
+                        + ": duplicate request header for request " + id + " from " + Texts.peer(conn.peer())
+                        + " (ignored)", null));
+                return;
             }
-            if (info != null) {
-                info.close();
+            if (q.pending.size() >= MAX_QUEUED_PER_CONNECTION) {
+                env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
+                        + ": " + Texts.peer(conn.peer()) + " has " + q.pending.size() + " request infos unread; "
+                        + "request " + id + " dropped", null));
+                return;
+            }
+            q.pending.add(new long[] {id, size});
+            q.remember(id);
+            start = !q.reading;
+            q.reading = true;
+        }
+        if (start) {
+            try {
+                infoReaders.execute(() -> drain(conn, q));
+            } catch (RejectedExecutionException e) {
+                synchronized (q) {
+                    q.reading = false;
+                    q.pending.clear();
+                }
             }
         }
     }
 
-    private void readInfo(Connection conn, MemoryBuffer control, MemoryBuffer infoBuf) {
-        Duration t = env.controlTimeout();
-        conn.recv(Tags.INFO_SIZE_TAG, control, 8, 8, t);
-        long size = control.asByteBuffer().getLong(8);
-        if (size <= 0 || size > MAX_INFO_BYTES) {
-            // The info itself is left unread: a peer that announces this is not speaking our protocol.
-            env.metrics().error(new MalformedMessageException(0, "rank " + env.selfIndex() + ": request info of "
-                    + size + " bytes announced by " + conn.peer() + " (limit " + MAX_INFO_BYTES + "); dropped"));
-            return;
+    /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
+    private void drain(Connection conn, InfoQueue q) {
+        while (true) {
+            long[] next;
+            synchronized (q) {
+                next = q.pending.poll();
+                if (next == null || closing) {
+                    q.reading = false;
+                    q.pending.clear();
+                    return;
+                }
+            }
+            try {
+                readInfo(conn, next[0], (int) next[1]);
+            } catch (TransportClosedException e) {
+                return;
+            } catch (RuntimeException e) {
+                env.metrics().error(e instanceof KvTransferException ? e
+                        : new KvTransferException(ErrorCode.INTERNAL, next[0], "reading request info from "
+                        + Texts.peer(conn.peer()) + ": " + e, e));
+            }
         }
-        conn.recv(Tags.INFO_TAG, infoBuf, 0, size, t);
-        byte[] bytes = new byte[(int) size];
-        infoBuf.asByteBuffer().get(0, bytes);
+    }
+
+    private void readInfo(Connection conn, long headerId, int size) {
+        int mac = env.auth().macBytes();
+        byte[] bytes;
+        byte[] claimed;
+        try (MemoryBuffer buf = env.buffers().allocate(size, MemoryKind.HOST)) {
+            long deadline = System.nanoTime() + env.controlTimeout().toNanos();
+            for (int attempt = 0; ; attempt++) {
+                try {
+                    conn.recv(Tags.INFO_TAG, buf, 0, size, Duration.ofNanos(Math.max(1, deadline - System.nanoTime())));
+                    break;
+                } catch (KvTransferException e) {
+                    // A message of another length is consumed by the transport: a stale or duplicated info. The
+                    // header's own info is the next one; try again (a few times, within the deadline).
+                    if (e.code() != ErrorCode.MALFORMED || attempt >= 2 || deadline - System.nanoTime() <= 0) {
+                        throw e;
+                    }
+                    env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, headerId, "rank "
+                            + env.selfIndex() + ": skipped a request info of another length from "
+                            + Texts.peer(conn.peer()) + ": " + e.getMessage(), e));
+                }
+            }
+            ByteBuffer bb = buf.asByteBuffer();
+            bytes = new byte[size - mac];
+            bb.get(0, bytes);
+            claimed = new byte[mac];
+            bb.get(size - mac, claimed);
+        } catch (KvTransferException e) {
+            throw new KvTransferException(e.code(), headerId, "rank " + env.selfIndex() + ": the info of request "
+                    + headerId + " announced by " + Texts.peer(conn.peer()) + " did not arrive: " + e.getMessage(), e);
+        }
         RequestInfo info;
         try {
             info = RequestInfo.fromBytes(bytes);
         } catch (MalformedMessageException e) {
-            env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, KvTransferException.NO_REQUEST,
-                    "rank " + env.selfIndex() + ": bad request info from " + conn.peer() + ": " + e.getMessage(), e));
-            return;
+            throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
+                    + ": bad request info from " + Texts.peer(conn.peer()) + ": " + e.getMessage(), e);
+        }
+        if (info.requestId() != headerId) {
+            throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex() + ": "
+                    + Texts.peer(conn.peer()) + " announced request " + headerId + " but sent the info of request "
+                    + info.requestId() + "; dropped", null);
+        }
+        String refused = authenticate(conn, info, bytes, claimed);
+        if (refused == REPLAYED) {
+            // A duplicate of an info already served (a replay, or the network duplicated it): the genuine asker
+            // is being served, so nothing is sent back.
+            throw unauthorized(headerId, conn, "request info replayed (its nonce was already used); dropped");
+        }
+        if (refused != null) {
+            KvTransferException e = unauthorized(headerId, conn, refused);
+            // The asker learns only that it was refused and why in general terms; nothing of the request moves.
+            sendRefusals(List.of(new Refusal(conn, info, ErrorCode.UNAUTHORIZED, "refused: " + refused,
+                    headerId)));
+            throw e;
         }
         onInfo(conn, info);
+    }
+
+    /** @return null when the info is authentic, fresh, from the session it claims and holds the token */
+    private String authenticate(Connection conn, RequestInfo info, byte[] bytes, byte[] claimed) {
+        ControlAuth auth = env.auth();
+        if (!auth.enabled()) {
+            return null;
+        }
+        if (!auth.macValid(auth.mac("INFO", bytes, CacheReceiver.utf8(env.connections().localAddress())),
+                claimed)) {
+            return "request info failed authentication (forged, altered, meant for another rank, or a different "
+                    + "deployment secret: set kvtransfer.authSecretFile to the same file on every rank)";
+        }
+        // Identity is the transport session's: the requester must be who the connection says it is.
+        var addresses = info.requesterState().commState().addresses();
+        int self = info.requesterState().selfIndex();
+        if (self < 0 || self >= addresses.size() || !addresses.get(self).equals(conn.peer())) {
+            return "the request info claims generation rank address "
+                    + (self >= 0 && self < addresses.size() ? Texts.peer(addresses.get(self)) : "?")
+                    + " but the connection is from " + Texts.peer(conn.peer());
+        }
+        String stale = auth.checkFresh(info.nonce(), info.timestampMillis());
+        if (stale != null) {
+            return stale.startsWith("nonce already used") ? REPLAYED : stale;
+        }
+        if (!auth.tokenValid(info.requestId(), info.requestToken())) {
+            return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
+                    + "with CacheTransceiver.contextPhaseParams)";
+        }
+        return null;
+    }
+
+    /** {@link #authenticate}'s answer for a replayed info: dropped without a word. */
+    private static final String REPLAYED = new String("replayed");
+
+    private KvTransferException unauthorized(long id, Connection conn, String why) {
+        KvTransferException e = new KvTransferException(ErrorCode.UNAUTHORIZED, id, "rank " + env.selfIndex() + ": "
+                + Texts.peer(conn.peer()) + ": " + why, null);
+        return e;
     }
 
     private void onInfo(Connection conn, RequestInfo info) {
@@ -326,9 +530,24 @@ public final class CacheSender implements AutoCloseable {
         TransferHandle dispatched = null;
         synchronized (lock) {
             Pending p = pending.get(id);
-            if (p == null) {
+            RequestInfo[] served = p == null ? dispatchedRecently.get(id) : null;
+            if (served != null) {
+                boolean duplicate = false;
+                for (RequestInfo s : served) {
+                    duplicate |= info.equals(s);
+                }
+                if (duplicate) {
+                    env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "duplicate request info "
+                            + "from generation rank " + requester + " after dispatch (ignored)", null));
+                } else {
+                    refusals.add(new Refusal(conn, info, ErrorCode.MALFORMED, "request " + id
+                            + " was already served to all its counterparts", id));
+                }
+                support = null;
+                p = null;
+            } else if (p == null) {
                 if (pending.size() >= env.config().maxPendingRequests()) {
-                    refusals.add(new Refusal(conn, info.dataTag(), ErrorCode.INTERNAL, "context rank "
+                    refusals.add(new Refusal(conn, info, ErrorCode.INTERNAL, "context rank "
                             + env.selfIndex() + " tracks too many pending requests (" + pending.size() + ")", id));
                     support = null;
                 } else {
@@ -344,7 +563,7 @@ public final class CacheSender implements AutoCloseable {
                     p.refusalCode = ErrorCode.UNSUPPORTED_LAYOUT;
                     p.refusalReason = "unsupported layout: " + support.reason();
                     for (Asked a : p.allAsked()) {
-                        refusals.add(new Refusal(a.conn, a.info.dataTag(), p.refusalCode, p.refusalReason, id));
+                        refusals.add(new Refusal(a.conn, a.info, p.refusalCode, p.refusalReason, id));
                     }
                     if (p.local != null) {
                         failLocal = p.local;
@@ -352,12 +571,12 @@ public final class CacheSender implements AutoCloseable {
                                 + requester + " at " + conn.peer() + ": " + p.refusalReason, null);
                     }
                 }
-                refusals.add(new Refusal(conn, info.dataTag(), ErrorCode.UNSUPPORTED_LAYOUT,
+                refusals.add(new Refusal(conn, info, ErrorCode.UNSUPPORTED_LAYOUT,
                         "unsupported layout: " + support.reason(), id));
             } else if (p.refusalCode != null) {
-                refusals.add(new Refusal(conn, info.dataTag(), p.refusalCode, p.refusalReason, id));
+                refusals.add(new Refusal(conn, info, p.refusalCode, p.refusalReason, id));
             } else if (p.dispatched) {
-                refusals.add(new Refusal(conn, info.dataTag(), ErrorCode.MALFORMED, "request " + id
+                refusals.add(new Refusal(conn, info, ErrorCode.MALFORMED, "request " + id
                         + " was already served to all its counterparts", id));
             } else {
                 if (p.targets == null) {
@@ -366,14 +585,20 @@ public final class CacheSender implements AutoCloseable {
                     p.asked = new Asked[targets.size()];
                 }
                 if (!p.peerCache.equals(peer)) {
-                    refusals.add(new Refusal(conn, info.dataTag(), ErrorCode.MALFORMED, "generation ranks of request "
+                    refusals.add(new Refusal(conn, info, ErrorCode.MALFORMED, "generation ranks of request "
                             + id + " disagree on their layout: " + p.peerCache + " vs " + peer, id));
+                } else if (p.asked[position] != null && p.asked[position].info.equals(info)) {
+                    // The same info twice (the network duplicated it): already counted, nothing to answer.
+                    env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "duplicate request info "
+                            + "from generation rank " + requester + " (ignored)", null));
                 } else if (p.asked[position] != null) {
-                    refusals.add(new Refusal(conn, info.dataTag(), ErrorCode.MALFORMED, "generation rank "
+                    refusals.add(new Refusal(conn, info, ErrorCode.MALFORMED, "generation rank "
                             + requester + " asked twice for request " + id, id));
                 } else {
                     p.asked[position] = new Asked(conn, info);
-                    p.askedCount++;
+                    if (p.askedCount++ == 0) {
+                        p.firstInfoNanos = System.nanoTime();
+                    }
                     dispatch = maybeDispatch(p);
                     dispatched = p.local;
                 }
@@ -396,7 +621,12 @@ public final class CacheSender implements AutoCloseable {
         }
         p.dispatched = true;
         pending.remove(p.requestId);
-        p.timing.requestInfo(System.nanoTime());
+        RequestInfo[] infos = new RequestInfo[p.asked.length];
+        for (int i = 0; i < infos.length; i++) {
+            infos[i] = p.asked[i].info;
+        }
+        dispatchedRecently.put(p.requestId, infos);
+        p.timing.requestInfo(p.firstInfoNanos != 0 ? p.firstInfoNanos : System.nanoTime());
         return new DispatchTask(p);
     }
 
@@ -452,7 +682,7 @@ public final class CacheSender implements AutoCloseable {
                     errors.add(new KvTransferException(ErrorCode.TIMEOUT, p.requestId, reason, null));
                 }
                 for (Asked a : p.allAsked()) {
-                    refusals.add(new Refusal(a.conn, a.info.dataTag(), ErrorCode.TIMEOUT, reason, p.requestId));
+                    refusals.add(new Refusal(a.conn, a.info, ErrorCode.TIMEOUT, reason, p.requestId));
                 }
             }
         }
@@ -465,12 +695,49 @@ public final class CacheSender implements AutoCloseable {
     private void sendRefusals(List<Refusal> refusals) {
         for (Refusal r : refusals) {
             try {
-                Signals.sendRefusal(env.buffers(), r.conn, r.tag, r.code, r.reason, env.controlTimeout());
+                sendReady(r.conn, r.info, false, null, env.controlTimeout());
+                Signals.sendReason(env.buffers(), r.conn, r.info.dataTag(), r.code, r.reason, env.controlTimeout());
                 env.journal().readySignalSent(r.requestId, -1, false);
             } catch (RuntimeException e) {
                 env.metrics().error(new KvTransferException(codeOf(e), r.requestId, "could not tell "
-                        + r.conn.peer() + " that the request was refused (" + r.reason + "): " + e.getMessage(), e));
+                        + Texts.peer(r.conn.peer()) + " that the request was refused (" + r.reason + "): "
+                        + e.getMessage(), e));
             }
+        }
+    }
+
+    /**
+     * Sends a ready signal on the request's data tag: status, this rank's block count and ids (zeros for a
+     * refusal), and with authentication the MAC binding it to the request's nonce and both ends.
+     */
+    private void sendReady(Connection conn, RequestInfo info, boolean ok, int[] ids, Duration timeout) {
+        sendReady(conn, info, ok, ids, timeout, false, false);
+    }
+
+    private void sendReady(Connection conn, RequestInfo info, boolean ok, int[] ids, Duration timeout, boolean push,
+                           boolean layered) {
+        CacheState self = env.selfCache();
+        int n = BlockDistribution.count(info.indexFromEnd() + 1, self.contextParallelism(),
+                self.cpRank(env.selfIndex()));
+        ControlAuth auth = env.auth();
+        int mac = auth.macBytes();
+        int len = CacheReceiver.readyBytes(n, mac);
+        try (MemoryBuffer buf = env.buffers().allocate(len, MemoryKind.HOST)) {
+            ByteBuffer bb = buf.asByteBuffer();
+            bb.put(0, !ok ? CacheReceiver.READY_REFUSED : (byte) ((push ? CacheReceiver.READY_PUSH
+                    : CacheReceiver.READY_PULL) | (layered ? CacheReceiver.READY_LAYERS : 0)));
+            bb.putInt(4, n);
+            bb.putInt(8, env.cache().blocksPerRegion());
+            for (int i = 0; i < n; i++) {
+                bb.putInt(CacheReceiver.READY_HEADER + 4 * i, ok && ids != null && i < ids.length ? ids[i] : 0);
+            }
+            if (mac > 0) {
+                byte[] body = new byte[len - mac];
+                bb.get(0, body);
+                bb.put(len - mac, CacheReceiver.readyMac(auth, info.requestId(), info.dataTag(), info.nonce(),
+                        env.connections().localAddress(), conn.peer(), body));
+            }
+            conn.send(info.dataTag(), buf, 0, len, timeout);
         }
     }
 
@@ -507,56 +774,215 @@ public final class CacheSender implements AutoCloseable {
                             + h.promptLength() + " tokens)", null);
                 }
             }
+            int reused = checkReuse(p, h, totalBlocks);
+            boolean checksums = p.asked[0].info.partChecksums();
+            int[][] peerIds = new int[n][];
+            int[] peerBpr = new int[n];
+            for (int i = 0; i < n; i++) {
+                peerIds[i] = p.asked[i].info.blockIds();
+                peerBpr[i] = p.asked[i].info.blocksPerRegion();
+                if (p.asked[i].info.partChecksums() != checksums) {
+                    throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
+                            + " disagree on part checksums", null);
+                }
+            }
+            boolean push = p.asked[0].info.push() && canPush();
+            dev.kvtransfer.api.format.PeerPool[] pools = null;
+            if (push) {
+                pools = new dev.kvtransfer.api.format.PeerPool[n];
+                for (int i = 0; i < n; i++) {
+                    RequestInfo ai = p.asked[i].info;
+                    if (!ai.push()) {
+                        throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
+                                + " disagree on push and pull", null);
+                    }
+                    pools[i] = new dev.kvtransfer.api.format.PeerPool(p.peerCache, ai.requesterState().selfIndex(),
+                            ai.blockIds(), ai.blocksPerRegion(), ai.grants());
+                }
+            }
+            boolean layered = h.layerWise() && env.formatter().capabilities().contains(
+                    push ? dev.kvtransfer.api.format.FormatterCapability.PUSH
+                            : dev.kvtransfer.api.format.FormatterCapability.LAYER_RANGES);
             session = DefaultTransferSession.builder(id, true).states(env.selfState(), p.peerCache, p.targets)
                     .blocks(h.blockIds(), totalBlocks).connections(conns, tags, chunk)
                     .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(p.deadlineNanos, p.timing)
-                    .journal(env.journal()).build();
+                    .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds).peerBlocksPerRegion(peerBpr)
+                    .checksums(checksums).push(pools).build();
             for (int i = 0; i < n; i++) {
                 try {
-                    conns[i].send(tags[i], readyOne, 0, 1, session.remaining("sending the ready signal"));
+                    sendReady(conns[i], p.asked[i].info, true, h.blockIds(),
+                            session.remaining("sending the ready signal"), push, layered);
                     env.journal().readySignalSent(id, p.targets.peerRanks().get(i), true);
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), id, "ready signal to generation rank "
-                            + p.targets.peerRanks().get(i) + " (" + conns[i].peer() + ") failed: " + e.getMessage(), e);
+                            + p.targets.peerRanks().get(i) + " (" + Texts.peer(conns[i].peer()) + ") failed: "
+                            + e.getMessage(), e);
                 }
             }
             p.timing.preparation(System.nanoTime());
             if (env.formatter().needSendCache(env.selfCache(), env.selfIndex(), p.peerCache)) {
-                env.formatter().format(session);
+                move(h, session, push, layered);
             }
             p.timing.postprocess(System.nanoTime());
             long bytes = session.movedBytes();
+            int messages = session.messageCount();
             session.close();
-            if (h.succeed(bytes, EpochClock.nowNanos())) {
+            h.recordMessages(messages);
+            h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(true, true, bytes);
+                env.metrics().messages(true, messages);
                 if (env.timing() != null) {
                     env.timing().submit(true, p.timing);
                 }
-            }
+            });
         } catch (RuntimeException e) {
             KvTransferException k = TransferErrors.forRequest(e, id, "sending");
-            if (k.code() == ErrorCode.MALFORMED && session == null) {
+            if ((k.code() == ErrorCode.MALFORMED || k.code() == ErrorCode.UNSUPPORTED_LAYOUT) && session == null) {
                 // Nothing was signalled yet: tell every counterpart why, so none waits for its deadline.
                 List<Refusal> refusals = new ArrayList<>();
                 for (int i = 0; i < n; i++) {
-                    refusals.add(new Refusal(conns[i], tags[i], k.code(), k.getMessage(), id));
+                    refusals.add(new Refusal(conns[i], p.asked[i].info, k.code(), k.getMessage(), id));
                 }
                 sendRefusals(refusals);
             } else if (k.code() == ErrorCode.CANCELLED && session == null) {
                 List<Refusal> refusals = new ArrayList<>();
                 for (int i = 0; i < n; i++) {
-                    refusals.add(new Refusal(conns[i], tags[i], k.code(), "context side closing", id));
+                    refusals.add(new Refusal(conns[i], p.asked[i].info, k.code(), "context side closing", id));
                 }
                 sendRefusals(refusals);
             }
-            if (h.fail(k)) {
-                env.metrics().outcome(true, false, session == null ? 0 : session.movedBytes());
+            if (session != null && session.isPush()) {
+                abortPush(session, k);
             }
+            long moved = session == null ? 0 : session.movedBytes();
+            h.fail(k, () -> env.metrics().outcome(true, false, moved));
         } finally {
             if (session != null) {
                 session.close();
             }
         }
+    }
+
+    /** @return whether this rank can write one-sided: the formatter pushes (the transport then needs the capability) */
+    private boolean canPush() {
+        return env.formatter().capabilities().contains(dev.kvtransfer.api.format.FormatterCapability.PUSH);
+    }
+
+    /**
+     * Moves this rank's share: pull (format) or push (one-sided writes, then each peer's done notice with what was
+     * written), the whole request at once or layer by layer as the engine marks layers ready.
+     */
+    private void move(TransferHandle h, DefaultTransferSession session, boolean push, boolean layered) {
+        if (session.reusedBlocks() == session.totalBlocks()) {
+            return; // the generation side holds every block already: nothing moves (both sides know it)
+        }
+        CacheState self = env.selfCache();
+        int pp = self.ppRank(env.selfIndex());
+        int first = self.firstLayer(pp);
+        int count = self.layerCount(pp);
+        long deadline = session.deadlineNanos();
+        if (!layered && h.layerWise() && !h.awaitLayersReady(count, deadline)) {
+            // The formatter moves whole requests only: wait for the last layer, then move all of them.
+            throw layersNotReady(h, count);
+        }
+        if (!layered) {
+            if (push) {
+                env.formatter().push(session, first, count);
+            } else {
+                env.formatter().format(session);
+            }
+        } else {
+            TargetRanks t = session.targets();
+            for (int l = 0; l < count; l++) {
+                if (!h.awaitLayersReady(l + 1, deadline)) {
+                    throw layersNotReady(h, l + 1);
+                }
+                int g = first + l;
+                if (push) {
+                    env.formatter().push(session, g, 1);
+                    for (int k = 0; k < t.size(); k++) {
+                        if (holds(session.peerCacheState(), t.peerRanks().get(k), g)) {
+                            session.sendNotice(k, PushNotice.LAYER, g, 0);
+                        }
+                    }
+                } else {
+                    env.formatter().format(session, g, 1);
+                }
+            }
+        }
+        if (push) {
+            for (int k = 0; k < session.targets().size(); k++) {
+                session.sendPushDone(k);
+            }
+        } else {
+            session.sendChecksums();
+        }
+    }
+
+    private KvTransferException layersNotReady(TransferHandle h, int needed) {
+        return new KvTransferException(ErrorCode.TIMEOUT, h.requestId(), "context rank " + env.selfIndex() + ": "
+                + h.layersReady() + " of " + needed + " layers were marked ready before the deadline", null);
+    }
+
+    /** @return whether a rank of a state holds a global layer */
+    static boolean holds(CacheState s, int rank, int globalLayer) {
+        int pp = s.ppRank(rank);
+        int a0 = s.firstLayer(pp);
+        return globalLayer >= a0 && globalLayer < a0 + s.layerCount(pp);
+    }
+
+    /** Tells every push peer that this rank failed, so none waits for its deadline. */
+    private void abortPush(DefaultTransferSession session, KvTransferException k) {
+        for (int i = 0; i < session.targets().size(); i++) {
+            try {
+                session.sendNotice(i, PushNotice.ABORT, 0, k.code().ordinal());
+            } catch (RuntimeException e) {
+                env.metrics().error(new KvTransferException(TransferErrors.codeOf(e), session.requestId(),
+                        "could not tell generation rank " + session.targets().peerRanks().get(i) + " that the push "
+                        + "failed: " + e.getMessage(), e));
+            }
+        }
+    }
+
+    /**
+     * Prefix reuse: every counterpart names the same reused prefix, and each reused block's hash is this
+     * request's hash of that block; a disagreement is refused naming the first differing block, never moved.
+     *
+     * @return the reused block count
+     */
+    private int checkReuse(Pending p, TransferHandle h, int totalBlocks) {
+        RequestInfo first = p.asked[0].info;
+        int reused = first.reusedBlocks();
+        long[] theirs = first.reusedBlockHashes();
+        for (Asked a : p.asked) {
+            if (a.info.reusedBlocks() != reused || !java.util.Arrays.equals(a.info.reusedBlockHashes(), theirs)) {
+                throw new KvTransferException(ErrorCode.MALFORMED, p.requestId, "generation ranks of request "
+                        + p.requestId + " disagree on the reused prefix: " + reused + " vs " + a.info.reusedBlocks()
+                        + " blocks", null);
+            }
+        }
+        if (reused == 0) {
+            return 0;
+        }
+        long[] ours = h.blockHashes();
+        if (ours.length == 0) {
+            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, p.requestId, "the generation side reuses "
+                    + reused + " blocks but this context request carries no block hashes to check them against "
+                    + "(create it with TransferRequest.context(id, prompt, blocks, blockHashes))", null);
+        }
+        if (ours.length < totalBlocks) {
+            throw new KvTransferException(ErrorCode.INTERNAL, p.requestId, "the context request has " + ours.length
+                    + " block hashes for " + totalBlocks + " blocks", null);
+        }
+        for (int b = 0; b < reused; b++) {
+            if (ours[b] != theirs[b]) {
+                throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, p.requestId, "prefix mismatch at block "
+                        + b + " of " + totalBlocks + ": the generation side's reused block hash is "
+                        + Long.toHexString(theirs[b]) + ", the context side's is " + Long.toHexString(ours[b])
+                        + " (the two sides' prefix caches disagree; nothing was sent)", null);
+            }
+        }
+        return reused;
     }
 
     // ---------------------------------------------------------------- lifecycle
@@ -576,7 +1002,7 @@ public final class CacheSender implements AutoCloseable {
             for (Pending p : pending.values()) {
                 if (p.refusalCode == null) {
                     for (Asked a : p.allAsked()) {
-                        refusals.add(new Refusal(a.conn, a.info.dataTag(), ErrorCode.CANCELLED,
+                        refusals.add(new Refusal(a.conn, a.info, ErrorCode.CANCELLED,
                                 "context rank " + env.selfIndex() + " is closing", p.requestId));
                     }
                 }
@@ -590,13 +1016,16 @@ public final class CacheSender implements AutoCloseable {
             h.fail(new KvTransferException(ErrorCode.CANCELLED, h.requestId(), "the transceiver closed", null));
         }
         sendRefusals(refusals);
+        if (infoReaders != null) {
+            infoReaders.shutdownNow();
+        }
         if (senders != null) {
             // Dispatched requests no sender thread has taken yet end here, their counterparts told.
             List<Refusal> dropped = new ArrayList<>();
             for (Runnable r : senders.shutdownNow()) {
                 if (r instanceof DispatchTask d) {
                     for (Asked a : d.p.allAsked()) {
-                        dropped.add(new Refusal(a.conn, a.info.dataTag(), ErrorCode.CANCELLED,
+                        dropped.add(new Refusal(a.conn, a.info, ErrorCode.CANCELLED,
                                 "context rank " + env.selfIndex() + " is closing", d.p.requestId));
                     }
                     d.p.local.fail(new KvTransferException(ErrorCode.CANCELLED, d.p.requestId,
@@ -615,26 +1044,27 @@ public final class CacheSender implements AutoCloseable {
      */
     public boolean awaitTermination(Duration timeout) {
         long deadline = System.nanoTime() + timeout.toNanos();
-        Thread r;
+        org.agrona.concurrent.AgentRunner r;
         ThreadPoolExecutor s;
+        ThreadPoolExecutor ir;
         synchronized (lock) {
             r = responder;
             s = senders;
+            ir = infoReaders;
         }
         if (r == null) {
             return true;
         }
         try {
-            r.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime())));
-            boolean ok = !r.isAlive()
-                    && s.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            Thread t = r.thread();
+            if (t != null) {
+                t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime())));
+            }
+            boolean ok = (t == null || !t.isAlive())
+                    && s.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)
+                    && ir.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             if (ok) {
-                synchronized (lock) {
-                    if (readyOne != null) {
-                        readyOne.close();
-                        readyOne = null;
-                    }
-                }
+                r.close();
             }
             return ok;
         } catch (InterruptedException e) {

@@ -15,8 +15,22 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class DataTags {
     private static final long SPAN = (long) Integer.MAX_VALUE - Tags.FIRST_DATA_TAG + 1;
 
-    private final AtomicLong next = new AtomicLong();
+    private final AtomicLong next;
     private final Set<Integer> inUse = ConcurrentHashMap.newKeySet();
+
+    /** Tags from the first data tag on. */
+    public DataTags() {
+        this(0);
+    }
+
+    /**
+     * Tags from a starting point (random with authentication, so the next tag cannot be guessed).
+     *
+     * @param start where the counter starts, any value
+     */
+    public DataTags(long start) {
+        this.next = new AtomicLong(start);
+    }
 
     /** @return a tag no in-flight request of this rank holds */
     public int acquire() {

@@ -12,10 +12,10 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 
 /**
- * The ready signal on a request's data tag: one byte, 1 = data follows, 0 = refused; after a 0, the reason as
- * two messages on the same tag: a little-endian int32 length, then that many UTF-8 bytes. A reason starts with
- * the {@link ErrorCode} name and a colon ({@code "UNSUPPORTED_LAYOUT: ..."}) so the requester fails with the
- * same code as the responder.
+ * The reason of a refusal, on a request's data tag after a ready signal whose status is 0 (see
+ * {@link CacheReceiver#readyBytes}): two messages, a little-endian int32 length, then that many UTF-8 bytes. A
+ * reason starts with the {@link ErrorCode} name and a colon ({@code "UNSUPPORTED_LAYOUT: ..."}) so the requester
+ * fails with the same code as the responder.
  */
 public final class Signals {
     /** Longest reason accepted (bytes); longer ones are cut by the sender and refused by the receiver. */
@@ -25,7 +25,7 @@ public final class Signals {
     }
 
     /**
-     * Sends a refusal (0, length, reason).
+     * Sends a refusal's reason (length, text); the status-0 ready signal went first.
      *
      * @param bm      allocates the small off-heap message buffer
      * @param conn    the requester's connection
@@ -34,16 +34,14 @@ public final class Signals {
      * @param reason  why, for a human
      * @param timeout deadline of each send
      */
-    public static void sendRefusal(BufferManager bm, Connection conn, int tag, ErrorCode code, String reason,
-                                   Duration timeout) {
+    public static void sendReason(BufferManager bm, Connection conn, int tag, ErrorCode code, String reason,
+                                  Duration timeout) {
         byte[] text = (code.name() + ": " + reason).getBytes(StandardCharsets.UTF_8);
         int len = Math.min(text.length, MAX_REASON_BYTES);
         try (MemoryBuffer buf = bm.allocate(8 + len, MemoryKind.HOST)) {
             ByteBuffer bb = buf.asByteBuffer();
-            bb.put(0, (byte) 0);
             bb.putInt(4, len);
             bb.put(8, text, 0, len);
-            conn.send(tag, buf, 0, 1, timeout);
             conn.send(tag, buf, 4, 4, timeout);
             conn.send(tag, buf, 8, len, timeout);
         }
@@ -88,7 +86,7 @@ public final class Signals {
                 // Not one of ours: keep the whole text as the reason.
             }
         }
-        return new KvTransferException(code, requestId, "refused by context rank at " + conn.peer() + ": "
-                + reason, null);
+        return new KvTransferException(code, requestId, "refused by context rank at " + Texts.peer(conn.peer())
+                + ": " + Texts.reason(reason), null);
     }
 }

@@ -21,6 +21,7 @@ import java.util.concurrent.ExecutorService;
  * @param selfState    this rank's cache state and its instance's comm state (selfIndex set)
  * @param connections  this rank's transport endpoint
  * @param formatter    the cache formatter
+ * @param cache        this rank's KV pool (the formatter's): regions registered for pushes
  * @param pool         staging pool handed to sessions
  * @param buffers      allocates control buffers and copies
  * @param metrics      counters and the error path
@@ -28,11 +29,13 @@ import java.util.concurrent.ExecutorService;
  * @param peerExecutor runs per-peer actions when parallel transfer is on, or null
  * @param threadPrefix prefix of this rank's thread names
  * @param journal      where transfer events are recorded ({@link TransferJournal#NOOP} when off)
+ * @param auth         control-plane authentication ({@link ControlAuth#OFF} when off)
  */
 public record TransferEnv(TransceiverConfig config, TransceiverState selfState, ConnectionManager connections,
-                          CacheFormatter formatter, TransferBufferPool pool, BufferManager buffers,
+                          CacheFormatter formatter, dev.kvtransfer.api.cache.KvCacheView cache, TransferBufferPool pool,
+                          BufferManager buffers,
                           TransferMetrics metrics, TimingCsvWriter timing, ExecutorService peerExecutor,
-                          String threadPrefix, TransferJournal journal) {
+                          String threadPrefix, TransferJournal journal, ControlAuth auth) {
     /** Longest wait of one control message (ready signals aside, which wait on the request's deadline). */
     public static final Duration MAX_CONTROL_TIMEOUT = Duration.ofSeconds(5);
 
@@ -55,37 +58,18 @@ public record TransferEnv(TransceiverConfig config, TransceiverState selfState, 
         Objects.requireNonNull(selfState, "selfState");
         Objects.requireNonNull(connections, "connections");
         Objects.requireNonNull(formatter, "formatter");
+        Objects.requireNonNull(cache, "cache");
         Objects.requireNonNull(pool, "pool");
         Objects.requireNonNull(buffers, "buffers");
         Objects.requireNonNull(metrics, "metrics");
         Objects.requireNonNull(threadPrefix, "threadPrefix");
         Objects.requireNonNull(journal, "journal");
+        Objects.requireNonNull(auth, "auth");
         if (selfState.selfIndex() < 0) {
             throw new IllegalArgumentException("selfState must carry this rank's selfIndex");
         }
     }
 
-    /**
-     * Without a journal.
-     *
-     * @param config       settings
-     * @param selfState    this rank's state
-     * @param connections  endpoint
-     * @param formatter    formatter
-     * @param pool         staging pool
-     * @param buffers      buffers
-     * @param metrics      metrics
-     * @param timing       timing writer or null
-     * @param peerExecutor per-peer executor or null
-     * @param threadPrefix thread name prefix
-     */
-    public TransferEnv(TransceiverConfig config, TransceiverState selfState, ConnectionManager connections,
-                       CacheFormatter formatter, TransferBufferPool pool, BufferManager buffers,
-                       TransferMetrics metrics, TimingCsvWriter timing, ExecutorService peerExecutor,
-                       String threadPrefix) {
-        this(config, selfState, connections, formatter, pool, buffers, metrics, timing, peerExecutor, threadPrefix,
-                TransferJournal.NOOP);
-    }
 
     /** @return this rank's cache state */
     public CacheState selfCache() {

@@ -31,6 +31,47 @@ public interface TransferHandle {
     void started(long epochNanos);
 
     /**
+     * @return context side: every prompt block's hash (may be empty); generation side: the reused blocks'
+     *         hashes
+     */
+    long[] blockHashes();
+
+    /** @return generation side: leading global blocks already held; 0 on the context side */
+    int reusedBlocks();
+
+    /**
+     * Records the messages (descriptors) the transfer used, before it completes.
+     *
+     * @param n payload messages or write entries
+     */
+    void recordMessages(int n);
+
+    /** @return context side: whether the engine marks this request's layers ready one by one */
+    boolean layerWise();
+
+    /** Context side: the engine will mark layers ready one by one. */
+    void markLayerWise();
+
+    /**
+     * Context side, layer-wise: waits until local layers {@code [0, count)} are ready, bounded.
+     *
+     * @param count         layers needed
+     * @param deadlineNanos {@code System.nanoTime()} deadline
+     * @return true when they are ready; false on the deadline or when the request ended
+     */
+    boolean awaitLayersReady(int count, long deadlineNanos);
+
+    /** @return context side: how many leading local layers are ready */
+    int layersReady();
+
+    /**
+     * Generation side: a local layer has arrived (wakes {@code awaitLayer} waiters).
+     *
+     * @param localLayer the rank-local layer
+     */
+    void layerArrived(int localLayer);
+
+    /**
      * Completes the request successfully.
      *
      * @param kvCacheSize bytes this rank moved
@@ -40,12 +81,32 @@ public interface TransferHandle {
     boolean succeed(long kvCacheSize, long epochNanos);
 
     /**
+     * Like {@link #succeed(long, long)}, running {@code beforeNotify} after the state changed and before anyone
+     * waiting on the request is woken (so metrics and timing are visible to whoever sees the completion).
+     *
+     * @param kvCacheSize  bytes moved
+     * @param epochNanos   end time
+     * @param beforeNotify runs only when this call ended the request
+     * @return whether this call ended the request
+     */
+    boolean succeed(long kvCacheSize, long epochNanos, Runnable beforeNotify);
+
+    /**
      * Ends the request with an error ({@code CANCELLED} code = cancelled state).
      *
      * @param error why
      * @return false if it had already ended
      */
     boolean fail(KvTransferException error);
+
+    /**
+     * Like {@link #fail(KvTransferException)}, running {@code beforeNotify} before waiters are woken.
+     *
+     * @param error        what went wrong
+     * @param beforeNotify runs only when this call ended the request
+     * @return whether this call ended the request
+     */
+    boolean fail(KvTransferException error, Runnable beforeNotify);
 
     /** @return completes when the request ends, successfully or not (never exceptionally) */
     CompletableFuture<Void> done();

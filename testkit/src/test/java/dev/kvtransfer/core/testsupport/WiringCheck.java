@@ -55,7 +55,7 @@ public final class WiringCheck {
         int[] genIds = genCache.allocate(id, blocks);
         KvPattern.fill(ctxCache, ctxIds, cs, 0, id, blocks);
         TransferRequest c = TransferRequest.context(id, prompt, ctxIds);
-        TransferRequest g = TransferRequest.generation(new ContextPhaseParams(id, new long[0], ctx.state()), prompt,
+        TransferRequest g = TransferRequest.generation(ctx.contextPhaseParams(id, new long[0]), prompt,
                 genIds);
         ctx.respondAndSendAsync(c);
         gen.requestAndReceiveAsync(g);
@@ -73,6 +73,14 @@ public final class WiringCheck {
                 .count()).isEqualTo(1.0);
         assertThat(genMeters.get("kvtransfer.bytes").tag("role", "generation").counter().count())
                 .isEqualTo((double) blocks * genCache.layout().blockBytes());
+        // Message counts: recorded on the request and as one sample per side.
+        assertThat(g.messageCount()).isPositive();
+        assertThat(c.messageCount()).isPositive();
+        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summary().count()).isEqualTo(1);
+        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summary().totalAmount())
+                .isEqualTo(g.messageCount());
+        assertThat(ctxMeters.get("kvtransfer.messages").tag("role", "context").summary().totalAmount())
+                .isEqualTo(c.messageCount());
         // Timing and journal are written off the hot path and flushed on close.
         ctx.close();
         gen.close();

@@ -1,0 +1,48 @@
+package dev.kvtransfer.core.transfer;
+
+/**
+ * Peer-supplied text in errors: cut to {@value #MAX_CHARS} characters (a peer controls its length), with control
+ * characters replaced, so a hostile peer can neither flood the logs nor forge log lines.
+ */
+public final class Texts {
+    /** Longest peer-supplied string kept in an error message. */
+    public static final int MAX_CHARS = 256;
+
+    private Texts() {
+    }
+
+    /** Longest peer-supplied reason (a refusal's text, which may describe two layouts) kept in an error. */
+    public static final int MAX_REASON_CHARS = 4096;
+
+    /**
+     * @param s a peer-supplied string (an address), may be null
+     * @return the string, at most {@value #MAX_CHARS} characters of it, control characters as '?'
+     */
+    public static String peer(String s) {
+        return cut(s, MAX_CHARS);
+    }
+
+    /**
+     * @param s a peer-supplied reason, may be null
+     * @return the reason, at most {@value #MAX_REASON_CHARS} characters of it, control characters as '?'
+     */
+    public static String reason(String s) {
+        return cut(s, MAX_REASON_CHARS);
+    }
+
+    private static String cut(String s, int max) {
+        if (s == null) {
+            return "null";
+        }
+        int n = Math.min(s.length(), max);
+        StringBuilder b = new StringBuilder(n + 16);
+        for (int i = 0; i < n; i++) {
+            char c = s.charAt(i);
+            b.append(Character.isISOControl(c) ? '?' : c);
+        }
+        if (s.length() > max) {
+            b.append("...(").append(s.length()).append(" chars)");
+        }
+        return b.toString();
+    }
+}

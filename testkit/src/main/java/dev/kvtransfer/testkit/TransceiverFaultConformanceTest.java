@@ -1,0 +1,424 @@
+package dev.kvtransfer.testkit;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.transport.Tags;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.RequestState;
+import dev.kvtransfer.core.TransceiverConfig;
+import dev.kvtransfer.core.TransferRequest;
+import dev.kvtransfer.core.local.LocalInstance;
+import dev.kvtransfer.core.plugin.Plugins;
+import dev.kvtransfer.testkit.TransferFixture.Transfer;
+import dev.kvtransfer.testkit.fault.Fault;
+import dev.kvtransfer.testkit.fault.Faults;
+import dev.kvtransfer.testkit.fault.FaultyTransportProvider;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
+
+import static dev.kvtransfer.testkit.TransferFixture.assertExact;
+import static dev.kvtransfer.testkit.TransferFixture.free;
+import static dev.kvtransfer.testkit.TransferFixture.prepare;
+import static dev.kvtransfer.testkit.TransferFixture.request;
+import static dev.kvtransfer.testkit.TransferFixture.respond;
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * The fault conformance suite: the transfer path over a transport made faulty on command
+ * ({@link FaultyTransportProvider}). A backend's test is a short subclass supplying {@link #provider()}.
+ *
+ * <p>Each rule injects one fault into one request's messages while other requests run beside it, and checks the
+ * required outcome: the affected request ends on the generation side, within its deadline, with one of the
+ * documented codes and never as a completed transfer (end-to-end part checksums are on, so no corrupted byte is
+ * accepted); every other request completes verified with {@link KvPattern}; nothing leaks (blocks, staging
+ * slots, threads — the instances close cleanly); and the same generation instance then serves a fresh request
+ * verified. Rule names say the fault:
+ * <ul>
+ *   <li>{@code fault_01} a dropped ready signal; {@code fault_02} a dropped payload message;
+ *       {@code fault_03} a duplicated payload message; {@code fault_04} one corrupted byte in a message of at
+ *       least 1 MiB ({@code MALFORMED} naming the peer, the message and its offset); {@code fault_05} a
+ *       truncated payload message; {@code fault_06} two payload messages swapped;</li>
+ *   <li>{@code fault_07} payload delayed past the deadline ({@code TIMEOUT}); {@code fault_08} the context
+ *       side's endpoint closed mid-message; {@code fault_09} a stalled context side (every send stopped longer
+ *       than the deadline), serving again afterwards;</li>
+ *   <li>{@code fault_10} refused connects ({@code NETWORK}, fast); {@code fault_11} a dropped request info
+ *       ({@code TIMEOUT} on both sides); {@code fault_12} duplicated request headers and infos (tolerated: the
+ *       request completes).</li>
+ * </ul>
+ */
+@Timeout(value = 3, unit = TimeUnit.MINUTES, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
+public abstract class TransceiverFaultConformanceTest {
+    /** Codes a request that was hit by a payload fault may end with. */
+    private static final Set<ErrorCode> PAYLOAD_CODES = EnumSet.of(ErrorCode.MALFORMED, ErrorCode.TIMEOUT,
+            ErrorCode.UNAUTHORIZED, ErrorCode.PEER_LOST, ErrorCode.NETWORK);
+
+    private final List<LocalInstance> instances = new CopyOnWriteArrayList<>();
+    private final List<Throwable> errors = new CopyOnWriteArrayList<>();
+    private Set<Thread> threadsBefore;
+    private Faults faults;
+
+    /** @return the transport under test */
+    protected abstract TransportProvider provider();
+
+    /** @return transport settings every rank starts from */
+    protected TransportConfig baseConfig() {
+        return TransportConfig.builder().build();
+    }
+
+    /**
+     * The layout both instances use: context TP 2 to generation TP 1 (the generation rank has two counterparts,
+     * so a fault on one leaves the other's part intact), 8 layers, 2 heads, 64 dims, 16 tokens per block, FP16.
+     * Identical layouts are used when {@link #resharding()} is false.
+     *
+     * @return context and generation state
+     */
+    protected CacheState[] states() {
+        CacheState gen = CacheState.builder().uniformKvHeads(8, 2).sizePerHead(64).tokensPerBlock(16).build();
+        CacheState ctx = resharding() ? gen.toBuilder().tensorParallelism(2).build() : gen;
+        return new CacheState[] {ctx, gen};
+    }
+
+    /** @return whether the formatter on the class path re-shards (false: identical layouts only) */
+    protected boolean resharding() {
+        return true;
+    }
+
+    /** @return the per-request deadline of the suite (short, so timeouts end fast) */
+    protected Duration deadline() {
+        return Duration.ofSeconds(4);
+    }
+
+    /** @return slack allowed past a deadline before a failure counts as late */
+    protected Duration slack() {
+        return Duration.ofSeconds(6);
+    }
+
+    private long chunk = 256 << 10;
+
+    private TransceiverConfig config() {
+        return TransceiverConfig.builder().backend(provider().name()).transferBufferBytes(8 << 20)
+                .chunkBytes(chunk).kvTransferTimeout(deadline()).senderFutureTimeout(Duration.ofMillis(200))
+                .partChecksums(true).build();
+    }
+
+    @BeforeEach
+    void setUp() {
+        threadsBefore = LeakChecks.liveThreads();
+        errors.clear();
+        faults = new Faults();
+    }
+
+    @AfterEach
+    void tearDown() {
+        faults.clear();
+        List<Throwable> failures = new ArrayList<>();
+        for (LocalInstance i : instances) {
+            try {
+                i.close();
+            } catch (RuntimeException e) {
+                failures.add(e);
+            }
+        }
+        instances.clear();
+        assertThat(failures).as("closing the instances (leaked buffers?)").isEmpty();
+        LeakChecks.assertNoNewThreads(threadsBefore, Duration.ofSeconds(15));
+    }
+
+    private LocalInstance start(String name, CacheState s, boolean faulty) {
+        TransportProvider p = faulty ? new FaultyTransportProvider(provider(), faults) : provider();
+        LocalInstance i = LocalInstance.builder(name, s).transport(p, baseConfig())
+                .formatter(Plugins.discover().formatterFor(s.attentionType())).config(config())
+                .blocksPerRank(512).errorHandler(errors::add).start();
+        instances.add(i);
+        return i;
+    }
+
+    /** A context instance whose sends are faulty and a plain generation instance. */
+    private LocalInstance[] pair() {
+        return pair(states());
+    }
+
+    private LocalInstance[] pair(CacheState[] s) {
+        LocalInstance ctx = start("ctx", s[0], true);
+        LocalInstance gen = start("gen", s[1], false);
+        return new LocalInstance[] {ctx, gen};
+    }
+
+    /** A generation instance whose sends are faulty and a plain context instance. */
+    private LocalInstance[] pairFaultyGen() {
+        CacheState[] s = states();
+        LocalInstance ctx = start("ctx", s[0], false);
+        LocalInstance gen = start("gen", s[1], true);
+        return new LocalInstance[] {ctx, gen};
+    }
+
+    private static Transfer transfer(LocalInstance ctx, LocalInstance gen, int prompt) {
+        Transfer t = prepare(ctx, gen, ctx.cacheState(), gen.cacheState(), prompt, prompt);
+        request(gen, t);
+        respond(ctx, t);
+        return t;
+    }
+
+    private Set<String> addresses(LocalInstance i) {
+        Set<String> a = ConcurrentHashMap.newKeySet();
+        for (int r = 0; r < i.ranks(); r++) {
+            a.add(i.connections(r).localAddress());
+        }
+        return a;
+    }
+
+    /**
+     * Messages on data tags sent by the context instance, counted per (sender, receiver, tag) stream: the first
+     * is the ready signal, the following ones the payload.
+     */
+    private Predicate<Fault.Message> nthOnDataTag(LocalInstance ctx, int nth, long minBytes) {
+        Set<String> from = addresses(ctx);
+        Map<String, Integer> seen = new ConcurrentHashMap<>();
+        return m -> {
+            if (!from.contains(m.from()) || m.tag() < Tags.FIRST_DATA_TAG) {
+                return false;
+            }
+            int k = seen.merge(m.from() + ">" + m.to() + "#" + m.tag(), 1, Integer::sum);
+            return k == nth && m.length() >= minBytes;
+        };
+    }
+
+    /** The affected request fails in bound with an allowed code; the others complete; a fresh one is served. */
+    private void expectFailedOthersFineFreshServed(LocalInstance ctx, LocalInstance gen, Transfer hit,
+                                                   List<Transfer> others, Set<ErrorCode> codes, String rule)
+            throws Exception {
+        long t0 = System.nanoTime();
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        Duration took = Duration.ofNanos(System.nanoTime() - t0);
+        for (TransferRequest r : hit.gen) {
+            assertThat(r.state()).as("%s: the faulted request must never complete on the generation side: %s",
+                    rule, r).isNotEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
+            KvTransferException e = r.error().orElseThrow();
+            assertThat(e.code()).as("%s: code of %s", rule, e).isIn(codes);
+            assertThat(e.requestId()).isEqualTo(hit.id);
+        }
+        assertThat(took).as("%s: time to error", rule).isLessThan(deadline().plus(slack()));
+        faults.clear();
+        TransferFixture.awaitEnded(others, deadline().plus(slack()));
+        for (Transfer t : others) {
+            assertExact(gen, t);
+            free(ctx, gen, t);
+        }
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        free(ctx, gen, hit);
+        Transfer fresh = transfer(ctx, gen, 200);
+        TransferFixture.awaitEnded(List.of(fresh), deadline().plus(slack()));
+        assertExact(gen, fresh);
+        free(ctx, gen, fresh);
+        assertBlocksFree(ctx);
+        assertBlocksFree(gen);
+    }
+
+    private static void assertBlocksFree(LocalInstance i) {
+        for (int r = 0; r < i.ranks(); r++) {
+            assertThat(i.cache(r).freeBlocks()).as("blocks of %s rank %d", i.name(), r)
+                    .isEqualTo(i.cache(r).blockCount());
+        }
+    }
+
+    /** Runs a payload fault: the hit request is the only one in flight when the fault is armed. */
+    private void payloadFault(Fault.Kind kind, int nth, long minBytes, Set<ErrorCode> codes, String rule)
+            throws Exception {
+        payloadFault(kind, nth, minBytes, codes, rule, states());
+    }
+
+    private void payloadFault(Fault.Kind kind, int nth, long minBytes, Set<ErrorCode> codes, String rule,
+                              CacheState[] states) throws Exception {
+        LocalInstance[] p = pair(states);
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        // A clean request first: connections are up, nothing is left in flight.
+        Transfer warm = transfer(ctx, gen, 64);
+        TransferFixture.awaitEnded(List.of(warm), deadline().plus(slack()));
+        assertExact(gen, warm);
+        free(ctx, gen, warm);
+        faults.inject(new Fault(kind, nthOnDataTag(ctx, nth, minBytes), 1, Duration.ZERO));
+        int tpb = ctx.cacheState().tokensPerBlock();
+        Transfer hit = transfer(ctx, gen, tpb * Math.max(4, 2560 / tpb));
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        assertThat(faults.injected(kind)).as("%s: the fault was injected", rule).isEqualTo(1);
+        faults.clear();
+        List<Transfer> others = List.of(transfer(ctx, gen, 33), transfer(ctx, gen, 700));
+        expectFailedOthersFineFreshServed(ctx, gen, hit, others, codes, rule);
+        if (kind == Fault.Kind.CORRUPT) {
+            String msg = hit.gen.get(0).error().orElseThrow().getMessage();
+            assertThat(msg).as("%s: the error names the part", rule).contains("corrupted part", "peer rank",
+                    "byte offset");
+        }
+    }
+
+    @Test
+    public void fault_01_droppedReadySignalFailsTheRequestNeverCompletesIt() throws Exception {
+        payloadFault(Fault.Kind.DROP, 1, 0, PAYLOAD_CODES, "fault_01");
+    }
+
+    @Test
+    public void fault_02_droppedPayloadMessageFailsTheRequestNeverCompletesIt() throws Exception {
+        payloadFault(Fault.Kind.DROP, 3, 1, PAYLOAD_CODES, "fault_02");
+    }
+
+    @Test
+    public void fault_03_duplicatedPayloadMessageFailsTheRequestNeverCompletesIt() throws Exception {
+        payloadFault(Fault.Kind.DUPLICATE, 3, 1, PAYLOAD_CODES, "fault_03");
+    }
+
+    @Test
+    public void fault_04_corruptedByteInALargeMessageIsCaughtByTheChecksum() throws Exception {
+        // Blocks of 256 tokens x 128 dims: each context rank's share of one block is a 1 MiB message, sent
+        // unchunked (4 MiB chunks), so the corruption sits deep inside a message of at least 1 MiB.
+        chunk = 4 << 20;
+        CacheState gen = CacheState.builder().uniformKvHeads(8, 2).sizePerHead(128).tokensPerBlock(256).build();
+        CacheState ctx = resharding() ? gen.toBuilder().tensorParallelism(2).build() : gen;
+        payloadFault(Fault.Kind.CORRUPT, 2, 1 << 20, EnumSet.of(ErrorCode.MALFORMED), "fault_04",
+                new CacheState[] {ctx, gen});
+    }
+
+    @Test
+    public void fault_05_truncatedPayloadMessageIsMalformed() throws Exception {
+        payloadFault(Fault.Kind.TRUNCATE, 3, 2, PAYLOAD_CODES, "fault_05");
+    }
+
+    @Test
+    public void fault_06_reorderedPayloadMessagesAreCaughtByTheChecksum() throws Exception {
+        payloadFault(Fault.Kind.REORDER, 2, 1, PAYLOAD_CODES, "fault_06");
+    }
+
+    @Test
+    public void fault_07_payloadDelayedPastTheDeadlineTimesOut() throws Exception {
+        LocalInstance[] p = pair();
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        faults.inject(new Fault(Fault.Kind.DELAY, nthOnDataTag(ctx, 2, 1), 1, deadline().plus(Duration.ofSeconds(1))));
+        Transfer hit = transfer(ctx, gen, 16 * 40);
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()).plus(deadline()));
+        for (TransferRequest r : hit.gen) {
+            assertThat(r.error().orElseThrow().code()).as("%s", r).isIn(ErrorCode.TIMEOUT, ErrorCode.MALFORMED);
+        }
+        expectFailedOthersFineFreshServed(ctx, gen, hit, List.of(), EnumSet.of(ErrorCode.TIMEOUT,
+                ErrorCode.MALFORMED), "fault_07");
+    }
+
+    @Test
+    public void fault_08_contextEndpointClosedMidMessageFailsInBoundAndAFreshContextIsServed() throws Exception {
+        CacheState[] s = states();
+        LocalInstance doomed = start("ctx-doomed", s[0], true);
+        LocalInstance gen = start("gen", s[1], false);
+        faults.inject(new Fault(Fault.Kind.DISCONNECT, nthOnDataTag(doomed, 2, 1), 1, Duration.ZERO));
+        Transfer hit = transfer(doomed, gen, 16 * 160);
+        long t0 = System.nanoTime();
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        for (TransferRequest r : hit.gen) {
+            assertThat(r.state()).isNotEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
+            assertThat(r.error().orElseThrow().code()).as("%s", r).isIn(PAYLOAD_CODES);
+        }
+        assertThat(Duration.ofNanos(System.nanoTime() - t0)).isLessThan(deadline().plus(slack()));
+        faults.clear();
+        for (int r : hit.genRanks) {
+            gen.cache(r).free(hit.id);
+        }
+        LocalInstance fresh = start("ctx-fresh", s[0], false);
+        Transfer ok = transfer(fresh, gen, 16 * 20);
+        TransferFixture.awaitEnded(List.of(ok), deadline().plus(slack()));
+        assertExact(gen, ok);
+        free(fresh, gen, ok);
+        assertBlocksFree(gen);
+    }
+
+    @Test
+    public void fault_09_stalledContextSideFailsInBoundThenServesAgain() throws Exception {
+        LocalInstance[] p = pair();
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        faults.inject(Fault.stall(deadline().plus(Duration.ofSeconds(1)), nthOnDataTag(ctx, 1, 0)));
+        Transfer hit = transfer(ctx, gen, 16 * 40);
+        expectFailedOthersFineFreshServed(ctx, gen, hit, List.of(), EnumSet.of(ErrorCode.TIMEOUT,
+                ErrorCode.MALFORMED, ErrorCode.UNAUTHORIZED), "fault_09");
+    }
+
+    @Test
+    public void fault_10_refusedConnectsFailFastWithNetwork() throws Exception {
+        LocalInstance[] p = pairFaultyGen();
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        Set<String> ctxAddresses = addresses(ctx);
+        faults.inject(new Fault(Fault.Kind.REFUSE_CONNECT, m -> ctxAddresses.contains(m.to()), Fault.UNLIMITED,
+                Duration.ZERO));
+        long t0 = System.nanoTime();
+        Transfer hit = transfer(ctx, gen, 16 * 10);
+        org.awaitility.Awaitility.await().atMost(deadline().plus(slack()))
+                .until(() -> hit.gen.stream().allMatch(TransferRequest::isDone));
+        Duration took = Duration.ofNanos(System.nanoTime() - t0);
+        for (TransferRequest r : hit.gen) {
+            assertThat(r.error().orElseThrow().code()).as("%s", r).isEqualTo(ErrorCode.NETWORK);
+            assertThat(r.error().orElseThrow().getMessage()).contains("refused");
+        }
+        assertThat(took).as("refused connects fail fast, not at the deadline").isLessThan(deadline());
+        faults.clear();
+        // The context side never heard of the request: its copy times out on its own.
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        free(ctx, gen, hit);
+        Transfer ok = transfer(ctx, gen, 16 * 10);
+        TransferFixture.awaitEnded(List.of(ok), deadline().plus(slack()));
+        assertExact(gen, ok);
+        free(ctx, gen, ok);
+    }
+
+    @Test
+    public void fault_11_droppedRequestInfoTimesOutOnBothSides() throws Exception {
+        LocalInstance[] p = pairFaultyGen();
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        faults.inject(new Fault(Fault.Kind.DROP, Fault.tag(Tags.INFO_TAG), Fault.UNLIMITED, Duration.ZERO));
+        Transfer hit = transfer(ctx, gen, 16 * 10);
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        for (TransferRequest r : hit.all()) {
+            assertThat(r.error().orElseThrow().code()).as("%s", r).isEqualTo(ErrorCode.TIMEOUT);
+        }
+        faults.clear();
+        free(ctx, gen, hit);
+        Transfer ok = transfer(ctx, gen, 16 * 10);
+        TransferFixture.awaitEnded(List.of(ok), deadline().plus(slack()));
+        assertExact(gen, ok);
+        free(ctx, gen, ok);
+    }
+
+    @Test
+    public void fault_12_duplicatedRequestHeadersAndInfosAreTolerated() throws Exception {
+        LocalInstance[] p = pairFaultyGen();
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        faults.inject(new Fault(Fault.Kind.DUPLICATE, Fault.tag(Tags.ID_TAG), 1, Duration.ZERO));
+        faults.inject(new Fault(Fault.Kind.DUPLICATE, Fault.tag(Tags.INFO_TAG), 3, Duration.ZERO));
+        List<Transfer> ts = new ArrayList<>();
+        for (int i = 0; i < 4; i++) {
+            ts.add(transfer(ctx, gen, 16 * (3 + i)));
+        }
+        TransferFixture.awaitEnded(ts, deadline().plus(slack()));
+        assertThat(faults.injected(Fault.Kind.DUPLICATE)).isGreaterThanOrEqualTo(2);
+        for (Transfer t : ts) {
+            assertExact(gen, t);
+            free(ctx, gen, t);
+        }
+    }
+}
