@@ -189,14 +189,9 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         args.add("--requests=" + requests);
         args.add("--isl=" + isl);
         args.add("--window=" + window);
-        List<String> cmd = dev.kvtransfer.mpi.MpiLauncher.builder()
-                .np(ctxState.worldSize() + genState.worldSize())
-                .javaBinary(java.nio.file.Paths.get(System.getProperty("java.home"), "bin", "java").toString())
-                .classpath(System.getProperty("java.class.path"))
-                .jvmFlags(java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-                .mainClass(KvTransferCli.class.getName())
-                .args(args)
-                .build();
+        List<String> cmd = PluginBridge.rankLauncher(dev.kvtransfer.core.plugin.Plugins.discover().transport("mpi"))
+                .command(ctxState.worldSize() + genState.worldSize(),
+                        ChildJvms.javaCommand(KvTransferCli.class.getName(), args));
         try {
             Process p = new ProcessBuilder(cmd).inheritIO().start();
             long limit = timeout.plusSeconds(120).toSeconds() * Math.max(1, (requests + window - 1) / window);
@@ -227,9 +222,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         long block = (long) ctxState.layerCount(0) * ctxState.kvFactor() * ctxState.kvHeadsPerRank()
                 * ctxState.tokensPerBlock() * ctxState.sizePerHead() * ctxState.dataType().bytes();
         long message = Math.max(4096, Math.min(block, options.transceiverConfig().chunkBytes()));
-        dev.kvtransfer.aeron.AeronRawBench.Result raw = dev.kvtransfer.aeron.AeronRawBench.raw(message, result.bytes,
-                true, options.transportProperties);
-        double rawGbps = raw.bytesPerSecond() / 1e9;
+        double rawGbps = PluginBridge.aeronRawBytesPerSecond(message, result.bytes, true, options.transportProperties)
+                / 1e9;
         double ours = result.bytes / (result.transferNanos / 1e9) / 1e9;
         out.printf(Locale.ROOT, "%-18s %.2f GB/s (plain Aeron, %s messages, child JVM -> this JVM); ratio %.2f%n",
                 "raw aeron", rawGbps, bytes(message), ours / rawGbps);
@@ -268,11 +262,11 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         }
         Result result = new Result();
         result.warmup = warm;
-        Progress progress = new Progress(requests);
+        Progress progress = Progress.start("requests", requests);
         for (int start = 0; start < requests; start += window) {
             runWindow(ctx, gen, start, Math.min(requests, start + window), 0, result, timeout, progress);
         }
-        progress.finish();
+        progress.done();
         return result;
     }
 
@@ -422,33 +416,5 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             return String.format(Locale.ROOT, "%.3f MiB", b / (double) (1L << 20));
         }
         return b + " B";
-    }
-
-    /** A progress bar on stderr when it is a terminal. */
-    private static final class Progress {
-        private final int total;
-        private final boolean enabled = System.console() != null;
-        private int done;
-
-        Progress(int total) {
-            this.total = total;
-        }
-
-        void step() {
-            done++;
-            if (enabled) {
-                int width = 30;
-                int filled = (int) ((long) width * done / total);
-                System.err.print("\r[" + "#".repeat(filled) + " ".repeat(width - filled) + "] " + done + "/" + total
-                        + " requests");
-                System.err.flush();
-            }
-        }
-
-        void finish() {
-            if (enabled) {
-                System.err.println();
-            }
-        }
     }
 }
