@@ -119,6 +119,9 @@ public final class PluginsCommand implements Callable<Integer> {
         if (s.classPath()) {
             return "class path" + (s.location() == null ? "" : " " + shown(s.location()));
         }
+        if (s.jars().size() == 1 && s.jars().get(0).equals(s.location())) {
+            return shown(s.location()); // a jar dropped into a plugin directory
+        }
         return shown(s.location()) + " (" + s.jars().stream().map(j -> j.getFileName().toString())
                 .collect(Collectors.joining(", ")) + ")";
     }

@@ -167,7 +167,8 @@ public final class Plugins {
             try {
                 units = PluginDirectories.scan(dir);
             } catch (UncheckedIOException e) {
-                bad.add(new Failure(dir.toString(), oneLine(e.getCause() != null ? e.getCause() : e)));
+                Throwable c = e.getCause() != null ? e.getCause() : e;
+                bad.add(new Failure(dir.toString(), c.getMessage() != null ? c.getMessage() : oneLine(c)));
                 continue;
             }
             for (PluginDirectories.Unit u : units) {
