@@ -5,14 +5,15 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.WriteBatch;
+import io.aeron.Aeron;
 import io.aeron.ExclusivePublication;
 import io.aeron.Publication;
 import org.agrona.CloseHelper;
 import org.agrona.concurrent.IdleStrategy;
 import org.agrona.concurrent.UnsafeBuffer;
 
-import java.nio.ByteOrder;
-import java.nio.charset.StandardCharsets;
+import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
@@ -20,40 +21,56 @@ import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
- * The connection to one peer: an exclusive publication to the peer's listen address (created on first use,
- * starting with a HELLO that names us), and receives served by the manager's demultiplexer.
+ * The connection to one peer: an exclusive publication to the peer's address ({@code aeron:ipc} when the peer is
+ * on our media driver, UDP otherwise), opened without blocking (Aeron's async add, polled) and started with our
+ * HELLO; receives are served by the manager's agent.
  *
- * <p>An exclusive publication (rather than a shared one) gives every manager its own Aeron session even when
- * several managers share one driver, so the receiver can tell them apart; offers are serialised by a lock held
- * for one offer only, so chunks of concurrent large sends and small control messages interleave.
+ * <p>An exclusive publication gives every manager its own Aeron session even when several managers share one
+ * driver, so the receiver can tell them apart. Offers are serialised by a lock held for one offer only (callers'
+ * eager messages and data chunks, and the agent's CTS, which only ever tries the lock): chunks of concurrent large
+ * sends and small control messages interleave. Sends allocate nothing: the header is a reused buffer and the
+ * payload is offered straight from the caller's memory.
  */
 final class AeronConnection implements Connection {
+    /** {@link #liveness} results. */
+    static final int ALIVE = 0;
+    static final int LOST_AFTER_CONNECTED = 1;
+    static final int NEVER_ANSWERED = 2;
+
+    private static final int NEW = 0;
+    private static final int ADDING = 1;
+    private static final int CONNECTING = 2;
+    private static final int HELLO = 3;
+    private static final int ESTABLISHED = 4;
+    private static final int FAILED = 5;
+
     private final AeronConnectionManager manager;
-    final AeronConnectionManager.Peer peer;
+    final Peer peer;
     private final AtomicLong nextSeq = new AtomicLong();
 
     private final ReentrantLock offerLock = new ReentrantLock();
     // Guarded by offerLock: the publication's lifetime and the scratch flyweights of one offer.
     private ExclusivePublication publication;
     private boolean shut;
-    private final UnsafeBuffer header = new UnsafeBuffer(new byte[Wire.HEADER_LENGTH]);
+    private final UnsafeBuffer header = new UnsafeBuffer(ByteBuffer.allocateDirect(Wire.HEADER_LENGTH));
     private final UnsafeBuffer payload = new UnsafeBuffer(0, 0);
 
+    // Establishment: a non-blocking state machine, stepped under establishLock by callers and by the agent.
     private final ReentrantLock establishLock = new ReentrantLock();
+    private int estState = NEW;
+    private long registrationId = -1;
+    private Aeron client;
     private volatile boolean established;
-    private volatile boolean everConnected;
-    private volatile long openedNanos = System.nanoTime();
-    private volatile long lastOfferNanos = System.nanoTime() - 1_000_000_000L;
+    private volatile TransportException establishFailure;
     private volatile String channel;
+    private UnsafeBuffer hello;
+    // Liveness (agent reads; establishment writes).
+    private volatile long openedNs;
+    private volatile boolean everConnected;
 
-    AeronConnection(AeronConnectionManager manager, AeronConnectionManager.Peer peer) {
+    AeronConnection(AeronConnectionManager manager, Peer peer) {
         this.manager = manager;
         this.peer = peer;
-    }
-
-    @Override
-    public void send(int tag, MemoryBuffer buffer, long offset, long length) {
-        send(tag, buffer, offset, length, defaultTimeout());
     }
 
     @Override
@@ -66,38 +83,42 @@ final class AeronConnection implements Connection {
             throw manager.peerLostError(peer, "send of tag " + tag);
         }
         establish(deadline);
-        long seq = nextSeq.incrementAndGet();
         long address = buffer.address() + offset;
-        if (length <= manager.settings.eagerLimit()) {
-            offer(Wire.EAGER, tag, seq, length, address, (int) length, deadline);
+        if (length <= manager.settings.eagerLimit) {
+            offer(Wire.EAGER, tag, 0, length, address, (int) length, deadline);
+            manager.counters.sent(length);
             return;
         }
-        AeronConnectionManager.SendOp op = manager.registerSend(peer, seq);
+        long seq = nextSeq.incrementAndGet();
+        Op op = manager.takeOp().reset(Op.AWAIT_CTS, peer, tag, 0, length);
+        op.seq = seq;
+        manager.post(op);
         try {
             offer(Wire.RTS, tag, seq, length, 0, 0, deadline);
-            manager.awaitClear(peer, op, tag, length, deadline);
         } catch (TransportException e) {
-            manager.unregisterSend(peer, op);
-            if (e.code() == ErrorCode.TIMEOUT) {
-                // Take the stale RTS back so it cannot match the receiver's next recv of this tag.
-                try {
-                    offer(Wire.CANCEL, tag, seq, 0, 0, 0, System.nanoTime() + 100_000_000L);
-                } catch (TransportException ignored) {
-                    // best effort: the receiver's recv then times out instead
-                }
-            }
+            manager.withdraw(op);
             throw e;
         }
+        int st = manager.await(op, deadline, deadline);
+        if (st == Op.CANCELLED) {
+            // Take the stale RTS back so it cannot match the receiver's next recv of this tag.
+            try {
+                offer(Wire.CANCEL, tag, seq, 0, 0, 0, System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(100));
+            } catch (TransportException ignored) {
+                // best effort: the receiver's recv then fails by its own deadline instead
+            }
+            throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": send of tag " + tag + " ("
+                    + length + " B) to " + peer.address + " timed out after " + timeout.toMillis() + " ms waiting"
+                    + " for the receiver to post a matching recv");
+        }
+        manager.throwIfFailed(op);
+        manager.recycle(op);
         int chunk = manager.settings.chunk;
         for (long pos = 0; pos < length; pos += chunk) {
             int n = (int) Math.min(chunk, length - pos);
             offer(Wire.DATA, tag, seq, pos, address + pos, n, deadline);
         }
-    }
-
-    @Override
-    public void recv(int tag, MemoryBuffer buffer, long offset, long length) {
-        recv(tag, buffer, offset, length, defaultTimeout());
+        manager.counters.sent(length);
     }
 
     @Override
@@ -106,8 +127,18 @@ final class AeronConnection implements Connection {
     }
 
     @Override
+    public void write(WriteBatch batch, Duration timeout) {
+        manager.oneSided().write(this, batch, timeout);
+    }
+
+    @Override
     public String peer() {
         return peer.address;
+    }
+
+    @Override
+    public Duration defaultTimeout() {
+        return manager.defaultTimeout();
     }
 
     @Override
@@ -115,78 +146,154 @@ final class AeronConnection implements Connection {
         return "AeronConnection{" + manager.name + " -> " + peer.address + (peer.lost ? " lost" : "") + "}";
     }
 
-    @Override
-    public Duration defaultTimeout() {
-        return manager.settingsTimeout();
+    boolean isEstablished() {
+        return established;
     }
 
-    /** Sends a small control message (CTS, REJECT) back to this peer. */
-    void sendControl(int type, int tag, long seq, long deadline) {
-        establish(deadline);
-        offer(type, tag, seq, 0, 0, 0, deadline);
-    }
-
-    /** Creates the publication, waits until the peer's driver answers, then sends HELLO (always first). */
+    /** Blocks (bounded by the deadline) until the publication is connected and our HELLO is out. */
     private void establish(long deadline) {
         if (established) {
             return;
         }
-        // A lock with a deadline: another sender may be waiting for the same unreachable peer with a longer one.
-        try {
-            if (!establishLock.tryLock(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)) {
-                throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": connecting to "
-                        + peer.address + " did not finish before the deadline");
-            }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new TransportException(ErrorCode.NETWORK, "aeron " + manager.name + ": interrupted while"
-                    + " connecting to " + peer.address, e);
-        }
-        try {
-            if (established) {
+        IdleStrategy idle = null;
+        while (true) {
+            if (progressEstablish(true)) {
                 return;
             }
-            ExclusivePublication pub;
-            offerLock.lock();
-            try {
-                if (shut) {
-                    throw closedOrLost("connect");
-                }
-                if (publication == null) {
-                    try {
-                        openedNanos = System.nanoTime();
-                        publication = newPublication();
-                    } catch (RuntimeException e) {
-                        if (manager.isClosed()) {
-                            throw new TransportClosedException("aeron " + manager.name + " closed while connecting to "
-                                    + peer.address);
-                        }
-                        throw new TransportException(ErrorCode.NETWORK, "aeron " + manager.name
-                                + ": cannot open a publication to " + peer.address + ": " + e, e);
-                    }
-                }
-                pub = publication;
-            } finally {
-                offerLock.unlock();
+            checkAlive("connect");
+            if (System.nanoTime() - deadline >= 0) {
+                throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": connecting to "
+                        + peer.address + " did not finish before the deadline ("
+                        + (everConnected ? "HELLO not out" : openedNs == 0 ? "publication not created"
+                        : "no subscriber answered") + ")");
             }
-            IdleStrategy idle = manager.settings.newIdleStrategy();
-            while (!pub.isConnected()) {
-                checkAlive("connect");
-                if (System.nanoTime() - deadline >= 0) {
-                    throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": peer " + peer.address
-                            + " did not answer (no subscriber there?) before the deadline");
-                }
-                idle.idle();
+            if (idle == null) {
+                idle = manager.settings.callerIdleStrategy();
             }
-            everConnected = true;
-            byte[] self = manager.localAddress().getBytes(StandardCharsets.UTF_8);
-            UnsafeBuffer hello = new UnsafeBuffer(new byte[self.length]);
-            hello.putBytes(0, self);
-            offerBuffer(Wire.HELLO, 0, 0, self.length, hello, self.length, deadline);
-            established = true;
+            idle.idle();
+        }
+    }
+
+    /**
+     * One non-blocking step of establishment (callers and the agent; the agent only ever tries the lock).
+     *
+     * @param caller true on a caller thread: failures are thrown
+     * @return true once established (or, for the agent, once nothing more can be done: failed or shut)
+     */
+    boolean progressEstablish(boolean caller) {
+        if (established) {
+            return true;
+        }
+        TransportException f = establishFailure;
+        if (f != null) {
+            if (caller) {
+                throw AeronConnectionManager.rethrow(f);
+            }
+            return true;
+        }
+        if (!establishLock.tryLock()) {
+            return false;
+        }
+        try {
+            return step();
+        } catch (TransportException e) {
+            establishFailure = e;
+            if (caller) {
+                throw e;
+            }
+            manager.reporter.report(e);
+            return true;
+        } catch (RuntimeException e) {
+            TransportException t = new TransportException(ErrorCode.NETWORK, "aeron " + manager.name + ": cannot open a publication to " + peer.address + ": " + e, e);
+            establishFailure = t;
+            if (caller) {
+                throw t;
+            }
+            manager.reporter.report(t);
+            return true;
         } finally {
             establishLock.unlock();
         }
+    }
+
+    private boolean step() {
+        switch (estState) {
+            case NEW: {
+                if (manager.isClosed() || peer.lost) {
+                    return false;
+                }
+                client = manager.runtime.client();
+                Address a = manager.addressOf(peer);
+                int ipcStream = manager.ipcStreamTo(a);
+                String ch = ipcStream != 0 ? manager.ipcPublicationChannel() : manager.publicationChannel(a);
+                channel = ch;
+                registrationId = client.asyncAddExclusivePublication(ch, ipcStream != 0 ? ipcStream
+                        : AeronSettings.STREAM_ID);
+                estState = ADDING;
+                return false;
+            }
+            case ADDING: {
+                ExclusivePublication pub = client.getExclusivePublication(registrationId);
+                if (pub == null) {
+                    return false;
+                }
+                offerLock.lock();
+                try {
+                    if (shut) {
+                        CloseHelper.quietClose(pub);
+                        estState = FAILED;
+                        throw closedOrLost("connect");
+                    }
+                    publication = pub;
+                } finally {
+                    offerLock.unlock();
+                }
+                openedNs = System.nanoTime();
+                estState = CONNECTING;
+                return false;
+            }
+            case CONNECTING: {
+                ExclusivePublication pub = publication;
+                if (pub == null || !pub.isConnected()) {
+                    return false;
+                }
+                everConnected = true;
+                estState = HELLO;
+                return sendHello();
+            }
+            case HELLO:
+                return sendHello();
+            case ESTABLISHED:
+                return true;
+            default:
+                throw closedOrLost("connect");
+        }
+    }
+
+    private boolean sendHello() {
+        if (hello == null) {
+            hello = new UnsafeBuffer(ByteBuffer.allocateDirect(Wire.HEADER_LENGTH + Handshake.maxLength()));
+        }
+        int body = manager.handshake.encode(hello, Wire.HEADER_LENGTH, manager.localAddress(), peer.address,
+                manager.incarnation);
+        Wire.write(hello, Wire.HELLO, 0, 0, body);
+        long r;
+        offerLock.lock();
+        try {
+            r = shut ? Publication.CLOSED : publication.offer(hello, 0, Wire.HEADER_LENGTH + body);
+        } finally {
+            offerLock.unlock();
+        }
+        if (r > 0) {
+            estState = ESTABLISHED;
+            established = true;
+            return true;
+        }
+        if (r == Publication.CLOSED || r == Publication.MAX_POSITION_EXCEEDED) {
+            estState = FAILED;
+            throw closedOrLost("HELLO");
+        }
+        return false;
     }
 
     /** Offers one message from raw memory, retrying on back-pressure until the deadline. */
@@ -199,7 +306,7 @@ final class AeronConnection implements Connection {
                 if (shut) {
                     r = Publication.CLOSED;
                 } else {
-                    writeHeader(type, tag, seq, value);
+                    Wire.write(header, type, tag, seq, value);
                     if (length == 0) {
                         r = publication.offer(header, 0, Wire.HEADER_LENGTH);
                     } else {
@@ -211,59 +318,54 @@ final class AeronConnection implements Connection {
                 offerLock.unlock();
             }
             if (r > 0) {
-                lastOfferNanos = System.nanoTime();
                 return;
             }
             handleRefusal(r, type, tag, deadline);
             if (idle == null) {
-                idle = manager.settings.newIdleStrategy();
+                idle = manager.settings.callerIdleStrategy();
             }
             idle.idle();
         }
     }
 
-    private void offerBuffer(int type, int tag, long seq, long value, UnsafeBuffer body, int length, long deadline) {
-        IdleStrategy idle = manager.settings.newIdleStrategy();
-        while (true) {
-            long r;
-            offerLock.lock();
-            try {
-                if (shut) {
-                    r = Publication.CLOSED;
-                } else {
-                    writeHeader(type, tag, seq, value);
-                    r = publication.offer(header, 0, Wire.HEADER_LENGTH, body, 0, length);
-                }
-            } finally {
-                offerLock.unlock();
+    /**
+     * Agent: offers a control message without blocking.
+     *
+     * @return false when it could not go out now (not established, lock busy, back-pressure): try again later
+     */
+    boolean tryOfferControl(int type, int tag, long seq) {
+        if (!established) {
+            return false;
+        }
+        if (!offerLock.tryLock()) {
+            return false;
+        }
+        try {
+            if (shut) {
+                return true; // nobody to tell any more: drop it
             }
-            if (r > 0) {
-                return;
-            }
-            handleRefusal(r, type, tag, deadline);
-            idle.idle();
+            Wire.write(header, type, tag, seq, 0);
+            long r = publication.offer(header, 0, Wire.HEADER_LENGTH);
+            return r > 0 || r == Publication.CLOSED || r == Publication.MAX_POSITION_EXCEEDED;
+        } finally {
+            offerLock.unlock();
         }
     }
 
-    private void writeHeader(int type, int tag, long seq, long value) {
-        header.putInt(Wire.TYPE, type, ByteOrder.LITTLE_ENDIAN);
-        header.putInt(Wire.TAG, tag, ByteOrder.LITTLE_ENDIAN);
-        header.putLong(Wire.SEQ, seq, ByteOrder.LITTLE_ENDIAN);
-        header.putLong(Wire.VALUE, value, ByteOrder.LITTLE_ENDIAN);
-        header.putLong(Wire.VALUE + 8, 0, ByteOrder.LITTLE_ENDIAN);
-    }
-
+    /** A refused offer: throws when it is final; back-pressure (the common case) allocates nothing. */
     private void handleRefusal(long r, int type, int tag, long deadline) {
-        String what = Wire.typeName(type) + " of tag " + tag;
         if (r == Publication.CLOSED) {
-            throw closedOrLost(what);
+            throw closedOrLost(Wire.typeName(type) + " of tag " + tag);
         }
         if (r == Publication.MAX_POSITION_EXCEEDED) {
             throw new TransportException(ErrorCode.NETWORK, "aeron " + manager.name + ": publication to "
                     + peer.address + " reached its maximum position; reconnect");
         }
-        checkAlive(what);
+        if (manager.isClosed() || peer.lost) {
+            checkAlive(Wire.typeName(type) + " of tag " + tag);
+        }
         if (System.nanoTime() - deadline >= 0) {
+            String what = Wire.typeName(type) + " of tag " + tag;
             throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": " + what + " to "
                     + peer.address + " timed out (" + (r == Publication.NOT_CONNECTED ? "not connected"
                     : "back-pressured") + ")");
@@ -293,12 +395,34 @@ final class AeronConnection implements Connection {
     }
 
     /**
-     * Waits (until the deadline) for the driver to have sent everything offered, while the peer is connected.
+     * Agent, every liveness check: whether our publication says the peer is gone.
      *
-     * @param deadline System.nanoTime() deadline
-     * @return true when this connection offered something in the last half second
+     * @param stalled true when our own process stalled since the last check: never-answered clocks restart
      */
-    boolean drain(long deadline) {
+    int liveness(long now, boolean stalled) {
+        ExclusivePublication p = publication;
+        if (p == null || shut) {
+            return ALIVE;
+        }
+        if (p.isConnected()) {
+            everConnected = true;
+            return ALIVE;
+        }
+        if (everConnected) {
+            return LOST_AFTER_CONNECTED; // Aeron: no status message for the publication connection timeout
+        }
+        if (stalled) {
+            openedNs = now;
+            return ALIVE;
+        }
+        return now - openedNs > manager.settings.connectTimeoutNs ? NEVER_ANSWERED : ALIVE;
+    }
+
+    /**
+     * Waits (until the deadline) for the driver to have sent everything offered, while the peer is connected.
+     * IPC needs no wait: the log lives in the driver both share and stays readable until consumed.
+     */
+    void drain(long deadline) {
         ExclusivePublication p;
         offerLock.lock();
         try {
@@ -306,14 +430,9 @@ final class AeronConnection implements Connection {
         } finally {
             offerLock.unlock();
         }
-        if (p == null) {
-            return false;
-        }
-        if (channel.startsWith(AeronSettings.IPC_CHANNEL)) {
-            // An IPC log lives in the driver the peer shares; a closed IPC publication stays readable until its
-            // subscribers have consumed it (Aeron drains it before removing it), so there is nothing to wait for.
-            // Its publisher limit is not tied to a sender position: the test below would wait out the deadline.
-            return false;
+        String ch = channel;
+        if (p == null || ch == null || ch.startsWith(AeronSettings.IPC_CHANNEL)) {
+            return;
         }
         // The publisher limit runs half a term ahead of the driver's sender position.
         IdleStrategy idle = manager.settings.newIdleStrategy();
@@ -321,64 +440,9 @@ final class AeronConnection implements Connection {
                 && System.nanoTime() - deadline < 0) {
             idle.idle();
         }
-        return System.nanoTime() - lastOfferNanos < 500_000_000L;
     }
 
-    /** @return true once the publication had a subscriber and has lost it (no status messages any more) */
-    boolean lostConnection() {
-        offerLock.lock();
-        try {
-            if (shut || publication == null) {
-                return false;
-            }
-            if (publication.isConnected()) {
-                everConnected = true;
-                return false;
-            }
-            // Lost once connected and silent again, or never answered within the peer timeout (the peer may have
-            // died between our learning its address and our first look).
-            return everConnected || System.nanoTime() - openedNanos > manager.settings.peerTimeoutNs;
-        } finally {
-            offerLock.unlock();
-        }
-    }
-
-    /**
-     * Opens the publication now (without waiting for the peer), so the peer's liveness is watched even before
-     * the first send: a peer we only receive from, or wait on, still shows up as lost when it dies.
-     */
-    void open() {
-        offerLock.lock();
-        try {
-            if (!shut && publication == null && !manager.isClosed()) {
-                openedNanos = System.nanoTime();
-                publication = newPublication();
-            }
-        } catch (RuntimeException e) {
-            // establish() retries and reports it with the call that needs the publication
-            manager.onError(e);
-        } finally {
-            offerLock.unlock();
-        }
-    }
-
-    /**
-     * Creates the publication (caller holds the offer lock): {@code aeron:ipc} to the peer's IPC stream when the
-     * peer is a manager of this process on the same driver, else UDP to its address.
-     */
-    private ExclusivePublication newPublication() {
-        int ipcStream = manager.ipcStreamOf(peer.address);
-        String ch = ipcStream >= 0 ? manager.ipcPublicationChannel() : manager.publicationChannel(peer.address);
-        ExclusivePublication p = manager.aeron.addExclusivePublication(ch,
-                ipcStream >= 0 ? ipcStream : AeronSettings.STREAM_ID);
-        channel = ch;
-        return p;
-    }
-
-    /**
-     * @return the channel of this connection's publication ({@code aeron:ipc?...} or {@code aeron:udp?...}), null
-     *         before it is opened
-     */
+    /** @return the channel of this connection's publication, null before it is opened (tests) */
     String channel() {
         return channel;
     }
@@ -395,5 +459,20 @@ final class AeronConnection implements Connection {
             offerLock.unlock();
         }
         CloseHelper.quietClose(p);
+        // A publication still being added would otherwise outlive us in the driver.
+        if (p == null && establishLock.tryLock()) {
+            try {
+                if (estState == ADDING && registrationId >= 0 && client != null && !client.isClosed()) {
+                    try {
+                        client.asyncRemovePublication(registrationId);
+                    } catch (RuntimeException e) {
+                        manager.reporter.report(e);
+                    }
+                }
+                estState = FAILED;
+            } finally {
+                establishLock.unlock();
+            }
+        }
     }
 }

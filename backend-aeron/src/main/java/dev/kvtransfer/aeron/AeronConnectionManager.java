@@ -3,166 +3,147 @@ package dev.kvtransfer.aeron;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
-import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.support.EmulatedOneSided;
 import io.aeron.Aeron;
-import io.aeron.Image;
 import io.aeron.Subscription;
-import io.aeron.logbuffer.ControlledFragmentHandler;
-import io.aeron.logbuffer.FrameDescriptor;
-import io.aeron.logbuffer.Header;
 import org.agrona.CloseHelper;
-import org.agrona.DirectBuffer;
-import org.agrona.UnsafeApi;
-import org.agrona.collections.Int2ObjectHashMap;
-import org.agrona.concurrent.IdleStrategy;
+import org.agrona.concurrent.status.AtomicCounter;
 
-import java.lang.System.Logger.Level;
-import java.nio.ByteOrder;
+import java.security.SecureRandom;
 import java.time.Duration;
-import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.HashMap;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Queue;
-import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 
 /**
- * One rank's Aeron endpoint: a UDP subscription on {@code host:port} (its {@link #localAddress()}), one
- * exclusive publication per peer it talks to, and a receive agent thread that demultiplexes every incoming
- * message by (peer, tag) and copies payload straight into the destination {@link MemoryBuffer}. Managers of one
- * process on the same media driver also listen on an {@code aeron:ipc} stream and reach each other through it
- * (property {@code aeron.ipc}, default true); the address stays the UDP {@code host:port}.
+ * One rank's Aeron endpoint (the public face; see {@link TransportAgent} for the loop behind it): a UDP
+ * subscription on {@code host:port}, an IPC subscription for peers on the same media driver (its address says
+ * which driver: {@link Address}), one exclusive publication per peer it talks to, and an agent that owns every
+ * piece of transfer state — matching, early messages, large receives in progress, handshakes, liveness. Callers
+ * hand it operations through a lock-free command queue and park until the agent completes them; payload goes
+ * from the caller's memory into Aeron's term buffer (send) and from the term buffer into the receive's memory
+ * (agent), never through the heap. One-sided writes are emulated ({@link EmulatedOneSided}).
  *
- * <p>Protocol (see {@link Wire}): each publication starts with HELLO (the sender's listen address), which ties
- * the Aeron image (session) to a peer. Messages that fit one frame travel EAGER; if no receive is posted yet
- * they are kept off-heap per (peer, tag), bounded by {@code aeron.earlyBufferBytes} (beyond it the agent stops
- * consuming that peer's image, so Aeron back-pressures the sender). Larger messages use a rendezvous: RTS, the
- * receiver answers CTS once a matching receive is posted, then DATA chunks land directly at their offset, so
- * large payload is never buffered nor copied twice.
- *
- * <p>Thread-safe. Matching state is guarded by one monitor; payload copies happen outside it.
+ * <p>Thread-safe. See the module README for the protocol, the settings and the numbers.
  */
 public final class AeronConnectionManager implements ConnectionManager {
-    private static final System.Logger LOG = System.getLogger(AeronConnectionManager.class.getName());
     /** Blocked callers re-check close, peer loss and their deadline at least this often. */
     private static final long WAIT_SLICE_NS = TimeUnit.MILLISECONDS.toNanos(50);
-    private static final long CHECK_INTERVAL_NS = TimeUnit.MILLISECONDS.toNanos(100);
-    private static final int FRAGMENT_LIMIT = 64;
-    /**
-     * Managers of this process reachable over IPC, by {@link #localAddress()}: a connection to an address found
-     * here whose manager uses the same media driver directory publishes on {@code aeron:ipc} to that manager's
-     * IPC stream instead of UDP. Only immutable endpoints go in, never a manager under construction.
-     */
-    private static final java.util.concurrent.ConcurrentHashMap<String, IpcEndpoint> IPC_ENDPOINTS =
-            new java.util.concurrent.ConcurrentHashMap<>();
-    /** Image keys: which subscription an image belongs to, in the upper half (session ids may coincide). */
-    private static final long UDP_IMAGE = 0L;
-    private static final long IPC_IMAGE = 1L << 32;
-
-    // Receive operation states.
-    static final int POSTED = 0;
-    static final int RTS_MATCHED = 1;
-    static final int RECEIVING = 2;
-    static final int DONE = 3;
-    static final int FAILED = 4;
-    // Send operation states.
-    static final int WAITING = 0;
-    static final int CLEARED = 1;
-    static final int REJECTED = 2;
+    private static final long CANCEL_ACK_NS = TimeUnit.SECONDS.toNanos(10);
+    private static final ThreadLocal<Op> OPS = new ThreadLocal<>();
+    private static final SecureRandom RANDOM = new SecureRandom();
+    private static final Map<Integer, Boolean> IPC_STREAMS = new ConcurrentHashMap<>();
 
     final AeronSettings settings;
     final String name;
     private final Duration defaultTimeout;
-    private final EmbeddedDriver.Lease lease;
-    final Aeron aeron;
-    private final Subscription subscription;
+    final ErrorReporter reporter;
+    final Handshake handshake;
+    final long incarnation;
+    final AeronRuntime runtime;
+    final Counters counters;
+    private final String host;
+    private final int port;
+    private final int ipcStream;
     private final String localAddress;
-    /** The IPC subscription for managers of this process on the same driver; null when IPC is off. */
-    private final Subscription ipcSubscription;
-    private final IpcEndpoint ipcEndpoint;
-    private final Thread agentThread;
+    private final Address self;
+    /** Peers by {@code host:port}: callers create them ({@link #connection}), the agent too (HELLO). */
+    final ConcurrentHashMap<String, Peer> peers = new ConcurrentHashMap<>();
+    private final TransportAgent agent;
+    private final AgentGroup group;
+    private final EmulatedOneSided oneSided;
     private final AtomicBoolean closed = new AtomicBoolean();
-    private volatile boolean running = true;
-
-    /** Guards every field below marked "lock" and the matching state inside peers and operations. */
-    final Object lock = new Object();
-    private final Map<String, Peer> peers = new HashMap<>();          // lock: live peers by address
-    private final List<Peer> allPeers = new ArrayList<>();            // lock: every peer ever seen, for close
-    private final Int2ObjectHashMap<ArrayDeque<RecvOp>> anyPosted = new Int2ObjectHashMap<>(); // lock
-    private long earlyBytes;                                          // lock
-    private long arrivalStamp;                                        // lock
-
-    // Receive agent only.
-    private final org.agrona.collections.Long2ObjectHashMap<ImageState> images =
-            new org.agrona.collections.Long2ObjectHashMap<>(); // by image key (subscription | session id)
-    private final Queue<Long> unavailableImages = new ConcurrentLinkedQueue<>();
-    private final ControlledFragmentHandler handler = (b, o, l, h) -> onFragment(UDP_IMAGE, b, o, l, h);
-    private final ControlledFragmentHandler ipcHandler = (b, o, l, h) -> onFragment(IPC_IMAGE, b, o, l, h);
-
-    private final AtomicLong errorCount = new AtomicLong();
-    private final AtomicLong droppedChunks = new AtomicLong();
+    volatile boolean closing;
+    private volatile String failure;
+    private volatile Subscription udpSubscription;
+    private volatile Subscription ipcSubscription;
 
     /**
-     * Starts a manager: takes a lease on the embedded driver (or connects to {@code aeron.dir}), subscribes on
-     * {@code host:port} and starts the receive agent.
+     * Starts a manager: joins (or starts) this process's runtime for the configured driver, subscribes on
+     * {@code host:port} (and on IPC), and starts running its agent.
      *
      * @param config where to listen and the {@code aeron.*} properties
      * @throws TransportException ({@code NETWORK}) if Aeron cannot start or bind
+     * @throws IllegalArgumentException for a bad or unknown {@code aeron.*} property
      */
     public AeronConnectionManager(TransportConfig config) {
         Objects.requireNonNull(config, "config");
         this.settings = AeronSettings.from(config);
         this.name = config.name();
         this.defaultTimeout = config.defaultTimeout();
-        EmbeddedDriver.Lease l = null;
-        Aeron a = null;
-        String address = null;
-        IpcEndpoint ipc = null;
+        this.reporter = new ErrorReporter(name, config.errorHandler());
+        this.handshake = new Handshake(config.authSecret(), settings.authWindowMs);
+        this.incarnation = handshake.newIncarnation();
+        this.host = config.host();
+        AeronRuntime rt = null;
+        Counters cs = null;
+        int stream = 0;
+        Subscription udp = null;
+        Subscription ipc = null;
+        TransportAgent a;
         try {
-            l = settings.externalDir == null ? EmbeddedDriver.acquire(settings) : null;
-            String dir = l != null ? l.directory() : settings.externalDir;
-            a = Aeron.connect(new Aeron.Context()
-                    .aeronDirectoryName(dir)
-                    .clientName("kvtransfer-" + name)
-                    .errorHandler(this::onError));
-            String channel = "aeron:udp?endpoint=" + config.host() + ":" + config.port()
-                    + "|so-rcvbuf=" + settings.socketBuffer + "|rcv-wnd=" + settings.receiverWindow();
-            Subscription sub = a.addSubscription(channel, AeronSettings.STREAM_ID, null,
-                    image -> onUnavailableImage(UDP_IMAGE, image));
-            this.subscription = sub;
-            int port = resolvePort(sub, config.port());
-            address = config.host() + ":" + port;
-            this.localAddress = address;
-            ipc = settings.ipc ? IpcEndpoint.reserve(address, dir, AeronSettings.IPC_STREAM_BASE + port) : null;
-            this.ipcEndpoint = ipc;
-            this.ipcSubscription = ipc == null ? null : a.addSubscription(AeronSettings.IPC_CHANNEL, ipc.streamId(),
-                    null, image -> onUnavailableImage(IPC_IMAGE, image));
-        } catch (RuntimeException | Error e) {
-            if (ipc != null) {
-                IPC_ENDPOINTS.remove(address, ipc);
+            rt = AeronRuntime.acquire(settings);
+            cs = new Counters(rt, name);
+            a = new TransportAgent(this, rt.generation());
+            TransportAgent ag = a;
+            Aeron client = rt.client();
+            String channel = "aeron:udp?endpoint=" + host + ":" + config.port() + "|so-rcvbuf=" + settings.socketBuffer
+                    + "|rcv-wnd=" + settings.receiverWindow();
+            udp = client.addSubscription(channel, AeronSettings.STREAM_ID, image -> ag.onAvailable(image, false),
+                    image -> ag.onUnavailable(image, false));
+            this.port = resolvePort(udp, config.port());
+            if (settings.ipc) {
+                stream = reserveIpcStream();
+                ipc = client.addSubscription(AeronSettings.IPC_CHANNEL, stream, image -> ag.onAvailable(image, true),
+                        image -> ag.onUnavailable(image, true));
             }
-            CloseHelper.quietClose(a);
-            CloseHelper.quietClose(l);
+        } catch (RuntimeException | Error e) {
+            CloseHelper.quietCloseAll(ipc, udp);
+            if (stream != 0) {
+                IPC_STREAMS.remove(stream);
+            }
+            if (cs != null) {
+                cs.close();
+            }
+            if (rt != null) {
+                rt.release();
+            }
+            if (e instanceof IllegalArgumentException) {
+                throw e;
+            }
             throw new TransportException(ErrorCode.NETWORK, "aeron transport " + name + ": cannot start on "
                     + config.host() + ":" + config.port() + " (" + settings + "): " + e, e);
         }
-        this.lease = l;
-        this.aeron = a;
-        this.agentThread = new Thread(this::runAgent, "kvtransfer-aeron-recv-" + name);
-        agentThread.setDaemon(true);
-        agentThread.start();
+        this.runtime = rt;
+        this.counters = cs;
+        this.ipcStream = stream;
+        this.udpSubscription = udp;
+        this.ipcSubscription = ipc;
+        this.localAddress = Address.format(host, port, stream != 0 ? rt.driverId() : null, stream);
+        this.self = Address.parse(localAddress);
+        this.agent = a;
+        this.oneSided = new EmulatedOneSided(this, new ControlBuffers(), reporter::report, defaultTimeout, name);
+        this.group = rt.join(a);
+    }
+
+    private static int reserveIpcStream() {
+        while (true) {
+            int s = RANDOM.nextInt(Integer.MAX_VALUE - 0x10000) + 0x10000;
+            if (s != AeronSettings.STREAM_ID && IPC_STREAMS.putIfAbsent(s, Boolean.TRUE) == null) {
+                return s;
+            }
+        }
     }
 
     private static int resolvePort(Subscription sub, int configured) {
@@ -194,53 +175,67 @@ public final class AeronConnectionManager implements ConnectionManager {
 
     @Override
     public Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait) {
-        // Interim bridge to the timed receive; the agent rewrite replaces it with a poll that throws nothing.
-        try {
-            return connectionOf(receive(null, tag, buffer, offset, length, wait));
-        } catch (TransportException e) {
-            if (e.code() == ErrorCode.TIMEOUT && !(e instanceof TransportClosedException)) {
-                return null;
-            }
-            throw e;
-        }
+        Objects.requireNonNull(wait, "wait");
+        Peer p = receive(null, tag, buffer, offset, length, wait, true);
+        return p == null ? null : p.connection;
     }
 
     @Override
     public Connection connection(String address) {
         Objects.requireNonNull(address, "address");
-        if (address.lastIndexOf(':') <= 0) {
-            throw new IllegalArgumentException("address = '" + address + "': expected host:port");
-        }
-        Peer p;
-        synchronized (lock) {
-            ensureOpen();
-            p = peers.get(address);
+        Address a = Address.parse(address);
+        ensureOpen();
+        return peerFor(a).connection;
+    }
+
+    /** The live peer for an address, created when there is none (callers and the agent). */
+    Peer peerFor(Address a) {
+        while (true) {
+            Peer p = peers.get(a.hostPort());
             if (p == null) {
-                p = newPeer(address);
+                Peer created = new Peer(a.text(), this);
+                p = peers.putIfAbsent(a.hostPort(), created);
+                if (p == null) {
+                    p = created; // its publication opens on first use, not now: a rank that looks up every
+                                 // rank of the peer instance (getConnections) must not cost N^2 streams
+                }
             }
+            if (!p.lost) {
+                return p;
+            }
+            peers.remove(a.hostPort(), p); // lost between our get and now
         }
-        return connectionOf(p);
+    }
+
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory) {
+        Objects.requireNonNull(memory, "memory");
+        ensureOpen();
+        return oneSided.register(memory);
+    }
+
+    EmulatedOneSided oneSided() {
+        return oneSided;
     }
 
     @Override
     public boolean isRunning() {
-        return !closed.get();
+        return !closed.get() && failure == null;
     }
 
-    /** @return errors reported by background threads so far (they are logged, never dropped) */
+    /** @return errors reported by background work so far (each also went to the configured error handler) */
     public long errorCount() {
-        return errorCount.get();
+        return reporter.count();
     }
 
-    /** @return bytes of early small messages held off-heap right now (bounded by aeron.earlyBufferBytes) */
+    /** @return this manager's counters (monotonic counts and the early-buffer gauge), by name */
+    public Map<String, Long> counters() {
+        return counters.snapshot(reporter);
+    }
+
+    /** @return bytes of early messages held right now, their bookkeeping included (agent's last tick) */
     public long earlyBufferedBytes() {
-        synchronized (lock) {
-            return earlyBytes;
-        }
-    }
-
-    Duration settingsTimeout() {
-        return defaultTimeout;
+        return counters.earlyBytes.get();
     }
 
     /** @return the effective settings */
@@ -254,6 +249,171 @@ public final class AeronConnectionManager implements ConnectionManager {
     }
 
     // ------------------------------------------------------------------------------------------------------
+    // Receiving (caller threads)
+
+    Peer receive(Peer peer, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        return receive(peer, tag, buffer, offset, length, timeout, false);
+    }
+
+    /**
+     * Receives the next message of a tag from one peer, or from any peer when {@code peer} is null.
+     *
+     * @param poll true for {@link #pollConnect}: when nothing matched by the deadline, null instead of TIMEOUT; a
+     *             message that matched but did not complete within the default timeout then fails with NETWORK
+     * @return the peer that sent it, or null (poll only)
+     */
+    private Peer receive(Peer peer, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+            boolean poll) {
+        checkBuffer(buffer, offset, length);
+        Objects.requireNonNull(timeout, "timeout");
+        long deadline = deadline(timeout);
+        ensureOpen();
+        Op op = takeOp().reset(peer == null ? Op.RECV_ANY : Op.RECV, peer, tag, buffer.address() + offset, length);
+        post(op);
+        // A matched large message gets at least the default timeout to finish, whatever the poll's wait.
+        long extended = poll ? Math.max(deadline, deadline(defaultTimeout)) : deadline;
+        int st = await(op, deadline, extended);
+        if (st == Op.CANCELLED) {
+            if (poll) {
+                return null;
+            }
+            throw new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": recv of tag " + tag + " (" + length
+                    + " B) from " + (peer == null ? "any peer" : peer.address) + " timed out after "
+                    + timeout.toMillis() + " ms");
+        }
+        if (st == Op.FAILED && poll && op.failure.code() == ErrorCode.TIMEOUT
+                && !(op.failure instanceof TransportClosedException)) {
+            // A poll never reports TIMEOUT: a message that began arriving and stalled is a network failure.
+            TransportException f = op.failure;
+            op.abandoned = true;
+            throw new TransportException(ErrorCode.NETWORK, f.getMessage(), f);
+        }
+        throwIfFailed(op);
+        Peer from = op.peer;
+        recycle(op);
+        return from;
+    }
+
+    // ------------------------------------------------------------------------------------------------------
+    // Ops and the command queue
+
+    /** @return this thread's reusable op (a fresh one when the last went through a cancel) */
+    Op takeOp() {
+        Op op = OPS.get();
+        if (op == null || op.abandoned || !op.isFinal()) {
+            op = new Op();
+            op.state = Op.DONE;
+            OPS.set(op);
+        }
+        return op;
+    }
+
+    void recycle(Op op) {
+        op.waiter = null;
+        op.peer = null;
+    }
+
+    /** Hands an op to the agent. */
+    void post(Op op) {
+        while (!agent.commands.offer(op)) {
+            if (agent.isRemoved()) {
+                op.abandoned = true;
+                throw closedError("post");
+            }
+            Thread.yield(); // the queue is full: the agent drains it every duty cycle
+        }
+        group.wake();
+    }
+
+    /**
+     * Waits for an op: spins briefly, then parks in slices (the agent unparks it when it completes).
+     *
+     * @param deadline  when to give up
+     * @param extended  when to give up on an op that already matched a large message (RECEIVING)
+     * @return the op's final state: DONE, FAILED or CANCELLED (the deadline passed and the agent let go of it)
+     */
+    int await(Op op, long deadline, long extended) {
+        if (settings.callerSpinNs > 0) {
+            // Yield rather than spin: on a small host the agent that completes the op may need this core.
+            long spinUntil = System.nanoTime() + settings.callerSpinNs;
+            while (!op.isFinal() && System.nanoTime() - spinUntil < 0) {
+                Thread.yield();
+            }
+        }
+        while (true) {
+            int st = op.state;
+            if (st == Op.DONE || st == Op.FAILED || st == Op.CANCELLED) {
+                return st;
+            }
+            if (agent.isRemoved()) {
+                // The agent is gone: it will never touch the op again.
+                op.abandoned = true;
+                if (!op.isFinal()) {
+                    op.failure = closedError("wait");
+                    op.state = Op.FAILED;
+                }
+                return op.state;
+            }
+            long now = System.nanoTime();
+            long limit = st == Op.RECEIVING ? extended : deadline;
+            long remaining = limit - now;
+            if (remaining <= 0) {
+                return withdraw(op);
+            }
+            LockSupport.parkNanos(this, Math.min(remaining, WAIT_SLICE_NS));
+        }
+    }
+
+    /**
+     * Withdraws an op whose deadline passed and waits until the agent let go of it (it may complete meanwhile).
+     *
+     * @return DONE, FAILED or CANCELLED
+     */
+    int withdraw(Op op) {
+        op.abandoned = true;
+        if (op.casState(Op.QUEUED, Op.CANCELLED)) {
+            return Op.CANCELLED; // the agent never took it: it drops it when it sees it
+        }
+        op.cancelRequested = true;
+        while (!agent.commands.offer(op)) {
+            if (agent.isRemoved()) {
+                return finalOrClosed(op);
+            }
+            Thread.yield();
+        }
+        group.wake();
+        long until = System.nanoTime() + CANCEL_ACK_NS;
+        while (!op.isFinal()) {
+            if (agent.isRemoved()) {
+                return finalOrClosed(op);
+            }
+            if (System.nanoTime() - until > 0) {
+                reporter.report(new IllegalStateException("aeron " + name + ": the agent did not acknowledge a"
+                        + " cancel within 10 s"));
+                return Op.CANCELLED;
+            }
+            LockSupport.parkNanos(this, TimeUnit.MILLISECONDS.toNanos(1));
+        }
+        return op.state;
+    }
+
+    private int finalOrClosed(Op op) {
+        if (!op.isFinal()) {
+            op.failure = closedError("wait");
+            op.state = Op.FAILED;
+        }
+        return op.state;
+    }
+
+    void throwIfFailed(Op op) {
+        if (op.state == Op.FAILED) {
+            TransportException f = op.failure;
+            recycle(op);
+            throw rethrow(f);
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------------------
     // Close
 
     @Override
@@ -261,67 +421,46 @@ public final class AeronConnectionManager implements ConnectionManager {
         if (!closed.compareAndSet(false, true)) {
             return;
         }
-        if (ipcEndpoint != null) {
-            IPC_ENDPOINTS.remove(localAddress, ipcEndpoint); // new connections to us use UDP from now on
+        // One-sided writes first: revoking a region waits for the batches writing into it, over this transport.
+        oneSided.close();
+        closing = true;
+        group.wake();
+        long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+        while (!agent.sweepDone() && !agent.isRemoved() && System.nanoTime() - until < 0) {
+            LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(1));
         }
-        List<AeronConnection> connections = new ArrayList<>();
-        synchronized (lock) {
-            String why = "aeron transport " + name + " (" + localAddress + ") closed";
-            for (Peer p : allPeers) {
-                failPeerOps(p, () -> new TransportClosedException(why)); // wakes them; the agent stops writing
-                if (p.connection != null) {
-                    connections.add(p.connection);
-                }
-            }
-            for (ArrayDeque<RecvOp> q : anyPosted.values()) {
-                for (RecvOp op : q) {
-                    op.fail(new TransportClosedException(why));
-                }
-                q.clear();
-            }
-            peers.clear();
-        }
-        // A send returns once its bytes are in the log buffer; let them reach the peers before the driver goes.
+        // A send returns once its bytes are in the log buffer; let them reach the peers before we go.
+        List<Peer> all = new ArrayList<>(peers.values());
         long drainDeadline = System.nanoTime() + Math.min(settings.peerTimeoutNs, TimeUnit.SECONDS.toNanos(5));
-        boolean recentlyActive = false;
-        for (AeronConnection c : connections) {
-            recentlyActive |= c.drain(drainDeadline);
+        for (Peer p : all) {
+            p.connection.drain(drainDeadline);
         }
-        running = false;
-        // The agent parks at most ~1 ms between duty cycles; once it has stopped nothing writes user memory.
-        try {
-            agentThread.join(TimeUnit.SECONDS.toMillis(10));
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
+        if (!group.leave(agent, TimeUnit.SECONDS.toNanos(10))) {
+            reporter.report(new IllegalStateException("aeron " + name + ": the agent did not stop within 10 s"));
         }
-        if (agentThread.isAlive()) {
-            onError(new IllegalStateException("receive agent of " + name + " did not stop within 10 s"));
+        runtime.leave(agent);
+        for (Peer p : all) {
+            p.lost = true;
+            p.lostReason = "the manager closed";
+            p.connection.shutdown();
         }
-        synchronized (lock) {
-            for (Peer p : allPeers) {
-                for (Arrival a : p.allArrivals()) {
-                    freeArrival(a);
-                }
-                p.tags.clear();
-            }
+        peers.clear();
+        CloseHelper.quietCloseAll(ipcSubscription, udpSubscription);
+        if (ipcStream != 0) {
+            IPC_STREAMS.remove(ipcStream);
         }
-        for (AeronConnection c : connections) {
-            c.shutdown();
-        }
-        if (recentlyActive) {
-            // Closed publications end with an end-of-stream frame on the next heartbeat (100 ms); the peer then
-            // drains what it holds before dropping the stream, instead of waiting out the liveness timeout.
-            LockSupport.parkNanos(TimeUnit.MILLISECONDS.toNanos(150));
-        }
-        CloseHelper.quietClose(ipcSubscription);
-        CloseHelper.quietClose(subscription);
-        CloseHelper.quietClose(aeron);
-        CloseHelper.quietClose(lease);
+        counters.close();
+        runtime.release();
     }
 
     void ensureOpen() {
         if (closed.get()) {
-            throw new TransportClosedException("aeron transport " + name + " (" + localAddress + ") is closed");
+            throw closedError("call");
+        }
+        String f = failure;
+        if (f != null) {
+            throw new TransportException(ErrorCode.NETWORK, "aeron transport " + name + " (" + localAddress
+                    + ") stopped serving: " + f);
         }
     }
 
@@ -329,625 +468,93 @@ public final class AeronConnectionManager implements ConnectionManager {
         return closed.get();
     }
 
-    // ------------------------------------------------------------------------------------------------------
-    // Receiving (caller threads)
-
-    /**
-     * Receives the next message of a tag from one peer, or from any peer when {@code peer} is null.
-     *
-     * @return the peer that sent it
-     */
-    Peer receive(Peer peer, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
-        checkBuffer(buffer, offset, length);
-        Objects.requireNonNull(timeout, "timeout");
-        long deadline = deadline(timeout);
-        RecvOp op = new RecvOp(tag, buffer.address() + offset, length, Thread.currentThread());
-        Arrival arrival = null;
-        synchronized (lock) {
-            ensureOpen();
-            if (peer != null) {
-                TagQueue q = peer.tags.get(tag);
-                arrival = q == null ? null : q.arrivals.pollFirst();
-                if (arrival == null) {
-                    if (peer.lost) {
-                        throw peerLostError(peer, "recv of tag " + tag);
-                    }
-                    peer.queue(tag).posted.addLast(op);
-                }
-                op.peer = peer;
-            } else {
-                Peer best = null;
-                long bestStamp = Long.MAX_VALUE;
-                for (Peer p : peers.values()) {
-                    TagQueue q = p.tags.get(tag);
-                    Arrival head = q == null ? null : q.arrivals.peekFirst();
-                    if (head != null && head.stamp < bestStamp) {
-                        best = p;
-                        bestStamp = head.stamp;
-                    }
-                }
-                if (best != null) {
-                    arrival = best.tags.get(tag).arrivals.pollFirst();
-                    op.peer = best;
-                } else {
-                    anyPosted.computeIfAbsent(tag, t -> new ArrayDeque<>()).addLast(op);
-                }
-            }
-        }
-        if (arrival != null) {
-            return consumeArrival(op, arrival, deadline);
-        }
-        while (true) {
-            int st = op.state;
-            if (st == DONE) {
-                return op.peer;
-            }
-            if (st == FAILED) {
-                throw rethrow(op.failure);
-            }
-            if (st == RTS_MATCHED) {
-                return rendezvous(op, deadline);
-            }
-            long remaining = deadline - System.nanoTime();
-            if (remaining <= 0) {
-                synchronized (lock) {
-                    if (op.state == POSTED) {
-                        if (peer != null) {
-                            peer.queue(tag).posted.remove(op);
-                        } else {
-                            ArrayDeque<RecvOp> q = anyPosted.get(tag);
-                            if (q != null) {
-                                q.remove(op);
-                            }
-                        }
-                        throw new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": recv of tag " + tag
-                                + " (" + length + " B) from " + (peer == null ? "any peer" : peer.address)
-                                + " timed out after " + timeout.toMillis() + " ms");
-                    }
-                }
-                continue;
-            }
-            LockSupport.parkNanos(this, Math.min(remaining, WAIT_SLICE_NS));
-        }
+    TransportClosedException closedError(String what) {
+        return new TransportClosedException("aeron transport " + name + " (" + localAddress + ") is closed (" + what
+                + ")");
     }
 
-    private Peer consumeArrival(RecvOp op, Arrival a, long deadline) {
-        if (a.type == Wire.EAGER) {
-            try {
-                if (a.length != op.length) {
-                    throw malformed(op, a.length);
-                }
-                if (a.length > 0) {
-                    UnsafeApi.copyMemory(null, a.staging, null, op.address, a.length);
-                }
-                return op.peer;
-            } finally {
-                synchronized (lock) {
-                    freeArrival(a);
-                }
-            }
-        }
-        op.seq = a.seq;
-        op.rtsLength = a.length;
-        return rendezvous(op, deadline);
-    }
-
-    /** The receive side of a large message: answer CTS (or REJECT), then wait until the data has landed. */
-    private Peer rendezvous(RecvOp op, long deadline) {
-        Peer p = op.peer;
-        AeronConnection reply = connectionOf(p);
-        if (op.rtsLength != op.length) {
-            try {
-                reply.sendControl(Wire.REJECT, op.tag, op.seq, deadline);
-            } catch (TransportException e) {
-                LOG.log(Level.DEBUG, "could not tell " + p.address + " about the length mismatch", e);
-            }
-            throw malformed(op, op.rtsLength);
-        }
-        synchronized (lock) {
-            ensureOpen();
-            if (p.lost) {
-                throw peerLostError(p, "recv of tag " + op.tag);
-            }
-            op.state = RECEIVING;
-            p.activeLarge.put(op.seq, op);
-        }
-        try {
-            reply.sendControl(Wire.CTS, op.tag, op.seq, deadline);
-        } catch (TransportException e) {
-            cancelActive(op);
-            throw e;
-        }
-        while (true) {
-            int st = op.state;
-            if (st == DONE) {
-                return p;
-            }
-            if (st == FAILED) {
-                throw rethrow(op.failure);
-            }
-            long remaining = deadline - System.nanoTime();
-            if (remaining <= 0) {
-                if (cancelActive(op)) {
-                    return p;
-                }
-                throw new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": recv of tag " + op.tag + " ("
-                        + op.length + " B) from " + p.address + " timed out with " + op.received + " B received");
-            }
-            LockSupport.parkNanos(this, Math.min(remaining, WAIT_SLICE_NS));
-        }
-    }
-
-    /**
-     * Withdraws a receive whose data may be arriving: after this the agent never writes its memory again.
-     *
-     * @return true when it had completed after all
-     */
-    private boolean cancelActive(RecvOp op) {
-        op.shutGate();
-        synchronized (lock) {
-            op.peer.activeLarge.remove(op.seq);
-            if (op.state == DONE) {
-                return true;
-            }
-            if (op.state != FAILED) {
-                op.state = FAILED;
-            }
-            return false;
-        }
+    /** The agent gave up on the manager (the driver could not be reached again). */
+    void fail(String why) {
+        failure = why;
+        reporter.report(new TransportException(ErrorCode.NETWORK, "aeron " + name + ": stopped serving: " + why));
     }
 
     // ------------------------------------------------------------------------------------------------------
-    // Sending support (called by AeronConnection)
+    // Channels and subscriptions (agent and connections)
 
-    SendOp registerSend(Peer p, long seq) {
-        SendOp s = new SendOp(seq, Thread.currentThread());
-        synchronized (lock) {
-            ensureOpen();
-            if (p.lost) {
-                throw peerLostError(p, "send");
-            }
-            p.awaitingCts.put(seq, s);
-        }
-        return s;
+    Subscription subscription(boolean ipc) {
+        return ipc ? ipcSubscription : udpSubscription;
     }
 
-    void unregisterSend(Peer p, SendOp s) {
-        synchronized (lock) {
-            p.awaitingCts.remove(s.seq, s);
+    void subscription(boolean ipc, Subscription s) {
+        if (ipc) {
+            ipcSubscription = s;
+        } else {
+            udpSubscription = s;
         }
     }
 
-    /** Waits for the receiver's CTS; returns normally when cleared. */
-    void awaitClear(Peer p, SendOp s, int tag, long length, long deadline) {
-        while (true) {
-            int st = s.state;
-            if (st == CLEARED) {
-                return;
-            }
-            if (st == REJECTED) {
-                throw new TransportException(ErrorCode.MALFORMED, "aeron " + name + ": " + p.address
-                        + " posted a receive of another length for tag " + tag + " (" + length + " B sent)");
-            }
-            if (st == FAILED) {
-                throw rethrow(s.failure);
-            }
-            long remaining = deadline - System.nanoTime();
-            if (remaining <= 0) {
-                synchronized (lock) {
-                    if (s.state == WAITING) {
-                        p.awaitingCts.remove(s.seq, s);
-                        throw new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": send of tag " + tag
-                                + " (" + length + " B) to " + p.address + " timed out waiting for the receiver to"
-                                + " post a matching recv");
-                    }
-                }
-                continue;
-            }
-            LockSupport.parkNanos(this, Math.min(remaining, WAIT_SLICE_NS));
-        }
+    /** The client closed: our subscriptions died with it. */
+    void dropSubscriptions() {
+        udpSubscription = null;
+        ipcSubscription = null;
     }
 
-    AeronConnection connectionOf(Peer p) {
-        AeronConnection c;
-        boolean created = false;
-        synchronized (lock) {
-            if (p.connection == null) {
-                p.connection = new AeronConnection(this, p);
-                created = true;
-            }
-            c = p.connection;
-        }
-        if (created) {
-            c.open(); // outside the lock: it waits for the driver's answer (about a millisecond)
-        }
-        return c;
+    int ipcStream() {
+        return ipcStream;
     }
 
-    /**
-     * The IPC stream to publish on for a peer: set when the peer's manager lives in this process on the same
-     * media driver and both have IPC on.
-     *
-     * @return the peer's IPC stream id, or -1 for UDP
-     */
-    int ipcStreamOf(String address) {
-        if (ipcEndpoint == null) {
-            return -1;
+    String udpChannel() {
+        return "aeron:udp?endpoint=" + host + ":" + port + "|so-rcvbuf=" + settings.socketBuffer + "|rcv-wnd="
+                + settings.receiverWindow();
+    }
+
+    Address addressOf(Peer p) {
+        return Address.parse(p.address);
+    }
+
+    /** @return the peer's IPC stream when it is on our driver and both of us listen on IPC, else 0 (UDP) */
+    int ipcStreamTo(Address a) {
+        if (ipcStream == 0 || a.driverId() == null || a.ipcStream() == 0) {
+            return 0;
         }
-        IpcEndpoint e = IPC_ENDPOINTS.get(address);
-        return e != null && e.directory().equals(ipcEndpoint.directory()) ? e.streamId() : -1;
+        return a.driverId().equals(self.driverId()) ? a.ipcStream() : 0;
     }
 
     String ipcPublicationChannel() {
-        return AeronSettings.IPC_CHANNEL + "?mtu=" + settings.ipcMtu() + "|term-length=" + settings.termLength
+        return AeronSettings.IPC_CHANNEL + "?mtu=" + settings.mtu + "|term-length=" + settings.termLength
                 + "|sparse=true";
     }
 
-    /** @return whether this manager listens on IPC for managers of this process (tests) */
-    boolean ipcEnabled() {
-        return ipcEndpoint != null;
-    }
-
-    String publicationChannel(String address) {
-        return "aeron:udp?endpoint=" + address + "|mtu=" + settings.mtu + "|term-length=" + settings.termLength
+    String publicationChannel(Address a) {
+        return "aeron:udp?endpoint=" + a.hostPort() + "|mtu=" + settings.mtu + "|term-length=" + settings.termLength
                 + "|so-sndbuf=" + settings.socketBuffer + "|sparse=true";
     }
 
     TransportException peerLostError(Peer p, String what) {
         return new TransportException(ErrorCode.PEER_LOST, "aeron " + name + ": " + what + " failed: peer "
-                + p.address + " lost (" + p.lostReason + ")");
+                + ErrorReporter.peerText(p.address) + " lost (" + p.lostReason + ")");
     }
 
-    // ------------------------------------------------------------------------------------------------------
-    // Receive agent
-
-    private void runAgent() {
-        IdleStrategy idle = settings.newIdleStrategy();
-        long nextCheck = System.nanoTime();
-        while (running) {
-            int work = 0;
-            try {
-                work += subscription.controlledPoll(handler, FRAGMENT_LIMIT);
-                if (ipcSubscription != null) {
-                    work += ipcSubscription.controlledPoll(ipcHandler, FRAGMENT_LIMIT);
-                }
-                work += drainUnavailableImages();
-                long now = System.nanoTime();
-                if (now - nextCheck >= 0) {
-                    nextCheck = now + CHECK_INTERVAL_NS;
-                    work += checkPublications();
-                }
-            } catch (Throwable t) {
-                onError(t);
-            }
-            idle.idle(work);
-        }
+    /** @return the media driver directory this manager uses (tests, benchmarks) */
+    String driverDirectory() {
+        return runtime.directory();
     }
 
-    private void onUnavailableImage(long source, Image image) {
-        // Called on the Aeron client conductor thread; the agent owns the image table.
-        unavailableImages.add(imageKey(source, image.sessionId()));
+    /** @return the UDP socket addresses the driver bound for this manager (tests) */
+    List<String> boundAddresses() {
+        Subscription s = udpSubscription;
+        return s == null ? List.of() : s.localSocketAddresses();
     }
 
-    /** Images of the UDP and the IPC subscription are kept apart: their session ids may coincide. */
-    private static long imageKey(long source, int sessionId) {
-        return source | (sessionId & 0xFFFF_FFFFL);
+    /** @return live peers (tests: HELLOs must not leave peers behind) */
+    int peerCount() {
+        return peers.size();
     }
 
-    private int drainUnavailableImages() {
-        int n = 0;
-        Long key;
-        while ((key = unavailableImages.poll()) != null) {
-            n++;
-            ImageState img = images.remove(key.longValue());
-            if (img != null && img.peer != null) {
-                synchronized (lock) {
-                    img.peer.liveImages--;
-                }
-                peerLost(img.peer, "its stream went away: the process closed or sent nothing for "
-                        + TimeUnit.NANOSECONDS.toMillis(settings.peerTimeoutNs) + " ms");
-            }
-        }
-        return n;
-    }
-
-    private int checkPublications() {
-        List<AeronConnection> snapshot = new ArrayList<>();
-        synchronized (lock) {
-            for (Peer p : peers.values()) {
-                // A peer whose stream still reaches us is alive; image liveness covers it. The publication check
-                // is for peers that never send (and, under load, a busy driver can delay status messages).
-                if (p.connection != null && p.liveImages == 0) {
-                    snapshot.add(p.connection);
-                }
-            }
-        }
-        int n = 0;
-        for (AeronConnection c : snapshot) {
-            if (c.lostConnection()) {
-                n++;
-                peerLost(c.peer, "no status message (it is not there, or stopped) for "
-                        + TimeUnit.NANOSECONDS.toMillis(settings.peerTimeoutNs) + " ms");
-            }
-        }
-        return n;
-    }
-
-    private void peerLost(Peer p, String reason) {
-        AeronConnection c;
-        synchronized (lock) {
-            if (p.lost) {
-                return;
-            }
-            p.lost = true;
-            p.lostReason = reason;
-            if (peers.get(p.address) == p) {
-                peers.remove(p.address);
-            }
-            failPeerOps(p, () -> peerLostError(p, "transfer"));
-            c = p.connection;
-        }
-        LOG.log(Level.INFO, "aeron " + name + ": peer " + p.address + " lost: " + reason);
-        if (c != null) {
-            c.shutdown();
-        }
-    }
-
-    /** Fails every operation waiting on a peer (caller holds the lock). Early eager messages stay readable. */
-    private void failPeerOps(Peer p, java.util.function.Supplier<TransportException> why) {
-        for (TagQueue q : p.tags.values()) {
-            for (RecvOp op : q.posted) {
-                op.fail(why.get());
-            }
-            q.posted.clear();
-        }
-        for (RecvOp op : p.activeLarge.values()) {
-            op.shutGate();
-            op.fail(why.get());
-        }
-        p.activeLarge.clear();
-        for (SendOp s : p.awaitingCts.values()) {
-            s.fail(why.get());
-        }
-        p.awaitingCts.clear();
-    }
-
-    private ControlledFragmentHandler.Action onFragment(long source, DirectBuffer buffer, int offset, int length,
-            Header header) {
-        int sessionId = header.sessionId();
-        long key = imageKey(source, sessionId);
-        ImageState img = images.get(key);
-        if (img == null) {
-            img = new ImageState();
-            images.put(key, img);
-        }
-        byte flags = header.flags();
-        boolean end = (flags & FrameDescriptor.END_FRAG_FLAG) != 0;
-        if ((flags & FrameDescriptor.BEGIN_FRAG_FLAG) == 0) {
-            continueData(img, buffer, offset, length, end); // only DATA chunks span several frames
-            return ControlledFragmentHandler.Action.CONTINUE;
-        }
-        if (length < Wire.HEADER_LENGTH) {
-            onError(new IllegalStateException("aeron " + name + ": frame of " + length + " B from session "
-                    + sessionId + " is shorter than our header"));
-            return ControlledFragmentHandler.Action.CONTINUE;
-        }
-        int type = buffer.getInt(offset + Wire.TYPE, ByteOrder.LITTLE_ENDIAN);
-        int tag = buffer.getInt(offset + Wire.TAG, ByteOrder.LITTLE_ENDIAN);
-        long seq = buffer.getLong(offset + Wire.SEQ, ByteOrder.LITTLE_ENDIAN);
-        long value = buffer.getLong(offset + Wire.VALUE, ByteOrder.LITTLE_ENDIAN);
-        if (type == Wire.DATA) {
-            beginData(img, seq, value, buffer, offset + Wire.HEADER_LENGTH, length - Wire.HEADER_LENGTH, end);
-            return ControlledFragmentHandler.Action.CONTINUE;
-        }
-        if (type == Wire.HELLO) {
-            onHello(img, buffer.getStringWithoutLengthUtf8(offset + Wire.HEADER_LENGTH, (int) value));
-            return ControlledFragmentHandler.Action.CONTINUE;
-        }
-        Peer p = img.peer;
-        if (p == null || !end) {
-            onError(new IllegalStateException("aeron " + name + ": " + Wire.typeName(type) + " from session "
-                    + sessionId + (p == null ? " before its HELLO" : " spans several frames")));
-            return ControlledFragmentHandler.Action.CONTINUE;
-        }
-        switch (type) {
-            case Wire.EAGER:
-                return onEager(p, tag, seq, buffer, offset + Wire.HEADER_LENGTH, length - Wire.HEADER_LENGTH);
-            case Wire.RTS:
-                onRts(p, tag, seq, value);
-                break;
-            case Wire.CTS:
-            case Wire.REJECT:
-                onClear(p, seq, type == Wire.CTS);
-                break;
-            case Wire.CANCEL:
-                onCancel(p, tag, seq);
-                break;
-            default:
-                onError(new IllegalStateException("aeron " + name + ": unknown message type " + type + " from "
-                        + p.address));
-        }
-        return ControlledFragmentHandler.Action.CONTINUE;
-    }
-
-    private void onHello(ImageState img, String address) {
-        synchronized (lock) {
-            Peer p = peers.get(address);
-            if (p == null) {
-                p = newPeer(address);
-            }
-            img.peer = p;
-            p.liveImages++;
-        }
-    }
-
-    private Peer newPeer(String address) {
-        Peer p = new Peer(address);
-        peers.put(address, p);
-        allPeers.add(p);
-        return p;
-    }
-
-    private RecvOp takePosted(Peer p, TagQueue q, int tag) {
-        RecvOp op = q.posted.pollFirst();
-        if (op == null) {
-            ArrayDeque<RecvOp> any = anyPosted.get(tag);
-            if (any != null) {
-                op = any.pollFirst();
-                if (op != null) {
-                    op.peer = p;
-                }
-            }
-        }
-        return op;
-    }
-
-    private ControlledFragmentHandler.Action onEager(Peer p, int tag, long seq, DirectBuffer buffer, int offset,
-            int length) {
-        synchronized (lock) {
-            TagQueue q = p.queue(tag);
-            if (q.arrivals.isEmpty()) {
-                RecvOp op = takePosted(p, q, tag);
-                if (op != null) {
-                    if (length != op.length) {
-                        op.fail(malformed(op, length));
-                    } else {
-                        if (length > 0) {
-                            UnsafeApi.copyMemory(buffer.byteArray(), buffer.addressOffset() + offset, null, op.address,
-                                    length);
-                        }
-                        op.state = DONE;
-                        LockSupport.unpark(op.waiter);
-                    }
-                    return ControlledFragmentHandler.Action.CONTINUE;
-                }
-            }
-            if (length > 0 && earlyBytes + length > settings.earlyBufferBytes) {
-                // Bounded: stop consuming this peer's image until receives drain the early buffer; Aeron's flow
-                // control then back-pressures the sender.
-                return ControlledFragmentHandler.Action.ABORT;
-            }
-            long staging = 0;
-            if (length > 0) {
-                staging = UnsafeApi.allocateMemory(length);
-                UnsafeApi.copyMemory(buffer.byteArray(), buffer.addressOffset() + offset, null, staging, length);
-                earlyBytes += length;
-            }
-            q.arrivals.addLast(new Arrival(Wire.EAGER, seq, length, staging, ++arrivalStamp));
-        }
-        return ControlledFragmentHandler.Action.CONTINUE;
-    }
-
-    private void onRts(Peer p, int tag, long seq, long length) {
-        synchronized (lock) {
-            TagQueue q = p.queue(tag);
-            if (q.arrivals.isEmpty()) {
-                RecvOp op = takePosted(p, q, tag);
-                if (op != null) {
-                    op.seq = seq;
-                    op.rtsLength = length;
-                    op.state = RTS_MATCHED;
-                    LockSupport.unpark(op.waiter);
-                    return;
-                }
-            }
-            q.arrivals.addLast(new Arrival(Wire.RTS, seq, length, 0, ++arrivalStamp));
-        }
-    }
-
-    private void onClear(Peer p, long seq, boolean cts) {
-        synchronized (lock) {
-            SendOp s = p.awaitingCts.remove(seq);
-            if (s != null) {
-                s.state = cts ? CLEARED : REJECTED;
-                LockSupport.unpark(s.waiter);
-            }
-        }
-    }
-
-    private void onCancel(Peer p, int tag, long seq) {
-        synchronized (lock) {
-            TagQueue q = p.tags.get(tag);
-            if (q != null) {
-                for (Iterator<Arrival> it = q.arrivals.iterator(); it.hasNext(); ) {
-                    Arrival a = it.next();
-                    if (a.type == Wire.RTS && a.seq == seq) {
-                        it.remove();
-                        return;
-                    }
-                }
-            }
-            RecvOp op = p.activeLarge.remove(seq);
-            if (op != null) {
-                op.shutGate();
-                op.fail(new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": " + p.address
-                        + " gave up sending tag " + tag + " (its deadline passed)"));
-            }
-        }
-    }
-
-    private void beginData(ImageState img, long seq, long chunkOffset, DirectBuffer buffer, int offset, int length,
-            boolean end) {
-        RecvOp op = null;
-        Peer p = img.peer;
-        if (p != null) {
-            synchronized (lock) {
-                op = p.activeLarge.get(seq);
-            }
-        }
-        img.dataOp = op;
-        img.dataPos = chunkOffset;
-        if (op == null) {
-            droppedChunks.incrementAndGet(); // its receive timed out or failed: the bytes go nowhere
-        }
-        continueData(img, buffer, offset, length, end);
-    }
-
-    private void continueData(ImageState img, DirectBuffer buffer, int offset, int length, boolean end) {
-        RecvOp op = img.dataOp;
-        if (op == null) {
-            return;
-        }
-        if (img.dataPos < 0 || img.dataPos + length > op.length) {
-            img.dataOp = null;
-            synchronized (lock) {
-                op.peer.activeLarge.remove(op.seq);
-                op.shutGate();
-                op.fail(new TransportException(ErrorCode.MALFORMED, "aeron " + name + ": data of tag " + op.tag
-                        + " from " + op.peer.address + " at offset " + img.dataPos + " (+" + length
-                        + " B) exceeds the message length " + op.length));
-            }
-            return;
-        }
-        if (!op.openGate()) {
-            img.dataOp = null; // withdrawn by its caller
-            return;
-        }
-        try {
-            UnsafeApi.copyMemory(buffer.byteArray(), buffer.addressOffset() + offset, null, op.address + img.dataPos,
-                    length);
-        } finally {
-            op.releaseGate();
-        }
-        img.dataPos += length;
-        op.received += length;
-        if (op.received == op.length) {
-            img.dataOp = null;
-            synchronized (lock) {
-                op.peer.activeLarge.remove(op.seq);
-                if (op.state == RECEIVING) {
-                    op.state = DONE;
-                }
-            }
-            LockSupport.unpark(op.waiter);
-        } else if (end) {
-            img.dataOp = null;
-        }
-    }
-
-    void onError(Throwable t) {
-        errorCount.incrementAndGet();
-        LOG.log(Level.WARNING, "aeron " + name + ": background error", t);
+    /** @return whether this manager listens on IPC (tests) */
+    boolean ipcEnabled() {
+        return ipcStream != 0;
     }
 
     // ------------------------------------------------------------------------------------------------------
@@ -975,12 +582,6 @@ public final class AeronConnectionManager implements ConnectionManager {
         return System.nanoTime() + Math.max(0, Math.min(nanos, Long.MAX_VALUE / 4));
     }
 
-    private TransportException malformed(RecvOp op, long actual) {
-        return new TransportException(ErrorCode.MALFORMED, "aeron " + name + ": message of tag " + op.tag + " from "
-                + (op.peer == null ? "?" : op.peer.address) + " has " + actual + " B, the recv expected "
-                + op.length + " B");
-    }
-
     /** Re-creates a failure raised on another thread so the caller's stack shows up, keeping the original. */
     static TransportException rethrow(TransportException f) {
         if (f instanceof TransportClosedException) {
@@ -989,180 +590,65 @@ public final class AeronConnectionManager implements ConnectionManager {
         return new TransportException(f.code(), f.getMessage(), f);
     }
 
-    private void freeArrival(Arrival a) {
-        if (a.staging != 0) {
-            UnsafeApi.freeMemory(a.staging);
-            a.staging = 0;
-            earlyBytes -= a.length;
-        }
-    }
+    /** This manager's counters, in the runtime's counters buffer (freed on close). */
+    static final class Counters {
+        final AtomicCounter messagesSent;
+        final AtomicCounter bytesSent;
+        final AtomicCounter messagesReceived;
+        final AtomicCounter bytesReceived;
+        final AtomicCounter peersLost;
+        final AtomicCounter unauthorized;
+        final AtomicCounter imagesRefused;
+        final AtomicCounter recoveries;
+        final AtomicCounter earlyBytes;
+        private final AtomicCounter[] all;
 
-    // ------------------------------------------------------------------------------------------------------
-    // State classes
-
-    /** A peer rank, known by its listen address; inbound (HELLO) and outbound (connection) meet here. */
-    static final class Peer {
-        final String address;
-        final Int2ObjectHashMap<TagQueue> tags = new Int2ObjectHashMap<>();
-        final org.agrona.collections.Long2ObjectHashMap<RecvOp> activeLarge =
-                new org.agrona.collections.Long2ObjectHashMap<>();
-        final org.agrona.collections.Long2ObjectHashMap<SendOp> awaitingCts =
-                new org.agrona.collections.Long2ObjectHashMap<>();
-        AeronConnection connection;
-        int liveImages; // lock: images (streams from this peer to us) still available
-        volatile boolean lost;
-        volatile String lostReason;
-
-        Peer(String address) {
-            this.address = address;
-        }
-
-        TagQueue queue(int tag) {
-            TagQueue q = tags.get(tag);
-            if (q == null) {
-                q = new TagQueue();
-                tags.put(tag, q);
-            }
-            return q;
+        Counters(AeronRuntime rt, String name) {
+            var c = rt.counters();
+            messagesSent = c.newCounter("aeron " + name + " messages sent");
+            bytesSent = c.newCounter("aeron " + name + " bytes sent");
+            messagesReceived = c.newCounter("aeron " + name + " messages received");
+            bytesReceived = c.newCounter("aeron " + name + " bytes received");
+            peersLost = c.newCounter("aeron " + name + " peers lost");
+            unauthorized = c.newCounter("aeron " + name + " unauthorized streams");
+            imagesRefused = c.newCounter("aeron " + name + " streams refused");
+            recoveries = c.newCounter("aeron " + name + " client recoveries");
+            earlyBytes = c.newCounter("aeron " + name + " early bytes held");
+            all = new AtomicCounter[] {messagesSent, bytesSent, messagesReceived, bytesReceived, peersLost,
+                unauthorized, imagesRefused, recoveries, earlyBytes};
         }
 
-        List<Arrival> allArrivals() {
-            List<Arrival> out = new ArrayList<>();
-            for (TagQueue q : tags.values()) {
-                out.addAll(q.arrivals);
-            }
-            return out;
-        }
-    }
-
-    /** Per (peer, tag): messages that came before their receive, and receives waiting for a message. */
-    static final class TagQueue {
-        final ArrayDeque<Arrival> arrivals = new ArrayDeque<>();
-        final ArrayDeque<RecvOp> posted = new ArrayDeque<>();
-    }
-
-    /** A message that arrived before its receive: a whole small one (off-heap copy) or a large one's RTS. */
-    static final class Arrival {
-        final int type;
-        final long seq;
-        final long length;
-        long staging;
-        final long stamp;
-
-        Arrival(int type, long seq, long length, long staging, long stamp) {
-            this.type = type;
-            this.seq = seq;
-            this.length = length;
-            this.staging = staging;
-            this.stamp = stamp;
-        }
-    }
-
-    /** A posted receive. {@code gate} keeps the agent from writing memory its caller has given up. */
-    static final class RecvOp {
-        final int tag;
-        final long address;
-        final long length;
-        final Thread waiter;
-        volatile Peer peer;
-        volatile int state = POSTED;
-        volatile TransportException failure;
-        long seq;
-        long rtsLength;
-        long received; // agent only
-        private final java.util.concurrent.atomic.AtomicInteger gate =
-                new java.util.concurrent.atomic.AtomicInteger(); // 0 open, 1 agent copying, 2 shut
-
-        RecvOp(int tag, long address, long length, Thread waiter) {
-            this.tag = tag;
-            this.address = address;
-            this.length = length;
-            this.waiter = waiter;
+        void sent(long bytes) {
+            messagesSent.increment();
+            bytesSent.getAndAdd(bytes);
         }
 
-        boolean openGate() {
-            return gate.compareAndSet(0, 1);
+        /** Agent only. */
+        void received(long bytes) {
+            messagesReceived.incrementOrdered();
+            bytesReceived.getAndAddOrdered(bytes);
         }
 
-        void releaseGate() {
-            gate.compareAndSet(1, 0);
+        Map<String, Long> snapshot(ErrorReporter r) {
+            Map<String, Long> m = new java.util.LinkedHashMap<>();
+            m.put("messagesSent", messagesSent.get());
+            m.put("bytesSent", bytesSent.get());
+            m.put("messagesReceived", messagesReceived.get());
+            m.put("bytesReceived", bytesReceived.get());
+            m.put("peersLost", peersLost.get());
+            m.put("unauthorized", unauthorized.get());
+            m.put("streamsRefused", imagesRefused.get());
+            m.put("clientRecoveries", recoveries.get());
+            m.put("earlyBytes", earlyBytes.get());
+            m.put("errors", r.count());
+            m.put("errorsSuppressed", r.suppressed());
+            return m;
         }
 
-        /** Waits out a copy in progress (one fragment at most), then shuts the gate for good. */
-        void shutGate() {
-            while (true) {
-                int g = gate.get();
-                if (g == 2 || (g == 0 && gate.compareAndSet(0, 2))) {
-                    return;
-                }
-                Thread.onSpinWait();
+        void close() {
+            for (AtomicCounter a : all) {
+                a.close();
             }
         }
-
-        void fail(TransportException e) {
-            if (state == DONE || state == FAILED) {
-                return;
-            }
-            failure = e;
-            state = FAILED;
-            LockSupport.unpark(waiter);
-        }
-    }
-
-    /** A large send waiting for its CTS. */
-    static final class SendOp {
-        final long seq;
-        final Thread waiter;
-        volatile int state = WAITING;
-        volatile TransportException failure;
-
-        SendOp(long seq, Thread waiter) {
-            this.seq = seq;
-            this.waiter = waiter;
-        }
-
-        void fail(TransportException e) {
-            if (state != WAITING) {
-                return;
-            }
-            failure = e;
-            state = FAILED;
-            LockSupport.unpark(waiter);
-        }
-    }
-
-    /**
-     * A manager's IPC listening point, registered in {@link #IPC_ENDPOINTS} under its address.
-     *
-     * @param directory the media driver directory (IPC reaches only subscribers of the same driver)
-     * @param streamId  the stream its IPC subscription listens on
-     */
-    record IpcEndpoint(String directory, int streamId) {
-        /**
-         * Registers an endpoint, unless its stream id is already taken on that driver (two managers on different
-         * loopback hosts with the same port): that manager then stays UDP-only.
-         *
-         * @return the endpoint, or null when IPC is not available to this manager
-         */
-        static IpcEndpoint reserve(String address, String directory, int streamId) {
-            IpcEndpoint e = new IpcEndpoint(directory, streamId);
-            synchronized (IPC_ENDPOINTS) {
-                for (IpcEndpoint other : IPC_ENDPOINTS.values()) {
-                    if (other.equals(e)) {
-                        LOG.log(Level.INFO, "aeron: IPC stream " + streamId + " of " + directory
-                                + " is taken; " + address + " talks UDP only");
-                        return null;
-                    }
-                }
-                return IPC_ENDPOINTS.putIfAbsent(address, e) == null ? e : null;
-            }
-        }
-    }
-
-    /** Per Aeron image (one peer's publication to us): its peer and the DATA chunk being assembled. */
-    static final class ImageState {
-        Peer peer;
-        RecvOp dataOp;
-        long dataPos;
     }
 }

@@ -1,5 +1,6 @@
 package dev.kvtransfer.aeron;
 
+import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.TransportConfig;
 import io.aeron.driver.ThreadingMode;
 import org.agrona.concurrent.BackoffIdleStrategy;
@@ -11,50 +12,85 @@ import org.agrona.concurrent.YieldingIdleStrategy;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.Locale;
+import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The transport properties of the Aeron backend, read once from a {@link TransportConfig} and validated
- * (every error names the key and the value). Names and defaults live here and nowhere else; the README
- * documents them.
+ * Every {@code aeron.*} property of this transport, read once from a {@link TransportConfig} and validated once
+ * (as Aeron's {@code Context.conclude()}): unknown {@code aeron.*} keys are refused, every error names the key and
+ * the value. Names and defaults live here and nowhere else; the README documents them.
  */
 public final class AeronSettings {
-    /** An external media driver's directory; when set no driver is embedded. */
+    /** The prefix of this transport's properties. */
+    public static final String PREFIX = "aeron.";
+    /** Directory of an external, already running media driver (e.g. the host support's); none embedded then. */
     public static final String DIR = "aeron.dir";
-    /** Idle strategy of the embedded driver and of the receive agent: backoff, sleeping, yielding, busyspin. */
+    /** Idle strategy of our agents and the embedded driver: backoff, agrona-backoff, sleeping, yielding, busyspin. */
     public static final String IDLE = "aeron.idle";
-    /** Driver threading mode: shared, shared_network, dedicated. */
+    /** Embedded driver threading mode: shared, shared_network, dedicated. */
     public static final String THREADING = "aeron.threading";
-    /** Term buffer length of each publication (power of two, 64 KiB .. 1 GiB). */
+    /** Term buffer length of each publication (power of two, 1 MiB .. 1 GiB). */
     public static final String TERM_LENGTH = "aeron.termLength";
     /** UDP datagram size (multiple of 32, 4096 .. 65504). */
     public static final String MTU = "aeron.mtu";
-    /** Bytes per data chunk of a large message (one Aeron message each). */
+    /** Bytes per data chunk of a rendezvous message (one Aeron message each). */
     public static final String CHUNK = "aeron.chunk";
-    /** Socket buffers and receiver window in bytes (clamped to the OS maximum). */
+    /** Socket buffers in bytes (clamped to the OS maximum); the receiver window is half of it. */
     public static final String SOCKET_BUFFER = "aeron.socketBuffer";
-    /** Milliseconds without a sign of life after which a peer is lost (image liveness, connection timeout). */
+    /** Silence (no data, heartbeat or status message) after which a connected peer is lost. */
     public static final String PEER_TIMEOUT_MS = "aeron.peerTimeoutMs";
-    /** Bound on the bytes of small messages buffered before their receive is posted (per manager). */
+    /** How long a peer that was never reached may take to answer its first connection before it is lost. */
+    public static final String CONNECT_TIMEOUT_MS = "aeron.connectTimeoutMs";
+    /** Driver-client liveness: client-side driver timeout and, embedded, the driver's client timeout. */
+    public static final String CLIENT_TIMEOUT_MS = "aeron.clientTimeoutMs";
+    /** Bound on the bytes of messages held before their receive is posted (per manager). */
     public static final String EARLY_BUFFER_BYTES = "aeron.earlyBufferBytes";
-    /** Whether managers of this process that share a media driver talk over {@code aeron:ipc} (true/false). */
+    /** Bound on the number of messages (eager of any length, rendezvous announcements) held before their receive. */
+    public static final String EARLY_MESSAGES = "aeron.earlyMessages";
+    /** Largest message sent eagerly (without rendezvous); at least {@link Connection#EAGER_LIMIT}. */
+    public static final String EAGER_LIMIT = "aeron.eagerLimit";
+    /** Whether peers on the same media driver talk over {@code aeron:ipc} (true/false). */
     public static final String IPC = "aeron.ipc";
+    /** Agent threads per media driver in this process (all managers on that driver share them). */
+    public static final String AGENTS = "aeron.agents";
+    /** A stream (image) that has not completed its handshake in this time is refused and no longer read. */
+    public static final String HANDSHAKE_TIMEOUT_MS = "aeron.handshakeTimeoutMs";
+    /** Bound on the streams (images) a manager keeps state for; beyond it new streams are ignored. */
+    public static final String MAX_IMAGES = "aeron.maxImages";
+    /** How far an authenticated HELLO's timestamp may be from the receiver's clock. */
+    public static final String AUTH_WINDOW_MS = "aeron.authWindowMs";
+    /** How long an agent (and the embedded driver) keeps spinning after work before it parks (µs). */
+    public static final String SPIN_MICROS = "aeron.spinMicros";
+    /** How long a blocked caller spins before it parks (µs); 0 on a small host, where spinning callers starve the agents. */
+    public static final String CALLER_SPIN_MICROS = "aeron.callerSpinMicros";
+
+    /** Every property this transport reads; any other {@code aeron.*} key is refused at create. */
+    public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
+            PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
+            IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
     static final long DEFAULT_CHUNK = 1L << 20;
     static final long DEFAULT_SOCKET_BUFFER = 4L << 20;
     static final long DEFAULT_PEER_TIMEOUT_MS = 3000;
+    static final long DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+    static final long DEFAULT_CLIENT_TIMEOUT_MS = 10_000;
     static final long DEFAULT_EARLY_BUFFER_BYTES = 64L << 20;
+    static final long DEFAULT_EARLY_MESSAGES = 65_536;
+    static final long DEFAULT_HANDSHAKE_TIMEOUT_MS = 5000;
+    static final long DEFAULT_MAX_IMAGES = 4096;
+    static final long DEFAULT_AUTH_WINDOW_MS = 120_000;
+    static final long DEFAULT_SPIN_MICROS = 100;
 
-    /** The stream id every manager listens on (one subscription per manager). */
+    /** The stream id every manager's UDP subscription listens on. */
     static final int STREAM_ID = 0x4B56;
-    /**
-     * Base of the IPC stream ids: a manager's IPC subscription listens on this plus its UDP port, so the id is
-     * unique on its driver even when other processes share an external driver (they cannot hold the same port).
-     */
-    static final int IPC_STREAM_BASE = 0x4B570000;
     static final String IPC_CHANNEL = "aeron:ipc";
+    /** Bytes an early message costs against {@code aeron.earlyBufferBytes} beyond its payload (its bookkeeping). */
+    static final int ARRIVAL_OVERHEAD = 64;
+    /** Longest address (UTF-8 bytes) a peer may claim; longer HELLOs are refused. */
+    static final int MAX_ADDRESS_BYTES = 256;
 
     final String externalDir;
     final String idle;
@@ -64,14 +100,27 @@ public final class AeronSettings {
     final int chunk;
     final int socketBuffer;
     final long peerTimeoutNs;
+    final long connectTimeoutNs;
+    final long clientTimeoutNs;
     final long earlyBufferBytes;
+    final long earlyMessages;
+    final int eagerLimit;
     final boolean ipc;
+    final int agents;
+    final long handshakeTimeoutNs;
+    final int maxImages;
+    final long authWindowMs;
+    final long spinNs;
+    final long callerSpinNs;
 
     private AeronSettings(TransportConfig config) {
+        config.checkKnownProperties(PREFIX, KNOWN);
         String dir = config.property(DIR, "").trim();
         this.externalDir = dir.isEmpty() ? null : dir;
         this.idle = config.property(IDLE, "backoff").trim().toLowerCase(Locale.ROOT);
-        newIdleStrategy(idle); // validates
+        this.spinNs = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 100_000));
+        this.callerSpinNs = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_SPIN_MICROS, 0, 0, 100_000));
+        newIdleStrategy(idle, spinNs); // validates
         String tm = config.property(THREADING, "shared").trim().toUpperCase(Locale.ROOT);
         try {
             this.threading = ThreadingMode.valueOf(tm);
@@ -80,9 +129,10 @@ public final class AeronSettings {
                     + "': must be shared, shared_network or dedicated");
         }
         long term = config.longProperty(TERM_LENGTH, DEFAULT_TERM_LENGTH);
-        if (term < (64 << 10) || term > (1 << 30) || Long.bitCount(term) != 1) {
+        if (term < (1 << 20) || term > (1 << 30) || Long.bitCount(term) != 1) {
             throw new IllegalArgumentException("transport property " + TERM_LENGTH + " = " + term
-                    + ": must be a power of two in [65536, 1073741824]");
+                    + ": must be a power of two in [1048576, 1073741824] (a term of 1 MiB carries the 64 KiB eager"
+                    + " messages whole)");
         }
         this.termLength = (int) term;
         long m = config.longProperty(MTU, DEFAULT_MTU);
@@ -91,13 +141,20 @@ public final class AeronSettings {
                     + ": must be a multiple of 32 in [4096, 65504]");
         }
         this.mtu = (int) m;
-        long maxChunk = maxMessageLength(termLength) - Wire.HEADER_LENGTH;
-        long c = config.longProperty(CHUNK, Math.min(DEFAULT_CHUNK, maxChunk));
-        if (c < 1024 || c > maxChunk) {
+        long maxBody = maxMessageLength(termLength) - Wire.HEADER_LENGTH;
+        long c = config.longProperty(CHUNK, Math.min(DEFAULT_CHUNK, maxBody));
+        if (c < 1024 || c > maxBody) {
             throw new IllegalArgumentException("transport property " + CHUNK + " = " + c + ": must be in [1024, "
-                    + maxChunk + "] (the largest Aeron message of term length " + termLength + ", less our header)");
+                    + maxBody + "] (the largest Aeron message of term length " + termLength + ", less our header)");
         }
         this.chunk = (int) c;
+        long el = config.longProperty(EAGER_LIMIT, Connection.EAGER_LIMIT);
+        if (el < Connection.EAGER_LIMIT || el > Math.min(maxBody, 1 << 20)) {
+            throw new IllegalArgumentException("transport property " + EAGER_LIMIT + " = " + el + ": must be in ["
+                    + Connection.EAGER_LIMIT + ", " + Math.min(maxBody, 1 << 20) + "] (the contract's eager limit .."
+                    + " the largest Aeron message of term length " + termLength + ", at most 1 MiB)");
+        }
+        this.eagerLimit = (int) el;
         long sb = config.longProperty(SOCKET_BUFFER, DEFAULT_SOCKET_BUFFER);
         if (sb < 65536 || sb > (1 << 30)) {
             throw new IllegalArgumentException("transport property " + SOCKET_BUFFER + " = " + sb
@@ -107,24 +164,34 @@ public final class AeronSettings {
         // datagrams on loopback. The window must also stay within half a term.
         long osMax = Math.min(readProcLong("/proc/sys/net/core/rmem_max"), readProcLong("/proc/sys/net/core/wmem_max"));
         this.socketBuffer = (int) Math.max(65536, Math.min(Math.min(sb, osMax), termLength / 2));
-        long pt = config.longProperty(PEER_TIMEOUT_MS, DEFAULT_PEER_TIMEOUT_MS);
-        if (pt < 500 || pt > 600_000) {
-            throw new IllegalArgumentException("transport property " + PEER_TIMEOUT_MS + " = " + pt
-                    + ": must be in [500, 600000]");
-        }
-        this.peerTimeoutNs = TimeUnit.MILLISECONDS.toNanos(pt);
-        long eb = config.longProperty(EARLY_BUFFER_BYTES, DEFAULT_EARLY_BUFFER_BYTES);
-        if (eb < 0) {
-            throw new IllegalArgumentException("transport property " + EARLY_BUFFER_BYTES + " = " + eb
-                    + ": must be at least 0");
-        }
-        this.earlyBufferBytes = eb;
+        this.peerTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, PEER_TIMEOUT_MS, DEFAULT_PEER_TIMEOUT_MS,
+                500, 600_000));
+        this.connectTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, CONNECT_TIMEOUT_MS,
+                Math.max(DEFAULT_CONNECT_TIMEOUT_MS, TimeUnit.NANOSECONDS.toMillis(peerTimeoutNs) + 2000), 500, 600_000));
+        this.clientTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, CLIENT_TIMEOUT_MS, DEFAULT_CLIENT_TIMEOUT_MS,
+                1000, 3_600_000));
+        this.earlyBufferBytes = range(config, EARLY_BUFFER_BYTES, DEFAULT_EARLY_BUFFER_BYTES, 0, 1L << 40);
+        this.earlyMessages = range(config, EARLY_MESSAGES, DEFAULT_EARLY_MESSAGES, 16, 1L << 24);
         String ipcValue = config.property(IPC, "true").trim().toLowerCase(Locale.ROOT);
         if (!ipcValue.equals("true") && !ipcValue.equals("false")) {
             throw new IllegalArgumentException("transport property " + IPC + " = '" + ipcValue
                     + "': must be true or false");
         }
         this.ipc = ipcValue.equals("true");
+        this.agents = (int) range(config, AGENTS, 1, 1, 64);
+        this.handshakeTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, HANDSHAKE_TIMEOUT_MS,
+                DEFAULT_HANDSHAKE_TIMEOUT_MS, 100, 600_000));
+        this.maxImages = (int) range(config, MAX_IMAGES, DEFAULT_MAX_IMAGES, 16, 1 << 20);
+        this.authWindowMs = range(config, AUTH_WINDOW_MS, DEFAULT_AUTH_WINDOW_MS, 1000, 86_400_000);
+    }
+
+    private static long range(TransportConfig config, String key, long defaultValue, long min, long max) {
+        long v = config.longProperty(key, defaultValue);
+        if (v < min || v > max) {
+            throw new IllegalArgumentException("transport property " + key + " = " + v + ": must be in [" + min
+                    + ", " + max + "]");
+        }
+        return v;
     }
 
     /**
@@ -132,10 +199,10 @@ public final class AeronSettings {
      *
      * @param config the transport config
      * @return the settings
-     * @throws IllegalArgumentException naming the offending key and value
+     * @throws IllegalArgumentException naming the offending (or unknown) key and its value
      */
     public static AeronSettings from(TransportConfig config) {
-        return new AeronSettings(java.util.Objects.requireNonNull(config, "config"));
+        return new AeronSettings(Objects.requireNonNull(config, "config"));
     }
 
     /** Aeron's largest message for a term length: term / 8, at most 16 MiB. */
@@ -152,34 +219,47 @@ public final class AeronSettings {
         return Math.max(32 * 1024, socketBuffer / 2);
     }
 
-    /**
-     * The MTU of IPC publications: Aeron's IPC default (1408) would split eager messages, which must stay one
-     * frame, so IPC uses the UDP MTU (measured for 16 MiB messages: 4 KiB 4.9, 8 KiB 5.2, 32 KiB 5.5, 64 KiB
-     * 5.3 GB/s; IPC is bound by the copies, not by the frame count).
-     */
-    int ipcMtu() {
-        return mtu;
+    /** @return the largest message sent without rendezvous */
+    public int eagerLimit() {
+        return eagerLimit;
     }
 
-    /** Largest eager message payload: one unfragmented frame (mtu less Aeron's 32-byte frame header, ours). */
-    int eagerLimit() {
-        return mtu - 32 - Wire.HEADER_LENGTH;
+    /** @return whether managers on the same driver talk IPC */
+    public boolean ipc() {
+        return ipc;
     }
 
-    /**
-     * A fresh idle strategy of the configured kind (idle strategies hold per-thread state).
-     *
-     * @return the strategy
-     */
+    /** @return the external driver directory, or null when a driver is embedded */
+    public String externalDir() {
+        return externalDir;
+    }
+
+    /** @return a fresh idle strategy of the configured kind (idle strategies hold per-thread state) */
     IdleStrategy newIdleStrategy() {
-        return newIdleStrategy(idle);
+        return newIdleStrategy(idle, spinNs);
     }
 
-    static IdleStrategy newIdleStrategy(String name) {
+    private final ThreadLocal<IdleStrategy> callerIdle = ThreadLocal.withInitial(this::newIdleStrategy);
+
+    /** @return this thread's idle strategy for waits on back-pressure, reset (no allocation per wait) */
+    IdleStrategy callerIdleStrategy() {
+        IdleStrategy s = callerIdle.get();
+        s.reset();
+        return s;
+    }
+
+    /**
+     * The idle strategies. {@code backoff}: spin, then yield for about {@code aeron.spinMicros} after the last work
+     * (so a request/response exchange keeps its agent hot between hops), then park from 1 µs doubling up to 1 ms
+     * (idle CPU stays near zero).
+     */
+    static IdleStrategy newIdleStrategy(String name, long spinNs) {
         switch (name) {
             case "backoff":
-                // Spin briefly, yield, then park up to 1 ms: busy while traffic flows, ~0 CPU when idle.
-                return new BackoffIdleStrategy(10, 20, TimeUnit.MICROSECONDS.toNanos(1), TimeUnit.MILLISECONDS.toNanos(1));
+                return new SpinThenParkIdleStrategy(spinNs, TimeUnit.MILLISECONDS.toNanos(1));
+            case "agrona-backoff":
+                return new BackoffIdleStrategy(10, 20, TimeUnit.MICROSECONDS.toNanos(1),
+                        TimeUnit.MILLISECONDS.toNanos(1));
             case "sleeping":
                 return new SleepingMillisIdleStrategy(1);
             case "yielding":
@@ -188,7 +268,7 @@ public final class AeronSettings {
                 return new BusySpinIdleStrategy();
             default:
                 throw new IllegalArgumentException("transport property " + IDLE + " = '" + name
-                        + "': must be backoff, sleeping, yielding or busyspin");
+                        + "': must be backoff, agrona-backoff, sleeping, yielding or busyspin");
         }
     }
 
@@ -201,16 +281,32 @@ public final class AeronSettings {
         }
     }
 
-    /** The key of the embedded driver: managers with equal driver settings share one driver per process. */
+    /**
+     * The key of the per-process runtime (driver, client, agents): managers with equal keys share it. An external
+     * driver is keyed by its directory (its own settings apply), an embedded one by the settings it is built from.
+     */
+    String runtimeKey() {
+        String agentsKey = "/agents=" + agents + "/idle=" + idle + "/spin=" + spinNs;
+        if (externalDir != null) {
+            return "dir=" + externalDir + agentsKey;
+        }
+        return "embedded/" + driverKey() + agentsKey;
+    }
+
+    /** The key of an embedded driver: managers whose settings give equal keys can share one driver. */
     String driverKey() {
-        return idle + "/" + threading + "/" + peerTimeoutNs + "/" + socketBuffer + "/" + mtu + "/" + termLength;
+        return threading + "/" + idle + "/" + spinNs + "/" + peerTimeoutNs + "/" + clientTimeoutNs + "/" + socketBuffer
+                + "/" + mtu + "/" + termLength;
     }
 
     @Override
     public String toString() {
         return "AeronSettings{dir=" + (externalDir == null ? "embedded" : externalDir) + ", idle=" + idle
                 + ", threading=" + threading + ", termLength=" + termLength + ", mtu=" + mtu + ", chunk=" + chunk
-                + ", socketBuffer=" + socketBuffer + ", peerTimeoutMs=" + TimeUnit.NANOSECONDS.toMillis(peerTimeoutNs)
-                + ", earlyBufferBytes=" + earlyBufferBytes + ", ipc=" + ipc + "}";
+                + ", eagerLimit=" + eagerLimit + ", socketBuffer=" + socketBuffer + ", peerTimeoutMs="
+                + TimeUnit.NANOSECONDS.toMillis(peerTimeoutNs) + ", connectTimeoutMs="
+                + TimeUnit.NANOSECONDS.toMillis(connectTimeoutNs) + ", clientTimeoutMs="
+                + TimeUnit.NANOSECONDS.toMillis(clientTimeoutNs) + ", earlyBufferBytes=" + earlyBufferBytes
+                + ", earlyMessages=" + earlyMessages + ", ipc=" + ipc + ", agents=" + agents + "}";
     }
 }

@@ -12,8 +12,9 @@ import java.util.Objects;
 import java.util.Set;
 
 /**
- * The {@code "aeron"} transport: UDP on loopback (or any host) through a media driver embedded in the process.
- * Pure Java, so it is always available; constructing the provider starts nothing.
+ * The {@code "aeron"} transport: IPC between managers on one media driver, UDP between hosts, through a media
+ * driver embedded in the process or one shared by the processes of a host ({@link #startHostSupport}). Pure
+ * Java, so it is always available; constructing the provider starts nothing. One-sided writes are emulated.
  */
 public final class AeronTransportProvider implements TransportProvider {
     /** The provider name. */
@@ -41,7 +42,7 @@ public final class AeronTransportProvider implements TransportProvider {
         try {
             Class.forName("io.aeron.driver.MediaDriver", false, AeronTransportProvider.class.getClassLoader());
         } catch (ClassNotFoundException | LinkageError e) {
-            return "io.aeron:aeron-all is not on the class path: " + e;
+            return "io.aeron:aeron-driver is not on the class path: " + e;
         }
         // Agrona 2 (inside Aeron 1.51) reaches jdk.internal.misc.Unsafe; without the export every buffer fails.
         if (!Object.class.getModule().isExported("jdk.internal.misc", AeronTransportProvider.class.getModule())) {
@@ -52,7 +53,27 @@ public final class AeronTransportProvider implements TransportProvider {
 
     @Override
     public Set<TransportCapability> capabilities() {
-        return EnumSet.of(TransportCapability.CROSS_PROCESS, TransportCapability.PEER_FAILURE_DETECTION);
+        // One-sided writes are emulated (EmulatedOneSided): ONE_SIDED_WRITE without NATIVE_ONE_SIDED_WRITE.
+        return EnumSet.of(TransportCapability.CROSS_PROCESS, TransportCapability.PEER_FAILURE_DETECTION,
+                TransportCapability.ONE_SIDED_WRITE);
+    }
+
+    /**
+     * Starts a media driver the processes of this host share ({@link AeronHostSupport}): give every process its
+     * {@link dev.kvtransfer.api.transport.HostSupport#properties()} ({@code aeron.dir}) and peers on it talk
+     * {@code aeron:ipc}. The embedded per-process driver stays the default when this is not called.
+     *
+     * @param config the settings the processes will use (the driver's {@code aeron.*} settings are taken from it)
+     * @return the running driver, or {@code null} when {@code config} names an external driver already
+     */
+    @Override
+    public dev.kvtransfer.api.transport.HostSupport startHostSupport(TransportConfig config) {
+        Objects.requireNonNull(config, "config");
+        AeronSettings s = AeronSettings.from(config); // validates, refuses unknown aeron.* keys
+        if (s.externalDir() != null) {
+            return null;
+        }
+        return AeronHostSupport.start(config.properties());
     }
 
     @Override

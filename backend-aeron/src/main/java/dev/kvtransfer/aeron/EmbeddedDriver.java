@@ -110,12 +110,31 @@ final class EmbeddedDriver {
         }
     }
 
-    private static EmbeddedDriver launch(AeronSettings s) {
+    /**
+     * A fresh driver directory for this process: {@code /dev/shm/kvtransfer-aeron-<pid>-<tag><random>} (or in
+     * {@code java.io.tmpdir} without {@code /dev/shm}); directories of processes that are gone are deleted first.
+     */
+    static File newDirectory(String tag) {
         File shm = new File("/dev/shm");
         File base = shm.isDirectory() && shm.canWrite() ? shm : new File(System.getProperty("java.io.tmpdir"));
         deleteStale(base);
-        File dir = new File(base, "kvtransfer-aeron-" + ProcessHandle.current().pid() + "-"
+        return new File(base, "kvtransfer-aeron-" + ProcessHandle.current().pid() + "-" + tag
                 + UUID.randomUUID().toString().substring(0, 8));
+    }
+
+    private static EmbeddedDriver launch(AeronSettings s) {
+        File dir = newDirectory("");
+        MediaDriver.Context ctx = context(s, dir);
+        MediaDriver driver = MediaDriver.launch(ctx);
+        return new EmbeddedDriver(s.driverKey(), driver, dir);
+    }
+
+    /**
+     * The media driver's settings for ours (embedded, or standalone from {@link SharedDriverMain}): term and MTU,
+     * socket buffers and receiver window, the liveness timeouts that make peer loss detectable, and the idle
+     * strategy; the directory is deleted when the driver stops.
+     */
+    static MediaDriver.Context context(AeronSettings s, File dir) {
         MediaDriver.Context ctx = new MediaDriver.Context()
                 .aeronDirectoryName(dir.getAbsolutePath())
                 .dirDeleteOnStart(true)
@@ -133,6 +152,10 @@ final class EmbeddedDriver {
                 // publication without status messages for this long reports "not connected".
                 .imageLivenessTimeoutNs(s.peerTimeoutNs)
                 .publicationConnectionTimeoutNs(s.peerTimeoutNs)
+                // A client silent for this long (its process stalled) is dropped; Aeron wants the unblock timeout
+                // of a stuck publication beyond it.
+                .clientLivenessTimeoutNs(s.clientTimeoutNs)
+                .publicationUnblockTimeoutNs(s.clientTimeoutNs + TimeUnit.SECONDS.toNanos(5))
                 .timerIntervalNs(TimeUnit.MILLISECONDS.toNanos(100))
                 .publicationLingerTimeoutNs(TimeUnit.MILLISECONDS.toNanos(200))
                 .errorHandler(t -> LOG.log(Level.WARNING, "aeron media driver error in " + dir, t));
@@ -145,7 +168,6 @@ final class EmbeddedDriver {
                     .senderIdleStrategy(s.newIdleStrategy())
                     .receiverIdleStrategy(s.newIdleStrategy());
         }
-        MediaDriver driver = MediaDriver.launch(ctx);
-        return new EmbeddedDriver(s.driverKey(), driver, dir);
+        return ctx;
     }
 }

@@ -2,6 +2,7 @@ package dev.kvtransfer.aeron;
 
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.testkit.process.ChildJvm;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;

@@ -18,6 +18,10 @@ import java.util.List;
  *       {@code 1000 + i} on {@code tag + 1}.</li>
  *   <li>{@code source <parent> <tag> <size> <count>}: send {@code count} messages of {@code size}, seed
  *       {@code i}, printing {@code SENT i} after each (the kill test kills it while it streams).</li>
+ *   <li>{@code serve <unused> <tag>}: until its stdin closes, answer every 8-byte length on {@code tag} from
+ *       anyone by receiving that many bytes on {@code tag + 1} and sending them back with every byte plus one;
+ *       failures of one exchange (a peer lost, a deadline) are printed and the loop goes on, and
+ *       {@code RECOVERIES n} is printed whenever the transport rebuilt its client (the stall test).</li>
  * </ul>
  * Exit code 0 on success, 2 on a byte mismatch, 1 on any other failure (the stack trace goes to stderr).
  */
@@ -49,12 +53,59 @@ public final class AeronPeerMain {
         }
     }
 
+    private static void serve(AeronConnectionManager m, int tag) {
+        Thread stdin = new Thread(() -> {
+            try {
+                while (System.in.read() >= 0) {
+                    // the parent holds our stdin open while it wants us
+                }
+            } catch (java.io.IOException e) {
+                // parent gone
+            }
+            Runtime.getRuntime().halt(0);
+        }, "stdin-watch");
+        stdin.setDaemon(true);
+        stdin.start();
+        long recoveries = 0;
+        try (OffHeapBuffer len = OffHeapBuffer.allocate(8); OffHeapBuffer data = OffHeapBuffer.allocate(16 << 20)) {
+            while (true) {
+                long r = m.counters().get("clientRecoveries");
+                if (r != recoveries) {
+                    recoveries = r;
+                    System.out.println("RECOVERIES " + r);
+                    System.out.flush();
+                }
+                try {
+                    Connection c = m.pollConnect(tag, len, 0, 8, Duration.ofMillis(200));
+                    if (c == null) {
+                        continue;
+                    }
+                    long n = len.asByteBuffer().getLong(0);
+                    c.recv(tag + 1, data, 0, n, Duration.ofSeconds(10));
+                    java.nio.ByteBuffer b = data.asByteBuffer();
+                    for (int i = 0; i < n; i++) {
+                        b.put(i, (byte) (b.get(i) + 1));
+                    }
+                    c.send(tag + 1, data, 0, n, Duration.ofSeconds(10));
+                    System.out.println("SERVED " + n);
+                    System.out.flush();
+                } catch (dev.kvtransfer.api.transport.TransportException e) {
+                    System.out.println("ERR " + e.getMessage());
+                    System.out.flush();
+                }
+            }
+        }
+    }
+
     private static void run(String[] args) {
         String role = args[0];
         String parent = args[1];
         int tag = Integer.parseInt(args[2]);
         TransportConfig.Builder cfg = TransportConfig.builder().name("child-" + role)
-                .defaultTimeout(Duration.ofSeconds(60));
+                .defaultTimeout(Duration.ofSeconds(60)).errorHandler(e -> {
+                    System.out.println("BACKGROUND " + e);
+                    System.out.flush();
+                });
         for (String a : args) {
             int eq = a.indexOf('=');
             if (eq > 0) {
@@ -96,8 +147,10 @@ public final class AeronPeerMain {
                         System.out.flush();
                     }
                 }
+            } else if (role.equals("serve")) {
+                serve((AeronConnectionManager) m, tag);
             } else {
-                throw new IllegalArgumentException("role " + role + ": expected echo or source");
+                throw new IllegalArgumentException("role " + role + ": expected echo, source or serve");
             }
         }
     }

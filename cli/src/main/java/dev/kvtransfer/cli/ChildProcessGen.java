@@ -66,10 +66,11 @@ final class ChildProcessGen implements GenSide {
             String line;
             while ((line = in.readLine()) != null) {
                 String[] f = line.split(" ", -1);
-                if (f[0].equals(WorkerProtocol.DONE) && f.length >= 7) {
+                if (f[0].equals(WorkerProtocol.DONE) && f.length >= 10) {
                     long id = Long.parseLong(f[1]);
                     GenTransfer t = new GenTransfer(id, f[2].equals("1"), Long.parseLong(f[3]), Long.parseLong(f[4]),
-                            Long.parseLong(f[5]), WorkerProtocol.unb64(f[6]));
+                            Long.parseLong(f[5]), Long.parseLong(f[6]), Integer.parseInt(f[7]), Long.parseLong(f[8]),
+                            WorkerProtocol.unb64(f[9]));
                     CompletableFuture<GenTransfer> fut = transfers.remove(id);
                     if (fut != null) {
                         fut.complete(t);
@@ -106,6 +107,17 @@ final class ChildProcessGen implements GenSide {
             Thread.currentThread().interrupt();
             throw new IllegalStateException("interrupted waiting for " + what, e);
         }
+    }
+
+    @Override
+    public String prepare(int index, long requestId, int isl) {
+        toChild.println(WorkerProtocol.PREP + " " + index + " " + requestId + " " + isl);
+        String line = await("PREPARED " + requestId, timeout);
+        String[] f = line.split(" ", -1);
+        if (!f[0].equals(WorkerProtocol.PREPARED) || f.length < 3 || Long.parseLong(f[1]) != requestId) {
+            throw new IllegalStateException("unexpected reply from the generation worker: " + line);
+        }
+        return WorkerProtocol.unb64(f[2]);
     }
 
     @Override

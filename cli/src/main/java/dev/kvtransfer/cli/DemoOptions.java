@@ -1,5 +1,6 @@
 package dev.kvtransfer.cli;
 
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
@@ -63,6 +64,25 @@ public final class DemoOptions {
     List<Integer> genLayersPerPp;
     @Option(names = "--gen-attention-dp", description = "attention data parallelism on the generation side (DP size = TP)")
     boolean genAttentionDp;
+
+    @Option(names = "--ctx-pool-layout", description = "context KV pool layout: block (default), layer-nhd, layer-hnd")
+    String ctxPoolLayout = "block";
+
+    @Option(names = "--gen-pool-layout", description = "generation KV pool layout: block (default), layer-nhd, layer-hnd")
+    String genPoolLayout = "block";
+
+    @Option(names = "--mla-rope-dim", description = "MLA with a layer pool: store each latent row split into nope "
+            + "[0, D-R) and rope [D-R, D) segments in separate regions (default 0: not split)")
+    int mlaRopeDim;
+
+    @Option(names = "--gen-reuse-blocks", description = "the generation side already holds the first N blocks of "
+            + "every request (filled with KvPattern, as a prefix cache would hold them) and asks only for the rest "
+            + "(default 0)")
+    int genReuseBlocks;
+
+    @Option(names = "--mode", description = "pull (default: context ranks send, generation ranks receive) or push "
+            + "(context ranks write into the generation ranks' registered pools)")
+    String mode = "pull";
 
     @Option(names = "--verify", negatable = true, defaultValue = "true", fallbackValue = "true", description = "check every received element with KvPattern (default on)")
     boolean verify = true;
@@ -148,7 +168,11 @@ public final class DemoOptions {
         ModelPreset p = preset();
         AttentionType at = attentionType();
         int heads = at == AttentionType.MLA ? 1 : pick(kvHeads, p == null ? 0 : p.kvHeads, 4);
+        if (genReuseBlocks < 0) {
+            throw new IllegalArgumentException("--gen-reuse-blocks must be 0 or more, was " + genReuseBlocks);
+        }
         return CacheState.builder()
+                .blockReuse(genReuseBlocks > 0)
                 .uniformKvHeads(layers(), heads)
                 .sizePerHead(pick(sizePerHead, p == null ? 0 : p.sizePerHead, 16))
                 .tokensPerBlock(tokensPerBlock())
@@ -163,7 +187,7 @@ public final class DemoOptions {
         if (ctxLayersPerPp != null) {
             b.attentionLayersPerPp(ctxLayersPerPp);
         }
-        return b.build();
+        return b.poolLayout(poolLayout("--ctx-pool-layout", ctxPoolLayout)).build();
     }
 
     /** @return the generation instance's cache state (DP rank 0 when attention DP is on) */
@@ -173,13 +197,46 @@ public final class DemoOptions {
         if (genLayersPerPp != null) {
             b.attentionLayersPerPp(genLayersPerPp);
         }
-        return b.build();
+        return b.poolLayout(poolLayout("--gen-pool-layout", genPoolLayout)).build();
+    }
+
+    /**
+     * A side's pool layout: the kind named, with the split latent of {@code --mla-rope-dim} when the kind is a layer
+     * pool (a block pool keeps whole latent rows).
+     */
+    private PoolLayout poolLayout(String option, String name) {
+        PoolLayout.Kind kind;
+        try {
+            kind = PoolLayout.Kind.parse(name);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(option + ": " + e.getMessage());
+        }
+        if (mlaRopeDim < 0) {
+            throw new IllegalArgumentException("--mla-rope-dim must be 0 or more, was " + mlaRopeDim);
+        }
+        if (mlaRopeDim > 0 && attentionType() != AttentionType.MLA) {
+            throw new IllegalArgumentException("--mla-rope-dim splits an MLA latent: it needs --attention mla");
+        }
+        return new PoolLayout(kind, kind == PoolLayout.Kind.BLOCK ? 0 : mlaRopeDim);
+    }
+
+    /** @return whether the generation side asks for push transfers */
+    boolean push() {
+        switch (mode.toLowerCase(Locale.ROOT)) {
+            case "pull":
+                return false;
+            case "push":
+                return true;
+            default:
+                throw new IllegalArgumentException("--mode " + mode + ": expected pull or push");
+        }
     }
 
     TransceiverConfig transceiverConfig() {
         Map<String, String> props = new LinkedHashMap<>();
         props.put(TransceiverConfig.P_BACKEND, backend);
         props.put(TransceiverConfig.P_KV_TRANSFER_TIMEOUT_MS, Long.toString(timeoutSeconds * 1000L));
+        props.put(TransceiverConfig.P_TRANSFER_MODE, push() ? "push" : "pull");
         if (timingDir != null) {
             props.put(TransceiverConfig.P_TIMING_DIR, timingDir.toAbsolutePath().toString());
         }
@@ -221,6 +278,11 @@ public final class DemoOptions {
         if (genAttentionDp) {
             a.add("--gen-attention-dp");
         }
+        a.add("--ctx-pool-layout=" + ctxPoolLayout);
+        a.add("--gen-pool-layout=" + genPoolLayout);
+        a.add("--mla-rope-dim=" + mlaRopeDim);
+        a.add("--gen-reuse-blocks=" + genReuseBlocks);
+        a.add("--mode=" + mode);
         a.add(verify ? "--verify" : "--no-verify");
         if (dumpDir != null) {
             a.add("--dump-dir=" + dumpDir.toAbsolutePath());
@@ -252,6 +314,15 @@ public final class DemoOptions {
     /** @return a one-line description of the two layouts */
     String layoutLabel() {
         return "ctx TP" + ctxTp + " PP" + ctxPp + (ctxCp > 1 ? " CP" + ctxCp : "") + (ctxAttentionDp ? " DP" : "")
-                + " -> gen TP" + genTp + " PP" + genPp + (genCp > 1 ? " CP" + genCp : "") + (genAttentionDp ? " DP" : "");
+                + pool(ctxPoolLayout) + " -> gen TP" + genTp + " PP" + genPp + (genCp > 1 ? " CP" + genCp : "")
+                + (genAttentionDp ? " DP" : "") + pool(genPoolLayout) + (push() ? ", push" : "");
+    }
+
+    private String pool(String name) {
+        PoolLayout.Kind k = PoolLayout.Kind.parse(name);
+        if (k == PoolLayout.Kind.BLOCK && mlaRopeDim == 0) {
+            return "";
+        }
+        return " " + k.cliName() + (k != PoolLayout.Kind.BLOCK && mlaRopeDim > 0 ? "+rope" + mlaRopeDim : "");
     }
 }

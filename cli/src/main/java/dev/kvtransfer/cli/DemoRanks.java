@@ -38,4 +38,23 @@ final class DemoRanks {
     static int totalBlocks(CacheState s, int isl) {
         return BlockDistribution.blocksFor(isl, s.tokensPerBlock());
     }
+
+    /**
+     * The prefix-cache key of each of a request's blocks, chained as a prefix cache chains them (block
+     * {@code b}'s hash covers blocks {@code 0..b}). Both instances derive them from the request id, so they agree;
+     * a generation side with other hashes is refused by the context side.
+     *
+     * @param requestId the context request id
+     * @param blocks    how many
+     * @return one hash per block
+     */
+    static long[] blockHashes(long requestId, int blocks) {
+        long[] h = new long[blocks];
+        long prev = dev.kvtransfer.testkit.KvPattern.mix(requestId ^ 0x5DEECE66DL);
+        for (int b = 0; b < blocks; b++) {
+            prev = dev.kvtransfer.testkit.KvPattern.mix(prev + 0x9E3779B97F4A7C15L * (b + 1));
+            h[b] = prev;
+        }
+        return h;
+    }
 }

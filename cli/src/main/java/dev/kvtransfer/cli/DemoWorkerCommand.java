@@ -32,7 +32,7 @@ public final class DemoWorkerCommand implements Callable<Integer> {
         // Nothing but protocol lines may reach stdout.
         System.setOut(System.err);
         try (LocalInstance gen = Instances.start("gen", options.generationState(), options, blocksPerRank);
-             GenRunner runner = new GenRunner(gen, options.verify, options.dumpDir)) {
+             GenRunner runner = new GenRunner(gen, options)) {
             Object lock = new Object();
             out.println(WorkerProtocol.READY);
             BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
@@ -40,6 +40,14 @@ public final class DemoWorkerCommand implements Callable<Integer> {
             while ((line = in.readLine()) != null) {
                 String[] f = line.split(" ", -1);
                 switch (f[0]) {
+                    case WorkerProtocol.PREP: {
+                        long id = Long.parseLong(f[2]);
+                        String error = runner.prepare(Integer.parseInt(f[1]), id, Integer.parseInt(f[3]));
+                        synchronized (lock) {
+                            out.println(WorkerProtocol.PREPARED + " " + id + " " + WorkerProtocol.b64(error));
+                        }
+                        break;
+                    }
                     case WorkerProtocol.REQ: {
                         int index = Integer.parseInt(f[1]);
                         long id = Long.parseLong(f[2]);
@@ -47,9 +55,10 @@ public final class DemoWorkerCommand implements Callable<Integer> {
                         ContextPhaseParams params = ContextPhaseParams.fromBytes(Base64.getDecoder().decode(f[4]));
                         runner.submit(index, id, isl, params).whenComplete((t, e) -> {
                             String reply = e != null
-                                    ? WorkerProtocol.DONE + " " + id + " 0 0 0 0 " + WorkerProtocol.b64(e.toString())
+                                    ? WorkerProtocol.DONE + " " + id + " 0 0 0 0 0 0 0 " + WorkerProtocol.b64(e.toString())
                                     : WorkerProtocol.DONE + " " + id + " " + (t.ok() ? 1 : 0) + " " + t.bytes() + " "
-                                    + t.submitNanos() + " " + t.doneNanos() + " " + WorkerProtocol.b64(t.error());
+                                    + t.submitNanos() + " " + t.doneNanos() + " " + t.messages() + " "
+                                    + t.reusedBlocks() + " " + t.skippedBytes() + " " + WorkerProtocol.b64(t.error());
                             synchronized (lock) {
                                 out.println(reply);
                             }

@@ -6,14 +6,26 @@ import java.util.concurrent.CompletableFuture;
 
 /**
  * The generation instance as the demo drives it: in this JVM ({@link GenRunner}) or in a child JVM
- * ({@link ChildProcessGen}). A request is first transferred ({@link #submit}), then, after the timed part of
- * the run, checked with KvPattern, dumped and released ({@link #check}).
+ * ({@link ChildProcessGen}). A request is first prepared (blocks allocated, a reused prefix filled; untimed,
+ * {@link #prepare}), then transferred ({@link #submit}), then, after the timed part of the run, checked with
+ * KvPattern, dumped and released ({@link #check}).
  */
 interface GenSide extends AutoCloseable {
     /**
-     * Starts receiving a request on every generation rank that serves it.
+     * Allocates the blocks of a request on every generation rank that serves it and, with
+     * {@code --gen-reuse-blocks}, writes the reused prefix as a prefix cache would hold it.
      *
      * @param index     request index in the run (selects the DP rank with attention DP)
+     * @param requestId the context request id
+     * @param isl       prompt length in tokens
+     * @return empty, or why the request cannot be received (the pool is full, ...)
+     */
+    String prepare(int index, long requestId, int isl);
+
+    /**
+     * Starts receiving a prepared request on every generation rank that serves it.
+     *
+     * @param index     request index in the run
      * @param requestId the context request id
      * @param isl       prompt length in tokens
      * @param params    what the context side handed over
@@ -35,14 +47,21 @@ interface GenSide extends AutoCloseable {
     /**
      * Outcome of one request's transfer on the generation side.
      *
-     * @param requestId   context request id
-     * @param ok          whether every serving rank completed it
-     * @param bytes       bytes of KV cache the serving ranks now hold for it
-     * @param submitNanos {@code System.nanoTime()} (CLOCK_MONOTONIC) when the receive was requested
-     * @param doneNanos   {@code System.nanoTime()} when the last serving rank finished
-     * @param error       the first error, or empty
+     * @param requestId    context request id
+     * @param ok           whether every serving rank completed it
+     * @param bytes        bytes the serving ranks received (or had written into their pools) for it
+     * @param submitNanos  {@code System.nanoTime()} (CLOCK_MONOTONIC) when the receive was requested
+     * @param doneNanos    {@code System.nanoTime()} when the last serving rank finished
+     * @param messages     payload messages (pull) or write entries (push) of all serving ranks
+     * @param reusedBlocks leading blocks the generation side already held and did not ask for
+     * @param skippedBytes bytes of those blocks on the serving ranks
+     * @param error        the first error, or empty
      */
-    record GenTransfer(long requestId, boolean ok, long bytes, long submitNanos, long doneNanos, String error) {
+    record GenTransfer(long requestId, boolean ok, long bytes, long submitNanos, long doneNanos, long messages,
+                       int reusedBlocks, long skippedBytes, String error) {
+        static GenTransfer failed(long requestId, long submitNanos, String error) {
+            return new GenTransfer(requestId, false, 0, submitNanos, System.nanoTime(), 0, 0, 0, error);
+        }
     }
 
     /**

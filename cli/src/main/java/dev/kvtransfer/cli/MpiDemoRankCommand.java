@@ -1,6 +1,5 @@
 package dev.kvtransfer.cli;
 
-import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
@@ -23,12 +22,6 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
-import java.io.IOException;
-import java.nio.ByteBuffer;
-import java.nio.channels.FileChannel;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -102,7 +95,7 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
         long mismatches = 0;
         String firstProblem = "";
         try (HostBufferManager mm = new HostBufferManager();
-             PagedKvCache cache = new PagedKvCache(mm, BlockLayout.of(mine, rank), blocksPerRank)) {
+             PagedKvCache cache = PagedKvCache.of(mm, mine, rank, blocksPerRank)) {
             dev.kvtransfer.api.ErrorHandler errors =
                     e -> System.err.println("kvtransfer[mpi " + world + "]: " + e.getMessage());
             // The one assembly: journal queue <dir>/<ctx|gen>-rank-<r>, timing, metrics as for every entry point.
@@ -119,12 +112,18 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                             continue;
                         }
                         int[] blocks = cache.allocate(id, DemoRanks.blocksOnRank(mine, rank, totalBlocks));
+                        long[] hashes = DemoRanks.blockHashes(id, totalBlocks);
+                        int reused = Math.min(options.genReuseBlocks, totalBlocks);
                         if (isCtx) {
                             if (options.verify || options.dumpDir != null) {
                                 KvPattern.fill(cache, blocks, mine, rank, id, totalBlocks);
                             }
-                            mineReqs.add(TransferRequest.context(id, isl, blocks));
+                            mineReqs.add(TransferRequest.context(id, isl, blocks, hashes));
                         } else {
+                            if (reused > 0) {
+                                // The prefix-cache hit: the leading blocks already hold this prompt's KV.
+                                KvPattern.fill(cache, blocks, mine, rank, id, totalBlocks, 0, reused);
+                            }
                             CacheState ctxForRequest = ctxState.attentionDpEnabled()
                                     ? ctxState.withDpRank(i % ctxState.dpSize()) : ctxState;
                             int firstServing = DemoRanks.serving(ctxState, i).get(0);
@@ -133,7 +132,8 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                             ContextPhaseParams params = new ContextPhaseParams(id, new long[0],
                                     new TransceiverState(ctxForRequest, ctxComm.withSelfIndex(firstServing)),
                                     dev.kvtransfer.core.transfer.ControlAuth.of(config.authSecret()).token(id));
-                            mineReqs.add(TransferRequest.generation(params, isl, blocks));
+                            mineReqs.add(TransferRequest.generation(params, isl, blocks, reused,
+                                    java.util.Arrays.copyOf(hashes, reused)));
                         }
                         ids.add(id);
                     }
@@ -164,7 +164,7 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                                         + ": " + r.state() + r.error().map(e -> " " + e.getMessage()).orElse("");
                             }
                         } else if (!isCtx) {
-                            bytes += (long) r.blockIds().length * cache.layout().blockBytes();
+                            bytes += r.kvCacheSize();
                             latency.recordValue(Math.max(1, now - submitted.get(k)));
                         }
                     }
@@ -192,7 +192,7 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                                 }
                             }
                             if (options.dumpDir != null) {
-                                dump(cache, rank, r.requestId(), r.blockIds());
+                                GenRunner.dump(options.dumpDir, cache, rank, r.requestId(), r.blockIds());
                             }
                         }
                         cache.free(ids.get(k));
@@ -250,19 +250,5 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
             a.add(Integer.toString(first + i));
         }
         return a;
-    }
-
-    private void dump(PagedKvCache cache, int rank, long requestId, int[] blocks) throws IOException {
-        Path dir = options.dumpDir.resolve("gen-rank-" + rank);
-        Files.createDirectories(dir);
-        try (FileChannel ch = FileChannel.open(dir.resolve("request-" + requestId + ".bin"), StandardOpenOption.CREATE,
-                StandardOpenOption.WRITE, StandardOpenOption.TRUNCATE_EXISTING)) {
-            for (int b : blocks) {
-                ByteBuffer bb = cache.block(b).asByteBuffer();
-                while (bb.hasRemaining()) {
-                    ch.write(bb);
-                }
-            }
-        }
     }
 }

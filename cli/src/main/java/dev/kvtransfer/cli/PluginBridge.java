@@ -3,19 +3,12 @@ package dev.kvtransfer.cli;
 import dev.kvtransfer.api.sync.GroupComm;
 import dev.kvtransfer.api.transport.RankLauncher;
 import dev.kvtransfer.api.transport.TransportProvider;
-import dev.kvtransfer.core.plugin.PluginClassLoader;
-import dev.kvtransfer.core.plugin.Plugins;
 
-import java.io.File;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
-import java.net.URISyntaxException;
-import java.net.URL;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 
 /**
@@ -27,7 +20,6 @@ import java.util.Objects;
  *   <li>{@link #rankLauncher}: the transport's {@link TransportProvider#launcher()}; for an MPI plugin that does
  *       not offer one yet, an adapter over its {@code MpiLauncher}, {@code MpiRuntime} and {@code MpiGroupComm}
  *       (the same classes the plugin's connection manager uses: one MPI runtime per process).</li>
- *   <li>{@link #aeronRawBytesPerSecond}: the Aeron plugin's plain publication/subscription baseline.</li>
  * </ul>
  */
 public final class PluginBridge {
@@ -50,48 +42,6 @@ public final class PluginBridge {
             throw new IllegalArgumentException("transport '" + provider.name() + "' has no rank launcher: its ranks "
                     + "are started any way (threads, child JVMs)");
         });
-    }
-
-    /**
-     * Plain Aeron throughput (a child JVM publishing to this one), through the Aeron plugin.
-     *
-     * @param messageBytes message size
-     * @param totalBytes   bytes to move
-     * @param crossProcess whether the publisher is a child JVM
-     * @param properties   transport properties
-     * @return bytes per second
-     */
-    public static double aeronRawBytesPerSecond(long messageBytes, long totalBytes, boolean crossProcess,
-                                                Map<String, String> properties) {
-        TransportProvider aeron = Plugins.discover().transport("aeron");
-        ClassLoader loader = aeron.getClass().getClassLoader();
-        String classPath = System.getProperty("java.class.path");
-        try {
-            // The bench's child JVM runs on java.class.path: give it the plugin's jars too.
-            if (loader instanceof PluginClassLoader pl) {
-                System.setProperty("java.class.path", classPath + File.pathSeparator + jars(pl));
-            }
-            Class<?> bench = Class.forName("dev.kvtransfer.aeron.AeronRawBench", true, loader);
-            Object result = invoke(bench.getMethod("raw", long.class, long.class, boolean.class, Map.class), null,
-                    messageBytes, totalBytes, crossProcess, properties);
-            return (double) invoke(result.getClass().getMethod("bytesPerSecond"), result);
-        } catch (ReflectiveOperationException e) {
-            throw new IllegalStateException("the aeron plugin has no raw baseline (AeronRawBench.raw): " + e, e);
-        } finally {
-            System.setProperty("java.class.path", classPath);
-        }
-    }
-
-    private static String jars(PluginClassLoader loader) {
-        List<String> paths = new ArrayList<>();
-        for (URL u : loader.getURLs()) {
-            try {
-                paths.add(Path.of(u.toURI()).toString());
-            } catch (URISyntaxException e) {
-                throw new IllegalStateException(e);
-            }
-        }
-        return String.join(File.pathSeparator, paths);
     }
 
     private static Object invoke(Method m, Object target, Object... args) throws IllegalAccessException {

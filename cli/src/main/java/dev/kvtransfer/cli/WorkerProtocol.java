@@ -9,8 +9,10 @@ import java.util.Base64;
  *
  * <pre>
  * child  : READY
+ * parent : PREP index requestId isl
+ * child  : PREPARED requestId base64(error, empty when the blocks are allocated)
  * parent : REQ index requestId isl base64(ContextPhaseParams)
- * child  : DONE requestId ok(0|1) bytes submitNanos doneNanos base64(error)
+ * child  : DONE requestId ok(0|1) bytes submitNanos doneNanos messages reusedBlocks skippedBytes base64(error)
  * parent : CHECK requestId
  * child  : CHECKED requestId checked mismatches base64(firstMismatch)
  * parent : SYNC
@@ -23,6 +25,8 @@ import java.util.Base64;
  */
 final class WorkerProtocol {
     static final String READY = "READY";
+    static final String PREP = "PREP";
+    static final String PREPARED = "PREPARED";
     static final String REQ = "REQ";
     static final String DONE = "DONE";
     static final String CHECK = "CHECK";

@@ -3,6 +3,7 @@ package dev.kvtransfer.core;
 import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.memory.BufferManager;
@@ -13,6 +14,7 @@ import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.sync.GroupComm;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.memory.LiveResources;
 import dev.kvtransfer.core.sync.StatusAgreement;
 import dev.kvtransfer.core.timing.TimingCsvWriter;
 import dev.kvtransfer.core.transfer.CacheReceiver;
@@ -74,6 +76,7 @@ public final class CacheTransceiver implements AutoCloseable {
     private final TransferJournal journal;
     private final ControlAuth auth;
     private volatile boolean closed;
+    private final java.util.concurrent.atomic.AtomicBoolean closedOnce = new java.util.concurrent.atomic.AtomicBoolean();
 
     private record Tracked(TransferRequest request, long submittedNanos) {
     }
@@ -88,6 +91,7 @@ public final class CacheTransceiver implements AutoCloseable {
      * @param commState       every rank's address in this instance (gathered before construction)
      * @param connections     this rank's transport endpoint
      * @param formatter       the cache formatter over this rank's KV pool
+     * @param cache           this rank's KV pool (the one the formatter was created over)
      * @param pool            the staging pool the formatter was created with
      * @param buffers         allocates control buffers and copies
      * @param contextGroup    agrees on context completion: the TP group of this PP stage (attention DP: the DP
@@ -101,8 +105,9 @@ public final class CacheTransceiver implements AutoCloseable {
      * @param instanceName    the instance's name, for thread names ({@code "ctx"}, {@code "gen"})
      */
     public CacheTransceiver(TransceiverConfig config, CacheState cacheState, int selfIndex, CommState commState,
-                            ConnectionManager connections, CacheFormatter formatter, TransferBufferPool pool,
-                            BufferManager buffers, GroupComm contextGroup, GroupComm generationGroup,
+                            ConnectionManager connections, CacheFormatter formatter, KvCacheView cache,
+                            TransferBufferPool pool, BufferManager buffers, GroupComm contextGroup,
+                            GroupComm generationGroup,
                             ErrorHandler errorHandler, MeterRegistry meters, TransferJournal journal,
                             String instanceName) {
         this.journal = Objects.requireNonNull(journal, "journal");
@@ -111,6 +116,7 @@ public final class CacheTransceiver implements AutoCloseable {
         Objects.requireNonNull(commState, "commState");
         Objects.requireNonNull(connections, "connections");
         Objects.requireNonNull(formatter, "formatter");
+        Objects.requireNonNull(cache, "cache");
         Objects.requireNonNull(pool, "pool");
         Objects.requireNonNull(buffers, "buffers");
         this.contextGroup = Objects.requireNonNull(contextGroup, "contextGroup");
@@ -147,10 +153,11 @@ public final class CacheTransceiver implements AutoCloseable {
             peerExecutor = null;
         }
         this.auth = ControlAuth.of(config.authSecret());
-        TransferEnv env = new TransferEnv(config, selfState, connections, formatter, pool, buffers, metrics, timing,
-                peerExecutor, prefix, journal, auth);
+        TransferEnv env = new TransferEnv(config, selfState, connections, formatter, cache, pool, buffers, metrics,
+                timing, peerExecutor, prefix, journal, auth);
         this.sender = new CacheSender(env);
         this.receiver = new CacheReceiver(env);
+        LiveResources.count(3, 1);
     }
 
     /**
@@ -207,6 +214,22 @@ public final class CacheTransceiver implements AutoCloseable {
         track(contextRequests, request);
         journalRequest(request, TransferJournal.Role.CONTEXT);
         sender.respond(request.handle());
+    }
+
+    /**
+     * Context side, layer by layer (TensorRT-LLM's {@code respondAndSendLayerWise}, Mooncake's {@code save_kv_layer}):
+     * call it when the request's prefill starts; then, after each layer's forward pass, call
+     * {@link TransferRequest#layerReady(int)} with the rank-local layer. Each layer moves as soon as it is ready
+     * and every counterpart asked (pushed straight into the generation pool in push mode, sent in pull mode), so
+     * the transfer hides behind the rest of the prefill. A formatter that cannot move layer ranges moves the
+     * whole request after the last layer.
+     *
+     * @param request a context request
+     */
+    public void respondAndSendLayerWise(TransferRequest request) {
+        Objects.requireNonNull(request, "request");
+        request.handle().markLayerWise();
+        respondAndSendAsync(request);
     }
 
     /**
@@ -477,6 +500,9 @@ public final class CacheTransceiver implements AutoCloseable {
      */
     @Override
     public void close() {
+        if (closedOnce.compareAndSet(false, true)) {
+            LiveResources.count(3, -1);
+        }
         shutdown();
         boolean stopped = awaitTermination(CLOSE_WAIT);
         if (timing != null) {

@@ -176,7 +176,7 @@ public final class RankAssembly {
                 journal = ChronicleTransferJournal.open(config.journalDir().get(), instance, selfIndex, state,
                         config.journalChecksums(), errors);
             }
-            return new CacheTransceiver(config, state, selfIndex, commState, connections, f, pool, buffers,
+            return new CacheTransceiver(config, state, selfIndex, commState, connections, f, cache, pool, buffers,
                     contextGroup, generationGroup, errors, meters != null ? meters : new SimpleMeterRegistry(),
                     journal, instance).closeWith(pool).closeWith(journal);
         } catch (RuntimeException | Error e) {

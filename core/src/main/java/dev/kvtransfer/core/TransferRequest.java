@@ -31,12 +31,18 @@ public final class TransferRequest {
     private final ContextPhaseParams params;
     private final long[] blockHashes;
     private final int reusedBlocks;
+    /** Layer-wise: layers of this rank known ready (context) or arrived (generation); guarded by {@code layers}. */
+    private final java.util.BitSet layerBits = new java.util.BitSet();
+    private final Object layers = new Object();
+    private int layerPrefix;
+    private volatile boolean layerWise;
     private final CompletableFuture<Void> done = new CompletableFuture<>();
     private final AtomicBoolean submitted = new AtomicBoolean();
     private final Handle handle = new Handle();
     private volatile RequestState state;
     private volatile KvTransferException error;
     private volatile long kvCacheSize;
+    private volatile int messageCount;
     private volatile long startEpochNanos;
     private volatile long endEpochNanos;
 
@@ -207,6 +213,85 @@ public final class TransferRequest {
         return Instant.ofEpochSecond(0, epochNanos);
     }
 
+    /**
+     * Layer-wise, context side: local layer {@code localLayer} of this rank's blocks is computed (call it after
+     * each layer's forward pass, TensorRT-LLM's / Mooncake's {@code save_kv_layer}); the transfer moves it at
+     * once. Layers may be marked in any order; they are moved in order.
+     *
+     * @param localLayer the rank-local layer index
+     * @throws IllegalArgumentException when the index is negative
+     */
+    public void layerReady(int localLayer) {
+        markLayer(localLayer);
+    }
+
+    /**
+     * Layer-wise, generation side: waits until this rank's local layer {@code localLayer} has arrived (vLLM's
+     * {@code wait_for_layer_load}), or the request ended.
+     *
+     * @param localLayer the rank-local layer index
+     * @param timeout    how long to wait
+     * @return true when the layer arrived; false when the wait timed out
+     * @throws dev.kvtransfer.api.KvTransferException the request's error when it failed before the layer arrived
+     */
+    public boolean awaitLayer(int localLayer, Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        synchronized (layers) {
+            while (!layerBits.get(localLayer)) {
+                if (state.isTerminal()) {
+                    if (error != null) {
+                        throw error;
+                    }
+                    return state == RequestState.GENERATION_TRANS_COMPLETE || state == RequestState.CONTEXT_COMPLETE;
+                }
+                long left = deadline - System.nanoTime();
+                if (left <= 0) {
+                    return false;
+                }
+                try {
+                    java.util.concurrent.TimeUnit.NANOSECONDS.timedWait(layers, left);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+            }
+            return true;
+        }
+    }
+
+    /**
+     * @return messages (descriptors) this rank's transfer used: payload messages moved (pull), or write entries
+     *         (push), once the request ended
+     */
+    public int messageCount() {
+        return messageCount;
+    }
+
+    /** @return whether the context side sends this request layer by layer */
+    public boolean isLayerWise() {
+        return layerWise;
+    }
+
+    private void markLayer(int localLayer) {
+        if (localLayer < 0) {
+            throw new IllegalArgumentException("localLayer = " + localLayer + ": must be >= 0");
+        }
+        synchronized (layers) {
+            layerBits.set(localLayer);
+            while (layerBits.get(layerPrefix)) {
+                layerPrefix++;
+            }
+            layers.notifyAll();
+        }
+    }
+
+    /** Wakes per-layer waiters (the request ended). */
+    private void wakeLayerWaiters() {
+        synchronized (layers) {
+            layers.notifyAll();
+        }
+    }
+
     /** @return leading global blocks the generation side already held (0 on the context side) */
     public int reusedBlocks() {
         return reusedBlocks;
@@ -255,6 +340,55 @@ public final class TransferRequest {
         }
 
         @Override
+        public boolean layerWise() {
+            return layerWise;
+        }
+
+        @Override
+        public void recordMessages(int n) {
+            messageCount = n;
+        }
+
+        @Override
+        public void markLayerWise() {
+            layerWise = true;
+        }
+
+        @Override
+        public boolean awaitLayersReady(int count, long deadlineNanos) {
+            synchronized (layers) {
+                while (layerPrefix < count) {
+                    if (state.isTerminal()) {
+                        return false;
+                    }
+                    long left = deadlineNanos - System.nanoTime();
+                    if (left <= 0) {
+                        return false;
+                    }
+                    try {
+                        java.util.concurrent.TimeUnit.NANOSECONDS.timedWait(layers, Math.min(left, 50_000_000L));
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                        return false;
+                    }
+                }
+                return true;
+            }
+        }
+
+        @Override
+        public int layersReady() {
+            synchronized (layers) {
+                return layerPrefix;
+            }
+        }
+
+        @Override
+        public void layerArrived(int localLayer) {
+            markLayer(localLayer);
+        }
+
+        @Override
         public int reusedBlocks() {
             return reusedBlocks;
         }
@@ -286,6 +420,7 @@ public final class TransferRequest {
                 beforeNotify.run();
             }
             done.complete(null);
+            wakeLayerWaiters();
             return true;
         }
 
@@ -309,6 +444,7 @@ public final class TransferRequest {
                 beforeNotify.run();
             }
             done.complete(null);
+            wakeLayerWaiters();
             return true;
         }
 

@@ -36,12 +36,19 @@ import static org.assertj.core.api.Assertions.assertThat;
  * The conformance suite every cache formatter passes. A formatter's test is a subclass supplying
  * {@link #provider()} (and, for another attention type, {@link #grid()}).
  *
- * <p>Every supported pair of the grid runs through {@link FormatterHarness}: one {@code PagedKvCache}, staging
- * pool, formatter and loopback endpoint per rank, the requests of the pair (prompt lengths that do not fill the
- * last block) filled with {@link KvPattern} on the context side, {@code format} on every context rank and
- * {@code unformat} on every generation rank concurrently under a deadline, then every element of every generation
- * block verified. The grid runs once per test class (pairs in parallel on {@link #parallelPairs()} threads); the
- * rules below check different properties of that run. A failure names the pair.
+ * <p>Every supported pair of the grid runs through {@link FormatterHarness}: one {@code PagedKvCache} (in the
+ * pair's pool layouts), staging pool, formatter and loopback endpoint per rank, core's production
+ * {@code DefaultTransferSession} per request and rank (with the peers' block ids, holes between them, and the
+ * pair's prefix reuse), the requests of the pair (prompt lengths that do not fill the last block) filled with
+ * {@link KvPattern} on the context side (poison in the reused prefix) and the reused prefix pre-filled on the
+ * generation side (poison elsewhere), {@code format} on every context rank and {@code unformat} on every
+ * generation rank concurrently under a deadline, then every element of every generation block verified. The grid
+ * runs once per test class (pairs in parallel on {@link #parallelPairs()} threads); the rules below check
+ * different properties of that run. A failure names the pair.
+ *
+ * <p>The default grid is {@link LayoutGrid#standardFull()}: block pools, no reuse, which a formatter written
+ * before pool layouts passes. A formatter that handles pool layouts and reuse runs a grid with them (e.g.
+ * {@link LayoutGrid#standardConformance()}).
  *
  * <p>Rules:
  * <ol>
@@ -58,7 +65,11 @@ import static org.assertj.core.api.Assertions.assertThat;
  * <li>a formatter serves concurrent requests (every pair's requests run at once on one formatter per rank);</li>
  * <li>every byte moved is reported through {@code recordMeasure} (the timing CSV depends on it);</li>
  * <li>nothing leaks: the harness closes every buffer manager (a leaked buffer fails the pair, rule 1) and no
- *     thread started during the run outlives it.</li>
+ *     thread started during the run outlives it;</li>
+ * <li>every message a context rank sends is received (the two sides agree on the message plan);</li>
+ * <li>reused blocks are neither sent nor written: a request whose blocks are all reused moves no message, and
+ *     the generation ranks receive exactly their blocks after the reused prefix (rules 1 and 3 verify the bytes:
+ *     the context side's prefix holds poison).</li>
  * </ol>
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
@@ -150,10 +161,15 @@ public abstract class FormatterConformanceTest {
             }
             for (PairReport.RequestReport q : r.requests()) {
                 long expectedElements = 0;
+                CacheState gen = r.pair().genFor(q.index());
                 for (int g = 0; g < q.genServing().length; g++) {
                     if (q.genServing()[g] && !q.genZeroLayer()[g]) {
-                        BlockLayout l = BlockLayout.of(r.pair().genFor(q.index()), g);
-                        expectedElements += q.genExpectedBytes()[g] / l.elementBytes();
+                        BlockLayout l = BlockLayout.of(gen, g);
+                        int blocks = BlockDistribution.count(q.totalBlocks(), gen.contextParallelism(), gen.cpRank(g));
+                        expectedElements += blocks * l.blockBytes() / l.elementBytes();
+                        // An indexer-K pool (uint8, one head): layers x tokens x indexerDim elements per block.
+                        expectedElements += (long) blocks * l.localLayers() * l.tokensPerBlock()
+                                * harnessOptions().indexerDim();
                     }
                 }
                 if (!q.verify().ok()) {
@@ -183,9 +199,12 @@ public abstract class FormatterConformanceTest {
                     }
                     boolean picked = q.ctxPickedByGen()[c];
                     boolean sent = q.ctxSentBytes()[c] > 0;
-                    // A context CP rank may hold none of a short request's blocks: picked, but nothing to send.
-                    boolean holdsBlocks = BlockDistribution.count(q.totalBlocks(), ctx.contextParallelism(),
-                            ctx.cpRank(c)) > 0;
+                    // A context CP rank may hold none of a short request's blocks, or only reused ones: picked,
+                    // but nothing to send.
+                    int first = BlockDistribution.firstGlobalBlock(q.totalBlocks(), ctx.contextParallelism(),
+                            ctx.cpRank(c));
+                    int count = BlockDistribution.count(q.totalBlocks(), ctx.contextParallelism(), ctx.cpRank(c));
+                    boolean holdsBlocks = first + count > q.reusedBlocks() && count > 0;
                     if (picked != q.ctxNeedSend()[c] || !picked && sent || picked && holdsBlocks && !sent) {
                         failures.add(r.pair().name() + " request " + q.requestId() + " ctx rank " + c
                                 + ": picked by a generation rank = " + picked + ", needSendCache = "
@@ -362,7 +381,9 @@ public abstract class FormatterConformanceTest {
         for (int i = 0; i < all.size(); i += step) {
             some.add(all.get(i));
         }
-        HarnessOptions chunked = harnessOptions().withChunkBytes(1000).withParallelPeers(false).withSlotBytes(0);
+        // Also without the peers' block ids and with consecutive ids: the per-block fallback plan.
+        HarnessOptions chunked = harnessOptions().withChunkBytes(1000).withParallelPeers(false).withSlotBytes(0)
+                .withExchangeBlockIds(false).withFragmentBlocks(false);
         List<String> failures = new ArrayList<>();
         for (PairReport r : runPairs(some, chunked)) {
             if (!r.completed()) {
@@ -424,6 +445,50 @@ public abstract class FormatterConformanceTest {
     public void required_12_noThreadOutlivesTheGridRun() {
         gridRun();
         LeakChecks.assertNoNewThreads(threadsBeforeGridRun, Duration.ofSeconds(10));
+    }
+
+    @Test
+    public void required_13_everyMessageSentIsReceived() {
+        List<String> failures = new ArrayList<>();
+        long messages = 0;
+        for (PairReport r : completedRuns()) {
+            for (PairReport.RequestReport q : r.requests()) {
+                messages += q.messagesSent();
+                if (q.messagesSent() != q.messagesReceived()) {
+                    failures.add(r.pair().name() + " request " + q.requestId() + ": the context ranks sent "
+                            + q.messagesSent() + " messages, the generation ranks received " + q.messagesReceived());
+                }
+            }
+        }
+        assertThat(failures).isEmpty();
+        assertThat(messages).as("messages moved by the grid").isPositive();
+    }
+
+    @Test
+    public void required_14_reusedBlocksAreNeitherSentNorWritten() {
+        List<String> failures = new ArrayList<>();
+        int requests = 0;
+        for (PairReport r : completedRuns()) {
+            for (PairReport.RequestReport q : r.requests()) {
+                requests++;
+                long expected = 0;
+                for (long b : q.genExpectedBytes()) {
+                    expected += b;
+                }
+                boolean all = q.reusedBlocks() == q.totalBlocks();
+                if (all && (q.totalSent() != 0 || q.messagesSent() != 0 || q.totalReceived() != 0)) {
+                    failures.add(r.pair().name() + " request " + q.requestId() + ": every block reused, yet "
+                            + q.totalSent() + " bytes in " + q.messagesSent() + " messages were sent");
+                }
+                if (q.totalReceived() != expected) {
+                    failures.add(r.pair().name() + " request " + q.requestId() + " (" + q.reusedBlocks() + " of "
+                            + q.totalBlocks() + " blocks reused): received " + q.totalReceived() + " bytes, the blocks"
+                            + " after the reused prefix hold " + expected);
+                }
+            }
+        }
+        assertThat(failures).isEmpty();
+        assertThat(requests).as("requests checked").isPositive();
     }
 
     /** @return the reports of pairs that completed (failures are reported by rule 1) */

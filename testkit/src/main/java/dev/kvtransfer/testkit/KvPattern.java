@@ -3,6 +3,8 @@ package dev.kvtransfer.testkit;
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.core.memory.MemoryAccess;
@@ -25,9 +27,15 @@ import java.util.Objects;
  * {@code k = }{@value #INDEXER_KV} (so its values differ from the main pool's K and V planes) and head 0, over
  * the pool's own layout (uint8 elements).
  *
- * <p>Speed: keys are linear, so {@code key = base(l, k, h) + td(t, d)}; {@code td} is precomputed per block for
- * the contiguous {@code [token][dim]} run of one head, and the inner loop is an add, the mix and one store (or
- * load and compare). Measured numbers are in testkit/README.md.
+ * <p>Any pool layout: elements are found through the cache's {@link KvCacheView#geometry()} (block pools through
+ * {@link KvCacheView#block}, layer pools through {@link KvCacheView#region}), so the values depend only on the
+ * global coordinates and every checker keeps its meaning whatever the two sides' pool layouts are. A mismatch
+ * report names the pool layout, the region and the byte.
+ *
+ * <p>Speed: keys are linear, so {@code key = base + tab[j]} over each contiguous run: one head's
+ * {@code [token][dim]} in block and layer-hnd pools ({@code tab} precomputed per block), one token's
+ * {@code [head][dim]} in layer-nhd pools ({@code tab} precomputed once); the inner loop is an add, the mix and one
+ * 64-bit store (or load and compare) per word of elements. Measured numbers are in testkit/README.md.
  */
 public final class KvPattern {
     /** Multiplier of the request id. */
@@ -91,9 +99,9 @@ public final class KvPattern {
     }
 
     /**
-     * Writes the pattern into a rank's blocks of a request.
+     * Writes the pattern into a rank's blocks of a request, in whatever pool layout the cache has.
      *
-     * @param cache       the rank's KV pool (its layout must be {@code BlockLayout.of(state, rank)})
+     * @param cache       the rank's KV pool (its block layout must be {@code BlockLayout.of(state, rank)})
      * @param blockIds    the rank's blocks of the request, in order
      * @param state       the rank's instance cache state
      * @param rank        the rank index in its instance
@@ -102,9 +110,27 @@ public final class KvPattern {
      */
     public static void fill(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
                             int totalBlocks) {
+        fill(cache, blockIds, state, rank, requestId, totalBlocks, 0, Integer.MAX_VALUE);
+    }
+
+    /**
+     * Writes the pattern into the rank's blocks whose global block index is in {@code [fromGlobal, toGlobal)}
+     * (e.g. the reused prefix of a request, or what follows it); the other blocks are not touched.
+     *
+     * @param cache       the rank's KV pool
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id whose pattern is written
+     * @param totalBlocks blocks of the whole request (all CP ranks)
+     * @param fromGlobal  first global block to write
+     * @param toGlobal    global block after the last to write
+     */
+    public static void fill(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
+                            int totalBlocks, int fromGlobal, int toGlobal) {
         Objects.requireNonNull(cache, "cache");
         Walk w = Walk.main(cache, blockIds, state, rank, requestId, totalBlocks);
-        w.run(cache, blockIds, null);
+        w.run(cache, blockIds, null, fromGlobal, toGlobal);
     }
 
     /**
@@ -120,10 +146,28 @@ public final class KvPattern {
      */
     public static Result verify(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
                                 int totalBlocks) {
+        return verify(cache, blockIds, state, rank, requestId, totalBlocks, 0, Integer.MAX_VALUE);
+    }
+
+    /**
+     * Checks the rank's blocks whose global block index is in {@code [fromGlobal, toGlobal)}.
+     *
+     * @param cache       the rank's KV pool
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id whose pattern is expected
+     * @param totalBlocks blocks of the whole request (all CP ranks)
+     * @param fromGlobal  first global block to check
+     * @param toGlobal    global block after the last to check
+     * @return what was found
+     */
+    public static Result verify(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
+                                int totalBlocks, int fromGlobal, int toGlobal) {
         Objects.requireNonNull(cache, "cache");
         Walk w = Walk.main(cache, blockIds, state, rank, requestId, totalBlocks);
         Result r = new Result();
-        w.run(cache, blockIds, r);
+        w.run(cache, blockIds, r, fromGlobal, toGlobal);
         return r;
     }
 
@@ -140,8 +184,26 @@ public final class KvPattern {
      */
     public static void fillIndexer(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
                                    int totalBlocks) {
+        fillIndexer(cache, blockIds, state, rank, requestId, totalBlocks, 0, Integer.MAX_VALUE);
+    }
+
+    /**
+     * Writes the indexer-K pattern into the blocks whose global index is in {@code [fromGlobal, toGlobal)}.
+     *
+     * @param cache       the rank's KV pool or its indexer pool
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id whose pattern is written
+     * @param totalBlocks blocks of the whole request
+     * @param fromGlobal  first global block to write
+     * @param toGlobal    global block after the last to write
+     */
+    public static void fillIndexer(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
+                                   int totalBlocks, int fromGlobal, int toGlobal) {
         KvCacheView pool = indexerPool(cache);
-        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, null);
+        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, null, fromGlobal,
+                toGlobal);
     }
 
     /**
@@ -159,7 +221,8 @@ public final class KvPattern {
                                        long requestId, int totalBlocks) {
         KvCacheView pool = indexerPool(cache);
         Result r = new Result();
-        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, r);
+        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, r, 0,
+                Integer.MAX_VALUE);
         return r;
     }
 
@@ -302,8 +365,16 @@ public final class KvPattern {
                     rank);
         }
 
-        /** Fills when {@code result} is null, else verifies into it. */
-        void run(KvCacheView cache, int[] blockIds, Result result) {
+        /** Fills when {@code result} is null, else verifies into it; only global blocks in [from, to). */
+        void run(KvCacheView cache, int[] blockIds, Result result, int from, int to) {
+            if (cache.poolLayout().kind() == PoolLayout.Kind.BLOCK) {
+                runBlocks(cache, blockIds, result, from, to);
+            } else {
+                runLayers(cache, blockIds, result, from, to);
+            }
+        }
+
+        private void runBlocks(KvCacheView cache, int[] blockIds, Result result, int from, int to) {
             int tpb = layout.tokensPerBlock();
             int dim = layout.sizePerHead();
             int eb = layout.elementBytes();
@@ -312,6 +383,10 @@ public final class KvPattern {
             long[] td = new long[run];
             long rPart = requestId * C_R;
             for (int i = 0; i < blockIds.length; i++) {
+                int global = firstBlock + i;
+                if (global < from || global >= to) {
+                    continue;
+                }
                 MemoryBuffer block = cache.block(blockIds[i]);
                 if (block.size() < blockBytes) {
                     // Raw stores below: never write past a buffer the cache handed out.
@@ -319,7 +394,7 @@ public final class KvPattern {
                             + " bytes, its layout " + layout + " needs " + blockBytes);
                 }
                 long blockAddr = block.address();
-                long token0 = (long) (firstBlock + i) * tpb;
+                long token0 = (long) global * tpb;
                 // td[t*dim + d] = t_abs*C_T + d*C_D: the part of the key that varies inside one head's run.
                 int j = 0;
                 for (int t = 0; t < tpb; t++) {
@@ -333,13 +408,101 @@ public final class KvPattern {
                         for (int head = 0; head < layout.localHeads(); head++) {
                             long base = rPart + (firstLayer + layer) * C_L + (kvBase + kv) * C_K
                                     + (firstHead + head) * C_H;
-                            long addr = blockAddr + layout.offset(layer, kv, head, 0, 0);
+                            long off = layout.offset(layer, kv, head, 0, 0);
+                            long addr = blockAddr + off;
                             if (result == null) {
                                 fillRun(addr, base, td, eb);
                             } else {
                                 result.checked += run;
                                 if (verifyRun(addr, base, td, eb)) {
-                                    report(result, addr, base, td, eb, blockIds[i], i, layer, kv, head, token0);
+                                    report(result, addr, base, td, eb, null, blockIds[i], i, layer, kv, head, -1,
+                                            token0, 0, dim, "block pool, block byte " + off);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        /**
+         * Layer pools: per (block, layer, kv, segment), the block's slice of the plane segment in its region. The
+         * contiguous runs are one head's {@code [token][w]} (layer-hnd) or one token's {@code [head][w]}
+         * (layer-nhd); the varying part of the key is precomputed per run shape, as for block pools.
+         */
+        private void runLayers(KvCacheView cache, int[] blockIds, Result result, int from, int to) {
+            PoolGeometry g = cache.geometry();
+            int tpb = layout.tokensPerBlock();
+            int heads = layout.localHeads();
+            int eb = layout.elementBytes();
+            boolean nhd = g.tokensOuter();
+            int segs = g.segments();
+            long[][] tab = new long[segs][];
+            for (int s = 0; s < segs; s++) {
+                int w = g.segmentDims(s);
+                tab[s] = new long[(nhd ? heads : tpb) * w];
+                if (nhd) {
+                    // hd[h*w + x] = h*C_H + (d0 + x)*C_D, the same for every block and token.
+                    int j = 0;
+                    for (int h = 0; h < heads; h++) {
+                        for (int x = 0; x < w; x++) {
+                            tab[s][j++] = h * C_H + (g.segmentFirstDim(s) + x) * C_D;
+                        }
+                    }
+                }
+            }
+            long rPart = requestId * C_R;
+            for (int i = 0; i < blockIds.length; i++) {
+                int global = firstBlock + i;
+                if (global < from || global >= to) {
+                    continue;
+                }
+                int b = blockIds[i];
+                Objects.checkIndex(b, cache.blockCount());
+                long token0 = (long) global * tpb;
+                if (!nhd) {
+                    for (int s = 0; s < segs; s++) {
+                        int w = g.segmentDims(s);
+                        int d0 = g.segmentFirstDim(s);
+                        int j = 0;
+                        for (int t = 0; t < tpb; t++) {
+                            long tk = (token0 + t) * C_T;
+                            for (int x = 0; x < w; x++) {
+                                tab[s][j++] = tk + (d0 + x) * C_D;
+                            }
+                        }
+                    }
+                }
+                for (int layer = 0; layer < layout.localLayers(); layer++) {
+                    for (int kv = 0; kv < layout.kvFactor(); kv++) {
+                        long lk = rPart + (firstLayer + layer) * C_L + (kvBase + kv) * C_K;
+                        for (int s = 0; s < segs; s++) {
+                            int regionIndex = g.region(b, layer, kv, s);
+                            MemoryBuffer region = cache.region(regionIndex);
+                            long plane = g.planeOffset(b, layer, kv, s);
+                            if (region.size() < plane + g.segmentPlaneBytes(s)) {
+                                throw new IllegalArgumentException("region " + regionIndex + " of " + region.size()
+                                        + " bytes ends before block " + b + "'s plane segment at " + plane + " ("
+                                        + g + ")");
+                            }
+                            long addr0 = region.address() + plane;
+                            int outer = nhd ? tpb : heads;
+                            long stride = nhd ? g.tokenStride(s) : g.headStride(s);
+                            int runLen = tab[s].length;
+                            for (int o = 0; o < outer; o++) {
+                                long base = nhd ? lk + (token0 + o) * C_T + firstHead * C_H
+                                        : lk + (firstHead + o) * C_H;
+                                long addr = addr0 + o * stride;
+                                if (result == null) {
+                                    fillRun(addr, base, tab[s], eb);
+                                } else {
+                                    result.checked += runLen;
+                                    if (verifyRun(addr, base, tab[s], eb)) {
+                                        report(result, addr, base, tab[s], eb, g, b, i, layer, kv, nhd ? -1 : o,
+                                                nhd ? o : -1, token0, g.segmentFirstDim(s), g.segmentDims(s),
+                                                g.poolLayout() + " pool, region " + regionIndex + " byte "
+                                                        + (plane + o * stride));
+                                    }
                                 }
                             }
                         }
@@ -426,25 +589,30 @@ public final class KvPattern {
             return diff != 0;
         }
 
-        /** Slow path, only for runs that differ: counts them and describes the first. */
-        private void report(Result r, long addr, long base, long[] td, int eb, int blockId, int blockIndex,
-                            int layer, int kv, int head, long token0) {
-            int dim = layout.sizePerHead();
+        /**
+         * Slow path, only for runs that differ: counts them and describes the first. A run is one head's
+         * {@code [token][w]} ({@code fixedHead >= 0}) or one token's {@code [head][w]} ({@code fixedToken >= 0}),
+         * {@code w} dims from {@code d0}; {@code where} names the pool layout, region and byte of the run.
+         */
+        private void report(Result r, long addr, long base, long[] tab, int eb, PoolGeometry g, int blockId,
+                            int blockIndex, int layer, int kv, int fixedHead, int fixedToken, long token0, int d0,
+                            int w, String where) {
             long mask = mask(eb);
-            for (int j = 0; j < td.length; j++) {
+            for (int j = 0; j < tab.length; j++) {
                 long actual = readElement(addr + (long) eb * j, eb);
-                long expected = mix(base + td[j]) & mask;
+                long expected = mix(base + tab[j]) & mask;
                 if (actual != expected) {
                     r.mismatches++;
                     if (r.first == null) {
-                        int t = j / dim;
-                        int d = j % dim;
+                        int t = fixedToken >= 0 ? fixedToken : j / w;
+                        int head = fixedHead >= 0 ? fixedHead : j / w;
+                        int d = d0 + j % w;
                         r.first = "request " + requestId + " rank " + rank + " block " + blockId + " (#" + blockIndex
                                 + " of the rank's, global block " + (firstBlock + blockIndex) + "): layer "
                                 + (firstLayer + layer) + " (local " + layer + ") kv " + (kvBase + kv) + " head "
                                 + (firstHead + head) + " (local " + head + ") token " + (token0 + t) + " (in block "
-                                + t + ") dim " + d + " at block byte " + layout.offset(layer, kv, head, t, d)
-                                + ": expected 0x" + hex(expected, eb) + ", found 0x" + hex(actual, eb);
+                                + t + ") dim " + d + " (" + where + " + " + (long) eb * j + "): expected 0x"
+                                + hex(expected, eb) + ", found 0x" + hex(actual, eb);
                     }
                 }
             }

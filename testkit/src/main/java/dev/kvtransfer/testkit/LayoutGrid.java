@@ -1,5 +1,6 @@
 package dev.kvtransfer.testkit;
 
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
@@ -85,6 +86,106 @@ public final class LayoutGrid {
     public String toString() {
         return "LayoutGrid{" + pairs.size() + " pairs}";
     }
+
+    /**
+     * The pool layouts a standard (MHA/GQA) cache can have on either side: block, layer-nhd, layer-hnd.
+     *
+     * @return the layouts
+     */
+    public static List<PoolLayout> standardPoolLayouts() {
+        return List.of(PoolLayout.BLOCK, PoolLayout.LAYER_NHD, PoolLayout.LAYER_HND);
+    }
+
+    /**
+     * The pool layouts of an MLA cache: the three kinds and both layer kinds with the latent split into its nope
+     * and rope parts.
+     *
+     * @param ropeDim rope elements of the split latent (below the grid's head size)
+     * @return the layouts
+     */
+    public static List<PoolLayout> mlaPoolLayouts(int ropeDim) {
+        return List.of(PoolLayout.BLOCK, PoolLayout.LAYER_NHD, PoolLayout.LAYER_HND,
+                new PoolLayout(PoolLayout.Kind.LAYER_NHD, ropeDim), new PoolLayout(PoolLayout.Kind.LAYER_HND, ropeDim));
+    }
+
+    /**
+     * A representative cross product of pool layouts and this grid: supported pair {@code k} gets combination
+     * {@code k % n²} of (context layout, generation layout), context-major; refused pairs keep their states. The
+     * grid keeps its size.
+     *
+     * @param layouts the layouts each side can take
+     * @return a new grid
+     */
+    public LayoutGrid withPoolLayouts(List<PoolLayout> layouts) {
+        List<LayoutPair> out = new ArrayList<>(pairs.size());
+        int k = 0;
+        int n = layouts.size();
+        for (LayoutPair p : pairs) {
+            if (!p.supported()) {
+                out.add(p);
+                continue;
+            }
+            int c = k++ % (n * n);
+            out.add(withPools(p, layouts.get(c / n), layouts.get(c % n)));
+        }
+        return new LayoutGrid(out);
+    }
+
+    /**
+     * Every supported pair of this grid once per (context layout, generation layout) combination.
+     *
+     * @param layouts the layouts each side can take
+     * @return a new grid of {@code supported * n²} pairs
+     */
+    public LayoutGrid everyPoolLayoutPair(List<PoolLayout> layouts) {
+        List<LayoutPair> out = new ArrayList<>();
+        for (LayoutPair p : supported()) {
+            for (PoolLayout c : layouts) {
+                for (PoolLayout g : layouts) {
+                    out.add(withPools(p, c, g));
+                }
+            }
+        }
+        return new LayoutGrid(out);
+    }
+
+    /**
+     * Prefix reuse on every supported pair: request {@code i} reuses {@code perRequest[i % n]} leading blocks
+     * ({@link LayoutPair#ALL_BLOCKS} = all of them).
+     *
+     * @param perRequest reused blocks per request index
+     * @return a new grid
+     */
+    public LayoutGrid withReuse(Integer... perRequest) {
+        List<Integer> r = List.of(perRequest);
+        return new LayoutGrid(pairs.stream().map(p -> p.supported() ? p.withReuse(r) : p).toList());
+    }
+
+    /**
+     * Every {@code step}-th supported pair, from the first (refused pairs are dropped).
+     *
+     * @param step the stride, at least 1
+     * @return a new grid
+     */
+    public LayoutGrid sample(int step) {
+        if (step < 1) {
+            throw new IllegalArgumentException("step = " + step + ": must be at least 1");
+        }
+        List<LayoutPair> s = supported();
+        List<LayoutPair> out = new ArrayList<>();
+        for (int i = 0; i < s.size(); i += step) {
+            out.add(s.get(i));
+        }
+        return new LayoutGrid(out);
+    }
+
+    private static LayoutPair withPools(LayoutPair p, PoolLayout c, PoolLayout g) {
+        if (c.equals(PoolLayout.BLOCK) && g.equals(PoolLayout.BLOCK)) {
+            return p;
+        }
+        return p.with(p.name() + " | pools " + c + " -> " + g, p.ctx().withPoolLayout(c), p.gen().withPoolLayout(g));
+    }
+
 
     /** @return a builder with the preset shape: 4 layers, 4 KV heads, head size 4, 16 tokens/block, FLOAT16 */
     public static Builder builder() {
@@ -187,6 +288,41 @@ public final class LayoutGrid {
         b.pair(Side.of(2, 2), Side.of(4, 1));
 
         addStandardRejections(b);
+        return b.build();
+    }
+
+    /**
+     * The standard formatter's conformance grid with pool layouts and prefix reuse: {@link #standardFull()} plus
+     * {@link #contextCp()} with the (context, generation) pool layouts of {@link #standardPoolLayouts()} in rotation
+     * (every combination on 15 or more parallelism pairs) and reuse {@code [0, all, 1, 3]} over the four prompts;
+     * plus every pool-layout pair (3 x 3) on six shapes (zero copy, TP both ways with PP, generation CP, duplicated
+     * heads, attention DP) with reuse {@code [1, 0, 2, all]}.
+     *
+     * @return the grid
+     */
+    public static LayoutGrid standardConformance() {
+        LayoutGrid rotated = standardFull().plus(contextCp()).withPoolLayouts(standardPoolLayouts())
+                .withReuse(0, LayoutPair.ALL_BLOCKS, 1, 3);
+        return rotated.plus(standardPoolShapes().everyPoolLayoutPair(standardPoolLayouts())
+                .withReuse(1, 0, 2, LayoutPair.ALL_BLOCKS));
+    }
+
+    /**
+     * Six shapes every pool-layout pair is checked on: TP1 to TP1, TP2 to TP1, TP1 PP2 to TP2, generation CP 2,
+     * duplicated heads (TP4 to TP2 with 2 heads), attention DP to PP2.
+     *
+     * @return the grid (block pools)
+     */
+    public static LayoutGrid standardPoolShapes() {
+        Builder b = builder();
+        b.dataTypes(DataType.FLOAT16, DataType.FP8, DataType.FLOAT32);
+        b.pair(Side.of(1, 1), Side.of(1, 1));
+        b.pair(Side.of(2, 1), Side.of(1, 1));
+        b.pair(Side.of(1, 2), Side.of(2, 1));
+        b.pair(Side.of(1, 1), Side.of(1, 1).cp(2));
+        b.pair(Side.of(2, 1).dp(2), Side.of(1, 2));
+        b.heads(2);
+        b.pair(Side.of(4, 1), Side.of(2, 1));
         return b.build();
     }
 
@@ -342,6 +478,8 @@ public final class LayoutGrid {
         private AttentionType attentionType = AttentionType.DEFAULT;
         private Integer kvFactor;
         private List<Integer> prompts = DEFAULT_PROMPTS;
+        private PoolLayout ctxPool = PoolLayout.BLOCK;
+        private PoolLayout genPool = PoolLayout.BLOCK;
         private final List<LayoutPair> pairs = new ArrayList<>();
 
         private Builder() {
@@ -363,6 +501,8 @@ public final class LayoutGrid {
             c.attentionType = attentionType;
             c.kvFactor = kvFactor;
             c.prompts = prompts;
+            c.ctxPool = ctxPool;
+            c.genPool = genPool;
             return c;
         }
 
@@ -442,6 +582,17 @@ public final class LayoutGrid {
         }
 
         /**
+         * @param ctx pool layout of the context side of the following pairs
+         * @param gen pool layout of the generation side of the following pairs
+         * @return this builder
+         */
+        public Builder poolLayouts(PoolLayout ctx, PoolLayout gen) {
+            this.ctxPool = Objects.requireNonNull(ctx, "ctx");
+            this.genPool = Objects.requireNonNull(gen, "gen");
+            return this;
+        }
+
+        /**
          * @param v prompt lengths of the following pairs
          * @return this builder
          */
@@ -492,9 +643,11 @@ public final class LayoutGrid {
          */
         public Builder pair(Side ctx, Side gen) {
             DataType type = dataTypes.get(nextType++ % dataTypes.size());
-            CacheState c = state(ctx, type);
-            CacheState g = state(gen, type);
-            return pair("ctx " + ctx + " -> gen " + gen + " | " + shape(c), c, g);
+            CacheState c = state(ctx, type).withPoolLayout(ctxPool);
+            CacheState g = state(gen, type).withPoolLayout(genPool);
+            String pools = ctxPool.equals(PoolLayout.BLOCK) && genPool.equals(PoolLayout.BLOCK) ? ""
+                    : " | pools " + ctxPool + " -> " + genPool;
+            return pair("ctx " + ctx + " -> gen " + gen + " | " + shape(c) + pools, c, g);
         }
 
         /**

@@ -18,9 +18,15 @@ import java.util.Objects;
  * @param promptLengths the prompt length of each request to move, in tokens
  * @param rejectedField {@code null} for a supported pair; else a word the unsupported reason must contain (e.g.
  *                      {@code "dataType"})
+ * @param reuse         prefix reuse: request {@code i} finds the first {@code reuse.get(i % reuse.size())} blocks
+ *                      already on the generation side ({@link #ALL_BLOCKS} = every block; capped at the request's
+ *                      blocks); empty = no reuse
  */
 public record LayoutPair(String name, CacheState ctx, CacheState gen, List<Integer> promptLengths,
-                         String rejectedField) {
+                         String rejectedField, List<Integer> reuse) {
+    /** In {@link #reuse()}: the generation side already holds every block of the request. */
+    public static final int ALL_BLOCKS = -1;
+
     /**
      * Validates.
      *
@@ -29,6 +35,7 @@ public record LayoutPair(String name, CacheState ctx, CacheState gen, List<Integ
      * @param gen           generation state
      * @param promptLengths prompt lengths
      * @param rejectedField field named by the rejection, or null
+     * @param reuse         reused blocks per request index, in rotation
      */
     public LayoutPair {
         Objects.requireNonNull(name, "name");
@@ -40,6 +47,64 @@ public record LayoutPair(String name, CacheState ctx, CacheState gen, List<Integ
                 throw new IllegalArgumentException("prompt length " + len + " in " + name + ": must be at least 1");
             }
         }
+        reuse = List.copyOf(Objects.requireNonNull(reuse, "reuse"));
+        for (int r : reuse) {
+            if (r < ALL_BLOCKS) {
+                throw new IllegalArgumentException("reuse " + r + " in " + name + ": blocks >= 0 or ALL_BLOCKS");
+            }
+        }
+    }
+
+    /**
+     * A pair without prefix reuse.
+     *
+     * @param name          name
+     * @param ctx           context state
+     * @param gen           generation state
+     * @param promptLengths prompt lengths
+     * @param rejectedField field named by the rejection, or null
+     */
+    public LayoutPair(String name, CacheState ctx, CacheState gen, List<Integer> promptLengths,
+                      String rejectedField) {
+        this(name, ctx, gen, promptLengths, rejectedField, List.of());
+    }
+
+    /**
+     * Leading blocks of request {@code i} the generation side already holds.
+     *
+     * @param requestIndex index of the request in the run
+     * @param totalBlocks  blocks of the request
+     * @return reused blocks in {@code [0, totalBlocks]}
+     */
+    public int reusedBlocks(int requestIndex, int totalBlocks) {
+        if (reuse.isEmpty()) {
+            return 0;
+        }
+        int r = reuse.get(requestIndex % reuse.size());
+        return r == ALL_BLOCKS ? totalBlocks : Math.min(r, totalBlocks);
+    }
+
+    /**
+     * This pair with other states (e.g. other pool layouts) and a new name.
+     *
+     * @param newName name
+     * @param newCtx  context state
+     * @param newGen  generation state
+     * @return the copy
+     */
+    public LayoutPair with(String newName, CacheState newCtx, CacheState newGen) {
+        return new LayoutPair(newName, newCtx, newGen, promptLengths, rejectedField, reuse);
+    }
+
+    /**
+     * This pair with prefix reuse.
+     *
+     * @param perRequest reused blocks per request index, in rotation ({@link #ALL_BLOCKS} = all)
+     * @return the copy
+     */
+    public LayoutPair withReuse(List<Integer> perRequest) {
+        String suffix = perRequest.isEmpty() ? "" : " | reuse " + perRequest.toString().replace("-1", "all");
+        return new LayoutPair(name + suffix, ctx, gen, promptLengths, rejectedField, perRequest);
     }
 
     /** @return whether a formatter must accept and move this pair */

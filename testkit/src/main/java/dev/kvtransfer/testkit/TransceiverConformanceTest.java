@@ -69,6 +69,7 @@ import static org.awaitility.Awaitility.await;
  * Every test closes its instances; a leaked buffer fails the close.
  */
 @Timeout(value = 5, unit = TimeUnit.MINUTES)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverConformanceTest {
 
     private final List<LocalInstance> instances = new CopyOnWriteArrayList<>();

@@ -44,6 +44,7 @@ import static org.awaitility.Awaitility.await;
  * the child filled in.
  */
 @Timeout(value = 150, unit = TimeUnit.SECONDS)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverCrossProcessTest {
     private static final Duration T = Duration.ofSeconds(60);
 

@@ -62,6 +62,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * </ul>
  */
 @Timeout(value = 3, unit = TimeUnit.MINUTES, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverFaultConformanceTest {
     /** Codes a request that was hit by a payload fault may end with. */
     private static final Set<ErrorCode> PAYLOAD_CODES = EnumSet.of(ErrorCode.MALFORMED, ErrorCode.TIMEOUT,

@@ -60,6 +60,7 @@ import static org.assertj.core.api.Assertions.fail;
  * interrupts fails the rule that hung instead of hanging the build.
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+@org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransportConformanceTest {
     /** Largest message the suite expects to complete before the receiver posts (control messages). */
     protected static final int EAGER_BYTES = 4096;
@@ -837,7 +838,7 @@ public abstract class TransportConformanceTest {
         base.properties().forEach((k, v) -> args.add(k + "=" + v));
         try (dev.kvtransfer.testkit.process.ChildJvm child = dev.kvtransfer.testkit.process.ChildJvm.start(
                 dev.kvtransfer.testkit.process.TransportEchoMain.class, "256m", args)) {
-            String address = child.awaitLine("ADDRESS ", Duration.ofSeconds(60)).substring("ADDRESS ".length());
+            String address = child.awaitLine("ADDRESS ", Duration.ofSeconds(60));
             ConnectionManager self = newManager();
             MemoryBuffer len = buffer(8);
             if (!declared) {

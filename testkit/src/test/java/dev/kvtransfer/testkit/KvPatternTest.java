@@ -2,6 +2,8 @@ package dev.kvtransfer.testkit;
 
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
@@ -125,7 +127,7 @@ class KvPatternTest {
             assertThat(r.mismatches()).isEqualTo(1);
             assertThat(r.checkedElements()).isEqualTo(3 * layout.blockBytes() / 2);
             assertThat(r.firstMismatch()).contains("request 5", "rank 1", "block " + ids[2], "global block 2",
-                    "layer 3", "kv 1", "head 3 (local 1)", "token 22 (in block 6)", "dim 9");
+                    "layer 3", "kv 1", "head 3 (local 1)", "token 22 (in block 6)", "dim 9", "block pool");
             assertThatThrownBy(r::assertOk).isInstanceOf(AssertionError.class).hasMessageContaining("dim 9")
                     .hasMessageContaining("1 of " + r.checkedElements());
         }
@@ -182,6 +184,97 @@ class KvPatternTest {
         }
     }
 
+    private static PoolLayout[] poolLayouts(boolean mla) {
+        return mla ? new PoolLayout[] {PoolLayout.BLOCK, PoolLayout.LAYER_NHD, PoolLayout.LAYER_HND,
+                new PoolLayout(PoolLayout.Kind.LAYER_NHD, 5), new PoolLayout(PoolLayout.Kind.LAYER_HND, 3)}
+                : new PoolLayout[] {PoolLayout.BLOCK, PoolLayout.LAYER_NHD, PoolLayout.LAYER_HND};
+    }
+
+    @ParameterizedTest
+    @EnumSource(DataType.class)
+    void everyPoolLayoutHoldsTheFormulaAtEveryGlobalCoordinate(DataType dt) {
+        for (boolean mla : new boolean[] {false, true}) {
+            CacheState.Builder b = CacheState.builder().uniformKvHeads(5, mla ? 1 : 4).sizePerHead(16)
+                    .tokensPerBlock(4).tensorParallelism(2).pipelineParallelism(2).contextParallelism(2).dataType(dt);
+            if (mla) {
+                b.attentionType(AttentionType.MLA).kvFactor(1);
+            }
+            for (PoolLayout pl : poolLayouts(mla)) {
+                CacheState s = b.poolLayout(pl).build();
+                int totalBlocks = 5;
+                long req = 77;
+                for (int rank : new int[] {0, 7}) {
+                    BlockLayout layout = BlockLayout.of(s, rank);
+                    int n = BlockDistribution.count(totalBlocks, 2, s.cpRank(rank));
+                    int first = BlockDistribution.firstGlobalBlock(totalBlocks, 2, s.cpRank(rank));
+                    try (PagedKvCache cache = PagedKvCache.of(mm, s, rank, 8)) {
+                        cache.allocate(1, 2);
+                        int[] ids = cache.allocate(req, n);
+                        KvPattern.fill(cache, ids, s, rank, req, totalBlocks);
+                        PoolGeometry g = cache.geometry();
+                        int eb = dt.bytes();
+                        for (int i = 0; i < n; i++) {
+                            for (int l = 0; l < layout.localLayers(); l++) {
+                                for (int kv = 0; kv < layout.kvFactor(); kv++) {
+                                    for (int h = 0; h < layout.localHeads(); h++) {
+                                        for (int t = 0; t < 4; t++) {
+                                            for (int d = 0; d < 16; d++) {
+                                                long at = cache.region(g.regionOfElement(ids[i], l, kv, d)).address()
+                                                        + g.offset(ids[i], l, kv, h, t, d);
+                                                long want = KvPattern.value(req, s.firstLayer(s.ppRank(rank)) + l, kv,
+                                                        s.firstGlobalHead(s.tpRank(rank)) + h,
+                                                        (long) (first + i) * 4 + t, d);
+                                                for (int k = 0; k < eb; k++) {
+                                                    assertThat(MemoryAccess.getByte(at + k)).as("%s %s byte %d", pl,
+                                                            dt, k).isEqualTo((byte) (want >>> (8 * k)));
+                                                }
+                                            }
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        KvPattern.Result r = KvPattern.verify(cache, ids, s, rank, req, totalBlocks).assertOk();
+                        assertThat(r.checkedElements()).isEqualTo((long) n * layout.blockBytes() / eb);
+                        assertThat(KvPattern.verify(cache, ids, s, rank, req + 1, totalBlocks).ok()).isFalse();
+                    }
+                }
+            }
+        }
+    }
+
+    @Test
+    void aFlippedByteInALayerPoolIsReportedWithItsRegionAndCoordinates() {
+        CacheState s = state(2, 1, 1, DataType.FLOAT16, 4, 4).toBuilder().poolLayout(PoolLayout.LAYER_NHD).build();
+        int rank = 1;
+        try (PagedKvCache cache = PagedKvCache.of(mm, s, rank, 4)) {
+            int[] ids = cache.allocate(5, 3);
+            KvPattern.fill(cache, ids, s, rank, 5, 3);
+            PoolGeometry g = cache.geometry();
+            long at = cache.region(g.region(ids[2], 3, 1, 0)).address() + g.offset(ids[2], 3, 1, 1, 6, 9) + 1;
+            MemoryAccess.putByte(at, (byte) ~MemoryAccess.getByte(at));
+            KvPattern.Result r = KvPattern.verify(cache, ids, s, rank, 5, 3);
+            assertThat(r.mismatches()).isEqualTo(1);
+            assertThat(r.firstMismatch()).contains("request 5", "rank 1", "block " + ids[2], "global block 2",
+                    "layer 3", "kv 1", "head 3 (local 1)", "token 22 (in block 6)", "dim 9", "layer-nhd pool",
+                    "region " + g.region(ids[2], 3, 1, 0));
+        }
+    }
+
+    @Test
+    void aRangeOfGlobalBlocksCanBeFilledAndCheckedAlone() {
+        CacheState s = state(1, 1, 1, DataType.FLOAT16, 2, 2).toBuilder().poolLayout(PoolLayout.LAYER_HND).build();
+        try (PagedKvCache cache = PagedKvCache.of(mm, s, 0, 6)) {
+            int[] ids = cache.allocate(3, 5);
+            KvPattern.fill(cache, ids, s, 0, 99, 5); // another request's pattern everywhere
+            KvPattern.fill(cache, ids, s, 0, 3, 5, 2, 5); // then request 3's in global blocks 2..4
+            assertThat(KvPattern.verify(cache, ids, s, 0, 3, 5, 2, 5).ok()).isTrue();
+            assertThat(KvPattern.verify(cache, ids, s, 0, 99, 5, 0, 2).ok()).isTrue();
+            KvPattern.Result all = KvPattern.verify(cache, ids, s, 0, 3, 5);
+            assertThat(all.mismatches()).isEqualTo(2L * 2 * 2 * 2 * 8 * 16);
+        }
+    }
+
     @Test
     void mergeAddsResults() {
         CacheState s = state(1, 1, 1, DataType.INT8, 1, 1);
@@ -197,23 +290,24 @@ class KvPatternTest {
     }
 
     /**
-     * Throughput on a 256 MiB cache (llama3-8b-like block: 32 layers x K,V x 8 heads x 32 tokens x 128 fp16 =
-     * 4 MiB). Prints GB/s to the test's output file (see testkit/README.md).
+     * Throughput on a 128 MiB cache of each pool kind (llama3-8b-like block: 32 layers x K,V x 8 heads x 32 tokens
+     * x 128 fp16 = 4 MiB). Prints GB/s to the test's output file (see testkit/README.md).
      */
-    @Test
-    void throughputOn256MiB() {
+    @ParameterizedTest
+    @EnumSource(PoolLayout.Kind.class)
+    void throughputOn128MiB(PoolLayout.Kind kind) {
         CacheState s = CacheState.builder().uniformKvHeads(32, 8).sizePerHead(128).tokensPerBlock(32)
-                .dataType(DataType.FLOAT16).build();
+                .dataType(DataType.FLOAT16).poolLayout(PoolLayout.of(kind)).build();
         BlockLayout layout = BlockLayout.of(s, 0);
-        int blocks = (int) ((256L << 20) / layout.blockBytes());
-        try (PagedKvCache cache = new PagedKvCache(mm, layout, blocks)) {
+        int blocks = (int) ((128L << 20) / layout.blockBytes());
+        try (PagedKvCache cache = PagedKvCache.of(mm, s, 0, blocks)) {
             int[] ids = cache.allocate(1, blocks);
             double bytes = (double) blocks * layout.blockBytes();
             // Thread CPU time, not wall time: the number stays meaningful on a loaded machine.
             java.lang.management.ThreadMXBean cpu = java.lang.management.ManagementFactory.getThreadMXBean();
             long bestFill = Long.MAX_VALUE;
             long bestVerify = Long.MAX_VALUE;
-            for (int rep = 0; rep < 3; rep++) {
+            for (int rep = 0; rep < 2; rep++) {
                 long t0 = cpu.getCurrentThreadCpuTime();
                 KvPattern.fill(cache, ids, s, 0, 1 + rep, blocks);
                 long t1 = cpu.getCurrentThreadCpuTime();
@@ -223,8 +317,8 @@ class KvPatternTest {
                 bestFill = Math.min(bestFill, t1 - t0);
                 bestVerify = Math.min(bestVerify, t2 - t1);
             }
-            System.out.printf("KvPattern 256 MiB fp16: fill %.2f GB/s, verify %.2f GB/s (best of 3, one thread,"
-                    + " thread CPU time)%n", bytes / bestFill, bytes / bestVerify);
+            System.out.printf("KvPattern 128 MiB fp16 %s pool: fill %.2f GB/s, verify %.2f GB/s (best of 2, one"
+                    + " thread, thread CPU time)%n", kind, bytes / bestFill, bytes / bestVerify);
             assertThat(bestFill).isPositive();
         }
     }

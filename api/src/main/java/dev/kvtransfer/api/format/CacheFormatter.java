@@ -3,6 +3,7 @@ package dev.kvtransfer.api.format;
 import dev.kvtransfer.api.model.CacheState;
 
 import java.util.List;
+import java.util.Set;
 
 /**
  * Turns a request's blocks into one part per peer rank (format, context side) and back (unformat, generation
@@ -65,4 +66,51 @@ public interface CacheFormatter {
      * @return true when it sends
      */
     boolean needSendCache(CacheState self, int selfIndex, CacheState peer);
+
+    /** @return what this formatter can do beyond whole-request two-sided transfers (none by default) */
+    default Set<FormatterCapability> capabilities() {
+        return Set.of();
+    }
+
+    /**
+     * Layer-wise, context side: sends this rank's share of global layers {@code [firstLayer, firstLayer +
+     * layers)} (the layers this rank does not hold are skipped). Core calls the same ranges on both sides in the
+     * same order, so the two sides agree on every message.
+     *
+     * @param session    the transfer
+     * @param firstLayer first global layer
+     * @param layers     number of layers
+     * @throws UnsupportedOperationException without {@link FormatterCapability#LAYER_RANGES}
+     */
+    default void format(TransferSession session, int firstLayer, int layers) {
+        throw new UnsupportedOperationException(getClass().getName() + " does not declare LAYER_RANGES");
+    }
+
+    /**
+     * Layer-wise, generation side: receives global layers {@code [firstLayer, firstLayer + layers)}.
+     *
+     * @param session    the transfer
+     * @param firstLayer first global layer
+     * @param layers     number of layers
+     * @throws UnsupportedOperationException without {@link FormatterCapability#LAYER_RANGES}
+     */
+    default void unformat(TransferSession session, int firstLayer, int layers) {
+        throw new UnsupportedOperationException(getClass().getName() + " does not declare LAYER_RANGES");
+    }
+
+    /**
+     * One-sided push, context side: writes this rank's share of global layers {@code [firstLayer, firstLayer +
+     * layers)} straight into the peers' pools ({@link TransferSession#peerPool}, {@link TransferSession#write}),
+     * re-sharding and converting pool layouts, contiguous runs coalesced into one entry, duplicated heads written
+     * once, reused blocks ({@link TransferSession#reusedBlocks()}) not written. Returns when every write it issued
+     * completed (remote completion).
+     *
+     * @param session    the transfer ({@link TransferSession#isPush()} true)
+     * @param firstLayer first global layer
+     * @param layers     number of layers
+     * @throws UnsupportedOperationException without {@link FormatterCapability#PUSH}
+     */
+    default void push(TransferSession session, int firstLayer, int layers) {
+        throw new UnsupportedOperationException(getClass().getName() + " does not declare PUSH");
+    }
 }

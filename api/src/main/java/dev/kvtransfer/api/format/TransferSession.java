@@ -63,6 +63,44 @@ public interface TransferSession {
     }
 
     /**
+     * Blocks per region of the peer rank's pool (from its request info or ready signal): with it a planner knows
+     * which of the peer's consecutive blocks are also adjacent in memory.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @return at least 1 (1 when unknown)
+     */
+    default int peerBlocksPerRegion(int peerIndex) {
+        return 1;
+    }
+
+    /** @return true for a one-sided push (the context side writes into the peers' pools) */
+    default boolean isPush() {
+        return false;
+    }
+
+    /**
+     * Push mode, context side: where the peer's blocks of this request live.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @return the peer's pool, or {@code null} when not pushing
+     */
+    default PeerPool peerPool(int peerIndex) {
+        return null;
+    }
+
+    /**
+     * Push mode, context side: writes a batch into the peer's pool and returns on remote completion; counted
+     * and checksummed as a {@link #send} is.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @param batch     the entries (targets from {@link #peerPool}{@code (peerIndex).regions()})
+     * @throws UnsupportedOperationException when not pushing
+     */
+    default void write(int peerIndex, dev.kvtransfer.api.transport.WriteBatch batch) {
+        throw new UnsupportedOperationException("this session is not a push session");
+    }
+
+    /**
      * Staging buffers for this transfer from the {@link TransferBufferPool}, released when the session ends.
      *
      * @param sizes byte size of each buffer

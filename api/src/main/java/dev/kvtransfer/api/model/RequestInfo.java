@@ -32,10 +32,13 @@ import java.util.Objects;
  * @param nonce             16 fresh random bytes (empty without auth)
  * @param timestampMillis   the requester's wall clock when it sent the info (epoch milliseconds)
  * @param flags             options the requester chose for this transfer ({@link #FLAG_PART_CHECKSUMS})
+ * @param blocksPerRegion   blocks per region of the requester's pool (lets both sides coalesce across blocks)
+ * @param grants            for a push: what the requester registered for this request's blocks (empty for pull)
  */
 public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey, TransceiverState requesterState,
                           int dataTag, long chunkBytes, int reusedBlocks, long[] reusedBlockHashes, int[] blockIds,
-                          byte[] requestToken, byte[] nonce, long timestampMillis, int flags) {
+                          byte[] requestToken, byte[] nonce, long timestampMillis, int flags, int blocksPerRegion,
+                          java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants) {
     /** Nonce length when authentication is on. */
     public static final int NONCE_BYTES = 16;
     /** Flag: every message carries an end-to-end CRC32C, checked by the receiver before it completes. */
@@ -60,8 +63,15 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * @param nonce             nonce or empty
      * @param timestampMillis   send time
      * @param flags             transfer options
+     * @param blocksPerRegion   requester's blocks per region
+     * @param grants            push grants or empty
      */
     public RequestInfo {
+        Objects.requireNonNull(grants, "grants");
+        grants = java.util.List.copyOf(grants);
+        if (blocksPerRegion < 1) {
+            throw new IllegalArgumentException("blocksPerRegion = " + blocksPerRegion + ": must be >= 1");
+        }
         Objects.requireNonNull(lastBlockKey, "lastBlockKey");
         Objects.requireNonNull(requesterState, "requesterState");
         Objects.requireNonNull(reusedBlockHashes, "reusedBlockHashes");
@@ -121,7 +131,12 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     public RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey, TransceiverState requesterState,
                        int dataTag, long chunkBytes) {
         this(requestId, indexFromEnd, lastBlockKey, requesterState, dataTag, chunkBytes, 0, new long[0], new int[0],
-                new byte[0], new byte[0], 0, 0);
+                new byte[0], new byte[0], 0, 0, 1, java.util.List.of());
+    }
+
+    /** @return whether the requester asks for a one-sided push into its grants */
+    public boolean push() {
+        return !grants.isEmpty();
     }
 
     /**
@@ -204,6 +219,11 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         w.writeBytes(nonce);
         w.writeLong(timestampMillis);
         w.writeInt(flags);
+        w.writeInt(blocksPerRegion);
+        w.writeInt(grants.size());
+        for (var g : grants) {
+            g.writeTo(w);
+        }
     }
 
     /**
@@ -256,8 +276,14 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         if (nonce.length != 0 && nonce.length != NONCE_BYTES) {
             throw new MalformedMessageException(nonceAt, "nonce of " + nonce.length + " bytes");
         }
+        int bpr = r.readInt("blocksPerRegion", 1, Integer.MAX_VALUE);
+        int n = r.readCount("grants", 30);
+        java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants = new java.util.ArrayList<>(n);
+        for (int i = 0; i < n; i++) {
+            grants.add(dev.kvtransfer.api.format.PeerPool.Grant.readFrom(r));
+        }
         return new RequestInfo(id, indexFromEnd, key, state, dataTag, chunk, reused, hashes, ids, token, nonce, ts,
-                flags);
+                flags, bpr, grants);
     }
 
     @Override
@@ -268,7 +294,8 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
                 && dataTag == i.dataTag && chunkBytes == i.chunkBytes && reusedBlocks == i.reusedBlocks
                 && Arrays.equals(reusedBlockHashes, i.reusedBlockHashes) && Arrays.equals(blockIds, i.blockIds)
                 && Arrays.equals(requestToken, i.requestToken) && Arrays.equals(nonce, i.nonce)
-                && timestampMillis == i.timestampMillis && flags == i.flags;
+                && timestampMillis == i.timestampMillis && flags == i.flags && blocksPerRegion == i.blocksPerRegion
+                && grants.equals(i.grants);
     }
 
     @Override

@@ -253,15 +253,15 @@ class WireFormatTest {
                 .isThrownBy(() -> new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.READY_SIGNAL_TAG, 0))
                 .withMessageContaining("dataTag = 42");
         byte[] b = new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG, 0).toBytes();
-        // The data tag sits before chunkBytes (8) and the version-2 fields (32 bytes when all are empty).
-        putIntLe(b, b.length - 12 - 32, Tags.INFO_TAG);
+        // The data tag sits before chunkBytes (8) and the version-2 fields (40 bytes when all are empty).
+        putIntLe(b, b.length - 12 - 40, Tags.INFO_TAG);
         assertThat(malformed(() -> RequestInfo.fromBytes(b)).getMessage()).contains("dataTag = 32 out of range");
     }
 
     @Test
     void negativeChunkBytesAreMalformed() {
         byte[] b = new RequestInfo(1, 0, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG, 0).toBytes();
-        b[b.length - 1 - 32] = (byte) 0x80;
+        b[b.length - 1 - 40] = (byte) 0x80;
         assertThat(malformed(() -> RequestInfo.fromBytes(b)).getMessage()).contains("chunkBytes =", "must be >= 0");
     }
 
@@ -272,17 +272,21 @@ class WireFormatTest {
         token[3] = 7;
         nonce[15] = 9;
         RequestInfo i = new RequestInfo(5, 9, new long[0], ts(SMALL), Tags.FIRST_DATA_TAG + 3, 4096, 3,
-                new long[] {11, 12, 13}, new int[] {4, 5, 6, 90, 91, 2, 3, 7, 8, 1}, token, nonce, 1234567L, RequestInfo.FLAG_PART_CHECKSUMS);
+                new long[] {11, 12, 13}, new int[] {4, 5, 6, 90, 91, 2, 3, 7, 8, 1}, token, nonce, 1234567L, RequestInfo.FLAG_PART_CHECKSUMS, 64,
+                List.of(new dev.kvtransfer.api.format.PeerPool.Grant(3, 4096, new dev.kvtransfer.api.transport
+                        .RegionDescriptor("gen-0", 9, 0x7f00_0000L, 65536, new byte[16]))));
         RequestInfo back = RequestInfo.fromBytes(i.toBytes());
         assertThat(back).isEqualTo(i);
         assertThat(back.blockIds()).containsExactly(4, 5, 6, 90, 91, 2, 3, 7, 8, 1);
         assertThat(back.reusedBlockHashes()).containsExactly(11, 12, 13);
         assertThat(back.partChecksums()).isTrue();
+        assertThat(back.push()).isTrue();
+        assertThat(back.grants().get(0).descriptor().regionId()).isEqualTo(9);
         assertThatIllegalArgumentException().isThrownBy(() -> new RequestInfo(5, 1, new long[0], ts(SMALL),
-                Tags.FIRST_DATA_TAG, 0, 3, new long[3], new int[0], new byte[0], new byte[0], 0, 0))
+                Tags.FIRST_DATA_TAG, 0, 3, new long[3], new int[0], new byte[0], new byte[0], 0, 0, 1, List.of()))
                 .withMessageContaining("reusedBlocks = 3");
         assertThatIllegalArgumentException().isThrownBy(() -> new RequestInfo(5, 4, new long[0], ts(SMALL),
-                Tags.FIRST_DATA_TAG, 0, 2, new long[1], new int[0], new byte[0], new byte[0], 0, 0))
+                Tags.FIRST_DATA_TAG, 0, 2, new long[1], new int[0], new byte[0], new byte[0], 0, 0, 1, List.of()))
                 .withMessageContaining("1 entries for 2 reused blocks");
     }
 

@@ -41,7 +41,14 @@ public final class JournalInspectCommand implements Callable<Integer> {
     @Override
     public Integer call() {
         PrintWriter out = spec.commandLine().getOut();
-        JournalReader.Result r = JournalReader.readAll(dir);
+        JournalReader.Result r;
+        try {
+            r = JournalReader.readAll(dir);
+        } catch (dev.kvtransfer.core.journal.JournalCorruptedException e) {
+            // Never a success with a rank silently missing, never a JVM stack: the damaged file, by name.
+            spec.commandLine().getErr().println("kvtransfer journal inspect: " + e.getMessage());
+            return 2;
+        }
         Map<Long, RequestTimeline> timelines = RequestTimeline.of(r.events());
         long completed = timelines.values().stream()
                 .filter(t -> t.outcome() == RequestTimeline.Outcome.COMPLETED).count();

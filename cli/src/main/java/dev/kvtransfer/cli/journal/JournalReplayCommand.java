@@ -48,7 +48,13 @@ public final class JournalReplayCommand implements Callable<Integer> {
     @Override
     public Integer call() {
         PrintWriter out = spec.commandLine().getOut();
-        JournalReplay.Plan plan = JournalReplay.plan(JournalReader.readAll(dir));
+        JournalReplay.Plan plan;
+        try {
+            plan = JournalReplay.plan(JournalReader.readAll(dir));
+        } catch (dev.kvtransfer.core.journal.JournalCorruptedException e) {
+            spec.commandLine().getErr().println("kvtransfer journal replay: " + e.getMessage());
+            return 2;
+        }
         out.printf(Locale.ROOT, "replaying %d requests of %s over %s%s%n", plan.requests().size(), dir, backend,
                 asFastAsPossible ? " as fast as possible" : " with the recorded gaps");
         out.printf(Locale.ROOT, "context    %s: %s%n", plan.contextInstance(), plan.contextState());

@@ -118,4 +118,25 @@ class JournalInspectCommandTest {
         assertThat(r.code()).isNotZero();
         assertThat(r.err()).contains("no journal found under " + dir);
     }
+
+    @Test
+    void aDamagedJournalFileIsReportedByNameWithANonZeroExit() throws Exception {
+        writeJournals();
+        closeLater.close();
+        java.nio.file.Path file;
+        try (var files = java.nio.file.Files.walk(dir.resolve("gen-rank-0"))) {
+            file = files.filter(p -> p.toString().endsWith(".cq4")).findFirst().orElseThrow();
+        }
+        try (java.io.RandomAccessFile raf = new java.io.RandomAccessFile(file.toFile(), "rw")) {
+            raf.setLength(0);
+        }
+        for (String sub : new String[] {"inspect", "replay"}) {
+            JournalCli.Run run = sub.equals("inspect") ? JournalCli.run("inspect", dir.toString())
+                    : JournalCli.run("replay", dir.toString(), "--backend", "loopback");
+            assertThat(run.code()).as("%s exit code", sub).isEqualTo(2);
+            assertThat(run.err()).contains(file.getFileName().toString(), "gen-rank-0", "damaged");
+            assertThat(run.err().lines().count()).as("one line, no stack trace").isEqualTo(1);
+            assertThat(run.out()).doesNotContain("requests:");
+        }
+    }
 }

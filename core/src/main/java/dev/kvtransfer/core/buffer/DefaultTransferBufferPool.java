@@ -6,6 +6,7 @@ import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.core.memory.LiveResources;
 import dev.kvtransfer.core.memory.MemoryAccess;
 
 import java.time.Duration;
@@ -87,6 +88,7 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
             made.forEach(MemoryBuffer::close);
             throw e;
         }
+        LiveResources.count(1, 1);
     }
 
     private MemoryBuffer[] allocate(int n, List<MemoryBuffer> made) {
@@ -208,6 +210,7 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
 
     private PoolSlot hand(PoolSlot s) {
         held.add(s);
+        LiveResources.count(2, 1);
         return s;
     }
 
@@ -224,7 +227,9 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
     private void release(PoolSlot s) {
         lock.lock();
         try {
-            held.remove(s);
+            if (held.remove(s)) {
+                LiveResources.count(2, -1);
+            }
             if (s.index < 0) {
                 return;
             }
@@ -262,6 +267,7 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
                         + " slot(s) still held: " + names);
             }
             closed = true;
+            LiveResources.count(1, -1);
             for (SlotSet set : sets.values()) {
                 for (MemoryBuffer b : set.memory) {
                     b.close();

@@ -4,25 +4,41 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.core.memory.MemoryAccess;
 
 import java.util.Arrays;
 import java.util.BitSet;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
 /**
- * The reference paged KV pool: {@code numBlocks} blocks of one {@link BlockLayout} in host memory, handed out
- * per request and freed explicitly, as a serving engine's block manager would. An engine with its own pool
- * implements {@link KvCacheView} instead.
+ * The reference paged KV pool: {@code numBlocks} blocks of one {@link BlockLayout}, stored in any
+ * {@link PoolLayout}, handed out per request and freed explicitly, as a serving engine's block manager would. An
+ * engine with its own pool implements {@link KvCacheView} instead.
  *
- * <p>The pool is allocated in chunks of at most {@value #MAX_CHUNK_BYTES} bytes (whole blocks per chunk; one
- * block per chunk when a block is larger), so a pool may exceed 2 GiB while every block is contiguous. Block
- * views are created once, so {@link #block(int)} allocates nothing.
+ * <ul>
+ *   <li>{@link PoolLayout.Kind#BLOCK}: the pool is allocated in chunks of at most {@value #MAX_CHUNK_BYTES} bytes
+ *       (whole blocks per chunk; one block per chunk when a block is larger), so a pool may exceed 2 GiB while
+ *       every block is contiguous. Each chunk is a region; {@link #blocksPerRegion()} is the blocks per chunk.
+ *       Block views are created once, so {@link #block(int)} allocates nothing.</li>
+ *   <li>{@link PoolLayout.Kind#LAYER_NHD} / {@link PoolLayout.Kind#LAYER_HND} (and a split MLA latent): one
+ *       allocation per (local layer, kv, segment) holding every block, {@code numBlocks * segmentPlaneBytes}
+ *       bytes (vLLM's {@code kv_caches_base_addr}); {@link #blocksPerRegion()} is {@code numBlocks}.
+ *       {@link #block(int)} throws {@link UnsupportedOperationException}: a block is not contiguous there.</li>
+ * </ul>
+ * Where an element lives is {@link #geometry()}; {@link #region(int)} returns the same view on every call.
+ *
+ * <p>Memory kind: {@link MemoryKind#HOST} by default; host pools are touched once when created (one byte per
+ * 4 KiB page, see {@link MemoryAccess#preTouch}), so the first transfers into them do not pay the page faults.
+ * A {@link MemoryKind#DEVICE} pool (from a device {@link BufferManager}) is never touched or read by the CPU.
  *
  * <p>Blocks are handed out lowest id first. {@link #allocate} on a request that already holds blocks appends
  * to it (a request grows while it decodes). When the pool cannot satisfy a request, {@link #allocate} throws
@@ -30,27 +46,25 @@ import java.util.Objects;
  * admission-control bug, not a transport or peer failure — naming the request, the blocks asked for and the
  * free count; nothing is allocated in that case.
  *
- * <p>An optional indexer-K pool (MLA sparse attention) shares block ids with the main pool:
- * {@link #PagedKvCache(BufferManager, BlockLayout, BlockLayout, int)}.
+ * <p>An optional indexer-K pool (MLA sparse attention) shares block ids with the main pool; it is always a block
+ * pool: {@link #PagedKvCache(BufferManager, BlockLayout, BlockLayout, int)}.
  *
- * <p>The pool's pages are touched once when it is created (one byte per 4 KiB page, see
- * {@link MemoryAccess#preTouch}), so that the first transfers into it do not pay the page faults.
- *
- * <p>Thread-safe: allocation bookkeeping is synchronized; {@link #block(int)} is lock-free.
+ * <p>Thread-safe: allocation bookkeeping is synchronized; {@link #block(int)} and {@link #region(int)} are
+ * lock-free.
  */
 public final class PagedKvCache implements KvCacheView, AutoCloseable {
-    /** Largest single allocation backing the pool. */
+    /** Largest single allocation backing a block pool. */
     public static final long MAX_CHUNK_BYTES = 1L << 30;
 
-    private final BlockPool main;
-    private final BlockPool indexer;
+    private final Pool main;
+    private final Pool indexer;
     private final int numBlocks;
     private final BitSet free;
     private final Map<Long, int[]> owned = new HashMap<>();
     private boolean closed;
 
     /**
-     * A pool of host memory.
+     * A block pool of host memory.
      *
      * @param buffers   where the pool's memory comes from ({@link MemoryKind#HOST})
      * @param layout    the layout of every block
@@ -61,7 +75,7 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
     }
 
     /**
-     * A pool with an indexer-K pool whose blocks share this pool's block ids.
+     * A block pool with an indexer-K pool whose blocks share this pool's block ids.
      *
      * @param buffers       where the pools' memory comes from ({@link MemoryKind#HOST})
      * @param layout        the layout of every main block
@@ -69,17 +83,50 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
      * @param numBlocks     number of blocks, at least 1
      */
     public PagedKvCache(BufferManager buffers, BlockLayout layout, BlockLayout indexerLayout, int numBlocks) {
+        this(buffers, layout, PoolLayout.BLOCK, MemoryKind.HOST, indexerLayout, numBlocks);
+    }
+
+    /**
+     * A pool in a given pool layout.
+     *
+     * @param buffers    where the pool's memory comes from
+     * @param layout     the layout of every block
+     * @param poolLayout how the pool stores its blocks
+     * @param kind       where the memory lives ({@link MemoryKind#HOST} or {@link MemoryKind#PINNED_HOST}: touched
+     *                   at creation; {@link MemoryKind#DEVICE}: never touched by the CPU)
+     * @param numBlocks  number of blocks, at least 1
+     */
+    public PagedKvCache(BufferManager buffers, BlockLayout layout, PoolLayout poolLayout, MemoryKind kind,
+                        int numBlocks) {
+        this(buffers, layout, poolLayout, kind, null, numBlocks);
+    }
+
+    /**
+     * A pool in a given pool layout, with an optional indexer-K block pool sharing its block ids.
+     *
+     * @param buffers       where the pools' memory comes from
+     * @param layout        the layout of every main block
+     * @param poolLayout    how the main pool stores its blocks
+     * @param kind          where the memory lives
+     * @param indexerLayout the layout of every indexer-K block, or {@code null} for none
+     * @param numBlocks     number of blocks, at least 1
+     * @throws IllegalArgumentException for a split latent whose rope part is not below the head size
+     */
+    public PagedKvCache(BufferManager buffers, BlockLayout layout, PoolLayout poolLayout, MemoryKind kind,
+                        BlockLayout indexerLayout, int numBlocks) {
         Objects.requireNonNull(buffers, "buffers");
         Objects.requireNonNull(layout, "layout");
+        Objects.requireNonNull(poolLayout, "poolLayout");
+        Objects.requireNonNull(kind, "kind");
         if (numBlocks < 1) {
             throw new IllegalArgumentException("numBlocks = " + numBlocks + ": must be at least 1");
         }
         this.numBlocks = numBlocks;
-        this.main = new BlockPool(buffers, layout, numBlocks);
-        BlockPool idx = null;
+        this.main = new Pool("main", buffers, layout, poolLayout, kind, numBlocks);
+        Pool idx = null;
         if (indexerLayout != null) {
             try {
-                idx = new BlockPool(buffers, indexerLayout, numBlocks);
+                idx = new Pool("indexer-K", buffers, indexerLayout, PoolLayout.BLOCK, kind, numBlocks);
             } catch (RuntimeException | Error e) {
                 main.close();
                 throw e;
@@ -88,6 +135,36 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
         this.indexer = idx;
         this.free = new BitSet(numBlocks);
         free.set(0, numBlocks);
+    }
+
+    /**
+     * The pool of one rank of an instance: its {@code BlockLayout.of(state, rank)} in {@code state.poolLayout()},
+     * host memory.
+     *
+     * @param buffers   where the pool's memory comes from
+     * @param state     the instance's cache state
+     * @param rank      the rank
+     * @param numBlocks number of blocks, at least 1
+     * @return the pool
+     */
+    public static PagedKvCache of(BufferManager buffers, CacheState state, int rank, int numBlocks) {
+        return of(buffers, state, rank, numBlocks, MemoryKind.HOST);
+    }
+
+    /**
+     * The pool of one rank of an instance in a given memory kind.
+     *
+     * @param buffers   where the pool's memory comes from
+     * @param state     the instance's cache state
+     * @param rank      the rank
+     * @param numBlocks number of blocks, at least 1
+     * @param kind      where the memory lives
+     * @return the pool
+     */
+    public static PagedKvCache of(BufferManager buffers, CacheState state, int rank, int numBlocks,
+                                  MemoryKind kind) {
+        Objects.requireNonNull(state, "state");
+        return new PagedKvCache(buffers, BlockLayout.of(state, rank), state.poolLayout(), kind, null, numBlocks);
     }
 
     @Override
@@ -108,6 +185,41 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
     @Override
     public KvCacheView indexerKCache() {
         return indexer;
+    }
+
+    @Override
+    public PoolLayout poolLayout() {
+        return main.poolLayout();
+    }
+
+    @Override
+    public int blocksPerRegion() {
+        return main.blocksPerRegion();
+    }
+
+    @Override
+    public PoolGeometry geometry() {
+        return main.geometry();
+    }
+
+    @Override
+    public int regionCount() {
+        return main.regionCount();
+    }
+
+    @Override
+    public MemoryBuffer region(int index) {
+        return main.region(index);
+    }
+
+    @Override
+    public List<MemoryBuffer> regions() {
+        return main.regions();
+    }
+
+    /** @return where the pool's memory lives */
+    public MemoryKind memoryKind() {
+        return main.kind;
     }
 
     /**
@@ -210,41 +322,63 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
 
     @Override
     public String toString() {
-        return "PagedKvCache{" + numBlocks + " blocks of " + main.layout().blockBytes() + " B, "
+        return "PagedKvCache{" + numBlocks + " blocks of " + main.layout().blockBytes() + " B, " + main.poolLayout()
+                + (main.kind == MemoryKind.HOST ? "" : " " + main.kind) + ", "
                 + (indexer == null ? "" : "indexer " + indexer.layout().blockBytes() + " B/block, ")
                 + "free=" + freeBlocks() + "}";
     }
 
-    /** The memory of one pool: chunks of whole blocks, and one precomputed view per block. */
-    private static final class BlockPool implements KvCacheView {
+    /** The memory of one pool: its regions (chunks of blocks, or one per plane segment) and views made once. */
+    private static final class Pool implements KvCacheView {
+        private final String name;
         private final BlockLayout layout;
-        private final MemoryBuffer[] chunks;
+        private final PoolLayout poolLayout;
+        private final MemoryKind kind;
+        private final PoolGeometry geometry;
+        private final MemoryBuffer[] regions;
         private final MemoryBuffer[] blocks;
+        private final List<MemoryBuffer> regionList;
+        private final int numBlocks;
         private volatile boolean closed;
 
-        BlockPool(BufferManager buffers, BlockLayout layout, int numBlocks) {
+        Pool(String name, BufferManager buffers, BlockLayout layout, PoolLayout poolLayout, MemoryKind kind,
+             int numBlocks) {
+            this.name = name;
             this.layout = layout;
-            long blockBytes = layout.blockBytes();
-            int perChunk = blockBytes == 0 ? numBlocks
-                    : (int) Math.max(1, Math.min(numBlocks, MAX_CHUNK_BYTES / blockBytes));
-            int chunkCount = (numBlocks + perChunk - 1) / perChunk;
-            this.chunks = new MemoryBuffer[chunkCount];
-            this.blocks = new MemoryBuffer[numBlocks];
+            this.poolLayout = poolLayout;
+            this.kind = kind;
+            this.numBlocks = numBlocks;
+            int perRegion;
+            if (poolLayout.kind() == PoolLayout.Kind.BLOCK) {
+                long blockBytes = layout.blockBytes();
+                perRegion = blockBytes == 0 ? numBlocks
+                        : (int) Math.max(1, Math.min(numBlocks, MAX_CHUNK_BYTES / blockBytes));
+            } else {
+                perRegion = numBlocks;
+            }
+            this.geometry = PoolGeometry.of(layout, poolLayout, perRegion);
+            int count = geometry.regionCount(numBlocks);
+            this.regions = new MemoryBuffer[count];
+            this.blocks = poolLayout.kind() == PoolLayout.Kind.BLOCK ? new MemoryBuffer[numBlocks] : null;
             try {
-                for (int c = 0; c < chunkCount; c++) {
-                    int first = c * perChunk;
-                    int n = Math.min(perChunk, numBlocks - first);
-                    chunks[c] = buffers.allocate(blockBytes * n, MemoryKind.HOST);
-                    // Resident before the first transfer, as an engine's KV pool is when it starts serving.
-                    MemoryAccess.preTouch(chunks[c].address(), chunks[c].size());
-                    for (int i = 0; i < n; i++) {
-                        blocks[first + i] = chunks[c].slice(i * blockBytes, blockBytes);
+                for (int r = 0; r < count; r++) {
+                    regions[r] = buffers.allocate(geometry.regionBytes(r, numBlocks), kind);
+                    if (kind != MemoryKind.DEVICE) {
+                        // Resident before the first transfer, as an engine's KV pool is when it starts serving.
+                        MemoryAccess.preTouch(regions[r].address(), regions[r].size());
+                    }
+                }
+                if (blocks != null) {
+                    long blockBytes = layout.blockBytes();
+                    for (int b = 0; b < numBlocks; b++) {
+                        blocks[b] = regions[b / perRegion].slice((b % perRegion) * blockBytes, blockBytes);
                     }
                 }
             } catch (RuntimeException | Error e) {
                 close();
                 throw e;
             }
+            this.regionList = List.of(regions);
         }
 
         @Override
@@ -253,22 +387,63 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
         }
 
         @Override
+        public PoolLayout poolLayout() {
+            return poolLayout;
+        }
+
+        @Override
+        public int blocksPerRegion() {
+            return geometry.blocksPerRegion();
+        }
+
+        @Override
+        public PoolGeometry geometry() {
+            return geometry;
+        }
+
+        @Override
+        public int regionCount() {
+            return regions.length;
+        }
+
+        @Override
+        public MemoryBuffer region(int index) {
+            Objects.checkIndex(index, regions.length);
+            checkOpen();
+            return regions[index];
+        }
+
+        @Override
+        public List<MemoryBuffer> regions() {
+            checkOpen();
+            return regionList;
+        }
+
+        @Override
         public MemoryBuffer block(int blockId) {
-            Objects.checkIndex(blockId, blocks.length);
-            if (closed) {
-                throw new IllegalStateException("PagedKvCache is closed");
+            if (blocks == null) {
+                throw new UnsupportedOperationException("PagedKvCache " + name + " pool is " + poolLayout
+                        + ": a block is not contiguous there; use region(int) and geometry() (or planeSegment)");
             }
+            Objects.checkIndex(blockId, blocks.length);
+            checkOpen();
             return blocks[blockId];
         }
 
         @Override
         public int blockCount() {
-            return blocks.length;
+            return numBlocks;
+        }
+
+        private void checkOpen() {
+            if (closed) {
+                throw new IllegalStateException("PagedKvCache is closed");
+            }
         }
 
         void close() {
             closed = true;
-            for (MemoryBuffer c : chunks) {
+            for (MemoryBuffer c : regions) {
                 if (c != null) {
                     c.close();
                 }
@@ -277,7 +452,8 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
 
         @Override
         public String toString() {
-            return "PagedKvCache.indexerK{" + blocks.length + " blocks of " + layout.blockBytes() + " B}";
+            return "PagedKvCache." + name + "{" + poolLayout + ", " + layout.blockBytes() + " B/block, "
+                    + regions.length + " regions}";
         }
     }
 }

@@ -96,9 +96,14 @@ public final class JournalReader {
         JournalEvent.Source source = m.matches()
                 ? new JournalEvent.Source(m.group(1), Integer.parseInt(m.group(2)), rel)
                 : new JournalEvent.Source(dir.getFileName().toString(), -1, rel);
+        Path file = checkFiles(dir);
+        List<JournalEvent> mine = new ArrayList<>();
+        long documents = 0;
+        long lastRead = -1;
         try (ChronicleQueue q = ChronicleQueue.singleBuilder(dir).rollCycle(RollCycles.FAST_DAILY).readOnly(true)
                 .build();
              ExcerptTailer tailer = q.createTailer()) {
+            long lastWritten = q.lastIndex();
             while (true) {
                 try (DocumentContext dc = tailer.readingDocument()) {
                     if (!dc.isPresent()) {
@@ -107,23 +112,98 @@ public final class JournalReader {
                     if (!dc.isData()) {
                         continue;
                     }
+                    documents++;
+                    lastRead = dc.index();
                     JournalEvent e;
                     try {
                         e = decode(source, dc.wire().bytes());
                     } catch (RuntimeException ex) {
-                        e = null;
+                        throw new JournalCorruptedException(file, "record " + documents + " of " + rel
+                                + " does not decode (" + ex + ")", ex);
                     }
                     if (e == null) {
-                        skipped[0]++;
+                        skipped[0]++; // a record type added by a newer version: kept out, counted
                     } else {
+                        if (documents == 1 && !(e instanceof JournalEvent.Opened)) {
+                            throw new JournalCorruptedException(file, "the first record of " + rel + " is "
+                                    + e.type() + ", not the OPENED header every queue starts with", null);
+                        }
                         if (e instanceof JournalEvent.Opened o && source.rank() < 0) {
                             source = new JournalEvent.Source(o.instance(), o.rank(), rel);
                         }
-                        out.add(e);
+                        mine.add(e);
                     }
                 }
             }
+            if (lastWritten >= 0 && lastRead < lastWritten) {
+                // The queue's index records entries the file no longer holds: it was cut short.
+                throw new JournalCorruptedException(file, "its index lists records up to "
+                        + Long.toHexString(lastWritten) + " but reading ended after " + Long.toHexString(lastRead)
+                        + " (" + documents + " records of " + rel + " readable): truncated or overwritten", null);
+            }
+        } catch (JournalCorruptedException e) {
+            throw e;
+        } catch (RuntimeException | InternalError e) {
+            // A memory-mapped read of a truncated file faults (InternalError), Chronicle rejects a bad header.
+            throw new JournalCorruptedException(file, "reading " + rel + " failed (" + e + ")", e);
         }
+        if (mine.isEmpty()) {
+            throw new JournalCorruptedException(file, "queue " + rel + " holds no readable record (every queue "
+                    + "starts with an OPENED header): the file was emptied, truncated or overwritten", null);
+        }
+        out.addAll(mine);
+    }
+
+    /**
+     * Checks the queue's files before Chronicle maps them: a file shorter than Chronicle's header, or not a
+     * Chronicle queue file at all, is reported by name rather than mapped (a truncated map faults the JVM's
+     * read).
+     *
+     * @return the queue's (first) data file, for error messages
+     */
+    private static Path checkFiles(Path dir) {
+        List<Path> files;
+        try (Stream<Path> s = Files.list(dir)) {
+            files = s.filter(p -> p.getFileName().toString().endsWith(".cq4")).sorted().toList();
+        } catch (IOException e) {
+            throw new JournalCorruptedException(dir, "cannot list it (" + e + ")", e);
+        }
+        for (Path f : files) {
+            long size;
+            byte[] head = new byte[8];
+            try (var in = Files.newInputStream(f)) {
+                size = Files.size(f);
+                int n = in.readNBytes(head, 0, head.length);
+                if (n < head.length) {
+                    throw new JournalCorruptedException(f, "it holds " + size + " bytes, less than a queue header",
+                            null);
+                }
+            } catch (IOException e) {
+                throw new JournalCorruptedException(f, "cannot read it (" + e + ")", e);
+            }
+            if (size < MIN_QUEUE_FILE_BYTES) {
+                throw new JournalCorruptedException(f, "it holds " + size + " bytes; a queue file as Chronicle "
+                        + "writes it is at least " + MIN_QUEUE_FILE_BYTES + " (truncated?)", null);
+            }
+            if (!chronicleHeader(head)) {
+                throw new JournalCorruptedException(f, "it does not start with a Chronicle Queue header", null);
+            }
+        }
+        return files.isEmpty() ? dir : files.get(0);
+    }
+
+    /** Smallest size of a queue file Chronicle leaves behind (its header and index; files are pre-sized). */
+    static final long MIN_QUEUE_FILE_BYTES = 64 * 1024;
+
+    /**
+     * A Chronicle wire file starts with a 4-byte document header (length and flags) whose metadata flag is set:
+     * the queue's header document.
+     */
+    private static boolean chronicleHeader(byte[] head) {
+        int h = (head[0] & 0xff) | (head[1] & 0xff) << 8 | (head[2] & 0xff) << 16 | (head[3] & 0xff) << 24;
+        boolean metaData = (h & 0x4000_0000) != 0;
+        int length = h & 0x3fff_ffff;
+        return metaData && length > 0 && length < (1 << 20);
     }
 
     /** Decodes one document; null when the type is unknown. */

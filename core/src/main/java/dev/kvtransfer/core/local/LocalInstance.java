@@ -417,7 +417,7 @@ public final class LocalInstance implements AutoCloseable {
                             ? state.withDpRank(state.tpRank(r) / state.tpPerDpGroup()) : state;
                     states.add(s);
                     BufferManager bm = shared != null ? shared : add(bms, new HostBufferManager());
-                    caches.add(new PagedKvCache(bm, BlockLayout.of(s, r), blocksPerRank));
+                    caches.add(PagedKvCache.of(bm, s, r, blocksPerRank));
                     TransportConfig tc = TransportConfig.builder().name(name + "-rank-" + r)
                             .host(baseTransport.host())
                             .port(baseTransport.port() == 0 ? 0 : baseTransport.port() + r)

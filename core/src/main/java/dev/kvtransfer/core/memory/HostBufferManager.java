@@ -79,6 +79,7 @@ public final class HostBufferManager implements BufferManager {
         Owned b = new Owned(NEXT_ID.incrementAndGet(), raw, aligned, bytes, kind,
                 debug ? new Throwable("allocated here") : null);
         outstanding.put(b.id, b);
+        LiveResources.count(0, 1);
         outstandingBytes.addAndGet(bytes);
         return b;
     }
@@ -232,6 +233,7 @@ public final class HostBufferManager implements BufferManager {
         public void close() {
             if (open.compareAndSet(true, false)) {
                 outstanding.remove(id);
+                LiveResources.count(0, -1);
                 outstandingBytes.addAndGet(-size);
                 MemoryAccess.free(raw);
             }

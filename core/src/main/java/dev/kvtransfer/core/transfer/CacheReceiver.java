@@ -73,6 +73,16 @@ public final class CacheReceiver implements AutoCloseable {
         final long deadlineNanos;
         final TransferTiming timing;
         final AtomicInteger phase = new AtomicInteger(QUEUED);
+        /** Push: what this rank registered for the request (revoked when it ends, success or not). */
+        final List<dev.kvtransfer.api.transport.RegisteredRegion> registrations = new ArrayList<>();
+        /** Push: region id to the registered memory, for checking what was written. */
+        final Map<Long, MemoryBuffer> granted = new java.util.HashMap<>();
+        boolean push;
+        boolean layered;
+        /** Push: bytes the context ranks wrote into this rank's blocks (checked). */
+        long pushedBytes;
+        /** Push: write entries the context ranks reported. */
+        int pushedEntries;
 
         Job(TransferHandle handle, long startNanos, long deadlineNanos) {
             this.handle = handle;
@@ -153,17 +163,19 @@ public final class CacheReceiver implements AutoCloseable {
             session = handshake(job, tag);
             if (session != null) {
                 try {
-                    env.formatter().unformat(session);
-                    // No byte is accepted as a completed transfer before its end-to-end checksum matched.
-                    session.verifyChecksums();
+                    receive(job, session);
                 } finally {
                     session.close();
                 }
                 job.timing.postprocess(System.nanoTime());
             }
-            long bytes = session == null ? 0 : session.movedBytes();
+            markAllLayers(job);
+            long bytes = session == null ? 0 : job.push ? job.pushedBytes : session.movedBytes();
+            int messages = session == null ? 0 : job.push ? job.pushedEntries : session.messageCount();
+            h.recordMessages(messages);
             h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(false, true, bytes);
+                env.metrics().messages(false, messages);
                 if (env.timing() != null) {
                     env.timing().submit(false, job.timing);
                 }
@@ -173,6 +185,9 @@ public final class CacheReceiver implements AutoCloseable {
             long moved = session == null ? 0 : session.movedBytes();
             h.fail(k, () -> env.metrics().outcome(false, false, moved));
         } finally {
+            // Quiescence: once the grants are revoked no context rank can write into these blocks any more, so the
+            // engine may reuse them when the request ends, whatever the outcome.
+            revokeGrants(job);
             job.phase.set(ENDED);
             jobs.remove(h);
             if (tag >= 0) {
@@ -180,6 +195,279 @@ public final class CacheReceiver implements AutoCloseable {
             }
         }
     }
+
+    /** Pull: the formatter receives (whole, or layer by layer); push: wait for the writers' done notices. */
+    private void receive(Job job, DefaultTransferSession session) {
+        if (session.reusedBlocks() == session.totalBlocks()) {
+            return; // every block was reused: nothing moves (the context side skips it too)
+        }
+        if (job.push) {
+            awaitPush(job, session);
+            return;
+        }
+        if (job.layered) {
+            CacheState self = env.selfCache();
+            int pp = self.ppRank(env.selfIndex());
+            int first = self.firstLayer(pp);
+            for (int l = 0; l < self.layerCount(pp); l++) {
+                env.formatter().unformat(session, first + l, 1);
+                job.handle.layerArrived(l);
+            }
+        } else {
+            env.formatter().unformat(session);
+        }
+        // No byte is accepted as a completed transfer before its end-to-end checksum matched.
+        session.verifyChecksums();
+    }
+
+    private void markAllLayers(Job job) {
+        CacheState self = env.selfCache();
+        int layers = self.layerCount(self.ppRank(env.selfIndex()));
+        for (int l = 0; l < layers; l++) {
+            job.handle.layerArrived(l);
+        }
+    }
+
+    /**
+     * Push, generation side: from every picked counterpart, its layer notices (each layer is complete when every
+     * picked writer holding it said so) and its done notice with the list of what it wrote; every entry must lie
+     * in this request's grants, match its CRC32C over the memory as it is now, and together the entries must
+     * cover this rank's non-reused blocks exactly once.
+     */
+    private void awaitPush(Job job, DefaultTransferSession session) {
+        long id = job.handle.requestId();
+        CacheState self = env.selfCache();
+        CacheState ctx = session.peerCacheState();
+        int pp = self.ppRank(env.selfIndex());
+        int first = self.firstLayer(pp);
+        int layers = self.layerCount(pp);
+        List<Integer> picks = env.formatter().pickRecvConnections(self, env.selfIndex(), ctx);
+        TargetRanks t = session.targets();
+        int[] writersOf = new int[layers];
+        for (int k : picks) {
+            for (int l = 0; l < layers; l++) {
+                if (CacheSender.holds(ctx, t.peerRanks().get(k), first + l)) {
+                    writersOf[l]++;
+                }
+            }
+        }
+        int[] noticed = new int[layers];
+        long[][] entries = new long[t.size()][];
+        int[][] crcs = new int[t.size()][];
+        int[] picked = picks.stream().mapToInt(Integer::intValue).toArray();
+        session.forEachPeer(picked, k -> {
+            Connection c = session.peerConnection(k);
+            int peerRank = t.peerRanks().get(k);
+            try (MemoryBuffer notice = env.buffers().allocate(PushNotice.BYTES, MemoryKind.HOST)) {
+                ByteBuffer nb = notice.asByteBuffer();
+                while (true) {
+                    try {
+                        c.recv(session.peerTag(k), notice, 0, PushNotice.BYTES,
+                                remaining(job, "waiting for context rank " + peerRank + " to finish its writes"));
+                    } catch (KvTransferException e) {
+                        throw new KvTransferException(e.code(), id, "context rank " + peerRank + " (" + Texts.peer(
+                                c.peer()) + ") did not finish its writes: " + e.getMessage(), e);
+                    }
+                    int type = nb.getInt(0);
+                    int layer = nb.getInt(4);
+                    long value = nb.getLong(8);
+                    if (type == PushNotice.LAYER) {
+                        int l = layer - first;
+                        if (l < 0 || l >= layers) {
+                            throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
+                                    + " announced layer " + layer + ", which this rank does not hold", null);
+                        }
+                        boolean complete;
+                        synchronized (noticed) {
+                            complete = ++noticed[l] == writersOf[l];
+                        }
+                        if (complete) {
+                            job.handle.layerArrived(l);
+                        }
+                    } else if (type == PushNotice.DONE) {
+                        if (value < 0 || value > MAX_PUSH_ENTRIES) {
+                            throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
+                                    + " announced " + value + " written entries", null);
+                        }
+                        int n = (int) value;
+                        long[] e = new long[3 * n];
+                        int[] cr = new int[n];
+                        if (n > 0) {
+                            try (MemoryBuffer list = env.buffers().allocate((long) PushNotice.ENTRY_BYTES * n,
+                                    MemoryKind.HOST)) {
+                                c.recv(session.peerTag(k), list, 0, (long) PushNotice.ENTRY_BYTES * n,
+                                        remaining(job, "receiving what context rank " + peerRank + " wrote"));
+                                ByteBuffer lb = list.asByteBuffer();
+                                for (int i = 0; i < n; i++) {
+                                    int at = PushNotice.ENTRY_BYTES * i;
+                                    e[3 * i] = lb.getLong(at);
+                                    e[3 * i + 1] = lb.getLong(at + 8);
+                                    e[3 * i + 2] = lb.getLong(at + 16);
+                                    cr[i] = lb.getInt(at + 24);
+                                }
+                            }
+                        }
+                        entries[k] = e;
+                        crcs[k] = cr;
+                        return;
+                    } else if (type == PushNotice.ABORT) {
+                        ErrorCode code = value >= 0 && value < ErrorCode.values().length
+                                ? ErrorCode.values()[(int) value] : ErrorCode.INTERNAL;
+                        throw new KvTransferException(code, id, "context rank " + peerRank + " (" + Texts.peer(
+                                c.peer()) + ") failed while writing (" + code + ")", null);
+                    } else {
+                        throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
+                                + " sent notice type " + type, null);
+                    }
+                }
+            }
+        });
+        checkWritten(job, session, picked, entries, crcs);
+    }
+
+    /** Most written entries one counterpart may report. */
+    static final int MAX_PUSH_ENTRIES = 1 << 24;
+
+    private void checkWritten(Job job, DefaultTransferSession session, int[] picked, long[][] entries, int[][] crcs) {
+        long id = job.handle.requestId();
+        boolean checksums = env.config().partChecksums();
+        long total = 0;
+        Map<Long, List<long[]>> byRegion = new java.util.HashMap<>();
+        for (int k : picked) {
+            long[] e = entries[k];
+            int peerRank = session.targets().peerRanks().get(k);
+            for (int i = 0; i < e.length / 3; i++) {
+                long region = e[3 * i];
+                long off = e[3 * i + 1];
+                long len = e[3 * i + 2];
+                MemoryBuffer mem = job.granted.get(region);
+                if (mem == null || off < 0 || len < 0 || off > mem.size() - len) {
+                    throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank + " reports "
+                            + len + " bytes written at offset " + off + " of grant #" + region
+                            + ", outside what this request granted", null);
+                }
+                if (checksums) {
+                    int crc = (int) dev.kvtransfer.core.journal.Checksums.crc32c(mem, off, len);
+                    if (crc != crcs[k][i]) {
+                        throw new KvTransferException(ErrorCode.MALFORMED, id, "corrupted part: write " + i + " of "
+                                + (e.length / 3) + " by context rank " + peerRank + " (grant #" + region + ", byte "
+                                + "offset " + off + ", " + len + " bytes): CRC32C " + Integer.toHexString(crc)
+                                + " in memory, the writer's is " + Integer.toHexString(crcs[k][i]), null);
+                    }
+                }
+                total += len;
+                byRegion.computeIfAbsent(region, r -> new ArrayList<>()).add(new long[] {off, len});
+            }
+        }
+        long expected = expectedPushBytes(job, session);
+        job.pushedBytes = total;
+        int n = 0;
+        for (int k : picked) {
+            n += entries[k].length / 3;
+        }
+        job.pushedEntries = n;
+        if (total != expected) {
+            throw new KvTransferException(ErrorCode.MALFORMED, id, "the context ranks wrote " + total + " bytes into"
+                    + " this rank's blocks, " + expected + " were expected (partial or doubled push)", null);
+        }
+        for (Map.Entry<Long, List<long[]>> r : byRegion.entrySet()) {
+            List<long[]> runs = r.getValue();
+            runs.sort((a, b) -> Long.compare(a[0], b[0]));
+            for (int i = 1; i < runs.size(); i++) {
+                if (runs.get(i)[0] < runs.get(i - 1)[0] + runs.get(i - 1)[1]) {
+                    throw new KvTransferException(ErrorCode.MALFORMED, id, "two writes overlap in grant #"
+                            + r.getKey() + " at byte offset " + runs.get(i)[0] + " (and others were missed)", null);
+                }
+            }
+        }
+    }
+
+    /** Bytes of this rank's non-reused blocks of the request: what the pushes must cover exactly. */
+    private long expectedPushBytes(Job job, DefaultTransferSession session) {
+        CacheState self = env.selfCache();
+        int total = session.totalBlocks();
+        int cp = self.contextParallelism();
+        int cpRank = self.cpRank(env.selfIndex());
+        int firstGlobal = BlockDistribution.firstGlobalBlock(total, cp, cpRank);
+        int count = BlockDistribution.count(total, cp, cpRank);
+        int fresh = 0;
+        for (int i = 0; i < count; i++) {
+            if (firstGlobal + i >= session.reusedBlocks()) {
+                fresh++;
+            }
+        }
+        return (long) fresh * env.cache().layout().blockBytes();
+    }
+
+    /**
+     * Push: registers, for this request only, the bytes of this rank's non-reused blocks (every (layer, kv,
+     * segment) plane of each, merged into runs per region), so a writer can reach nothing else and nothing after
+     * the request ended.
+     *
+     * @return the grants, empty when the transport cannot register (then the transfer is a pull)
+     */
+    private List<dev.kvtransfer.api.format.PeerPool.Grant> registerGrants(Job job, int totalBlocks, int reused) {
+        dev.kvtransfer.api.cache.KvCacheView cache = env.cache();
+        dev.kvtransfer.api.layout.PoolGeometry g = cache.geometry();
+        dev.kvtransfer.api.layout.BlockLayout bl = cache.layout();
+        CacheState self = env.selfCache();
+        int cp = self.contextParallelism();
+        int cpRank = self.cpRank(env.selfIndex());
+        int firstGlobal = BlockDistribution.firstGlobalBlock(totalBlocks, cp, cpRank);
+        int[] ids = job.handle.blockIds();
+        List<long[]> ranges = new ArrayList<>();
+        for (int i = 0; i < ids.length; i++) {
+            if (firstGlobal + i < reused) {
+                continue;
+            }
+            for (int l = 0; l < bl.localLayers(); l++) {
+                for (int kv = 0; kv < bl.kvFactor(); kv++) {
+                    for (int seg = 0; seg < g.segments(); seg++) {
+                        ranges.add(new long[] {g.region(ids[i], l, kv, seg), g.planeOffset(ids[i], l, kv, seg),
+                                g.segmentPlaneBytes(seg)});
+                    }
+                }
+            }
+        }
+        ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
+        List<dev.kvtransfer.api.format.PeerPool.Grant> grants = new ArrayList<>();
+        int i = 0;
+        try {
+            while (i < ranges.size()) {
+                long region = ranges.get(i)[0];
+                long start = ranges.get(i)[1];
+                long end = start + ranges.get(i)[2];
+                i++;
+                while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
+                    end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
+                    i++;
+                }
+                MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
+                dev.kvtransfer.api.transport.RegisteredRegion reg = env.connections().register(mem);
+                job.registrations.add(reg);
+                job.granted.put(reg.descriptor().regionId(), mem);
+                grants.add(new dev.kvtransfer.api.format.PeerPool.Grant((int) region, start, reg.descriptor()));
+            }
+        } catch (UnsupportedOperationException e) {
+            revokeGrants(job);
+            return List.of();
+        }
+        return grants;
+    }
+
+    private void revokeGrants(Job job) {
+        for (dev.kvtransfer.api.transport.RegisteredRegion r : job.registrations) {
+            try {
+                r.close();
+            } catch (RuntimeException e) {
+                env.metrics().error(new KvTransferException(TransferErrors.codeOf(e), job.handle.requestId(),
+                        "revoking a push grant failed: " + e.getMessage(), e));
+            }
+        }
+        job.registrations.clear();
+        job.granted.clear();
+    }
+
 
     /** Sends the infos and waits for the ready signals; returns the session, or null when nothing is to move. */
     private DefaultTransferSession handshake(Job job, int tag) {
@@ -238,9 +526,12 @@ public final class CacheReceiver implements AutoCloseable {
         ControlAuth auth = env.auth();
         byte[] nonce = auth.nonce();
         int flags = env.config().partChecksums() ? RequestInfo.FLAG_PART_CHECKSUMS : 0;
+        List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
+                == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
+                ? registerGrants(job, totalBlocks, reused) : List.of();
         RequestInfo info = new RequestInfo(id, totalBlocks - 1, new long[0], env.selfState(), tag,
                 env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,
-                System.currentTimeMillis(), flags);
+                System.currentTimeMillis(), flags, env.cache().blocksPerRegion(), grants);
         byte[] bytes = info.toBytes();
         int mac = auth.macBytes();
         int infoAt = HEADER_BYTES;
@@ -254,6 +545,7 @@ public final class CacheReceiver implements AutoCloseable {
             end += readyBytes(ctxBlocks[k], mac);
         }
         int[][] peerIds = new int[targets.size()][];
+        int[] peerBpr = new int[targets.size()];
         String selfAddress = env.connections().localAddress();
         try (MemoryBuffer ctl = env.buffers().allocate(end, MemoryKind.HOST)) {
             ByteBuffer bb = ctl.asByteBuffer();
@@ -288,6 +580,17 @@ public final class CacheReceiver implements AutoCloseable {
                             + c.peer() + "): " + e.getMessage(), e);
                 }
                 byte status = bb.get(at);
+                if (status != CacheReceiver.READY_REFUSED) {
+                    boolean pushing = (status & READY_PUSH) != 0;
+                    boolean layered = (status & READY_LAYERS) != 0;
+                    if (k == 0) {
+                        job.push = pushing;
+                        job.layered = layered;
+                    } else if (job.push != pushing || job.layered != layered) {
+                        throw new KvTransferException(ErrorCode.MALFORMED, id, "context ranks of request " + id
+                                + " disagree on push/pull or layer by layer", null);
+                    }
+                }
                 if (mac > 0) {
                     byte[] body = new byte[len - mac];
                     bb.get(at, body);
@@ -315,22 +618,34 @@ public final class CacheReceiver implements AutoCloseable {
                     ids[i] = bb.getInt(at + READY_HEADER + 4 * i);
                 }
                 peerIds[positions[k]] = ids;
+                peerBpr[positions[k]] = Math.max(1, bb.getInt(at + 8));
             }
         }
         job.timing.preparation(System.nanoTime());
         int[] tagArr = new int[targets.size()];
         java.util.Arrays.fill(tagArr, tag);
+        if (!job.push) {
+            revokeGrants(job); // the context side pulls after all (its formatter cannot push): nothing is written
+        }
         return DefaultTransferSession.builder(id, false).states(env.selfState(), ctx, targets)
                 .blocks(h.blockIds(), totalBlocks).connections(conns, tagArr, env.config().chunkBytes())
                 .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(job.deadlineNanos, job.timing)
-                .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds)
+                .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds).peerBlocksPerRegion(peerBpr)
                 .checksums(env.config().partChecksums()).build();
     }
 
     /** Bytes of the request header on {@link Tags#ID_TAG}: kind, info bytes, request id. */
     public static final int HEADER_BYTES = 24;
-    /** Bytes of a ready signal before the block ids: status, 3 pad bytes, block count. */
-    public static final int READY_HEADER = 8;
+    /** Bytes of a ready signal before the block ids: status, 3 pad bytes, block count, blocks per region. */
+    public static final int READY_HEADER = 12;
+    /** Ready status: refused (a reason follows). */
+    public static final byte READY_REFUSED = 0;
+    /** Ready status: the context side sends the parts (pull). */
+    public static final byte READY_PULL = 1;
+    /** Ready status: the context side writes into the grants one-sided (push). */
+    public static final byte READY_PUSH = 2;
+    /** Ready status bit: layer by layer (pull: one layer range per global layer; push: a notice per layer). */
+    public static final byte READY_LAYERS = 4;
 
     /**
      * The length of a ready signal: status, count, the context rank's block ids, then the MAC.
@@ -369,7 +684,7 @@ public final class CacheReceiver implements AutoCloseable {
                     params.contextState().cacheState().tokensPerBlock());
             RequestInfo info = new RequestInfo(job.handle.requestId(), totalBlocks - 1, new long[0], env.selfState(),
                     tag, env.config().chunkBytes(), 0, new long[0], job.handle.blockIds(),
-                    params.requestToken(), env.auth().nonce(), System.currentTimeMillis(), 0);
+                    params.requestToken(), env.auth().nonce(), System.currentTimeMillis(), 0, 1, List.of());
             sendInfos(job, all, info);
         } catch (RuntimeException e) {
             env.metrics().error(new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, job.handle.requestId(),

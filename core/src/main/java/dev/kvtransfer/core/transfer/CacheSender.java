@@ -711,6 +711,11 @@ public final class CacheSender implements AutoCloseable {
      * refusal), and with authentication the MAC binding it to the request's nonce and both ends.
      */
     private void sendReady(Connection conn, RequestInfo info, boolean ok, int[] ids, Duration timeout) {
+        sendReady(conn, info, ok, ids, timeout, false, false);
+    }
+
+    private void sendReady(Connection conn, RequestInfo info, boolean ok, int[] ids, Duration timeout, boolean push,
+                           boolean layered) {
         CacheState self = env.selfCache();
         int n = BlockDistribution.count(info.indexFromEnd() + 1, self.contextParallelism(),
                 self.cpRank(env.selfIndex()));
@@ -719,8 +724,10 @@ public final class CacheSender implements AutoCloseable {
         int len = CacheReceiver.readyBytes(n, mac);
         try (MemoryBuffer buf = env.buffers().allocate(len, MemoryKind.HOST)) {
             ByteBuffer bb = buf.asByteBuffer();
-            bb.put(0, (byte) (ok ? 1 : 0));
+            bb.put(0, !ok ? CacheReceiver.READY_REFUSED : (byte) ((push ? CacheReceiver.READY_PUSH
+                    : CacheReceiver.READY_PULL) | (layered ? CacheReceiver.READY_LAYERS : 0)));
             bb.putInt(4, n);
+            bb.putInt(8, env.cache().blocksPerRegion());
             for (int i = 0; i < n; i++) {
                 bb.putInt(CacheReceiver.READY_HEADER + 4 * i, ok && ids != null && i < ids.length ? ids[i] : 0);
             }
@@ -770,21 +777,41 @@ public final class CacheSender implements AutoCloseable {
             int reused = checkReuse(p, h, totalBlocks);
             boolean checksums = p.asked[0].info.partChecksums();
             int[][] peerIds = new int[n][];
+            int[] peerBpr = new int[n];
             for (int i = 0; i < n; i++) {
                 peerIds[i] = p.asked[i].info.blockIds();
+                peerBpr[i] = p.asked[i].info.blocksPerRegion();
                 if (p.asked[i].info.partChecksums() != checksums) {
                     throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
                             + " disagree on part checksums", null);
                 }
             }
+            boolean push = p.asked[0].info.push() && canPush();
+            dev.kvtransfer.api.format.PeerPool[] pools = null;
+            if (push) {
+                pools = new dev.kvtransfer.api.format.PeerPool[n];
+                for (int i = 0; i < n; i++) {
+                    RequestInfo ai = p.asked[i].info;
+                    if (!ai.push()) {
+                        throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
+                                + " disagree on push and pull", null);
+                    }
+                    pools[i] = new dev.kvtransfer.api.format.PeerPool(p.peerCache, ai.requesterState().selfIndex(),
+                            ai.blockIds(), ai.blocksPerRegion(), ai.grants());
+                }
+            }
+            boolean layered = h.layerWise() && env.formatter().capabilities().contains(
+                    push ? dev.kvtransfer.api.format.FormatterCapability.PUSH
+                            : dev.kvtransfer.api.format.FormatterCapability.LAYER_RANGES);
             session = DefaultTransferSession.builder(id, true).states(env.selfState(), p.peerCache, p.targets)
                     .blocks(h.blockIds(), totalBlocks).connections(conns, tags, chunk)
                     .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(p.deadlineNanos, p.timing)
-                    .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds).checksums(checksums).build();
+                    .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds).peerBlocksPerRegion(peerBpr)
+                    .checksums(checksums).push(pools).build();
             for (int i = 0; i < n; i++) {
                 try {
                     sendReady(conns[i], p.asked[i].info, true, h.blockIds(),
-                            session.remaining("sending the ready signal"));
+                            session.remaining("sending the ready signal"), push, layered);
                     env.journal().readySignalSent(id, p.targets.peerRanks().get(i), true);
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), id, "ready signal to generation rank "
@@ -794,14 +821,16 @@ public final class CacheSender implements AutoCloseable {
             }
             p.timing.preparation(System.nanoTime());
             if (env.formatter().needSendCache(env.selfCache(), env.selfIndex(), p.peerCache)) {
-                env.formatter().format(session);
-                session.sendChecksums();
+                move(h, session, push, layered);
             }
             p.timing.postprocess(System.nanoTime());
             long bytes = session.movedBytes();
+            int messages = session.messageCount();
             session.close();
+            h.recordMessages(messages);
             h.succeed(bytes, EpochClock.nowNanos(), () -> {
                 env.metrics().outcome(true, true, bytes);
+                env.metrics().messages(true, messages);
                 if (env.timing() != null) {
                     env.timing().submit(true, p.timing);
                 }
@@ -822,11 +851,95 @@ public final class CacheSender implements AutoCloseable {
                 }
                 sendRefusals(refusals);
             }
+            if (session != null && session.isPush()) {
+                abortPush(session, k);
+            }
             long moved = session == null ? 0 : session.movedBytes();
             h.fail(k, () -> env.metrics().outcome(true, false, moved));
         } finally {
             if (session != null) {
                 session.close();
+            }
+        }
+    }
+
+    /** @return whether this rank can write one-sided: the formatter pushes (the transport then needs the capability) */
+    private boolean canPush() {
+        return env.formatter().capabilities().contains(dev.kvtransfer.api.format.FormatterCapability.PUSH);
+    }
+
+    /**
+     * Moves this rank's share: pull (format) or push (one-sided writes, then each peer's done notice with what was
+     * written), the whole request at once or layer by layer as the engine marks layers ready.
+     */
+    private void move(TransferHandle h, DefaultTransferSession session, boolean push, boolean layered) {
+        if (session.reusedBlocks() == session.totalBlocks()) {
+            return; // the generation side holds every block already: nothing moves (both sides know it)
+        }
+        CacheState self = env.selfCache();
+        int pp = self.ppRank(env.selfIndex());
+        int first = self.firstLayer(pp);
+        int count = self.layerCount(pp);
+        long deadline = session.deadlineNanos();
+        if (!layered && h.layerWise() && !h.awaitLayersReady(count, deadline)) {
+            // The formatter moves whole requests only: wait for the last layer, then move all of them.
+            throw layersNotReady(h, count);
+        }
+        if (!layered) {
+            if (push) {
+                env.formatter().push(session, first, count);
+            } else {
+                env.formatter().format(session);
+            }
+        } else {
+            TargetRanks t = session.targets();
+            for (int l = 0; l < count; l++) {
+                if (!h.awaitLayersReady(l + 1, deadline)) {
+                    throw layersNotReady(h, l + 1);
+                }
+                int g = first + l;
+                if (push) {
+                    env.formatter().push(session, g, 1);
+                    for (int k = 0; k < t.size(); k++) {
+                        if (holds(session.peerCacheState(), t.peerRanks().get(k), g)) {
+                            session.sendNotice(k, PushNotice.LAYER, g, 0);
+                        }
+                    }
+                } else {
+                    env.formatter().format(session, g, 1);
+                }
+            }
+        }
+        if (push) {
+            for (int k = 0; k < session.targets().size(); k++) {
+                session.sendPushDone(k);
+            }
+        } else {
+            session.sendChecksums();
+        }
+    }
+
+    private KvTransferException layersNotReady(TransferHandle h, int needed) {
+        return new KvTransferException(ErrorCode.TIMEOUT, h.requestId(), "context rank " + env.selfIndex() + ": "
+                + h.layersReady() + " of " + needed + " layers were marked ready before the deadline", null);
+    }
+
+    /** @return whether a rank of a state holds a global layer */
+    static boolean holds(CacheState s, int rank, int globalLayer) {
+        int pp = s.ppRank(rank);
+        int a0 = s.firstLayer(pp);
+        return globalLayer >= a0 && globalLayer < a0 + s.layerCount(pp);
+    }
+
+    /** Tells every push peer that this rank failed, so none waits for its deadline. */
+    private void abortPush(DefaultTransferSession session, KvTransferException k) {
+        for (int i = 0; i < session.targets().size(); i++) {
+            try {
+                session.sendNotice(i, PushNotice.ABORT, 0, k.code().ordinal());
+            } catch (RuntimeException e) {
+                env.metrics().error(new KvTransferException(TransferErrors.codeOf(e), session.requestId(),
+                        "could not tell generation rank " + session.targets().peerRanks().get(i) + " that the push "
+                        + "failed: " + e.getMessage(), e));
             }
         }
     }

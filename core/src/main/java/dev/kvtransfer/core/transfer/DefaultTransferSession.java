@@ -56,6 +56,13 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
 
     private final int reusedBlocks;
     private final int[][] peerBlockIds;
+    private final int[] peerBlocksPerRegion;
+    /** Push: the peers' pools (null for a pull session). */
+    private final dev.kvtransfer.api.format.PeerPool[] peerPools;
+    /** Push: per peer, the entries written: region id, offset, length (3 longs each) and their CRC32C. */
+    private final long[][] written;
+    private final int[][] writtenCrc;
+    private final int[] writtenCount;
     /** Per peer position: CRC32C of every message moved, in order (null when checksums are off). */
     private final int[][] crcs;
     /** Per peer position: where each message starts in that peer's byte stream (null when checksums are off). */
@@ -93,6 +100,14 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         this.timing = Objects.requireNonNull(b.timing, "timing");
         this.reusedBlocks = b.reusedBlocks;
         this.peerBlockIds = b.peerBlockIds;
+        this.peerBlocksPerRegion = b.peerBlocksPerRegion;
+        this.peerPools = b.peerPools;
+        if (peerPools != null && peerPools.length != targets.size()) {
+            throw new IllegalArgumentException("need one peer pool (or null) per target rank: " + targets.size());
+        }
+        this.written = peerPools == null ? null : new long[targets.size()][];
+        this.writtenCrc = peerPools == null ? null : new int[targets.size()][];
+        this.writtenCount = peerPools == null ? null : new int[targets.size()];
         this.crcs = b.checksums ? new int[targets.size()][] : null;
         this.starts = b.checksums ? new long[targets.size()][] : null;
         this.messages = new int[targets.size()];
@@ -130,6 +145,8 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         private TransferJournal journal = TransferJournal.NOOP;
         private int reusedBlocks;
         private int[][] peerBlockIds;
+        private int[] peerBlocksPerRegion;
+        private dev.kvtransfer.api.format.PeerPool[] peerPools;
         private boolean checksums;
 
         private Builder(long requestId, boolean sender) {
@@ -226,6 +243,25 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         }
 
         /**
+         * @param pools per peer position, its pool for a one-sided push (null entries for peers this rank does
+         *              not write); makes this a push session
+         * @return this builder
+         */
+        public Builder push(dev.kvtransfer.api.format.PeerPool[] pools) {
+            this.peerPools = pools;
+            return this;
+        }
+
+        /**
+         * @param bpr per peer position, the peer pool's blocks per region (null = 1 everywhere)
+         * @return this builder
+         */
+        public Builder peerBlocksPerRegion(int[] bpr) {
+            this.peerBlocksPerRegion = bpr;
+            return this;
+        }
+
+        /**
          * @param on whether every message's CRC32C is kept for the end-to-end check (default off)
          * @return this builder
          */
@@ -297,6 +333,130 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     public int[] peerBlockIds(int peerIndex) {
         Objects.checkIndex(peerIndex, targets.size());
         return peerBlockIds == null ? null : peerBlockIds[peerIndex];
+    }
+
+    @Override
+    public boolean isPush() {
+        return peerPools != null;
+    }
+
+    @Override
+    public dev.kvtransfer.api.format.PeerPool peerPool(int peerIndex) {
+        Objects.checkIndex(peerIndex, targets.size());
+        return peerPools == null ? null : peerPools[peerIndex];
+    }
+
+    @Override
+    public void write(int peerIndex, dev.kvtransfer.api.transport.WriteBatch batch) {
+        Objects.requireNonNull(batch, "batch");
+        if (peerPools == null) {
+            throw new UnsupportedOperationException("request " + requestId + ": not a push session");
+        }
+        Connection conn = connection(peerIndex);
+        long started = System.nanoTime();
+        timing.preprocessAtMost(started);
+        try {
+            conn.write(batch, remaining("writing into peer rank " + targets.peerRanks().get(peerIndex)));
+        } catch (KvTransferException e) {
+            throw new KvTransferException(e.code(), requestId, "writing " + batch.totalBytes() + " bytes into peer rank "
+                    + targets.peerRanks().get(peerIndex) + " (" + conn.peer() + ") failed: " + e.getMessage(), e);
+        } catch (RuntimeException e) {
+            throw new KvTransferException(ErrorCode.NETWORK, requestId, "writing into peer rank "
+                    + targets.peerRanks().get(peerIndex) + " (" + conn.peer() + ") failed: " + e, e);
+        }
+        timing.transmissions(System.nanoTime());
+        for (int i = 0; i < batch.size(); i++) {
+            recordWrite(peerIndex, batch.target(i).regionId(), batch.targetOffset(i), batch.length(i),
+                    crcs != null ? (int) Checksums.crc32c(batch.source(i), batch.sourceOffset(i), batch.length(i))
+                            : 0);
+        }
+        messages[peerIndex] += batch.size();
+        peerBytes[peerIndex] += batch.totalBytes();
+        movedBytes.add(batch.totalBytes());
+    }
+
+    private void recordWrite(int p, long regionId, long offset, long length, int crc) {
+        int k = writtenCount[p]++;
+        long[] w = written[p];
+        if (w == null) {
+            w = written[p] = new long[3 * 8];
+            writtenCrc[p] = new int[8];
+        } else if (3 * k == w.length) {
+            w = written[p] = java.util.Arrays.copyOf(w, w.length * 2);
+            writtenCrc[p] = java.util.Arrays.copyOf(writtenCrc[p], writtenCrc[p].length * 2);
+        }
+        w[3 * k] = regionId;
+        w[3 * k + 1] = offset;
+        w[3 * k + 2] = length;
+        writtenCrc[p][k] = crc;
+    }
+
+    /**
+     * Push, context side: sends a peer the done notification and the list of what was written into its pool
+     * (region id, offset, length, CRC32C of each entry), which the peer checks before it completes.
+     *
+     * @param peerIndex the peer
+     */
+    public void sendPushDone(int peerIndex) {
+        int n = writtenCount == null ? 0 : writtenCount[peerIndex];
+        Connection conn = connection(peerIndex);
+        try (MemoryBuffer m = bufferManager.allocate(PushNotice.BYTES + (long) PushNotice.ENTRY_BYTES * n,
+                dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+            java.nio.ByteBuffer bb = m.asByteBuffer();
+            PushNotice.put(bb, 0, PushNotice.DONE, 0, n);
+            for (int i = 0; i < n; i++) {
+                int at = PushNotice.BYTES + PushNotice.ENTRY_BYTES * i;
+                bb.putLong(at, written[peerIndex][3 * i]);
+                bb.putLong(at + 8, written[peerIndex][3 * i + 1]);
+                bb.putLong(at + 16, written[peerIndex][3 * i + 2]);
+                bb.putInt(at + 24, writtenCrc[peerIndex][i]);
+            }
+            conn.send(tags[peerIndex], m, 0, PushNotice.BYTES, remaining("sending the done notification"));
+            if (n > 0) {
+                conn.send(tags[peerIndex], m, PushNotice.BYTES, (long) PushNotice.ENTRY_BYTES * n,
+                        remaining("sending what was written"));
+            }
+        } catch (KvTransferException e) {
+            throw new KvTransferException(e.code(), requestId, "telling peer rank " + targets.peerRanks().get(peerIndex)
+                    + " (" + conn.peer() + ") that the push is done failed: " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * Sends a peer a small notification on the request's data tag ({@link PushNotice}).
+     *
+     * @param peerIndex the peer
+     * @param type      the notice type
+     * @param layer     a global layer (or 0)
+     * @param value     a value (or 0)
+     */
+    public void sendNotice(int peerIndex, int type, int layer, long value) {
+        Connection conn = connection(peerIndex);
+        try (MemoryBuffer m = bufferManager.allocate(PushNotice.BYTES, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+            PushNotice.put(m.asByteBuffer(), 0, type, layer, value);
+            conn.send(tags[peerIndex], m, 0, PushNotice.BYTES, remaining("sending a notification"));
+        }
+    }
+
+    /** @return {@code System.nanoTime()} deadline of the request */
+    long deadlineNanos() {
+        return deadlineNanos;
+    }
+
+    /** @return the peer connection of a position (for the protocol's own messages) */
+    Connection peerConnection(int peerIndex) {
+        return connection(peerIndex);
+    }
+
+    /** @return the data tag of a position */
+    int peerTag(int peerIndex) {
+        return tags[peerIndex];
+    }
+
+    @Override
+    public int peerBlocksPerRegion(int peerIndex) {
+        Objects.checkIndex(peerIndex, targets.size());
+        return peerBlocksPerRegion == null ? 1 : Math.max(1, peerBlocksPerRegion[peerIndex]);
     }
 
     @Override

@@ -21,6 +21,7 @@ import java.util.concurrent.ExecutorService;
  * @param selfState    this rank's cache state and its instance's comm state (selfIndex set)
  * @param connections  this rank's transport endpoint
  * @param formatter    the cache formatter
+ * @param cache        this rank's KV pool (the formatter's): regions registered for pushes
  * @param pool         staging pool handed to sessions
  * @param buffers      allocates control buffers and copies
  * @param metrics      counters and the error path
@@ -31,7 +32,8 @@ import java.util.concurrent.ExecutorService;
  * @param auth         control-plane authentication ({@link ControlAuth#OFF} when off)
  */
 public record TransferEnv(TransceiverConfig config, TransceiverState selfState, ConnectionManager connections,
-                          CacheFormatter formatter, TransferBufferPool pool, BufferManager buffers,
+                          CacheFormatter formatter, dev.kvtransfer.api.cache.KvCacheView cache, TransferBufferPool pool,
+                          BufferManager buffers,
                           TransferMetrics metrics, TimingCsvWriter timing, ExecutorService peerExecutor,
                           String threadPrefix, TransferJournal journal, ControlAuth auth) {
     /** Longest wait of one control message (ready signals aside, which wait on the request's deadline). */
@@ -56,6 +58,7 @@ public record TransferEnv(TransceiverConfig config, TransceiverState selfState, 
         Objects.requireNonNull(selfState, "selfState");
         Objects.requireNonNull(connections, "connections");
         Objects.requireNonNull(formatter, "formatter");
+        Objects.requireNonNull(cache, "cache");
         Objects.requireNonNull(pool, "pool");
         Objects.requireNonNull(buffers, "buffers");
         Objects.requireNonNull(metrics, "metrics");
@@ -67,27 +70,6 @@ public record TransferEnv(TransceiverConfig config, TransceiverState selfState, 
         }
     }
 
-    /**
-     * Without a journal.
-     *
-     * @param config       settings
-     * @param selfState    this rank's state
-     * @param connections  endpoint
-     * @param formatter    formatter
-     * @param pool         staging pool
-     * @param buffers      buffers
-     * @param metrics      metrics
-     * @param timing       timing writer or null
-     * @param peerExecutor per-peer executor or null
-     * @param threadPrefix thread name prefix
-     */
-    public TransferEnv(TransceiverConfig config, TransceiverState selfState, ConnectionManager connections,
-                       CacheFormatter formatter, TransferBufferPool pool, BufferManager buffers,
-                       TransferMetrics metrics, TimingCsvWriter timing, ExecutorService peerExecutor,
-                       String threadPrefix) {
-        this(config, selfState, connections, formatter, pool, buffers, metrics, timing, peerExecutor, threadPrefix,
-                TransferJournal.NOOP, ControlAuth.of(config.authSecret()));
-    }
 
     /** @return this rank's cache state */
     public CacheState selfCache() {

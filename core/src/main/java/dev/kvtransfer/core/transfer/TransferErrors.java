@@ -15,4 +15,8 @@ final class TransferErrors {
         }
         return new KvTransferException(ErrorCode.INTERNAL, requestId, doing + " failed: " + e, e);
     }
+
+    static ErrorCode codeOf(Throwable e) {
+        return e instanceof KvTransferException k ? k.code() : ErrorCode.INTERNAL;
+    }
 }

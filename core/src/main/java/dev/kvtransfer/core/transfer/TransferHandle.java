@@ -40,6 +40,38 @@ public interface TransferHandle {
     int reusedBlocks();
 
     /**
+     * Records the messages (descriptors) the transfer used, before it completes.
+     *
+     * @param n payload messages or write entries
+     */
+    void recordMessages(int n);
+
+    /** @return context side: whether the engine marks this request's layers ready one by one */
+    boolean layerWise();
+
+    /** Context side: the engine will mark layers ready one by one. */
+    void markLayerWise();
+
+    /**
+     * Context side, layer-wise: waits until local layers {@code [0, count)} are ready, bounded.
+     *
+     * @param count         layers needed
+     * @param deadlineNanos {@code System.nanoTime()} deadline
+     * @return true when they are ready; false on the deadline or when the request ended
+     */
+    boolean awaitLayersReady(int count, long deadlineNanos);
+
+    /** @return context side: how many leading local layers are ready */
+    int layersReady();
+
+    /**
+     * Generation side: a local layer has arrived (wakes {@code awaitLayer} waiters).
+     *
+     * @param localLayer the rank-local layer
+     */
+    void layerArrived(int localLayer);
+
+    /**
      * Completes the request successfully.
      *
      * @param kvCacheSize bytes this rank moved

@@ -4,6 +4,7 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.ErrorHandler;
 import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.DistributionSummary;
 import io.micrometer.core.instrument.MeterRegistry;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -14,7 +15,8 @@ import java.util.Objects;
 
 /**
  * Counters of one rank ({@code kvtransfer.errors{code}}, {@code kvtransfer.transfers{role,outcome}},
- * {@code kvtransfer.bytes{role}}) and the path every background error takes: log, counter, error handler.
+ * {@code kvtransfer.bytes{role}}, {@code kvtransfer.messages{role}}: payload messages or write entries per
+ * request) and the path every background error takes: log, counter, error handler.
  */
 public final class TransferMetrics {
     private static final Logger LOG = LoggerFactory.getLogger(TransferMetrics.class);
@@ -28,6 +30,8 @@ public final class TransferMetrics {
     private final Counter recvFailed;
     private final Counter bytesSent;
     private final Counter bytesReceived;
+    private final DistributionSummary messagesSent;
+    private final DistributionSummary messagesReceived;
 
     /**
      * Registers the counters.
@@ -51,6 +55,13 @@ public final class TransferMetrics {
         bytesSent = Counter.builder("kvtransfer.bytes").tag("rank", rank).tag("role", "context").register(registry);
         bytesReceived = Counter.builder("kvtransfer.bytes").tag("rank", rank).tag("role", "generation")
                 .register(registry);
+        messagesSent = messages(registry, rank, "context");
+        messagesReceived = messages(registry, rank, "generation");
+    }
+
+    private static DistributionSummary messages(MeterRegistry r, String rank, String role) {
+        return DistributionSummary.builder("kvtransfer.messages").tag("rank", rank).tag("role", role)
+                .description("payload messages (pull) or write entries (push) one request used").register(r);
     }
 
     private static Counter transfers(MeterRegistry r, String rank, String role, String outcome) {
@@ -94,5 +105,15 @@ public final class TransferMetrics {
             (ok ? recvOk : recvFailed).increment();
             bytesReceived.increment(bytes);
         }
+    }
+
+    /**
+     * Records how many payload messages (pull) or write entries (push) one completed request used.
+     *
+     * @param sender true on the context side
+     * @param n      messages or entries
+     */
+    public void messages(boolean sender, int n) {
+        (sender ? messagesSent : messagesReceived).record(n);
     }
 }

@@ -4,6 +4,12 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
+import dev.kvtransfer.api.memory.BufferManager;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.memory.MemoryAccess;
@@ -148,6 +154,145 @@ class PagedKvCacheTest {
         assertThatThrownBy(() -> cache.block(0)).isInstanceOf(IllegalStateException.class);
         assertThatThrownBy(() -> cache.allocate(2, 1)).isInstanceOf(IllegalStateException.class);
         assertThatThrownBy(() -> new PagedKvCache(mm, LAYOUT, 0)).isInstanceOf(IllegalArgumentException.class);
+    }
+
+    @Test
+    void blockPoolRegionsAreItsChunksAndGeometryFindsEveryBlock() {
+        try (PagedKvCache cache = new PagedKvCache(mm, LAYOUT, 5)) {
+            assertThat(cache.poolLayout()).isEqualTo(PoolLayout.BLOCK);
+            assertThat(cache.blocksPerRegion()).isEqualTo(5);
+            assertThat(cache.regionCount()).isEqualTo(1);
+            assertThat(cache.regions()).hasSize(1);
+            assertThat(cache.region(0)).isSameAs(cache.region(0));
+            PoolGeometry g = cache.geometry();
+            for (int b = 0; b < 5; b++) {
+                assertThat(cache.region(g.region(b, 1, 1, 0)).address() + g.planeOffset(b, 1, 1, 0))
+                        .isEqualTo(cache.block(b).address() + LAYOUT.offset(1, 1, 0, 0, 0));
+            }
+            assertThat(cache.planeSegment(3, 1, 0, 0).address())
+                    .isEqualTo(cache.block(3).address() + LAYOUT.offset(1, 0, 0, 0, 0));
+            assertThat(cache.memoryKind()).isEqualTo(MemoryKind.HOST);
+        }
+    }
+
+    @Test
+    void layerPoolsHaveOneRegionPerLayerAndKvHoldingEveryBlock() {
+        for (PoolLayout p : List.of(PoolLayout.LAYER_NHD, PoolLayout.LAYER_HND)) {
+            try (PagedKvCache cache = new PagedKvCache(mm, LAYOUT, p, MemoryKind.HOST, 6)) {
+                assertThat(cache.poolLayout()).isEqualTo(p);
+                assertThat(cache.blocksPerRegion()).isEqualTo(6);
+                assertThat(cache.regionCount()).isEqualTo(2 * 2);
+                assertThat(mm.outstandingBuffers()).isEqualTo(4);
+                for (MemoryBuffer r : cache.regions()) {
+                    assertThat(r.size()).isEqualTo(6 * LAYOUT.planeBytes());
+                }
+                MemoryBuffer plane = cache.planeSegment(4, 1, 1, 0);
+                assertThat(plane.address()).isEqualTo(cache.region(3).address() + 4 * LAYOUT.planeBytes());
+                assertThat(plane.size()).isEqualTo(LAYOUT.planeBytes());
+                assertThatThrownBy(() -> cache.block(0)).isInstanceOf(UnsupportedOperationException.class)
+                        .hasMessageContaining(p.toString());
+                assertThat(cache.allocate(1, 6)).containsExactly(0, 1, 2, 3, 4, 5);
+            }
+            assertThat(mm.outstandingBuffers()).isZero();
+        }
+    }
+
+    @Test
+    void splitLatentPoolHasNopeAndRopeRegionsPerLayer() {
+        BlockLayout mla = new BlockLayout(3, 1, 1, 16, 576, 2);
+        PoolLayout split = new PoolLayout(PoolLayout.Kind.LAYER_NHD, 64);
+        try (PagedKvCache cache = new PagedKvCache(mm, mla, split, MemoryKind.HOST, 4)) {
+            assertThat(cache.regionCount()).isEqualTo(3 * 2);
+            assertThat(cache.region(0).size()).isEqualTo(4L * 16 * 512 * 2);
+            assertThat(cache.region(1).size()).isEqualTo(4L * 16 * 64 * 2);
+            assertThat(cache.planeSegment(2, 2, 0, 1).size()).isEqualTo(16 * 64 * 2);
+        }
+    }
+
+    @Test
+    void factoryTakesTheRanksBlockLayoutAndThePoolLayoutOfTheState() {
+        CacheState s = CacheState.builder().uniformKvHeads(4, 4).sizePerHead(8).tokensPerBlock(16)
+                .tensorParallelism(2).pipelineParallelism(2).dataType(DataType.FLOAT16)
+                .poolLayout(PoolLayout.LAYER_HND).build();
+        try (PagedKvCache cache = PagedKvCache.of(mm, s, 3, 5)) {
+            assertThat(cache.layout()).isEqualTo(BlockLayout.of(s, 3));
+            assertThat(cache.poolLayout()).isEqualTo(PoolLayout.LAYER_HND);
+            assertThat(cache.regionCount()).isEqualTo(2 * 2);
+        }
+    }
+
+    @Test
+    void devicePoolsAreNeverTouchedByTheCpu() {
+        List<Long> allocated = new ArrayList<>();
+        BufferManager device = new BufferManager() {
+            @Override
+            public MemoryBuffer allocate(long bytes, MemoryKind kind) {
+                assertThat(kind).isEqualTo(MemoryKind.DEVICE);
+                allocated.add(bytes);
+                MemoryBuffer host = mm.allocate(Math.max(1, bytes), MemoryKind.HOST);
+                return new MemoryBuffer() {
+                    @Override
+                    public long address() {
+                        throw new AssertionError("the CPU asked for a device address");
+                    }
+
+                    @Override
+                    public long size() {
+                        return bytes;
+                    }
+
+                    @Override
+                    public MemoryKind kind() {
+                        return MemoryKind.DEVICE;
+                    }
+
+                    @Override
+                    public MemoryBuffer slice(long offset, long length) {
+                        return this;
+                    }
+
+                    @Override
+                    public java.nio.ByteBuffer asByteBuffer() {
+                        throw new UnsupportedOperationException();
+                    }
+
+                    @Override
+                    public void close() {
+                        host.close();
+                    }
+                };
+            }
+
+            @Override
+            public void copy(MemoryBuffer src, long so, MemoryBuffer dst, long d, long bytes) {
+                throw new AssertionError("no copy expected");
+            }
+
+            @Override
+            public void synchronize() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        try (PagedKvCache cache = new PagedKvCache(device, LAYOUT, PoolLayout.LAYER_NHD, MemoryKind.DEVICE, 3)) {
+            assertThat(cache.memoryKind()).isEqualTo(MemoryKind.DEVICE);
+            assertThat(allocated).hasSize(4).containsOnly(3 * LAYOUT.planeBytes());
+            assertThat(cache.regions()).hasSize(4);
+        }
+        try (PagedKvCache cache = new PagedKvCache(device, LAYOUT, PoolLayout.BLOCK, MemoryKind.DEVICE, 3)) {
+            assertThat(cache.region(0).kind()).isEqualTo(MemoryKind.DEVICE);
+        }
+    }
+
+    @Test
+    void zeroLayerLayerPoolsHaveNoRegions() {
+        try (PagedKvCache cache = new PagedKvCache(mm, new BlockLayout(0, 2, 4, 16, 32, 2), PoolLayout.LAYER_NHD,
+                MemoryKind.HOST, 5)) {
+            assertThat(cache.regionCount()).isZero();
+            assertThat(cache.allocate(1, 5)).hasSize(5);
+        }
     }
 
     @Test

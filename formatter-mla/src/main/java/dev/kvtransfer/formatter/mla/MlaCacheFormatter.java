@@ -8,6 +8,9 @@ import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PartPlan;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.memory.BufferManager;
@@ -17,37 +20,36 @@ import dev.kvtransfer.api.model.CacheState;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicReferenceArray;
+import java.util.function.IntFunction;
 
 /**
  * The MLA cache formatter (TensorRT-LLM's {@code MLACacheFormatter}): one latent head per layer, identical on
  * every TP rank of a (DP) group, so the formatter only re-shards layers (PP) and blocks (generation CP), and of
  * the context ranks holding identical bytes only the designated one ({@link MlaMapping#needSendCache}) sends.
+ * Either side's pool may be any {@link PoolLayout}: block, layer-nhd, layer-hnd, or a layer pool whose latent rows
+ * are split into their nope and rope parts ({@link PoolLayout#ropeDim()}).
  *
- * <p>Sender: one output per (CP, PP) domain slot, {@code [localBlock][layer of the slot][kv][token][dim]}; the
- * layers a peer PP rank shares with this rank are one contiguous run of every block, so an output is filled
- * with one bulk copy per block. Peers that differ only in TP get the same output. Receiver: one input per
- * picked context rank (one per PP-domain slot), scattered back with one bulk copy per block.
+ * <p>Parts: a context rank sends each peer the rectangle it shares with it: the blocks of the peer's CP range
+ * after the reused prefix ({@link TransferSession#reusedBlocks()}), the layers of its PP slot. A generation rank
+ * receives one such part per picked context rank (one per PP slot). How each part travels is a {@link PartPlan}
+ * both sides derive from both pool layouts and both block-id lists: runs of blocks consecutive on both sides
+ * coalesce, a side that holds a message contiguously moves it straight from / into its pool, the other stages it
+ * with strided copies through the session's {@link BufferManager}. A part moves straight between the pools when
+ * its messages average at least {@link #DEFAULT_DIRECT_RUN_MIN_BYTES} (or when both ranks hold the same layers,
+ * whatever the size); below that both sides stage and the part is one message. Peers that differ only in TP get
+ * the same staged bytes, gathered once.
  *
- * <p>Zero copy: when a context rank and a generation rank hold exactly the same layers
- * ({@link MlaMapping#sameLayerRange}), a context block is byte for byte the generation block, so the sender
- * sends each block straight from the cache and the receiver receives it straight into its block, one part per
- * block. The same direct path is taken for any PP slot whose run (shared layers of one block) is at least
- * {@link #DEFAULT_DIRECT_RUN_MIN_BYTES}: the run is contiguous on both sides, and one message per block then
- * costs less than staging. Both sides decide from the two states and the run length, so they agree on the part
- * lengths; everything else is staged, one part per peer.
- *
- * <p>Indexer-K pool: when this rank's {@link KvCacheView#indexerKCache()} is present, a second pass moves it
- * with the same peers, part mapping and zero-copy rule, after the main pool's parts, with its own staging.
+ * <p>Indexer-K pool: when this rank's {@link KvCacheView#indexerKCache()} is present (a block pool), a second pass
+ * moves it with the same peers, part mapping and plan rule, after the main pool's parts, with its own staging.
  * The api's {@code CacheState} does not declare the pool yet, so each side decides from its own cache view:
  * both instances must be configured alike (see the module README).
  *
- * <p>Thread-safe: per-transfer state lives on the stack; the only shared state is a cache of block views.
+ * <p>Thread-safe: per-transfer state lives on the stack; the only shared state is a cache of region views.
  */
 public final class MlaCacheFormatter implements CacheFormatter {
     /**
-     * Default of the smallest run (the layers shared with one peer PP rank, of one block) that moves as its own
-     * part straight from / into the caches instead of being staged: above it, one message per block costs
-     * less than two extra copies of the bytes.
+     * Default of the smallest average message that moves straight from / into the pools instead of being staged
+     * (one part per peer): above it, one message per run costs less than two extra copies of the bytes.
      */
     public static final long DEFAULT_DIRECT_RUN_MIN_BYTES = 256 * 1024;
 
@@ -62,7 +64,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
      * @param buffers the rank's staging pool; staging is taken through each {@link TransferSession}, which
      *                draws on this pool
      * @throws IllegalArgumentException if the indexer-K pool does not match the main pool's layers and tokens,
-     *                                  or is not one {@code uint8} head per layer
+     *                                  or is not one {@code uint8} head per layer in a block pool
      */
     public MlaCacheFormatter(KvCacheView cache, TransferBufferPool buffers) {
         this(cache, buffers, DEFAULT_DIRECT_RUN_MIN_BYTES);
@@ -70,7 +72,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
 
     /**
      * A formatter with another direct-run threshold. Both sides of a transfer must use the same value (they
-     * decide independently which parts are per block); package-private so tests can force either path.
+     * decide independently how parts travel); package-private so tests can force either path.
      */
     MlaCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long directRunMinBytes) {
         Objects.requireNonNull(cache, "cache");
@@ -85,10 +87,11 @@ public final class MlaCacheFormatter implements CacheFormatter {
             BlockLayout m = cache.layout();
             BlockLayout i = idx.layout();
             if (i.localLayers() != m.localLayers() || i.tokensPerBlock() != m.tokensPerBlock() || i.kvFactor() != 1
-                    || i.localHeads() != 1 || i.elementBytes() != 1) {
-                throw new IllegalArgumentException("indexer-K pool layout " + i + " must hold the main pool's "
-                        + m.localLayers() + " layers and " + m.tokensPerBlock() + " tokens per block, with kvFactor 1,"
-                        + " 1 head and 1-byte (uint8) elements");
+                    || i.localHeads() != 1 || i.elementBytes() != 1
+                    || idx.poolLayout().kind() != PoolLayout.Kind.BLOCK) {
+                throw new IllegalArgumentException("indexer-K pool layout " + i + " (" + idx.poolLayout()
+                        + " pool) must hold the main pool's " + m.localLayers() + " layers and " + m.tokensPerBlock()
+                        + " tokens per block, with kvFactor 1, 1 head and 1-byte (uint8) elements, in a block pool");
             }
             this.indexer = new Pool("indexer-K", idx);
         } else {
@@ -121,9 +124,10 @@ public final class MlaCacheFormatter implements CacheFormatter {
                     + " holds " + blocks.length + " blocks of the request but the session says the request has "
                     + session.totalBlocks() + " (context CP is 1, so they must be equal)", null);
         }
-        sendPass(session, main, self, selfIndex, peer, targets, blocks);
+        int reused = reused(session);
+        sendPass(session, main, self, selfIndex, peer, targets, blocks, reused, peer.poolLayout());
         if (indexer != null) {
-            sendPass(session, indexer, self, selfIndex, peer, targets, blocks);
+            sendPass(session, indexer, self, selfIndex, peer, targets, blocks, reused, PoolLayout.BLOCK);
         }
     }
 
@@ -148,11 +152,21 @@ public final class MlaCacheFormatter implements CacheFormatter {
                     + blocks.length + " blocks for the request but its share of " + session.totalBlocks()
                     + " blocks is " + expected, null);
         }
+        int reused = reused(session);
         int[] pick = MlaMapping.pickRecv(targets, self);
-        recvPass(session, main, self, selfIndex, peer, targets, pick, blocks);
+        recvPass(session, main, self, selfIndex, peer, targets, pick, blocks, reused, peer.poolLayout());
         if (indexer != null) {
-            recvPass(session, indexer, self, selfIndex, peer, targets, pick, blocks);
+            recvPass(session, indexer, self, selfIndex, peer, targets, pick, blocks, reused, PoolLayout.BLOCK);
         }
+    }
+
+    private static int reused(TransferSession session) {
+        int reused = session.reusedBlocks();
+        if (reused < 0 || reused > session.totalBlocks()) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "reusedBlocks " + reused
+                    + " outside [0, " + session.totalBlocks() + "]", null);
+        }
+        return reused;
     }
 
     @Override
@@ -187,182 +201,215 @@ public final class MlaCacheFormatter implements CacheFormatter {
     }
 
     /**
-     * Which PP-domain slots move as direct runs (one part per block, straight from / into the caches) rather
-     * than staged (one part per peer). Both sides compute the same answer: the run length {@code Lk * layerBytes}
-     * is the same number on both (equal layouts per layer), and equal layer ranges are symmetric.
+     * The part shared with the peer at position {@code p} (sender: the peer's CP range; receiver: this rank's),
+     * after the reused prefix, and how it travels. {@code null} when it holds no block.
+     *
+     * @param ctxIndex the context rank (self on the sender, the peer on the receiver)
+     * @param genIndex the generation rank
      */
-    private boolean[] directSlots(TargetRanks targets, Pool pool, boolean sameRange) {
-        int dPp = targets.domainPp();
-        boolean[] direct = new boolean[dPp];
-        for (int k = 0; k < dPp; k++) {
-            long run = targets.peerPpDomainLayers().get(k) * pool.layout.layerBytes();
-            direct[k] = sameRange || run >= directRunMinBytes;
+    private PartPlan plan(TransferSession session, Pool pool, boolean sender, CacheState ctx, int ctxIndex,
+                          CacheState gen, int genIndex, int[] ctxIds, int[] genIds, int reused,
+                          PoolLayout peerPool) {
+        int n = session.totalBlocks();
+        int genCp = gen.cpRank(genIndex);
+        int g0 = MlaMapping.firstBlockOfCpRank(n, gen.contextParallelism(), genCp);
+        int g1 = g0 + MlaMapping.blocksOfCpRank(n, gen.contextParallelism(), genCp);
+        int b0 = Math.max(g0, reused);
+        int count = g1 - b0;
+        int cPp = ctx.ppRank(ctxIndex);
+        int gPp = gen.ppRank(genIndex);
+        int cl0 = ctx.firstLayer(cPp);
+        int gl0 = gen.firstLayer(gPp);
+        int l0 = Math.max(cl0, gl0);
+        int layers = Math.min(cl0 + ctx.layerCount(cPp), gl0 + gen.layerCount(gPp)) - l0;
+        if (count <= 0 || layers <= 0) {
+            return null;
         }
-        return direct;
+        BlockLayout own = pool.layout;
+        BlockLayout peerLayout = new BlockLayout(sender ? gen.layerCount(gPp) : ctx.layerCount(cPp), own.kvFactor(),
+                1, own.tokensPerBlock(), own.sizePerHead(), own.elementBytes());
+        PoolGeometry peerGeometry = PoolGeometry.of(peerLayout, peerPool, 1);
+        PoolGeometry ctxGeometry = sender ? pool.geometry : peerGeometry;
+        PoolGeometry genGeometry = sender ? peerGeometry : pool.geometry;
+        // Same layers on both ranks: a block of one is a block of the other, moved straight whatever its size.
+        boolean sameRange = MlaMapping.sameLayerRange(ctx, ctxIndex, gen, genIndex);
+        long threshold = sameRange ? 0 : directRunMinBytes;
+        try {
+            return PartPlan.builder()
+                    .sender(ctxGeometry, ctxIds, b0, l0 - cl0, 0)
+                    .receiver(genGeometry, genIds, b0 - g0, l0 - gl0, 0)
+                    .shape(count, layers, 1).selfIsSender(sender).policy(threshold, threshold, true).build();
+        } catch (IllegalArgumentException e) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the " + pool.name
+                    + " part between context rank " + ctxIndex + " and generation rank " + genIndex + ": "
+                    + e.getMessage(), e);
+        }
     }
 
     private void sendPass(TransferSession session, Pool pool, CacheState self, int selfIndex, CacheState peer,
-                          TargetRanks targets, int[] blocks) {
-        int n = blocks.length;
+                          TargetRanks targets, int[] blocks, int reused, PoolLayout peerPool) {
         int peers = targets.size();
-        int dPp = targets.domainPp();
-        int peerCp = peer.contextParallelism();
-        long layerBytes = pool.layout.layerBytes();
-        // dPp == 1 means this rank's layers lie inside one generation PP rank's; equality of the ranges is
-        // the same for every peer of the domain (they differ in TP and CP only).
-        boolean sameRange = dPp == 1 && MlaMapping.sameLayerRange(self, selfIndex, peer, targets.peerRanks().get(0));
-        boolean[] direct = directSlots(targets, pool, sameRange);
-        int outputs = MlaMapping.outputCount(targets);
-        long[] sizes = new long[outputs];
-        int[] staged = new int[outputs]; // output -> staging buffer index; -1 when direct or empty
-        int nonEmpty = 0;
-        for (int o = 0; o < outputs; o++) {
-            int cp = o / dPp; // the CP domain starts at generation CP rank 0 (context CP is 1)
-            long count = MlaMapping.blocksOfCpRank(n, peerCp, cp);
-            sizes[o] = count * targets.peerPpDomainLayers().get(o % dPp) * layerBytes;
-            staged[o] = sizes[o] == 0 || direct[o % dPp] ? -1 : nonEmpty++;
+        PartPlan[] plans = new PartPlan[peers];
+        int active = 0;
+        for (int p = 0; p < peers; p++) {
+            plans[p] = plan(session, pool, true, self, selfIndex, peer, targets.peerRanks().get(p), blocks,
+                    session.peerBlockIds(p), reused, peerPool);
+            active += plans[p] == null ? 0 : 1;
         }
-        MemoryBuffer[] stage = null;
-        if (nonEmpty > 0) {
-            long[] stageSizes = new long[nonEmpty];
-            for (int o = 0; o < outputs; o++) {
-                if (staged[o] >= 0) {
-                    stageSizes[staged[o]] = sizes[o];
+        // Staged parts that are the same stream (peers that differ only in TP) share one gather.
+        int[] rep = new int[peers];
+        int staged = 0;
+        for (int p = 0; p < peers; p++) {
+            rep[p] = p;
+            if (plans[p] == null || plans[p].selfDirect()) {
+                continue;
+            }
+            for (int q = 0; q < p; q++) {
+                if (rep[q] == q && plans[q] != null && !plans[q].selfDirect() && plans[q].sameStream(plans[p])) {
+                    rep[p] = q;
+                    break;
                 }
             }
-            stage = session.stagingBuffers(stageSizes);
-            BufferManager copier = session.bufferManager();
-            for (int o = 0; o < outputs; o++) {
-                if (staged[o] < 0) {
-                    continue;
+            staged += rep[p] == p ? 1 : 0;
+        }
+        MemoryBuffer[] staging = new MemoryBuffer[peers];
+        if (staged > 0) {
+            long[] sizes = new long[staged];
+            int j = 0;
+            for (int p = 0; p < peers; p++) {
+                if (plans[p] != null && !plans[p].selfDirect() && rep[p] == p) {
+                    sizes[j++] = plans[p].bytes();
                 }
-                int k = o % dPp;
-                int first = MlaMapping.firstBlockOfCpRank(n, peerCp, o / dPp);
-                int count = MlaMapping.blocksOfCpRank(n, peerCp, o / dPp);
-                long srcOffset = layerOffset(targets, k) * layerBytes;
-                long run = targets.peerPpDomainLayers().get(k) * layerBytes;
-                MemoryBuffer dst = stage[staged[o]];
-                for (int i = 0; i < count; i++) {
-                    copier.copy(pool.block(blocks[first + i]), srcOffset, dst, i * run, run);
+            }
+            MemoryBuffer[] got = session.stagingBuffers(sizes);
+            j = 0;
+            BufferManager copier = session.bufferManager();
+            for (int p = 0; p < peers; p++) {
+                if (plans[p] != null && !plans[p].selfDirect() && rep[p] == p) {
+                    staging[p] = got[j++];
+                    // The whole part is one message when staged: fill it before the sends start.
+                    PartPlan.Cursor c = plans[p].cursor();
+                    while (c.next()) {
+                        c.copy(copier, pool.regions, staging[p], c.streamOffset(), false);
+                    }
                 }
             }
             copier.synchronize();
         }
-        MemoryBuffer[] staging = stage;
-        int[] all = new int[peers];
+        int[] all = new int[active];
+        int k = 0;
         for (int p = 0; p < peers; p++) {
-            all[p] = p;
+            if (plans[p] != null) {
+                all[k++] = p;
+            }
         }
         session.forEachPeer(all, p -> {
-            int o = MlaMapping.outputIndex(targets, p);
-            if (sizes[o] == 0) {
-                return; // this generation CP rank gets no block of this request
-            }
-            int k = o % dPp;
+            PartPlan pp = plans[p];
             long start = System.nanoTime();
-            if (direct[k]) {
-                int cp = o / dPp;
-                int first = MlaMapping.firstBlockOfCpRank(n, peerCp, cp);
-                int count = MlaMapping.blocksOfCpRank(n, peerCp, cp);
-                long srcOffset = layerOffset(targets, k) * layerBytes;
-                long run = targets.peerPpDomainLayers().get(k) * layerBytes;
-                for (int i = 0; i < count; i++) {
-                    session.send(p, pool.block(blocks[first + i]), srcOffset, run);
+            PartPlan.Cursor c = pp.cursor();
+            if (pp.selfDirect()) {
+                while (c.next()) {
+                    session.send(p, pool.region(c.region()), c.offset(), c.length());
                 }
             } else {
-                session.send(p, staging[staged[o]], 0, sizes[o]);
+                MemoryBuffer buf = staging[rep[p]];
+                while (c.next()) {
+                    session.send(p, buf, c.streamOffset(), c.length());
+                }
             }
-            session.recordMeasure(p, start, System.nanoTime(), sizes[o]);
+            session.recordMeasure(p, start, System.nanoTime(), pp.bytes());
         });
     }
 
     private void recvPass(TransferSession session, Pool pool, CacheState self, int selfIndex, CacheState peer,
-                          TargetRanks targets, int[] pick, int[] blocks) {
-        int n = blocks.length;
-        if (n == 0) {
-            return; // this CP rank gets no block of the request; the sender sends it nothing
+                          TargetRanks targets, int[] pick, int[] blocks, int reused, PoolLayout peerPool) {
+        int peers = targets.size();
+        PartPlan[] plans = new PartPlan[peers];
+        int active = 0;
+        int staged = 0;
+        for (int p : pick) {
+            plans[p] = plan(session, pool, false, peer, targets.peerRanks().get(p), self, selfIndex,
+                    session.peerBlockIds(p), blocks, reused, peerPool);
+            if (plans[p] != null) {
+                active++;
+                staged += plans[p].selfDirect() ? 0 : 1;
+            }
         }
-        int dPp = targets.domainPp();
-        long layerBytes = pool.layout.layerBytes();
-        boolean sameRange = dPp == 1
-                && MlaMapping.sameLayerRange(self, selfIndex, peer, targets.peerRanks().get(pick[0]));
-        boolean[] direct = directSlots(targets, pool, sameRange);
-        long[] sizes = new long[dPp];
-        int[] staged = new int[dPp]; // PP slot -> staging buffer index; -1 when direct
-        int nonEmpty = 0;
-        for (int k = 0; k < dPp; k++) {
-            sizes[k] = (long) n * targets.peerPpDomainLayers().get(k) * layerBytes;
-            staged[k] = direct[k] ? -1 : nonEmpty++;
+        if (active == 0) {
+            return; // nothing after the reused prefix, or no block on this CP rank: the sender sends nothing
         }
-        MemoryBuffer[] stage = null;
-        if (nonEmpty > 0) {
-            long[] stageSizes = new long[nonEmpty];
-            for (int k = 0; k < dPp; k++) {
-                if (staged[k] >= 0) {
-                    stageSizes[staged[k]] = sizes[k];
+        MemoryBuffer[] staging = new MemoryBuffer[peers];
+        if (staged > 0) {
+            long[] sizes = new long[staged];
+            int j = 0;
+            for (int p : pick) {
+                if (plans[p] != null && !plans[p].selfDirect()) {
+                    sizes[j++] = plans[p].bytes();
                 }
             }
-            stage = session.stagingBuffers(stageSizes);
-        }
-        MemoryBuffer[] staging = stage;
-        BufferManager copier = session.bufferManager();
-        session.forEachPeer(pick, p -> {
-            int k = p % dPp; // picked positions are one TP slot's PP slots, in order
-            long dstOffset = layerOffset(targets, k) * layerBytes;
-            long run = targets.peerPpDomainLayers().get(k) * layerBytes;
-            long start = System.nanoTime();
-            if (direct[k]) {
-                for (int i = 0; i < n; i++) {
-                    session.recv(p, pool.block(blocks[i]), dstOffset, run);
+            MemoryBuffer[] got = session.stagingBuffers(sizes);
+            j = 0;
+            for (int p : pick) {
+                if (plans[p] != null && !plans[p].selfDirect()) {
+                    staging[p] = got[j++];
                 }
-                session.recordMeasure(p, start, System.nanoTime(), sizes[k]);
+            }
+        }
+        int[] actives = new int[active];
+        int k = 0;
+        for (int p : pick) {
+            if (plans[p] != null) {
+                actives[k++] = p;
+            }
+        }
+        BufferManager copier = session.bufferManager();
+        session.forEachPeer(actives, p -> {
+            PartPlan pp = plans[p];
+            long start = System.nanoTime();
+            PartPlan.Cursor c = pp.cursor();
+            if (pp.selfDirect()) {
+                while (c.next()) {
+                    session.recv(p, pool.region(c.region()), c.offset(), c.length());
+                }
+                session.recordMeasure(p, start, System.nanoTime(), pp.bytes());
                 return;
             }
-            MemoryBuffer src = staging[staged[k]];
-            session.recv(p, src, 0, sizes[k]);
-            long end = System.nanoTime();
-            for (int i = 0; i < n; i++) {
-                copier.copy(src, i * run, pool.block(blocks[i]), dstOffset, run);
+            MemoryBuffer src = staging[p];
+            long end = start;
+            while (c.next()) {
+                session.recv(p, src, c.streamOffset(), c.length());
+                end = System.nanoTime();
+                c.copy(copier, pool.regions, src, c.streamOffset(), true);
             }
             // Copies issued on this (possibly pooled) thread must be complete before the blocks are handed over.
             copier.synchronize();
-            session.recordMeasure(p, start, end, sizes[k]);
+            session.recordMeasure(p, start, end, pp.bytes());
         });
     }
 
-    /** First local layer (of this rank's block) shared with PP-domain slot {@code k}. */
-    private static long layerOffset(TargetRanks targets, int k) {
-        long offset = 0;
-        for (int j = 0; j < k; j++) {
-            offset += targets.peerPpDomainLayers().get(j);
-        }
-        return offset;
-    }
-
-    /** One pool of this rank (main or indexer-K) with a cache of its block views: no per-block garbage. */
+    /** One pool of this rank (main or indexer-K) with a cache of its region views: no per-block garbage. */
     private static final class Pool {
         private final String name;
         private final KvCacheView view;
         private final BlockLayout layout;
-        private final AtomicReferenceArray<MemoryBuffer> blocks;
+        private final PoolGeometry geometry;
+        private final AtomicReferenceArray<MemoryBuffer> regionViews;
+        private final IntFunction<MemoryBuffer> regions = this::region;
 
         Pool(String name, KvCacheView view) {
             this.name = name;
             this.view = view;
             this.layout = Objects.requireNonNull(view.layout(), name + " layout");
-            this.blocks = new AtomicReferenceArray<>(view.blockCount());
+            this.geometry = view.geometry();
+            this.regionViews = new AtomicReferenceArray<>(view.regionCount());
         }
 
-        MemoryBuffer block(int blockId) {
-            if (blockId < 0 || blockId >= blocks.length()) {
-                throw new IndexOutOfBoundsException(name + " block id " + blockId + " outside [0, " + blocks.length()
-                        + ")");
-            }
-            MemoryBuffer b = blocks.get(blockId);
+        MemoryBuffer region(int index) {
+            MemoryBuffer b = regionViews.get(index);
             if (b == null) {
-                // KvCacheView promises a stable buffer per block, so a racing duplicate is harmless.
-                b = view.block(blockId);
-                blocks.lazySet(blockId, b);
+                // KvCacheView promises stable regions, so a racing duplicate is harmless.
+                b = view.region(index);
+                regionViews.lazySet(index, b);
             }
             return b;
         }
@@ -372,6 +419,16 @@ public final class MlaCacheFormatter implements CacheFormatter {
             if (!layout.equals(expected)) {
                 throw new KvTransferException(ErrorCode.INTERNAL, requestId, name + " cache view layout " + layout
                         + " of rank " + rank + " does not match its CacheState's " + expected, null);
+            }
+            if (!view.poolLayout().equals(state.poolLayout())) {
+                throw new KvTransferException(ErrorCode.INTERNAL, requestId, name + " cache view's pool layout "
+                        + view.poolLayout() + " of rank " + rank + " is not the " + state.poolLayout()
+                        + " its CacheState declares (the peer plans its messages from the state)", null);
+            }
+            if (geometry.layerKind() && geometry.blocksPerRegion() < view.blockCount()) {
+                throw new KvTransferException(ErrorCode.INTERNAL, requestId, name + " cache view's " + geometry
+                        + " splits its " + view.blockCount() + " blocks over several regions per plane; a layer"
+                        + " pool must hold every block of a (layer, kv, segment) in one region", null);
             }
         }
     }

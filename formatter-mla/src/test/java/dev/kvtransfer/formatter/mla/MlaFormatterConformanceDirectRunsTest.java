@@ -5,6 +5,7 @@ import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.testkit.FormatterConformanceTest;
 import dev.kvtransfer.testkit.LayoutGrid;
+import dev.kvtransfer.testkit.LayoutPair;
 import dev.kvtransfer.testkit.LayoutGrid.Side;
 
 /**
@@ -30,6 +31,7 @@ class MlaFormatterConformanceDirectRunsTest extends FormatterConformanceTest {
         b.pair(Side.of(4, 1), Side.of(2, 2).dp(2).cp(2));
         b.pair(Side.of(2, 2).dp(2), Side.of(1, 4));
         b.pair(Side.of(1, 1), Side.of(1, 1).cp(4));
-        return b.build();
+        // Pool layouts in rotation (6 of the 25 combinations), and reuse of none, one and all blocks.
+        return b.build().withPoolLayouts(LayoutGrid.mlaPoolLayouts(64)).withReuse(0, 1, LayoutPair.ALL_BLOCKS);
     }
 }

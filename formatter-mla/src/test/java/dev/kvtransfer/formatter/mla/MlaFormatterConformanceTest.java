@@ -1,21 +1,28 @@
 package dev.kvtransfer.formatter.mla;
 
 import dev.kvtransfer.api.format.FormatterProvider;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.testkit.FormatterConformanceTest;
 import dev.kvtransfer.testkit.LayoutGrid;
+import dev.kvtransfer.testkit.LayoutPair;
 import dev.kvtransfer.testkit.LayoutGrid.Side;
+
+import java.util.List;
 
 /**
  * The testkit's formatter conformance suite over the MLA grid of issue 5: context TP {1,2,4} x PP {1,2,4}, with
  * and without attention DP (dpSize = TP), to generation TP {1,2,4} x PP {1,2,4}, with and without attention DP,
  * x generation CP {1,2,4}, 5 layers (uneven over PP 2 and 4); plus attention DP with several TP ranks per DP
  * group, zero-layer PP ranks, upstream's 10-layer [3,3,2,2] pairs, and one refused pair per field
- * {@code inquireSupport} checks. Every pair moves 4 concurrent requests through the loopback transport and is
- * checked byte for byte with KvPattern (head index 0). The indexer-K pool is not in the harness; it is covered by
- * {@link MlaTransferGridTest}.
+ * {@code inquireSupport} checks. The (context, generation) pool layouts rotate over block, layer-nhd, layer-hnd and
+ * both layer kinds with a split nope/rope latent (25 combinations, each on about 40 pairs), and the requests reuse
+ * none, all, one and three of their leading blocks. On top, every pool-layout pair (5 x 5, split latents with
+ * different rope sizes on the two sides included) on four shapes. Every pair moves 4 concurrent requests through
+ * the loopback transport and core's session and is checked byte for byte with KvPattern (head index 0). The
+ * indexer-K pass is covered by {@link MlaFormatterIndexerConformanceTest} and {@link MlaTransferGridTest}.
  */
 class MlaFormatterConformanceTest extends FormatterConformanceTest {
     @Override
@@ -25,7 +32,26 @@ class MlaFormatterConformanceTest extends FormatterConformanceTest {
 
     @Override
     protected LayoutGrid grid() {
-        return mlaGrid();
+        return mlaGrid().withPoolLayouts(LayoutGrid.mlaPoolLayouts(1)).withReuse(0, LayoutPair.ALL_BLOCKS, 1, 3)
+                .plus(poolShapes().everyPoolLayoutPair(mixedRopePoolLayouts()).withReuse(1, 0, 2,
+                        LayoutPair.ALL_BLOCKS));
+    }
+
+    /** Block, both layer kinds, and both layer kinds split with different rope sizes (1 and 3 of 4 dims). */
+    static List<PoolLayout> mixedRopePoolLayouts() {
+        return List.of(PoolLayout.BLOCK, PoolLayout.LAYER_NHD, PoolLayout.LAYER_HND,
+                new PoolLayout(PoolLayout.Kind.LAYER_NHD, 1), new PoolLayout(PoolLayout.Kind.LAYER_HND, 3));
+    }
+
+    /** Four shapes for every pool-layout pair: same layout, PP re-sharding, generation CP with TP, DP and PP. */
+    static LayoutGrid poolShapes() {
+        LayoutGrid.Builder b = LayoutGrid.builder().attentionType(AttentionType.MLA).heads(1).kvFactor(null)
+                .layers(5).dataTypes(DataType.FLOAT16, DataType.INT8, DataType.FLOAT32);
+        b.pair(Side.of(1, 1), Side.of(1, 1));
+        b.pair(Side.of(1, 1), Side.of(1, 2));
+        b.pair(Side.of(2, 1), Side.of(1, 1).cp(2));
+        b.pair(Side.of(1, 2), Side.of(2, 1).dp(2));
+        return b.build();
     }
 
     static LayoutGrid mlaGrid() {

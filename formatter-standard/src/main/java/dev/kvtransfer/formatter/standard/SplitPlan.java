@@ -6,88 +6,78 @@ import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.model.CacheState;
 
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 
 /**
  * How one rank's share of one request is cut into parts for its peers (sender) or assembled from them
- * (receiver): the split/concat mapping of TensorRT-LLM's {@code cacheSplitConcat} with our CP extension.
+ * (receiver): the split/concat mapping of TensorRT-LLM's {@code cacheSplitConcat} with our CP extension and prefix
+ * reuse. How a part's bytes travel (its messages, which side stages) is {@link dev.kvtransfer.api.layout.PartPlan}.
  *
  * <p>For the peer at position {@code p} of the target ranks (CP-major, then TP, then PP):
- * {@code cpIdx = p / (domainTp*domainPp)}, {@code tpIdx = (p / domainPp) % domainTp}, {@code k = p % domainPp}.
- * Peers whose TP index differs only inside a duplicate-head group ({@code peerDupHeadFactor}) share a head
- * group {@code hg = tpIdx / peerDup}. A part covers, of this rank's blocks, the local heads
- * {@code [hg*Hd, hg*Hd + Hd)} with {@code Hd = Hs / (domainTp / peerDup)}, the local layers
- * {@code [P_k, P_k + L_k)} ({@code P_k} = prefix sum of the PP-domain layer counts) and the blocks both ranks hold
- * (the intersection of the two ranks' contiguous CP block ranges over the request's {@code totalBlocks}). Its
- * bytes are ordered {@code [block][layer][kv][head][token][dim]} on both sides, so sender and receiver agree on
- * every part's length without talking.
- *
- * <p>One block's share of a part is a <em>row</em> ({@code layers * kv * Hd * T * D} elements). When the part holds
- * all of a side's heads ({@code Hd == Hs}), each row is one contiguous run of that side's block (its layer range):
- * that side moves the row straight from / into the cache, no staging (zero copy). Both sides know both head
- * counts, and a part always travels as one message per row, so they agree on the message sequence. Since
- * {@code Hd = min(Hs_self, Hs_peer)} for the aligned head ranges of TP splits, at least one side is always
- * contiguous; a part is <em>direct</em> (zero copy end to end) when both are.
+ * {@code tpIdx = (p / domainPp) % domainTp}. Peers whose TP index differs only inside a duplicate-head group
+ * ({@code peerDupHeadFactor}) share a head group {@code hg = tpIdx / peerDup}. A part covers, of this rank's
+ * blocks, the local heads {@code [hg*Hd, hg*Hd + Hd)} with {@code Hd = Hs / (domainTp / peerDup)}, the layers both
+ * ranks hold (global ranges intersected, {@code peerPpDomainLayers} of the slot), and the blocks both ranks hold
+ * (the intersection of the two ranks' contiguous CP block ranges over the request's {@code totalBlocks}) from the
+ * first block after the reused prefix on. Both ranks derive the same rectangle from the two states, so they agree
+ * on every part without talking.
  *
  * <p>Computed once per session: O(peers) objects, nothing per block.
  */
 final class SplitPlan {
-    /** One part: a rectangle of this rank's blocks, sent to (or received from) one or more peers. */
+    /** One part: a rectangle of blocks x layers x heads shared with one peer. */
     static final class Part {
-        /** Peer positions (in the target list) that get this part; one for a receiver. */
-        final int[] peers;
+        /** Peer position in the target list. */
+        final int peer;
         /** First block of the part, as an index into this rank's block list. */
         final int firstBlock;
+        /** First block of the part, as an index into the peer rank's block list. */
+        final int peerFirstBlock;
         /** Blocks in the part. */
         final int blockCount;
-        /** First local layer. */
+        /** First local layer on this rank. */
         final int firstLayer;
+        /** First local layer on the peer. */
+        final int peerFirstLayer;
         /** Layers in the part. */
         final int layerCount;
-        /** First local head. */
+        /** First local head on this rank. */
         final int firstHead;
+        /** First local head on the peer. */
+        final int peerFirstHead;
         /** Heads in the part. */
         final int headCount;
-        /** Whether each row is one contiguous run of our blocks (we hold no other heads than the part's). */
-        final boolean selfContiguous;
-        /** Whether each row is one contiguous run of the peer's blocks. */
-        final boolean peerContiguous;
-        /** Both sides contiguous: zero copy end to end. */
-        final boolean direct;
+        /** The peer's block layout. */
+        final BlockLayout peerLayout;
         /** Bytes of the whole part. */
         final long bytes;
 
-        Part(int[] peers, int firstBlock, int blockCount, int firstLayer, int layerCount, int firstHead,
-             int headCount, boolean selfContiguous, boolean peerContiguous, long bytes) {
-            this.peers = peers;
+        Part(int peer, int firstBlock, int peerFirstBlock, int blockCount, int firstLayer, int peerFirstLayer,
+             int layerCount, int firstHead, int peerFirstHead, int headCount, BlockLayout peerLayout, long bytes) {
+            this.peer = peer;
             this.firstBlock = firstBlock;
+            this.peerFirstBlock = peerFirstBlock;
             this.blockCount = blockCount;
             this.firstLayer = firstLayer;
+            this.peerFirstLayer = peerFirstLayer;
             this.layerCount = layerCount;
             this.firstHead = firstHead;
+            this.peerFirstHead = peerFirstHead;
             this.headCount = headCount;
-            this.selfContiguous = selfContiguous;
-            this.peerContiguous = peerContiguous;
-            this.direct = selfContiguous && peerContiguous;
+            this.peerLayout = peerLayout;
             this.bytes = bytes;
-        }
-
-        /** @return bytes of one block's share */
-        long rowBytes() {
-            return blockCount == 0 ? 0 : bytes / blockCount;
         }
 
         @Override
         public String toString() {
-            return "Part{peers=" + Arrays.toString(peers) + " blocks=[" + firstBlock + "+" + blockCount + ")"
-                    + " layers=[" + firstLayer + "+" + layerCount + ") heads=[" + firstHead + "+" + headCount + ")"
-                    + (selfContiguous ? " selfContiguous" : "") + (peerContiguous ? " peerContiguous" : "")
-                    + " bytes=" + bytes + "}";
+            return "Part{peer=" + peer + " blocks=[" + firstBlock + "+" + blockCount + ") (peer's from "
+                    + peerFirstBlock + ") layers=[" + firstLayer + "+" + layerCount + ") (peer's from "
+                    + peerFirstLayer + ") heads=[" + firstHead + "+" + headCount + ") (peer's from " + peerFirstHead
+                    + ") bytes=" + bytes + "}";
         }
     }
 
-    /** The parts, in output-buffer order (sender: cpIdx, head group, PP slot; receiver: pick order). */
+    /** The parts: sender, one per target position in order; receiver, one per pick in pick order. */
     final List<Part> parts;
     /** This rank's block count for the request. */
     final int localBlocks;
@@ -98,34 +88,21 @@ final class SplitPlan {
     }
 
     /**
-     * The sender's parts: one per distinct (CP index, head group, PP slot), listing every peer that receives it.
+     * The sender's parts: one per peer (peers sharing duplicated heads get equal rectangles).
      *
-     * @param self        this (context) side
-     * @param selfIndex   this rank
-     * @param peer        the generation side
-     * @param t           {@code targetRanks(peer, self, selfIndex)}
-     * @param totalBlocks blocks of the whole request
+     * @param self         this (context) side
+     * @param selfIndex    this rank
+     * @param peer         the generation side
+     * @param t            {@code targetRanks(peer, self, selfIndex)}
+     * @param totalBlocks  blocks of the whole request
+     * @param reusedBlocks leading global blocks the generation side already holds
      * @return the plan
      */
-    static SplitPlan forSender(CacheState self, int selfIndex, CacheState peer, TargetRanks t, int totalBlocks) {
-        int n = t.size();
-        int numHg = headGroups(t);
-        int outputs = t.domainCp() * numHg * t.domainPp();
-        int[][] peersOf = new int[outputs][];
-        int[] repPeer = new int[outputs];
-        Arrays.fill(repPeer, -1);
-        for (int p = 0; p < n; p++) {
-            int o = outputIndex(t, p);
-            peersOf[o] = peersOf[o] == null ? new int[] {p} : append(peersOf[o], p);
-            if (repPeer[o] < 0) {
-                repPeer[o] = p;
-            }
-        }
-        List<Part> parts = new ArrayList<>(outputs);
-        for (int o = 0; o < outputs; o++) {
-            if (peersOf[o] != null) {
-                parts.add(part(self, selfIndex, peer, t, repPeer[o], peersOf[o], totalBlocks));
-            }
+    static SplitPlan forSender(CacheState self, int selfIndex, CacheState peer, TargetRanks t, int totalBlocks,
+                               int reusedBlocks) {
+        List<Part> parts = new ArrayList<>(t.size());
+        for (int p = 0; p < t.size(); p++) {
+            parts.add(part(self, selfIndex, peer, t, p, totalBlocks, reusedBlocks));
         }
         return new SplitPlan(List.copyOf(parts), localBlockCount(self, selfIndex, totalBlocks));
     }
@@ -133,19 +110,20 @@ final class SplitPlan {
     /**
      * The receiver's parts: one per picked peer, in pick order.
      *
-     * @param self        this (generation) side
-     * @param selfIndex   this rank
-     * @param peer        the context side
-     * @param t           {@code targetRanks(peer, self, selfIndex)}
-     * @param picks       the picked peer positions
-     * @param totalBlocks blocks of the whole request
+     * @param self         this (generation) side
+     * @param selfIndex    this rank
+     * @param peer         the context side
+     * @param t            {@code targetRanks(peer, self, selfIndex)}
+     * @param picks        the picked peer positions
+     * @param totalBlocks  blocks of the whole request
+     * @param reusedBlocks leading global blocks this side already holds
      * @return the plan
      */
     static SplitPlan forReceiver(CacheState self, int selfIndex, CacheState peer, TargetRanks t, List<Integer> picks,
-                                 int totalBlocks) {
+                                 int totalBlocks, int reusedBlocks) {
         List<Part> parts = new ArrayList<>(picks.size());
         for (int p : picks) {
-            parts.add(part(self, selfIndex, peer, t, p, new int[] {p}, totalBlocks));
+            parts.add(part(self, selfIndex, peer, t, p, totalBlocks, reusedBlocks));
         }
         return new SplitPlan(List.copyOf(parts), localBlockCount(self, selfIndex, totalBlocks));
     }
@@ -155,34 +133,15 @@ final class SplitPlan {
         return Math.max(1, t.domainTp() / Math.max(1, t.peerDupHeadFactor()));
     }
 
-    /**
-     * The output buffer of the peer at position {@code p}: {@code (cpIdx * headGroups + hg) * domainPp + k}. For
-     * CP 1 this is upstream's {@code ((p / domainPP) / peerDupHead) * domainPP + p % domainPP}.
-     *
-     * @param t targets
-     * @param p peer position
-     * @return the output index
-     */
-    static int outputIndex(TargetRanks t, int p) {
-        int dPp = t.domainPp();
-        int dTp = t.domainTp();
-        int cpIdx = p / (dTp * dPp);
-        int tpIdx = (p / dPp) % dTp;
-        int k = p % dPp;
-        int hg = tpIdx / Math.max(1, t.peerDupHeadFactor());
-        return (cpIdx * headGroups(t) + hg) * dPp + k;
-    }
-
     /** This rank's block count: its share of {@code totalBlocks} under its CP size. */
     static int localBlockCount(CacheState self, int selfIndex, int totalBlocks) {
         return BlockDistribution.count(totalBlocks, self.contextParallelism(), self.cpRank(selfIndex));
     }
 
-    private static Part part(CacheState self, int selfIndex, CacheState peer, TargetRanks t, int p, int[] peers,
-                             int totalBlocks) {
+    private static Part part(CacheState self, int selfIndex, CacheState peer, TargetRanks t, int p, int totalBlocks,
+                             int reusedBlocks) {
         int dPp = t.domainPp();
         int dTp = t.domainTp();
-        int k = p % dPp;
         int tpIdx = (p / dPp) % dTp;
         int peerDup = Math.max(1, t.peerDupHeadFactor());
         int hs = self.kvHeadsPerRank();
@@ -193,37 +152,44 @@ final class SplitPlan {
         }
         int hd = hs / numHg;
         int hg = tpIdx / peerDup;
-        int firstLayer = 0;
-        for (int j = 0; j < k; j++) {
-            firstLayer += t.peerPpDomainLayers().get(j);
-        }
-        int layers = t.peerPpDomainLayers().get(k);
-
-        // Blocks both ranks hold: the intersection of their contiguous CP ranges.
         int peerRank = t.peerRanks().get(p);
-        int selfCp = self.contextParallelism();
-        int selfCpRank = self.cpRank(selfIndex);
-        int peerCp = peer.contextParallelism();
-        int peerCpRank = peer.cpRank(peerRank);
-        int s0 = BlockDistribution.firstGlobalBlock(totalBlocks, selfCp, selfCpRank);
-        int s1 = s0 + BlockDistribution.count(totalBlocks, selfCp, selfCpRank);
-        int q0 = BlockDistribution.firstGlobalBlock(totalBlocks, peerCp, peerCpRank);
-        int q1 = q0 + BlockDistribution.count(totalBlocks, peerCp, peerCpRank);
-        int b0 = Math.max(s0, q0);
+        BlockLayout peerLayout = BlockLayout.of(peer, peerRank);
+
+        // Layers both ranks hold: the global ranges intersected.
+        int selfPp = self.ppRank(selfIndex);
+        int peerPp = peer.ppRank(peerRank);
+        int sl0 = self.firstLayer(selfPp);
+        int pl0 = peer.firstLayer(peerPp);
+        int l0 = Math.max(sl0, pl0);
+        int l1 = Math.min(sl0 + self.layerCount(selfPp), pl0 + peer.layerCount(peerPp));
+        int layers = Math.max(0, l1 - l0);
+        if (layers != t.peerLayers(p)) {
+            throw new IllegalStateException("peer rank " + peerRank + " shares layers [" + l0 + ", " + l1
+                    + ") but the target ranks say " + t.peerLayers(p));
+        }
+
+        // Heads: this rank's local [hg*Hd, +Hd); the same global heads on the peer.
+        int firstHead = hg * hd;
+        int globalHead = self.firstGlobalHead(self.tpRank(selfIndex)) + firstHead;
+        int peerFirstHead = globalHead - peer.firstGlobalHead(peer.tpRank(peerRank));
+        if (peerFirstHead < 0 || peerFirstHead + hd > peer.kvHeadsPerRank()) {
+            throw new IllegalStateException("global heads [" + globalHead + ", " + (globalHead + hd) + ") are not on"
+                    + " peer rank " + peerRank + " (it holds " + peer.kvHeadsPerRank() + " from "
+                    + peer.firstGlobalHead(peer.tpRank(peerRank)) + ")");
+        }
+
+        // Blocks both ranks hold (the intersection of their contiguous CP ranges), after the reused prefix.
+        int s0 = BlockDistribution.firstGlobalBlock(totalBlocks, self.contextParallelism(), self.cpRank(selfIndex));
+        int s1 = s0 + BlockDistribution.count(totalBlocks, self.contextParallelism(), self.cpRank(selfIndex));
+        int q0 = BlockDistribution.firstGlobalBlock(totalBlocks, peer.contextParallelism(), peer.cpRank(peerRank));
+        int q1 = q0 + BlockDistribution.count(totalBlocks, peer.contextParallelism(), peer.cpRank(peerRank));
+        int b0 = Math.max(Math.max(s0, q0), reusedBlocks);
         int blocks = Math.max(0, Math.min(s1, q1) - b0);
 
         BlockLayout l = BlockLayout.of(self, selfIndex);
         long bytes = (long) blocks * layers * l.kvFactor() * hd * l.headBytes();
-        // The peer derives the same Hd (the heads both ranks hold), so it is contiguous exactly when it holds
-        // no more heads than that.
-        return new Part(peers, b0 - s0, blocks, firstLayer, layers, hg * hd, hd, hd == hs,
-                hd == peer.kvHeadsPerRank(), bytes);
-    }
-
-    private static int[] append(int[] a, int v) {
-        int[] b = Arrays.copyOf(a, a.length + 1);
-        b[a.length] = v;
-        return b;
+        return new Part(p, blocks == 0 ? 0 : b0 - s0, blocks == 0 ? 0 : b0 - q0, blocks, l0 - sl0, l0 - pl0, layers,
+                firstHead, peerFirstHead, hd, peerLayout, bytes);
     }
 
     @Override

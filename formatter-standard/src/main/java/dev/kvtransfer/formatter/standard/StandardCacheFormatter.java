@@ -8,6 +8,9 @@ import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PartPlan;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.memory.BufferManager;
@@ -19,27 +22,43 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicReferenceArray;
+import java.util.function.IntFunction;
 
 /**
  * The formatter for MHA/GQA caches ({@link AttentionType#DEFAULT}): re-shards heads (TP, including TP larger
  * than the KV head count), layers (PP, uneven and zero-layer stages), blocks (CP on one side) and attention-DP
- * groups between a context and a generation instance, moving elements as raw bytes of any width.
+ * groups between a context and a generation instance, between any two pool layouts ({@link PoolLayout}: block,
+ * layer-nhd, layer-hnd on either side), moving elements as raw bytes of any width, and only the blocks after the
+ * generation side's reused prefix ({@link TransferSession#reusedBlocks()}).
  *
- * <p>Zero copy where the layout allows it: when a part holds all of this rank's heads, each block's share (a
- * layer range) is one contiguous run of the block, and it is sent from (or received into) the cache directly,
- * one message per block; a side that shares its heads with several peers stages instead. Staging copies are bulk
- * copies of contiguous runs through the session's {@link BufferManager}: one {@code [head range][token][dim]}
- * run per (block, layer, kv), done row by row so copying overlaps the transfer. See {@link SplitPlan} for
- * the mapping and formatter-standard/README.md for the formulas.
+ * <p>{@link SplitPlan} cuts this rank's share into one part per peer (a rectangle of blocks x layers x heads);
+ * {@link PartPlan} decides how each part travels, from both pool layouts and both block-id lists
+ * ({@link TransferSession#peerBlockIds}), so both ranks agree on every message: runs of blocks consecutive on
+ * both sides coalesce into one message where both pools hold them contiguously, a side whose runs are contiguous
+ * moves them straight from / into its pool (zero copy), and a side that is not (a transpose between
+ * {@code [token][head]} and {@code [head][token]}, or a head subset of a token-major pool) stages the part and
+ * gathers / scatters it with strided copies through the session's {@link BufferManager}
+ * ({@code copy} / {@code copy2d}: one {@code cudaMemcpy2DAsync} each on a device manager). See
+ * formatter-standard/README.md for the formulas and the policy.
  *
  * <p>Thread-safe: all per-request state lives on the stack of {@link #format}/{@link #unformat}; the only shared
- * state is a lazily filled, benignly racy table of block views.
+ * state is a lazily filled, benignly racy table of region views.
  */
 public final class StandardCacheFormatter implements CacheFormatter {
+    /**
+     * Default of the smallest average message for which both sides move a part straight from / into their pools
+     * (below it, one side stages the part and it travels in that side's larger runs).
+     */
+    public static final long DEFAULT_MIN_BOTH_DIRECT_BYTES = 256 * 1024;
+
     private final KvCacheView cache;
     private final TransferBufferPool buffers;
-    /** Block views by id, fetched once: the hot loops then allocate nothing per block. */
-    private final AtomicReferenceArray<MemoryBuffer> blockViews;
+    private final PoolGeometry geometry;
+    private final long minBothDirectBytes;
+    private final boolean pipelinedScatter;
+    /** Region views by index, fetched once: the hot loops then allocate nothing. */
+    private final AtomicReferenceArray<MemoryBuffer> regionViews;
+    private final IntFunction<MemoryBuffer> regions = this::region;
 
     /**
      * A formatter over one rank's KV pool.
@@ -48,9 +67,25 @@ public final class StandardCacheFormatter implements CacheFormatter {
      * @param buffers the rank's staging pool (used by the session that core builds over it)
      */
     public StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers) {
+        this(cache, buffers, DEFAULT_MIN_BOTH_DIRECT_BYTES, true);
+    }
+
+    /**
+     * A formatter with another both-direct threshold (both sides of a transfer must use the same value: they decide
+     * independently how parts travel) and with or without the helper-thread scatter of staged receives ({@link
+     * ScatterPipeline}). Package-private so tests and benchmarks can force either plan.
+     */
+    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
+                           boolean pipelinedScatter) {
         this.cache = Objects.requireNonNull(cache, "cache");
         this.buffers = Objects.requireNonNull(buffers, "buffers");
-        this.blockViews = new AtomicReferenceArray<>(cache.blockCount());
+        if (minBothDirectBytes < 0) {
+            throw new IllegalArgumentException("minBothDirectBytes = " + minBothDirectBytes + ": must be >= 0");
+        }
+        this.minBothDirectBytes = minBothDirectBytes;
+        this.pipelinedScatter = pipelinedScatter;
+        this.geometry = cache.geometry();
+        this.regionViews = new AtomicReferenceArray<>(cache.regionCount());
     }
 
     /** @return the staging pool this formatter was created with */
@@ -70,51 +105,91 @@ public final class StandardCacheFormatter implements CacheFormatter {
         }
         int[] ids = session.blockIds();
         SplitPlan plan = plan(session, self, selfIndex, peer, t, true);
-        BlockLayout layout = checkLayout(session, self, selfIndex, ids, plan);
-        MemoryBuffer[] staging = staging(session, plan);
-        BufferManager bm = session.bufferManager();
-        List<SplitPlan.Part> parts = plan.parts;
-        int[] reps = new int[parts.size()];
-        SplitPlan.Part[] byRep = new SplitPlan.Part[t.size()];
-        MemoryBuffer[] bufByRep = new MemoryBuffer[t.size()];
+        checkLayout(session, self, selfIndex, ids, plan);
+        PartPlan[] plans = new PartPlan[t.size()];
+        int[] active = partPlans(session, plan, peer, ids, true, plans);
+        // Peers that get the same staged bytes (duplicated heads on their side) share one gather.
+        int[][] groups = sharedStaging(active, plans);
+        int[] reps = new int[groups.length];
         for (int i = 0; i < reps.length; i++) {
-            SplitPlan.Part part = parts.get(i);
-            reps[i] = part.peers[0];
-            byRep[reps[i]] = part;
-            bufByRep[reps[i]] = staging[i];
+            reps[i] = groups[i][0];
         }
+        MemoryBuffer[] staging = staging(session, reps, plans, t.size());
+        int[][] membersOf = new int[t.size()][];
+        for (int[] g : groups) {
+            membersOf[g[0]] = g;
+        }
+        BufferManager bm = session.bufferManager();
         session.forEachPeer(reps, rep -> {
-            SplitPlan.Part part = byRep[rep];
-            if (part.blockCount == 0) {
-                return; // the peer's CP range holds none of our blocks; it expects nothing either
-            }
+            PartPlan pp = plans[rep];
+            int[] members = membersOf[rep];
             long start = System.nanoTime();
-            long rowBytes = part.rowBytes();
-            if (part.selfContiguous) {
-                // Each row is one run of our block: send it from the cache, one message per block (zero copy).
-                long rowOff = part.firstLayer * layout.layerBytes();
-                for (int b = 0; b < part.blockCount; b++) {
-                    MemoryBuffer blk = block(ids[part.firstBlock + b]);
-                    for (int peerIndex : part.peers) {
-                        session.send(peerIndex, blk, rowOff, rowBytes);
-                    }
+            PartPlan.Cursor c = pp.cursor();
+            if (pp.selfDirect()) {
+                // Straight from the pool: each message is one contiguous run of a region (zero copy).
+                while (c.next()) {
+                    session.send(rep, region(c.region()), c.offset(), c.length());
                 }
             } else {
-                // Gather and send row by row: the next row's copy overlaps the previous row's transfer.
-                MemoryBuffer buf = bufByRep[rep];
-                for (int b = 0; b < part.blockCount; b++) {
-                    gather(bm, layout, ids, part, b, buf, b * rowBytes);
+                // Gather and send message by message: the next message's copy overlaps the previous transfer.
+                MemoryBuffer buf = staging[rep];
+                while (c.next()) {
+                    c.copy(bm, regions, buf, c.streamOffset(), false);
                     bm.synchronize(); // a device manager's copies may be asynchronous until here
-                    for (int peerIndex : part.peers) {
-                        session.send(peerIndex, buf, b * rowBytes, rowBytes);
+                    for (int p : members) {
+                        session.send(p, buf, c.streamOffset(), c.length());
                     }
                 }
             }
             long end = System.nanoTime();
-            for (int peerIndex : part.peers) {
-                session.recordMeasure(peerIndex, start, end, part.bytes);
+            for (int p : members) {
+                session.recordMeasure(p, start, end, pp.bytes());
             }
         });
+    }
+
+    /**
+     * Groups the active peers: a staged part whose stream equals an earlier peer's ({@link PartPlan#sameStream})
+     * joins that peer's group; every other peer is its own group. O(peers²) plan comparisons, no per-block object.
+     */
+    private static int[][] sharedStaging(int[] active, PartPlan[] plans) {
+        int[] rep = new int[active.length];
+        int groups = 0;
+        for (int i = 0; i < active.length; i++) {
+            rep[i] = i;
+            PartPlan pp = plans[active[i]];
+            if (!pp.selfDirect()) {
+                for (int j = 0; j < i; j++) {
+                    if (rep[j] == j && !plans[active[j]].selfDirect() && plans[active[j]].sameStream(pp)) {
+                        rep[i] = j;
+                        break;
+                    }
+                }
+            }
+            if (rep[i] == i) {
+                groups++;
+            }
+        }
+        int[][] out = new int[groups][];
+        int k = 0;
+        for (int i = 0; i < active.length; i++) {
+            if (rep[i] != i) {
+                continue;
+            }
+            int n = 0;
+            for (int j = i; j < active.length; j++) {
+                n += rep[j] == i ? 1 : 0;
+            }
+            int[] g = new int[n];
+            int m = 0;
+            for (int j = i; j < active.length; j++) {
+                if (rep[j] == i) {
+                    g[m++] = active[j];
+                }
+            }
+            out[k++] = g;
+        }
+        return out;
     }
 
     @Override
@@ -129,42 +204,76 @@ public final class StandardCacheFormatter implements CacheFormatter {
         }
         int[] ids = session.blockIds();
         SplitPlan plan = plan(session, self, selfIndex, peer, t, false);
-        BlockLayout layout = checkLayout(session, self, selfIndex, ids, plan);
-        MemoryBuffer[] staging = staging(session, plan);
+        checkLayout(session, self, selfIndex, ids, plan);
+        PartPlan[] plans = new PartPlan[t.size()];
+        int[] active = partPlans(session, plan, peer, ids, false, plans);
+        MemoryBuffer[] staging = staging(session, active, plans, t.size());
         BufferManager bm = session.bufferManager();
-        List<SplitPlan.Part> parts = plan.parts;
-        int[] peers = new int[parts.size()];
-        SplitPlan.Part[] byPeer = new SplitPlan.Part[t.size()];
-        MemoryBuffer[] bufByPeer = new MemoryBuffer[t.size()];
-        for (int i = 0; i < peers.length; i++) {
-            peers[i] = parts.get(i).peers[0];
-            byPeer[peers[i]] = parts.get(i);
-            bufByPeer[peers[i]] = staging[i];
-        }
-        session.forEachPeer(peers, p -> {
-            SplitPlan.Part part = byPeer[p];
-            if (part.blockCount == 0) {
-                return;
-            }
+        session.forEachPeer(active, p -> {
+            PartPlan pp = plans[p];
             long start = System.nanoTime();
-            long rowBytes = part.rowBytes();
-            if (part.selfContiguous) {
-                // Each row is one run of our block: receive straight into the cache (zero copy).
-                long rowOff = part.firstLayer * layout.layerBytes();
-                for (int b = 0; b < part.blockCount; b++) {
-                    session.recv(p, block(ids[part.firstBlock + b]), rowOff, rowBytes);
+            PartPlan.Cursor c = pp.cursor();
+            if (pp.selfDirect()) {
+                // Straight into the pool (zero copy).
+                while (c.next()) {
+                    session.recv(p, region(c.region()), c.offset(), c.length());
                 }
+            } else if (pipelinedScatter && pp.messages() > 1) {
+                // Receive here, scatter on a helper: the next receive is posted while the last one is scattered.
+                ScatterPipeline.receive(session, p, pp, bm, regions, staging[p]);
             } else {
-                // Receive and scatter row by row: the next row arrives while this one is copied.
-                MemoryBuffer buf = bufByPeer[p];
-                for (int b = 0; b < part.blockCount; b++) {
-                    session.recv(p, buf, b * rowBytes, rowBytes);
-                    scatter(bm, layout, ids, part, b, buf, b * rowBytes);
+                // Receive and scatter message by message.
+                MemoryBuffer buf = staging[p];
+                while (c.next()) {
+                    session.recv(p, buf, c.streamOffset(), c.length());
+                    c.copy(bm, regions, buf, c.streamOffset(), true);
                 }
+                // Copies issued on this (possibly pooled) thread must be complete before the blocks are handed over.
+                bm.synchronize();
             }
-            session.recordMeasure(p, start, System.nanoTime(), part.bytes);
+            session.recordMeasure(p, start, System.nanoTime(), pp.bytes());
         });
-        bm.synchronize();
+    }
+
+    /**
+     * Builds the message plan of every non-empty part; returns their peer positions.
+     */
+    private int[] partPlans(TransferSession session, SplitPlan plan, CacheState peer, int[] ids, boolean sender,
+                            PartPlan[] out) {
+        int n = 0;
+        for (SplitPlan.Part part : plan.parts) {
+            if (part.blockCount > 0 && part.layerCount > 0) {
+                n++;
+            }
+        }
+        int[] active = new int[n];
+        int k = 0;
+        for (SplitPlan.Part part : plan.parts) {
+            if (part.blockCount == 0 || part.layerCount == 0) {
+                continue; // the peer's CP range holds none of our blocks after the reused prefix: no message at all
+            }
+            PoolGeometry peerGeometry = PoolGeometry.of(part.peerLayout, peer.poolLayout(), 1);
+            int[] peerIds = session.peerBlockIds(part.peer);
+            try {
+                PartPlan.Builder b = PartPlan.builder().shape(part.blockCount, part.layerCount, part.headCount)
+                        .selfIsSender(sender).policy(minBothDirectBytes, 0, false);
+                if (sender) {
+                    b.sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)
+                            .receiver(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer,
+                                    part.peerFirstHead);
+                } else {
+                    b.sender(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer, part.peerFirstHead)
+                            .receiver(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead);
+                }
+                out[part.peer] = b.build();
+            } catch (IllegalArgumentException e) {
+                throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the part of peer "
+                        + "rank " + session.targets().peerRanks().get(part.peer) + " (" + part + "): "
+                        + e.getMessage(), e);
+            }
+            active[k++] = part.peer;
+        }
+        return active;
     }
 
     private SplitPlan plan(TransferSession session, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
@@ -173,11 +282,16 @@ public final class StandardCacheFormatter implements CacheFormatter {
         if (!s.supported()) {
             throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, session.requestId(), s.reason(), null);
         }
+        int reused = session.reusedBlocks();
+        if (reused < 0 || reused > session.totalBlocks()) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "reusedBlocks " + reused
+                    + " outside [0, " + session.totalBlocks() + "]", null);
+        }
         try {
             return sender
-                    ? SplitPlan.forSender(self, selfIndex, peer, t, session.totalBlocks())
+                    ? SplitPlan.forSender(self, selfIndex, peer, t, session.totalBlocks(), reused)
                     : SplitPlan.forReceiver(self, selfIndex, peer, t, pickRecvConnections(self, selfIndex, peer),
-                    session.totalBlocks());
+                    session.totalBlocks(), reused);
         } catch (RuntimeException e) {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the "
                     + (sender ? "split" : "concat") + " of rank " + selfIndex + " of " + self + " against " + peer
@@ -185,91 +299,64 @@ public final class StandardCacheFormatter implements CacheFormatter {
         }
     }
 
-    private BlockLayout checkLayout(TransferSession session, CacheState self, int selfIndex, int[] ids,
-                                    SplitPlan plan) {
+    private void checkLayout(TransferSession session, CacheState self, int selfIndex, int[] ids, SplitPlan plan) {
         BlockLayout expected = BlockLayout.of(self, selfIndex);
         BlockLayout actual = cache.layout();
         if (!expected.equals(actual)) {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "the cache's block layout "
                     + actual + " is not rank " + selfIndex + "'s layout " + expected + " of " + self, null);
         }
+        if (!cache.poolLayout().equals(self.poolLayout())) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "the cache's pool layout "
+                    + cache.poolLayout() + " is not the " + self.poolLayout() + " rank " + selfIndex
+                    + "'s state declares (the peer plans its messages from the state)", null);
+        }
+        if (geometry.layerKind() && geometry.blocksPerRegion() < cache.blockCount()) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "the cache's " + geometry
+                    + " splits its " + cache.blockCount() + " blocks over several regions per plane; a layer pool"
+                    + " must hold every block of a (layer, kv, segment) in one region", null);
+        }
         if (ids.length != plan.localBlocks) {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "rank " + selfIndex + " has "
                     + ids.length + " blocks but holds " + plan.localBlocks + " of the request's "
                     + session.totalBlocks() + " under CP " + self.contextParallelism(), null);
         }
-        return actual;
     }
 
-    private static MemoryBuffer[] staging(TransferSession session, SplitPlan plan) {
-        List<SplitPlan.Part> parts = plan.parts;
+    /** One staging buffer per part this rank stages (a whole part), from one call; null where direct. */
+    private static MemoryBuffer[] staging(TransferSession session, int[] active, PartPlan[] plans, int peers) {
         int staged = 0;
-        for (SplitPlan.Part p : parts) {
-            if (!p.selfContiguous && p.bytes > 0) {
+        for (int p : active) {
+            if (!plans[p].selfDirect()) {
                 staged++;
             }
         }
-        MemoryBuffer[] out = new MemoryBuffer[parts.size()];
+        MemoryBuffer[] out = new MemoryBuffer[peers];
         if (staged == 0) {
             return out;
         }
         long[] sizes = new long[staged];
         int j = 0;
-        for (SplitPlan.Part p : parts) {
-            if (!p.selfContiguous && p.bytes > 0) {
-                sizes[j++] = p.bytes;
+        for (int p : active) {
+            if (!plans[p].selfDirect()) {
+                sizes[j++] = plans[p].bytes();
             }
         }
         MemoryBuffer[] got = session.stagingBuffers(sizes);
         j = 0;
-        for (int i = 0; i < parts.size(); i++) {
-            SplitPlan.Part p = parts.get(i);
-            if (!p.selfContiguous && p.bytes > 0) {
-                out[i] = got[j++];
+        for (int p : active) {
+            if (!plans[p].selfDirect()) {
+                out[p] = got[j++];
             }
         }
         return out;
     }
 
-    /**
-     * Copies block {@code b}'s row of a part (its heads of its layers, {@code [layer][kv][head][token][dim]}) out of
-     * the cache into the staging buffer at {@code off}: one {@code [head range][token][dim]} run per (layer, kv).
-     * Only used when the part holds some of our heads, not all (else the row is contiguous and sent directly).
-     */
-    private void gather(BufferManager bm, BlockLayout l, int[] ids, SplitPlan.Part part, int b, MemoryBuffer dst,
-                        long off) {
-        long run = part.headCount * l.headBytes();
-        long headOff = part.firstHead * l.headBytes();
-        MemoryBuffer blk = block(ids[part.firstBlock + b]);
-        for (int layer = part.firstLayer; layer < part.firstLayer + part.layerCount; layer++) {
-            long layerOff = layer * l.layerBytes() + headOff;
-            for (int kv = 0; kv < l.kvFactor(); kv++) {
-                bm.copy(blk, layerOff + kv * l.planeBytes(), dst, off, run);
-                off += run;
-            }
-        }
-    }
-
-    /** The inverse of {@link #gather}: block {@code b}'s row of a received part into the cache. */
-    private void scatter(BufferManager bm, BlockLayout l, int[] ids, SplitPlan.Part part, int b, MemoryBuffer src,
-                         long off) {
-        long run = part.headCount * l.headBytes();
-        long headOff = part.firstHead * l.headBytes();
-        MemoryBuffer blk = block(ids[part.firstBlock + b]);
-        for (int layer = part.firstLayer; layer < part.firstLayer + part.layerCount; layer++) {
-            long layerOff = layer * l.layerBytes() + headOff;
-            for (int kv = 0; kv < l.kvFactor(); kv++) {
-                bm.copy(src, off, blk, layerOff + kv * l.planeBytes(), run);
-                off += run;
-            }
-        }
-    }
-
-    private MemoryBuffer block(int id) {
-        MemoryBuffer b = blockViews.get(id);
+    private MemoryBuffer region(int index) {
+        MemoryBuffer b = regionViews.get(index);
         if (b == null) {
-            b = cache.block(id);
-            blockViews.set(id, b); // racing threads store equivalent views of the same stable block
+            b = cache.region(index);
+            regionViews.set(index, b); // racing threads store equivalent views of the same stable region
         }
         return b;
     }

@@ -43,6 +43,9 @@ final class CapturingSession implements TransferSession, AutoCloseable {
     private final Deque<Integer> cursor = new ArrayDeque<>();
     final List<MemoryBuffer> staging = Collections.synchronizedList(new ArrayList<>());
     final List<MemoryBuffer> receivedInto = Collections.synchronizedList(new ArrayList<>());
+    final List<Long> receivedAt = Collections.synchronizedList(new ArrayList<>());
+    private int reused;
+    private int[][] peerIds;
     private final Map<Integer, Integer> next = new ConcurrentHashMap<>();
 
     CapturingSession(long requestId, boolean sender, CacheState self, int selfIndex, CacheState peer,
@@ -105,6 +108,28 @@ final class CapturingSession implements TransferSession, AutoCloseable {
         return totalBlocks;
     }
 
+    /** Sets the reused prefix. @param n reused blocks @return this */
+    CapturingSession reused(int n) {
+        this.reused = n;
+        return this;
+    }
+
+    /** Sets the peers' block ids. @param ids per peer position @return this */
+    CapturingSession peerBlockIds(int[][] ids) {
+        this.peerIds = ids;
+        return this;
+    }
+
+    @Override
+    public int reusedBlocks() {
+        return reused;
+    }
+
+    @Override
+    public int[] peerBlockIds(int peerIndex) {
+        return peerIds == null ? null : peerIds[peerIndex];
+    }
+
     @Override
     public MemoryBuffer[] stagingBuffers(long[] sizes) {
         MemoryBuffer[] out = new MemoryBuffer[sizes.length];
@@ -142,6 +167,7 @@ final class CapturingSession implements TransferSession, AutoCloseable {
         }
         memory.copy(m.copy(), 0, buffer, offset, length);
         receivedInto.add(buffer);
+        receivedAt.add(offset);
     }
 
     /** @return messages received from a peer position so far */

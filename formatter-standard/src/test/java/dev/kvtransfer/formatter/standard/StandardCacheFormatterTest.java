@@ -78,20 +78,19 @@ class StandardCacheFormatterTest {
         TargetRanks t = RankMapping.targetRanks(gen, ctx, 0);
         assertThat(t.peerRanks()).containsExactly(0, 2, 1, 3); // [g0, g2, g1, g3]
 
-        SplitPlan plan = SplitPlan.forSender(ctx, 0, gen, t, n);
+        SplitPlan plan = SplitPlan.forSender(ctx, 0, gen, t, n, 0);
         assertThat(plan.parts).hasSize(4);
         int[][] expected = {{0, 0, 0}, {1, 0, 2}, {2, 2, 0}, {3, 2, 2}}; // {peer position, first head, first layer}
         long partBytes = (long) n * 2 * 2 * 2 * 4 * 4 * 4; // N * Lk * kv * Hd * T * D * bytes
         for (int i = 0; i < 4; i++) {
             SplitPlan.Part p = plan.parts.get(i);
-            assertThat(p.peers).containsExactly(expected[i][0]);
+            assertThat(p.peer).isEqualTo(expected[i][0]);
             assertThat(p.firstHead).isEqualTo(expected[i][1]);
+            assertThat(p.peerFirstHead).as("each gen rank holds exactly the part's 2 heads").isZero();
             assertThat(p.headCount).isEqualTo(2);
             assertThat(p.firstLayer).isEqualTo(expected[i][2]);
+            assertThat(p.peerFirstLayer).isZero();
             assertThat(p.layerCount).isEqualTo(2);
-            assertThat(p.direct).isFalse();
-            assertThat(p.selfContiguous).as("ctx holds 4 heads, the part 2").isFalse();
-            assertThat(p.peerContiguous).as("each gen rank holds exactly the part's 2 heads").isTrue();
             assertThat(p.bytes).isEqualTo(partBytes);
         }
 
@@ -161,10 +160,11 @@ class StandardCacheFormatterTest {
         assertThat(s.staging).as("staging used by a zero-copy send").isEmpty();
         List<CapturingSession.Message> sent = s.perPeer.get(0);
         assertThat(sent).hasSize(n);
+        long blockBytes = c.cache.layout().blockBytes();
         for (int b = 0; b < n; b++) {
-            assertThat(sent.get(b).source()).isSameAs(c.cache.block(c.ids[b]));
-            assertThat(sent.get(b).offset()).isZero();
-            assertThat(sent.get(b).length()).isEqualTo(c.cache.layout().blockBytes());
+            assertThat(sent.get(b).source()).isSameAs(c.cache.region(0));
+            assertThat(sent.get(b).offset()).isEqualTo(c.ids[b] * blockBytes);
+            assertThat(sent.get(b).length()).isEqualTo(blockBytes);
         }
 
         Rank g = new Rank(state, 1, n, false);
@@ -173,7 +173,8 @@ class StandardCacheFormatterTest {
         g.formatter.unformat(rs);
         assertThat(rs.staging).isEmpty();
         for (int b = 0; b < n; b++) {
-            assertThat(rs.receivedInto.get(b)).isSameAs(g.cache.block(g.ids[b]));
+            assertThat(rs.receivedInto.get(b)).isSameAs(g.cache.region(0));
+            assertThat(rs.receivedAt.get(b)).isEqualTo(g.ids[b] * blockBytes);
         }
         KvPattern.verify(g.cache, g.ids, state, 1, REQUEST, n).assertOk();
     }
@@ -189,7 +190,8 @@ class StandardCacheFormatterTest {
         assertThat(s.staging).as("the sender's rows are its whole blocks").isEmpty();
         assertThat(s.perPeer.get(0)).hasSize(n);
         for (int b = 0; b < n; b++) {
-            assertThat(s.perPeer.get(0).get(b).source()).isSameAs(c.cache.block(c.ids[b]));
+            assertThat(s.perPeer.get(0).get(b).source()).isSameAs(c.cache.region(0));
+            assertThat(s.perPeer.get(0).get(b).offset()).isEqualTo(c.ids[b] * c.cache.layout().blockBytes());
         }
         Rank c0 = new Rank(ctx, 0, n, true);
         CapturingSession s0 = sender(c0, ctx, 0, gen, n);
@@ -242,7 +244,8 @@ class StandardCacheFormatterTest {
             List<CapturingSession.Message> sent = s.perPeer.get(cp);
             assertThat(sent).as("blocks to CP rank %d", cp).hasSize(counts[cp]);
             for (int i = 0; i < counts[cp]; i++) {
-                assertThat(sent.get(i).source()).isSameAs(c.cache.block(c.ids[first + i]));
+                assertThat(sent.get(i).source()).isSameAs(c.cache.region(0));
+                assertThat(sent.get(i).offset()).isEqualTo(c.ids[first + i] * c.cache.layout().blockBytes());
             }
             first += counts[cp];
             Rank g = new Rank(gen, cp, n, false);

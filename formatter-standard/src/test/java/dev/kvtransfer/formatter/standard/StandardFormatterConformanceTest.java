@@ -5,7 +5,9 @@ import dev.kvtransfer.testkit.FormatterConformanceTest;
 import dev.kvtransfer.testkit.LayoutGrid;
 
 /**
- * The standard formatter against the whole standard grid, plus context CP (which it supports beyond issue 3).
+ * The standard formatter against the whole standard grid plus context CP (which it supports beyond issue 3), with
+ * the pool layouts of both sides in rotation, prefix reuse of none, some and all blocks, and every pool-layout pair
+ * on six shapes ({@link LayoutGrid#standardConformance()}).
  */
 class StandardFormatterConformanceTest extends FormatterConformanceTest {
     @Override
@@ -15,6 +17,6 @@ class StandardFormatterConformanceTest extends FormatterConformanceTest {
 
     @Override
     protected LayoutGrid grid() {
-        return LayoutGrid.standardFull().plus(LayoutGrid.contextCp());
+        return LayoutGrid.standardConformance();
     }
 }

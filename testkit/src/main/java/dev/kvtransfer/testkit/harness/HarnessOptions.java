@@ -6,24 +6,40 @@ import java.util.Objects;
 /**
  * How {@link FormatterHarness} runs a layout pair.
  *
- * @param timeout       deadline of one pair run (all its requests), also every session's deadline
- * @param chunkBytes    largest message a session sends, 0 = one message per part
- * @param parallelPeers whether sessions run per-peer actions concurrently
- * @param slotBytes     bytes of one staging slot (parts beyond it get dynamic buffers)
+ * @param timeout          deadline of one pair run (all its requests), also every session's deadline
+ * @param chunkBytes       largest message a session sends, 0 = one message per part
+ * @param parallelPeers    whether sessions run per-peer actions concurrently
+ * @param slotBytes        bytes of one staging slot (parts beyond it get dynamic buffers)
+ * @param exchangeBlockIds whether each session knows its peers' block ids ({@code TransferSession.peerBlockIds}),
+ *                         so formatters can coalesce runs; false = {@code null}, the per-block fallback
+ * @param fragmentBlocks   whether the requests' block ids have holes (a filler block after every third block on the
+ *                         context side, every second on the generation side), so runs that are consecutive on
+ *                         both sides split at different places; false = consecutive ids
+ * @param verify           whether {@link FormatterHarness#report()} checks every generation element with KvPattern
+ * @param indexerDim       bytes per token of an MLA indexer-K pool on every rank (block pool, same block ids), 0 =
+ *                         none
  */
-public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallelPeers, long slotBytes) {
+public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallelPeers, long slotBytes,
+                             boolean exchangeBlockIds, boolean fragmentBlocks, boolean verify, int indexerDim) {
     /**
      * Validates.
      *
-     * @param timeout       deadline
-     * @param chunkBytes    message size or 0
-     * @param parallelPeers parallel peers
-     * @param slotBytes     slot size
+     * @param timeout          deadline
+     * @param chunkBytes       message size or 0
+     * @param parallelPeers    parallel peers
+     * @param slotBytes        slot size
+     * @param exchangeBlockIds peers' block ids known
+     * @param fragmentBlocks   holes between block ids
+     * @param verify           verify the generation blocks
+     * @param indexerDim       indexer-K bytes per token, 0 = none
      */
     public HarnessOptions {
         Objects.requireNonNull(timeout, "timeout");
         if (timeout.isZero() || timeout.isNegative()) {
             throw new IllegalArgumentException("timeout = " + timeout + ": must be positive");
+        }
+        if (indexerDim < 0) {
+            throw new IllegalArgumentException("indexerDim = " + indexerDim + ": must be at least 0");
         }
         if (chunkBytes < 0 || slotBytes < 0) {
             throw new IllegalArgumentException("chunkBytes = " + chunkBytes + ", slotBytes = " + slotBytes
@@ -33,12 +49,12 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
 
     /**
      * 30 s per pair, unchunked parts, parallel peers, 16 KiB slots (small enough that the larger parts of the
-     * grids fall back to dynamic buffers, so both paths run).
+     * grids fall back to dynamic buffers, so both paths run), block ids exchanged and fragmented, verified.
      *
      * @return the defaults
      */
     public static HarnessOptions defaults() {
-        return new HarnessOptions(Duration.ofSeconds(30), 0, true, 16 * 1024);
+        return new HarnessOptions(Duration.ofSeconds(30), 0, true, 16 * 1024, true, true, true, 0);
     }
 
     /**
@@ -46,7 +62,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy with that chunk size
      */
     public HarnessOptions withChunkBytes(long v) {
-        return new HarnessOptions(timeout, v, parallelPeers, slotBytes);
+        return new HarnessOptions(timeout, v, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
     }
 
     /**
@@ -54,7 +71,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withParallelPeers(boolean v) {
-        return new HarnessOptions(timeout, chunkBytes, v, slotBytes);
+        return new HarnessOptions(timeout, chunkBytes, v, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
     }
 
     /**
@@ -62,7 +80,8 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withTimeout(Duration v) {
-        return new HarnessOptions(v, chunkBytes, parallelPeers, slotBytes);
+        return new HarnessOptions(v, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
     }
 
     /**
@@ -70,6 +89,43 @@ public record HarnessOptions(Duration timeout, long chunkBytes, boolean parallel
      * @return a copy
      */
     public HarnessOptions withSlotBytes(long v) {
-        return new HarnessOptions(timeout, chunkBytes, parallelPeers, v);
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, v, exchangeBlockIds, fragmentBlocks,
+                verify, indexerDim);
+    }
+
+    /**
+     * @param v whether sessions know their peers' block ids
+     * @return a copy
+     */
+    public HarnessOptions withExchangeBlockIds(boolean v) {
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, v, fragmentBlocks, verify,
+                indexerDim);
+    }
+
+    /**
+     * @param v whether block ids have holes
+     * @return a copy
+     */
+    public HarnessOptions withFragmentBlocks(boolean v) {
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, v, verify,
+                indexerDim);
+    }
+
+    /**
+     * @param v indexer-K bytes per token of every rank's indexer pool, 0 = none
+     * @return a copy
+     */
+    public HarnessOptions withIndexerDim(int v) {
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds, fragmentBlocks,
+                verify, v);
+    }
+
+    /**
+     * @param v whether reports verify every generation element
+     * @return a copy
+     */
+    public HarnessOptions withVerify(boolean v) {
+        return new HarnessOptions(timeout, chunkBytes, parallelPeers, slotBytes, exchangeBlockIds,
+                fragmentBlocks, v, indexerDim);
     }
 }

@@ -44,17 +44,21 @@ public record PairReport(LayoutPair pair, List<RequestReport> requests, Throwabl
      * @param ctxPickedByGen   per context rank: whether some generation rank picked it to receive from
      * @param genServing       per generation rank: whether it holds the request
      * @param genReceivedBytes per generation rank: payload bytes it received
-     * @param genExpectedBytes per generation rank: bytes of its blocks of the request (what it must receive)
+     * @param genExpectedBytes per generation rank: bytes of its blocks of the request that are not reused (what it
+     *                         must receive)
      * @param genZeroLayer     per generation rank: whether its PP stage owns no layer
      * @param verify           the merged KvPattern verification of every generation rank's blocks
      * @param ctxMeasuredBytes per context rank: bytes the formatter reported through {@code recordMeasure}
      * @param genMeasuredBytes per generation rank: bytes the formatter reported through {@code recordMeasure}
+     * @param reusedBlocks     leading global blocks the generation side already held (never to be written)
+     * @param ctxMessages      per context rank: transport messages it sent
+     * @param genMessages      per generation rank: transport messages it received
      */
     public record RequestReport(int index, long requestId, int promptLength, int totalBlocks, boolean[] ctxServing,
                                 long[] ctxSentBytes, boolean[] ctxNeedSend, boolean[] ctxPickedByGen,
                                 boolean[] genServing, long[] genReceivedBytes, long[] genExpectedBytes,
                                 boolean[] genZeroLayer, KvPattern.Result verify, long[] ctxMeasuredBytes,
-                                long[] genMeasuredBytes) {
+                                long[] genMeasuredBytes, int reusedBlocks, long[] ctxMessages, long[] genMessages) {
         /** @return total payload bytes sent by the context ranks */
         public long totalSent() {
             long s = 0;
@@ -69,6 +73,24 @@ public record PairReport(LayoutPair pair, List<RequestReport> requests, Throwabl
             long s = 0;
             for (long b : genReceivedBytes) {
                 s += b;
+            }
+            return s;
+        }
+
+        /** @return transport messages sent by the context ranks */
+        public long messagesSent() {
+            long s = 0;
+            for (long m : ctxMessages) {
+                s += m;
+            }
+            return s;
+        }
+
+        /** @return transport messages received by the generation ranks */
+        public long messagesReceived() {
+            long s = 0;
+            for (long m : genMessages) {
+                s += m;
             }
             return s;
         }

@@ -2,6 +2,8 @@ package dev.kvtransfer.core.testsupport;
 
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.FormatterCapability;
+import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
@@ -23,6 +25,11 @@ import java.util.stream.IntStream;
  * receiver receives into staging and copies back. Enough to exercise the protocol, the pool and chunking
  * without the standard formatter (which lives in a module core cannot depend on). A test can make
  * {@link #format} fail for one request id or block until a latch opens.
+ *
+ * <p>It also declares {@link FormatterCapability#LAYER_RANGES} (per layer range: each block's layers are one
+ * contiguous run of a block pool, sent as one message per block) and {@link FormatterCapability#PUSH} (each
+ * block's layer run written one-sided into the same block of the peer's pool), for block pools of identical
+ * layouts: enough to test core's layer-wise and push protocols.
  */
 public final class WholeBlockFormatterProvider implements FormatterProvider {
     /** Request id whose format throws (tests of one failing request). */
@@ -67,14 +74,16 @@ public final class WholeBlockFormatterProvider implements FormatterProvider {
             }
             long bb = cache.layout().blockBytes();
             int[] blocks = s.blockIds();
-            MemoryBuffer stage = s.stagingBuffers(new long[] {bb * blocks.length})[0];
-            for (int i = 0; i < blocks.length; i++) {
-                s.bufferManager().copy(cache.block(blocks[i]), 0, stage, i * bb, bb);
+            int first = s.reusedBlocks(); // identical layouts, CP 1: local block i is global block i
+            int n = blocks.length - first;
+            MemoryBuffer stage = s.stagingBuffers(new long[] {bb * n})[0];
+            for (int i = 0; i < n; i++) {
+                s.bufferManager().copy(cache.block(blocks[first + i]), 0, stage, i * bb, bb);
             }
             for (int p = 0; p < s.targets().size(); p++) {
                 long t0 = System.nanoTime();
-                s.send(p, stage, 0, bb * blocks.length);
-                s.recordMeasure(p, t0, System.nanoTime(), bb * blocks.length);
+                s.send(p, stage, 0, bb * n);
+                s.recordMeasure(p, t0, System.nanoTime(), bb * n);
             }
         }
 
@@ -82,15 +91,94 @@ public final class WholeBlockFormatterProvider implements FormatterProvider {
         public void unformat(TransferSession s) {
             long bb = cache.layout().blockBytes();
             int[] blocks = s.blockIds();
-            MemoryBuffer stage = s.stagingBuffers(new long[] {bb * blocks.length})[0];
+            int first = s.reusedBlocks();
+            int n = blocks.length - first;
+            MemoryBuffer stage = s.stagingBuffers(new long[] {bb * n})[0];
             int[] peers = IntStream.range(0, s.targets().size()).toArray();
             s.forEachPeer(peers, p -> {
                 long t0 = System.nanoTime();
-                s.recv(p, stage, 0, bb * blocks.length);
-                s.recordMeasure(p, t0, System.nanoTime(), bb * blocks.length);
+                s.recv(p, stage, 0, bb * n);
+                s.recordMeasure(p, t0, System.nanoTime(), bb * n);
             });
-            for (int i = 0; i < blocks.length; i++) {
-                s.bufferManager().copy(stage, i * bb, cache.block(blocks[i]), 0, bb);
+            for (int i = 0; i < n; i++) {
+                s.bufferManager().copy(stage, i * bb, cache.block(blocks[first + i]), 0, bb);
+            }
+        }
+
+        @Override
+        public java.util.Set<FormatterCapability> capabilities() {
+            return java.util.EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH);
+        }
+
+        /** The local layer range {@code [l0, l1)} of global layers {@code [first, first + n)} on this rank. */
+        private static int[] localRange(TransferSession s, int first, int n) {
+            CacheState st = s.selfState().cacheState();
+            int pp = st.ppRank(s.selfState().selfIndex());
+            int a0 = st.firstLayer(pp);
+            int a1 = a0 + st.layerCount(pp);
+            int l0 = Math.max(first, a0) - a0;
+            int l1 = Math.min(first + n, a1) - a0;
+            return new int[] {l0, Math.max(l0, l1)};
+        }
+
+        @Override
+        public void format(TransferSession s, int first, int n) {
+            int[] r = localRange(s, first, n);
+            if (r[1] == r[0]) {
+                return;
+            }
+            long lb = cache.layout().layerBytes();
+            int[] blocks = s.blockIds();
+            for (int p = 0; p < s.targets().size(); p++) {
+                long t0 = System.nanoTime();
+                for (int i = s.reusedBlocks(); i < blocks.length; i++) {
+                    s.send(p, cache.block(blocks[i]), r[0] * lb, (r[1] - r[0]) * lb);
+                }
+                s.recordMeasure(p, t0, System.nanoTime(), (blocks.length - s.reusedBlocks()) * (r[1] - r[0]) * lb);
+            }
+        }
+
+        @Override
+        public void unformat(TransferSession s, int first, int n) {
+            int[] r = localRange(s, first, n);
+            if (r[1] == r[0]) {
+                return;
+            }
+            long lb = cache.layout().layerBytes();
+            int[] blocks = s.blockIds();
+            int[] peers = IntStream.range(0, s.targets().size()).toArray();
+            s.forEachPeer(peers, p -> {
+                long t0 = System.nanoTime();
+                for (int i = s.reusedBlocks(); i < blocks.length; i++) {
+                    s.recv(p, cache.block(blocks[i]), r[0] * lb, (r[1] - r[0]) * lb);
+                }
+                s.recordMeasure(p, t0, System.nanoTime(), (blocks.length - s.reusedBlocks()) * (r[1] - r[0]) * lb);
+            });
+        }
+
+        @Override
+        public void push(TransferSession s, int first, int n) {
+            if (s.requestId() == failRequestId) {
+                throw new IllegalStateException("injected failure for request " + s.requestId());
+            }
+            int[] r = localRange(s, first, n);
+            if (r[1] == r[0]) {
+                return;
+            }
+            long lb = cache.layout().layerBytes();
+            int[] blocks = s.blockIds();
+            for (int p = 0; p < s.targets().size(); p++) {
+                PeerPool pool = s.peerPool(p);
+                dev.kvtransfer.api.layout.PoolGeometry g = pool.geometry();
+                dev.kvtransfer.api.transport.WriteBatch batch = new dev.kvtransfer.api.transport.WriteBatch();
+                long t0 = System.nanoTime();
+                for (int i = s.reusedBlocks(); i < blocks.length; i++) {
+                    int peerBlock = pool.blockId(i);
+                    pool.add(batch, cache.block(blocks[i]), r[0] * lb, g.region(peerBlock, r[0], 0, 0),
+                            g.planeOffset(peerBlock, r[0], 0, 0), (r[1] - r[0]) * lb);
+                }
+                s.write(p, batch);
+                s.recordMeasure(p, t0, System.nanoTime(), batch.totalBytes());
             }
         }
 

@@ -73,6 +73,14 @@ public final class WiringCheck {
                 .count()).isEqualTo(1.0);
         assertThat(genMeters.get("kvtransfer.bytes").tag("role", "generation").counter().count())
                 .isEqualTo((double) blocks * genCache.layout().blockBytes());
+        // Message counts: recorded on the request and as one sample per side.
+        assertThat(g.messageCount()).isPositive();
+        assertThat(c.messageCount()).isPositive();
+        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summary().count()).isEqualTo(1);
+        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summary().totalAmount())
+                .isEqualTo(g.messageCount());
+        assertThat(ctxMeters.get("kvtransfer.messages").tag("role", "context").summary().totalAmount())
+                .isEqualTo(c.messageCount());
         // Timing and journal are written off the hot path and flushed on close.
         ctx.close();
         gen.close();

@@ -5,10 +5,12 @@ import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.DataType;
@@ -16,6 +18,7 @@ import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.memory.HostBufferManager;
+import dev.kvtransfer.formatter.standard.PolicyFormatterProvider;
 import dev.kvtransfer.formatter.standard.StandardFormatterProvider;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
@@ -58,6 +61,17 @@ public class FormatterBenchmark {
     @Param({"1024"})
     public int tokens;
 
+    /** Pool layout of both sides: {@code block} or {@code layer-nhd}. */
+    @Param({"block", "layer-nhd"})
+    public String pools;
+
+    /**
+     * The plan: {@code default} (both sides direct where both can, so re-sharding copies nothing), or
+     * {@code staged} (never both direct: one side gathers / scatters, the copy cost this measures).
+     */
+    @Param({"default", "staged"})
+    public String plan;
+
     private HostBufferManager memory;
     private PagedKvCache cache;
     private DefaultTransferBufferPool pool;
@@ -65,9 +79,10 @@ public class FormatterBenchmark {
     private NullSession sendSession;
     private NullSession recvSession;
 
-    private static CacheState llama(int tp) {
+    private CacheState llama(int tp) {
         return CacheState.builder().uniformKvHeads(32, 8).sizePerHead(128).tokensPerBlock(32)
-                .dataType(DataType.BFLOAT16).tensorParallelism(tp).build();
+                .dataType(DataType.BFLOAT16).tensorParallelism(tp)
+                .poolLayout(PoolLayout.of(PoolLayout.Kind.parse(pools))).build();
     }
 
     @Setup(Level.Trial)
@@ -80,11 +95,12 @@ public class FormatterBenchmark {
         // One cache big enough for rank 0 of either side; the sender formats from it, the receiver scatters into it.
         BlockLayout layout0 = BlockLayout.of(ctxTp <= genTp ? ctx : gen, 0);
         memory = new HostBufferManager();
-        cache = new PagedKvCache(memory, layout0, n);
+        cache = new PagedKvCache(memory, layout0, ctx.poolLayout(), MemoryKind.HOST, n);
         int[] blocks = cache.allocate(1, n);
         long slot = (long) n * layout0.blockBytes();
         pool = new DefaultTransferBufferPool(memory, slot, 1, 1, true);
-        formatter = new StandardFormatterProvider().create(cache, pool);
+        formatter = (plan.equals("staged") ? new PolicyFormatterProvider(Long.MAX_VALUE)
+                : new StandardFormatterProvider()).create(cache, pool);
         if (BlockLayout.of(ctx, 0).equals(layout0)) {
             sendSession = new NullSession(true, ctx, gen, blocks, n, pool, memory);
         }
@@ -195,6 +211,12 @@ public class FormatterBenchmark {
         @Override
         public int totalBlocks() {
             return total;
+        }
+
+        /** Every peer's blocks are ours: consecutive on both sides, so layer pools coalesce whole runs. */
+        @Override
+        public int[] peerBlockIds(int peerIndex) {
+            return blocks;
         }
 
         @Override

@@ -1,6 +1,7 @@
 package dev.kvtransfer.aeron;
 
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.testkit.process.ChildJvm;
 import dev.kvtransfer.api.transport.TransportConfig;
 import io.aeron.Aeron;
 import io.aeron.ExclusivePublication;

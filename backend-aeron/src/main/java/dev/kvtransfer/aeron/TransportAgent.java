@@ -1,0 +1,606 @@
+package dev.kvtransfer.aeron;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.transport.TransportClosedException;
+import dev.kvtransfer.api.transport.TransportException;
+import io.aeron.Aeron;
+import io.aeron.Image;
+import io.aeron.Subscription;
+import io.aeron.exceptions.RegistrationException;
+import org.agrona.collections.Long2ObjectHashMap;
+import org.agrona.concurrent.ManyToOneConcurrentArrayQueue;
+
+import java.lang.System.Logger.Level;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Function;
+
+/**
+ * The progress loop of one manager (Aeron's {@code Receiver}): run by an {@link AgentGroup} thread, it owns every
+ * piece of the manager's mutable transfer state. Each duty cycle it takes the callers' operations off the command
+ * queue (a {@link ManyToOneConcurrentArrayQueue}: callers never lock the agent's state), reads its inbound streams
+ * ({@link Dispatcher}, {@link Matcher}), offers the control messages it owes (CTS, REJECT) and, every
+ * {@value #TICK_MS} ms, checks liveness (peer loss), handshakes that never finished, lingering lost peers and the
+ * Aeron client (a client closed by a stall is rebuilt and the manager re-subscribes on its own address).
+ */
+final class TransportAgent {
+    private static final System.Logger LOG = System.getLogger(TransportAgent.class.getName());
+    static final int FRAGMENT_LIMIT = 64;
+    static final long TICK_MS = 10;
+    private static final long TICK_NS = TimeUnit.MILLISECONDS.toNanos(TICK_MS);
+    private static final long LIVENESS_NS = TimeUnit.MILLISECONDS.toNanos(100);
+    private static final long LINGER_NS = TimeUnit.SECONDS.toNanos(60);
+    private static final long RESUBSCRIBE_RETRY_NS = TimeUnit.MILLISECONDS.toNanos(250);
+    private static final long RECOVERY_LIMIT_NS = TimeUnit.SECONDS.toNanos(120);
+
+    private final AeronConnectionManager m;
+    final Matcher matcher;
+    private final Dispatcher dispatcher;
+    final ManyToOneConcurrentArrayQueue<Op> commands = new ManyToOneConcurrentArrayQueue<>(1 << 14);
+    private final ConcurrentLinkedQueue<ImageEvent> imageEvents = new ConcurrentLinkedQueue<>();
+
+    private final List<ImageState> images = new ArrayList<>();
+    private final Long2ObjectHashMap<ImageState> imagesByKey = new Long2ObjectHashMap<>();
+    private final List<ImageState> pending = new ArrayList<>();
+    private final List<Peer> needsControl = new ArrayList<>();
+    private final List<Peer> needsEstablish = new ArrayList<>();
+    private final List<Peer> lingering = new ArrayList<>();
+    private final AtomicBoolean removalStarted = new AtomicBoolean();
+    private volatile boolean removed;
+    private volatile boolean sweepDone;
+    private int pollStart;
+    private long nextTickNs;
+    private long nextLivenessNs;
+    private long lastLivenessNs;
+    private int helloPeers;
+
+    private int generation;
+    private boolean recovering;
+    private long recoveryStartNs;
+    private long udpRegistration = -1;
+    private long ipcRegistration = -1;
+    private long nextResubscribeNs;
+
+    TransportAgent(AeronConnectionManager m, int generation) {
+        this.m = m;
+        this.matcher = new Matcher(m, this);
+        this.dispatcher = new Dispatcher(m, this, matcher);
+        this.generation = generation;
+        long now = System.nanoTime();
+        this.nextTickNs = now;
+        this.nextLivenessNs = now;
+        this.lastLivenessNs = now;
+    }
+
+    // ------------------------------------------------------------------------------------------ caller side
+
+    /** Image handlers (client conductor thread): only queue the event. */
+    void onAvailable(Image image, boolean ipc) {
+        imageEvents.add(new ImageEvent(image, ipc, true));
+    }
+
+    void onUnavailable(Image image, boolean ipc) {
+        imageEvents.add(new ImageEvent(image, ipc, false));
+    }
+
+    /**
+     * An op names a peer whose publication is not open yet (a receive on a connection nobody sent on): open it, so
+     * that the peer's liveness is watched (PEER_LOST on a connection that never exchanged a byte).
+     */
+    void ensureOpening(Peer p) {
+        if (!p.lost && !p.connection.isEstablished() && !needsEstablish.contains(p)) {
+            needsEstablish.add(p);
+        }
+    }
+
+    boolean isRemoved() {
+        return removed;
+    }
+
+    boolean sweepDone() {
+        return sweepDone;
+    }
+
+    void reportError(Throwable t) {
+        m.reporter.report(t);
+    }
+
+    void onAgentError(Throwable t) {
+        reportError(new TransportException(ErrorCode.INTERNAL, "aeron " + m.name + ": agent duty cycle failed: " + t,
+                t));
+    }
+
+    // ------------------------------------------------------------------------------------------ duty cycle
+
+    int doWork() {
+        if (removed) {
+            return 0;
+        }
+        int work = drainCommands();
+        if (m.closing && !sweepDone) {
+            sweep();
+            work++;
+        }
+        work += checkClient();
+        work += drainImageEvents();
+        work += poll();
+        work += flushControl();
+        long now = System.nanoTime();
+        if (now - nextTickNs >= 0) {
+            nextTickNs = now + TICK_NS;
+            work += tick(now);
+        }
+        return work;
+    }
+
+    /** Takes every queued op; also called when a CTS finds no waiting send (its wait may still be queued). */
+    int drainCommands() {
+        int n = 0;
+        Op op;
+        while ((op = commands.poll()) != null) {
+            n++;
+            if (op.cancelRequested) {
+                matcher.cancel(op); // the second entry of an op whose caller gave up
+                continue;
+            }
+            if (!op.casState(Op.QUEUED, Op.POSTED)) {
+                continue; // cancelled by its caller before we took it: nothing refers to it
+            }
+            if (m.closing) {
+                op.fail(m.closedError("the transport closed"));
+                continue;
+            }
+            matcher.post(op);
+        }
+        return n;
+    }
+
+    private int poll() {
+        int n = images.size();
+        if (n == 0) {
+            return 0;
+        }
+        int work = 0;
+        int start = pollStart++ % n;
+        for (int k = 0; k < n; k++) {
+            ImageState img = images.get((start + k) % n);
+            if (img.state == ImageState.BOUND || img.state == ImageState.AWAIT_HELLO) {
+                work += img.image.controlledPoll(img.handler, FRAGMENT_LIMIT);
+                if (images.size() != n) {
+                    break; // the list changed under us (a refusal removed nothing, but keep it simple)
+                }
+            }
+        }
+        return work;
+    }
+
+    private static long key(boolean ipc, int sessionId) {
+        return (ipc ? 1L << 32 : 0L) | (sessionId & 0xFFFF_FFFFL);
+    }
+
+    private int drainImageEvents() {
+        int n = 0;
+        ImageEvent e;
+        while ((e = imageEvents.poll()) != null) {
+            n++;
+            long k = key(e.ipc, e.image.sessionId());
+            if (e.available) {
+                if (e.image.subscription() != m.subscription(e.ipc)) {
+                    continue; // an image of a subscription we replaced (client rebuilt)
+                }
+                if (imagesByKey.size() >= m.settings.maxImages) {
+                    m.counters.imagesRefused.increment();
+                    reportError(new TransportException(ErrorCode.NETWORK, "aeron " + m.name + ": "
+                            + m.settings.maxImages + " streams open already; a new one from "
+                            + ErrorReporter.peerText(e.image.sourceIdentity()) + " is ignored"));
+                    continue;
+                }
+                ImageState img = new ImageState(e.image, e.ipc, System.nanoTime(), dispatcher);
+                ImageState old = imagesByKey.put(k, img);
+                if (old != null) {
+                    retire(old);
+                }
+                images.add(img);
+            } else {
+                ImageState img = imagesByKey.get(k);
+                if (img != null && img.image == e.image) {
+                    imagesByKey.remove(k);
+                    retire(img);
+                }
+            }
+        }
+        return n;
+    }
+
+    /** A stream went away (or was replaced): its peer is lost when it was that peer's stream. */
+    private void retire(ImageState img) {
+        images.remove(img);
+        pending.remove(img);
+        Peer p = img.peer;
+        if (img.state == ImageState.BOUND && p != null && p.image == img) {
+            matcher.abandonAssembly(img, p);
+            peerLost(p, "its stream ended (it closed, or was silent for "
+                    + TimeUnit.NANOSECONDS.toMillis(m.settings.peerTimeoutNs) + " ms)");
+        }
+        img.state = ImageState.REFUSED;
+        img.peer = null;
+    }
+
+    // ------------------------------------------------------------------------------------------ handshake
+
+    /** A stream said a valid HELLO: bind it to its peer (Dispatcher). */
+    void bind(ImageState img, String claimed, long incarnation, boolean authenticated) {
+        Address a;
+        try {
+            a = Address.parse(claimed);
+        } catch (IllegalArgumentException e) {
+            refuse(img, "its HELLO claims a malformed address: " + e.getMessage(), authenticated);
+            return;
+        }
+        Peer existing = m.peers.get(a.hostPort());
+        if (existing != null && existing.lost) {
+            existing = null;
+        }
+        if (existing != null && existing.image != null) {
+            if (!authenticated) {
+                // Never join a live peer's session: hold the stream until that one ends (a peer reconnecting
+                // before its old stream timed out) or the handshake time runs out (anyone else).
+                img.state = ImageState.PENDING;
+                img.pendingAddress = claimed;
+                img.pendingIncarnation = incarnation;
+                pending.add(img);
+                return;
+            }
+            peerLost(existing, "a new authenticated stream from it arrived (it restarted or reconnected)");
+            existing = null;
+        }
+        if (existing == null) {
+            if (helloPeers >= m.settings.maxImages) {
+                refuse(img, helloPeers + " peers already", false);
+                return;
+            }
+            existing = m.peerFor(a);
+            if (existing.lost) {
+                refuse(img, "its peer entry was lost meanwhile", false);
+                return;
+            }
+        }
+        helloPeers++;
+        existing.image = img;
+        existing.incarnation = incarnation;
+        img.peer = existing;
+        img.state = ImageState.BOUND;
+        matcher.know(existing);
+        // Our stream back to it opens on first use (a reply, or a receive posted on it), never on a HELLO alone:
+        // a claim must not make us send to whatever address it names.
+    }
+
+    /** Refuses a stream: never read again (Dispatcher, handshake timeouts). */
+    void refuse(ImageState img, String why, boolean unauthorized) {
+        img.state = ImageState.REFUSED;
+        pending.remove(img);
+        m.counters.imagesRefused.increment();
+        if (unauthorized) {
+            m.counters.unauthorized.increment();
+        }
+        reportError(new TransportException(unauthorized ? ErrorCode.UNAUTHORIZED : ErrorCode.MALFORMED, "aeron "
+                + m.name + ": refused the stream " + img.describe() + ": " + why));
+    }
+
+    // ------------------------------------------------------------------------------------------ peers
+
+    void peerLost(Peer p, String reason) {
+        if (p.lost) {
+            return;
+        }
+        p.lostReason = reason;
+        p.lost = true;
+        m.peers.remove(Address.hostPortOf(p.address), p);
+        matcher.failPeer(p, what -> m.peerLostError(p, what));
+        ImageState img = p.image;
+        if (img != null) {
+            img.state = ImageState.REFUSED; // whatever it still sends is not this peer's any more
+            img.peer = null;
+            p.image = null;
+            helloPeers--;
+        }
+        needsControl.remove(p);
+        needsEstablish.remove(p);
+        m.counters.peersLost.increment();
+        if (!m.closing) {
+            ErrorReporter.info("aeron " + m.name + ": peer " + ErrorReporter.peerText(p.address) + " lost: " + reason);
+        }
+        p.connection.shutdown();
+        if (p.hasArrivals()) {
+            p.lingerUntilNs = System.nanoTime() + LINGER_NS;
+            lingering.add(p);
+        } else {
+            forget(p);
+        }
+        String key = Address.hostPortOf(p.address);
+        for (int i = pending.size() - 1; i >= 0; i--) {
+            ImageState w = pending.get(i);
+            if (Address.hostPortOf(w.pendingAddress).equals(key)) {
+                pending.remove(i);
+                w.state = ImageState.AWAIT_HELLO;
+                bind(w, w.pendingAddress, w.pendingIncarnation, false);
+            }
+        }
+    }
+
+    private void forget(Peer p) {
+        if (p.known) {
+            p.known = false;
+            matcher.known.remove(p);
+        }
+        matcher.dropArrivals(p);
+    }
+
+    /** A CTS or REJECT for a peer: offered now when possible, else kept in order until it can be. */
+    void queueControl(Peer p, int type, int tag, long seq) {
+        if (p.pendingControlCount == 0 && p.connection.tryOfferControl(type, tag, seq)) {
+            return;
+        }
+        int at = p.pendingControlCount * 3;
+        if (at + 3 > p.pendingControl.length) {
+            p.pendingControl = java.util.Arrays.copyOf(p.pendingControl, p.pendingControl.length * 2);
+        }
+        p.pendingControl[at] = type;
+        p.pendingControl[at + 1] = tag;
+        p.pendingControl[at + 2] = seq;
+        p.pendingControlCount++;
+        if (!needsControl.contains(p)) {
+            needsControl.add(p);
+        }
+        if (!p.connection.isEstablished() && !needsEstablish.contains(p)) {
+            needsEstablish.add(p);
+        }
+    }
+
+    private int flushControl() {
+        int work = 0;
+        for (int i = needsControl.size() - 1; i >= 0; i--) {
+            Peer p = needsControl.get(i);
+            int sent = 0;
+            while (sent < p.pendingControlCount) {
+                int at = sent * 3;
+                if (!p.connection.tryOfferControl((int) p.pendingControl[at], (int) p.pendingControl[at + 1],
+                        p.pendingControl[at + 2])) {
+                    break;
+                }
+                sent++;
+            }
+            if (sent > 0) {
+                work += sent;
+                int left = p.pendingControlCount - sent;
+                System.arraycopy(p.pendingControl, sent * 3, p.pendingControl, 0, left * 3);
+                p.pendingControlCount = left;
+            }
+            if (p.pendingControlCount == 0) {
+                needsControl.remove(i);
+            }
+        }
+        return work;
+    }
+
+    // ------------------------------------------------------------------------------------------ periodic
+
+    private int tick(long now) {
+        int work = 0;
+
+        for (int i = needsEstablish.size() - 1; i >= 0; i--) {
+            Peer p = needsEstablish.get(i);
+            if (p.lost || p.connection.progressEstablish(false)) {
+                needsEstablish.remove(i);
+                work++;
+            }
+        }
+        for (int i = images.size() - 1; i >= 0; i--) {
+            ImageState img = images.get(i);
+            if (img.state == ImageState.AWAIT_HELLO && now - img.createdNs > m.settings.handshakeTimeoutNs) {
+                refuse(img, "no HELLO within " + TimeUnit.NANOSECONDS.toMillis(m.settings.handshakeTimeoutNs) + " ms"
+                        + " (stream at " + img.image.position() + ", joined at " + img.image.joinPosition() + ")", false);
+            }
+        }
+        long pendingLimit = Math.max(m.settings.handshakeTimeoutNs, m.settings.peerTimeoutNs
+                + TimeUnit.SECONDS.toNanos(2));
+        for (int i = pending.size() - 1; i >= 0; i--) {
+            ImageState img = pending.get(i);
+            if (now - img.createdNs > pendingLimit) {
+                refuse(img, "it claims " + ErrorReporter.peerText(img.pendingAddress) + ", whose current stream is"
+                        + " still alive (a second stream may not join it)", false);
+            }
+        }
+        for (Iterator<Peer> it = lingering.iterator(); it.hasNext(); ) {
+            Peer p = it.next();
+            if (!p.hasArrivals() || now - p.lingerUntilNs > 0) {
+                it.remove();
+                forget(p);
+                work++;
+            }
+        }
+        m.counters.earlyBytes.setOrdered(matcher.earlyBytes);
+        if (now - nextLivenessNs >= 0) {
+            // Our own stall (GC, SIGSTOP, an overloaded host) is not the peers' silence: never-answered clocks
+            // restart after one.
+            boolean stalled = now - lastLivenessNs > Math.max(TimeUnit.SECONDS.toNanos(1), 10 * LIVENESS_NS);
+            lastLivenessNs = now;
+            nextLivenessNs = now + LIVENESS_NS;
+            work += checkLiveness(now, stalled);
+        }
+        return work;
+    }
+
+    private int checkLiveness(long now, boolean stalled) {
+        int lost = 0;
+        for (Peer p : m.peers.values()) {
+            if (p.lost) {
+                continue;
+            }
+            AeronConnection c = p.connection;
+            ImageState img = p.image;
+            boolean streamAlive = img != null && !img.image.isClosed();
+            int s = c.liveness(now, stalled);
+            if (streamAlive) {
+                continue; // its stream to us proves it is there, whatever our publication to it says
+            }
+            if (s == AeronConnection.LOST_AFTER_CONNECTED) {
+                peerLost(p, "no status message (it is not there, or stopped) for "
+                        + TimeUnit.NANOSECONDS.toMillis(m.settings.peerTimeoutNs) + " ms");
+                lost++;
+            } else if (s == AeronConnection.NEVER_ANSWERED) {
+                peerLost(p, "it never answered (nothing listens there, or it is stopped) within "
+                        + TimeUnit.NANOSECONDS.toMillis(m.settings.connectTimeoutNs) + " ms");
+                lost++;
+            }
+        }
+        return lost;
+    }
+
+    // ------------------------------------------------------------------------------------------ client recovery
+
+    private int checkClient() {
+        AeronRuntime rt = m.runtime;
+        if (!recovering) {
+            Aeron c = rt.client();
+            if (rt.generation() == generation && !c.isClosed()) {
+                return 0;
+            }
+            recovering = true;
+            recoveryStartNs = System.nanoTime();
+            m.counters.recoveries.increment();
+            reportError(new TransportException(ErrorCode.NETWORK, "aeron " + m.name + ": the Aeron client closed"
+                    + " (a stall longer than the driver timeout, e.g. SIGSTOP or a long GC pause?); every peer is"
+                    + " lost, the manager re-subscribes on " + m.localAddress()));
+            for (Peer p : new ArrayList<>(m.peers.values())) {
+                peerLost(p, "the transport's Aeron client closed (stall)");
+            }
+            for (ImageState img : new ArrayList<>(images)) {
+                retire(img);
+            }
+            images.clear();
+            imagesByKey.clear();
+            m.dropSubscriptions();
+        }
+        long now = System.nanoTime();
+        if (rt.generation() == generation && rt.client().isClosed()) {
+            if (!rt.recover(generation)) {
+                if (now - recoveryStartNs > RECOVERY_LIMIT_NS) {
+                    m.fail("the media driver in " + rt.directory() + " could not be reached again within "
+                            + TimeUnit.NANOSECONDS.toSeconds(RECOVERY_LIMIT_NS) + " s");
+                    recovering = false;
+                    generation = -1;
+                }
+                return 0;
+            }
+        }
+        if (rt.generation() != generation) {
+            // A newer client (ours, or rebuilt by another manager of this process): subscribe again with it.
+            generation = rt.generation();
+            udpRegistration = -1;
+            ipcRegistration = -1;
+            nextResubscribeNs = now;
+        }
+        if (now - nextResubscribeNs < 0) {
+            return 0;
+        }
+        Aeron c = rt.client();
+        try {
+            if (m.subscription(false) == null) {
+                if (udpRegistration < 0) {
+                    udpRegistration = c.asyncAddSubscription(m.udpChannel(), AeronSettings.STREAM_ID,
+                            image -> onAvailable(image, false), image -> onUnavailable(image, false));
+                }
+                Subscription s = c.getSubscription(udpRegistration);
+                if (s != null) {
+                    m.subscription(false, s);
+                }
+            }
+            if (m.ipcStream() != 0 && m.subscription(true) == null) {
+                if (ipcRegistration < 0) {
+                    ipcRegistration = c.asyncAddSubscription(AeronSettings.IPC_CHANNEL, m.ipcStream(),
+                            image -> onAvailable(image, true), image -> onUnavailable(image, true));
+                }
+                Subscription s = c.getSubscription(ipcRegistration);
+                if (s != null) {
+                    m.subscription(true, s);
+                }
+            }
+        } catch (RegistrationException e) {
+            // Most likely our old socket is not released yet by the driver: try again shortly.
+            udpRegistration = m.subscription(false) == null ? -1 : udpRegistration;
+            ipcRegistration = m.subscription(true) == null ? -1 : ipcRegistration;
+            nextResubscribeNs = now + RESUBSCRIBE_RETRY_NS;
+            if (now - recoveryStartNs > RECOVERY_LIMIT_NS) {
+                m.fail("cannot listen on " + m.localAddress() + " again after the client closed: " + e.getMessage());
+                recovering = false;
+            }
+            return 0;
+        } catch (RuntimeException e) {
+            nextResubscribeNs = now + RESUBSCRIBE_RETRY_NS;
+            reportError(e);
+            return 0;
+        }
+        if (m.subscription(false) != null && (m.ipcStream() == 0 || m.subscription(true) != null)) {
+            recovering = false;
+            LOG.log(Level.WARNING, "aeron " + m.name + ": serving again on " + m.localAddress() + " after the client"
+                    + " was rebuilt (" + TimeUnit.NANOSECONDS.toMillis(now - recoveryStartNs) + " ms)");
+        }
+        return 1;
+    }
+
+    // ------------------------------------------------------------------------------------------ shutdown
+
+    /** The manager closes: fail every waiting op at once (callers wake with TransportClosedException). */
+    private void sweep() {
+        Function<String, TransportException> why = what -> m.closedError(what);
+        matcher.failAll(why);
+        sweepDone = true;
+    }
+
+    /**
+     * Last cleanup, on the group's thread (or the closer's once the group stopped): fail what is left, free every
+     * early message. After this nothing of ours touches the manager's state or any caller's memory.
+     */
+    void onRemoved() {
+        if (!removalStarted.compareAndSet(false, true)) {
+            return;
+        }
+        try {
+            Op op;
+            while ((op = commands.poll()) != null) {
+                if (op.casState(Op.QUEUED, Op.POSTED) || op.cancelRequested) {
+                    op.fail(new TransportClosedException("aeron " + m.name + " closed"));
+                }
+            }
+            matcher.failAll(what -> m.closedError(what));
+            for (Peer p : new ArrayList<>(matcher.known)) {
+                matcher.dropArrivals(p);
+            }
+            for (Peer p : lingering) {
+                matcher.dropArrivals(p);
+            }
+            lingering.clear();
+            for (ImageState img : images) {
+                if (img.assemble == ImageState.ASSEMBLE_STAGED && img.arrival != null) {
+                    matcher.pool.give(img.arrival);
+                    img.arrival = null;
+                }
+            }
+            images.clear();
+            imagesByKey.clear();
+            matcher.pool.close();
+        } finally {
+            sweepDone = true;
+            removed = true;
+        }
+    }
+
+    /** An image event from the client conductor. */
+    private record ImageEvent(Image image, boolean ipc, boolean available) {
+    }
+}

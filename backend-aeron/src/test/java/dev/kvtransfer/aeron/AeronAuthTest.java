@@ -1,0 +1,198 @@
+package dev.kvtransfer.aeron;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportException;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+/**
+ * HELLOs authenticated with {@code TransportConfig.authSecret()} (issue 15 §6, transport part): peers with the
+ * secret talk; a peer without it, with another one, a forged HELLO claiming a genuine peer, a replayed HELLO, a
+ * stale one and one addressed to another manager are refused with {@code UNAUTHORIZED}, counted, reported once
+ * without the secret, and everyone else keeps being served.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class AeronAuthTest {
+    private static final Duration T = Duration.ofSeconds(20);
+    private static final byte[] SECRET = "kvtransfer-test-secret-0123456789".getBytes(StandardCharsets.UTF_8);
+    private final List<AutoCloseable> closeables = new ArrayList<>();
+    private final List<Throwable> errors = new CopyOnWriteArrayList<>();
+
+    @AfterEach
+    void stop() throws Exception {
+        for (int i = closeables.size() - 1; i >= 0; i--) {
+            closeables.get(i).close();
+        }
+        assertThat(AeronRuntime.running()).isZero();
+    }
+
+    private AeronConnectionManager manager(String name, byte[] secret, String... props) {
+        TransportConfig.Builder b = TransportConfig.builder().name(name).defaultTimeout(T).authSecret(secret)
+                .property(AeronSettings.PEER_TIMEOUT_MS, "1500").errorHandler(errors::add);
+        for (int i = 0; i < props.length; i += 2) {
+            b.property(props[i], props[i + 1]);
+        }
+        AeronConnectionManager m = (AeronConnectionManager) new AeronTransportProvider().create(b.build());
+        closeables.add(m);
+        return m;
+    }
+
+    private OffHeapBuffer buffer(long size) {
+        OffHeapBuffer b = OffHeapBuffer.allocate(size);
+        closeables.add(b);
+        return b;
+    }
+
+    private static void roundTrip(AeronConnectionManager from, AeronConnectionManager to, int tag, long seed,
+                                  long size, OffHeapBuffer buf) throws Exception {
+        TestPattern.fill(buf, 0, size, seed);
+        Thread t = new Thread(() -> from.connection(to.localAddress()).send(tag, buf, 0, size, T));
+        t.start();
+        Connection back = to.recvConnect(tag, buf, size, size, T);
+        t.join(T.toMillis());
+        assertThat(back.peer()).isEqualTo(from.localAddress());
+        TestPattern.assertPattern(buf, size, size, seed);
+    }
+
+    private void assertRefusedWithoutTheSecret(AeronConnectionManager m, long atLeast) {
+        await().atMost(T).until(() -> m.counters().get("unauthorized") >= atLeast);
+        assertThat(errors).filteredOn(e -> e instanceof TransportException t && t.code() == ErrorCode.UNAUTHORIZED)
+                .hasSizeGreaterThanOrEqualTo((int) atLeast)
+                .allSatisfy(e -> assertThat(e.getMessage()).doesNotContain(new String(SECRET, StandardCharsets.UTF_8))
+                        .doesNotContain(HexFormat.of().formatHex(SECRET)));
+    }
+
+    @Test
+    void peersWithTheSecretTalkOverIpcAndUdp() throws Exception {
+        AeronConnectionManager a = manager("a", SECRET);
+        AeronConnectionManager b = manager("b", SECRET);
+        AeronConnectionManager u = manager("u", SECRET, AeronSettings.IPC, "false");
+        OffHeapBuffer buf = buffer(5 << 20);
+        roundTrip(a, b, 10, 1, 100, buf);
+        roundTrip(b, a, 11, 2, (2 << 20) + 3, buf);
+        roundTrip(u, a, 12, 3, 70_000, buf);
+        assertThat(a.counters().get("unauthorized")).isZero();
+        assertThat(errors).isEmpty();
+    }
+
+    @Test
+    void aPeerWithoutTheSecretOrWithAnotherIsRefusedAndTheOthersAreServed() throws Exception {
+        AeronConnectionManager a = manager("a", SECRET);
+        AeronConnectionManager b = manager("b", SECRET);
+        AeronConnectionManager none = manager("none", null);
+        AeronConnectionManager other = manager("other", "another-secret-of-sixteen+".getBytes(StandardCharsets.UTF_8));
+        OffHeapBuffer buf = buffer(1 << 20);
+        TestPattern.fill(buf, 0, 64, 5);
+        none.connection(a.localAddress()).send(20, buf, 0, 64, T);
+        other.connection(a.localAddress()).send(20, buf, 0, 64, T);
+        assertRefusedWithoutTheSecret(a, 2);
+        // Nothing of theirs is ever delivered; b is served as before.
+        assertThatThrownBy(() -> a.recvConnect(20, buf, 1000, 64, Duration.ofMillis(500)))
+                .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+        roundTrip(b, a, 21, 6, 1000, buf);
+        assertThat(errors).anySatisfy(e -> assertThat(e.getMessage()).contains("carries no MAC"));
+        assertThat(errors).anySatisfy(e -> assertThat(e.getMessage()).contains("wrong MAC"));
+    }
+
+    @Test
+    void aForgedHelloClaimingAGenuinePeerIsRefusedAndTheGenuineOneKeepsItsSession() throws Exception {
+        AeronConnectionManager a = manager("a", SECRET, AeronSettings.IPC, "false");
+        AeronConnectionManager b = manager("b", SECRET, AeronSettings.IPC, "false");
+        OffHeapBuffer buf = buffer(1 << 20);
+        roundTrip(b, a, 30, 7, 100, buf);
+        RawPeer raw = new RawPeer(a);
+        closeables.add(raw);
+        RawPeer.Stream forged = raw.stream();
+        closeables.add(forged);
+        Handshake wrong = new Handshake("not-the-deployment-secret".getBytes(StandardCharsets.UTF_8), 60_000);
+        assertThat(forged.offer(forged.hello(wrong, b.localAddress(), a.localAddress(), 1, System.currentTimeMillis()),
+                T)).isTrue();
+        forged.header(Wire.EAGER, 31, 0, 100);
+        assertThat(forged.offer(Wire.HEADER_LENGTH + 100, T)).isTrue();
+        assertRefusedWithoutTheSecret(a, 1);
+        TestPattern.fill(buf, 0, 100, 31);
+        b.connection(a.localAddress()).send(31, buf, 0, 100, T);
+        a.connection(b.localAddress()).recv(31, buf, 500, 100, T);
+        TestPattern.assertPattern(buf, 500, 100, 31);
+    }
+
+    @Test
+    void aReplayedHelloAStaleOneAndOneForAnotherManagerAreRefused() throws Exception {
+        AeronConnectionManager a = manager("a", SECRET, AeronSettings.IPC, "false", AeronSettings.AUTH_WINDOW_MS,
+                "2000");
+        AeronConnectionManager b = manager("b", SECRET, AeronSettings.IPC, "false");
+        Handshake h = new Handshake(SECRET, 60_000);
+        RawPeer raw = new RawPeer(a);
+        closeables.add(raw);
+        // A genuine HELLO (what a capture would hold) accepted once...
+        RawPeer.Stream first = raw.stream();
+        closeables.add(first);
+        int len = first.hello(h, "127.0.0.1:3", a.localAddress(), 77, System.currentTimeMillis());
+        byte[] captured = new byte[len];
+        first.buffer.getBytes(0, captured);
+        assertThat(first.offer(len, T)).isTrue();
+        await().atMost(T).until(() -> a.peerCount() == 1);
+        // ...replayed byte for byte from another session: refused.
+        RawPeer.Stream replay = raw.stream();
+        closeables.add(replay);
+        replay.buffer.putBytes(0, captured);
+        assertThat(replay.offer(len, T)).isTrue();
+        assertRefusedWithoutTheSecret(a, 1);
+        assertThat(errors).anySatisfy(e -> assertThat(e.getMessage()).contains("replays a nonce"));
+        // A HELLO signed 10 s ago (outside the 2 s window), and one addressed to b.
+        RawPeer.Stream stale = raw.stream();
+        closeables.add(stale);
+        assertThat(stale.offer(stale.hello(h, "127.0.0.1:4", a.localAddress(), 78, System.currentTimeMillis()
+                - 10_000), T)).isTrue();
+        RawPeer.Stream misdirected = raw.stream();
+        closeables.add(misdirected);
+        assertThat(misdirected.offer(misdirected.hello(h, "127.0.0.1:5", b.localAddress(), 79,
+                System.currentTimeMillis()), T)).isTrue();
+        assertRefusedWithoutTheSecret(a, 3);
+        assertThat(errors).anySatisfy(e -> assertThat(e.getMessage()).contains("ms old"));
+        assertThat(errors).anySatisfy(e -> assertThat(e.getMessage()).contains("not to this manager"));
+        OffHeapBuffer buf = buffer(1 << 16);
+        roundTrip(b, a, 40, 8, 100, buf);
+    }
+
+    @Test
+    void anAuthenticatedNewIncarnationReplacesTheOldSession() throws Exception {
+        AeronConnectionManager a = manager("a", SECRET, AeronSettings.IPC, "false");
+        Handshake h = new Handshake(SECRET, 60_000);
+        RawPeer raw = new RawPeer(a);
+        closeables.add(raw);
+        RawPeer.Stream old = raw.stream();
+        closeables.add(old);
+        assertThat(old.offer(old.hello(h, "127.0.0.1:6", a.localAddress(), 1, System.currentTimeMillis()), T))
+                .isTrue();
+        await().atMost(T).until(() -> a.peerCount() == 1);
+        // The same peer restarted (a new incarnation, authenticated) before its old stream timed out.
+        RawPeer.Stream restarted = raw.stream();
+        closeables.add(restarted);
+        assertThat(restarted.offer(restarted.hello(h, "127.0.0.1:6", a.localAddress(), 2, System.currentTimeMillis()),
+                T)).isTrue();
+        restarted.header(Wire.EAGER, 50, 0, 8);
+        restarted.buffer.putLong(Wire.HEADER_LENGTH, 0x1234_5678_9abc_def0L);
+        assertThat(restarted.offer(Wire.HEADER_LENGTH + 8, T)).isTrue();
+        OffHeapBuffer buf = buffer(64);
+        Connection c = a.recvConnect(50, buf, 0, 8, T);
+        assertThat(c.peer()).isEqualTo("127.0.0.1:6");
+        assertThat(buf.asByteBuffer().getLong(0)).isEqualTo(0x1234_5678_9abc_def0L);
+        assertThat(a.counters().get("peersLost")).isGreaterThanOrEqualTo(1);
+    }
+}

@@ -1,0 +1,47 @@
+package dev.kvtransfer.formatter.standard;
+
+import dev.kvtransfer.api.format.FormatterProvider;
+import dev.kvtransfer.testkit.FormatterConformanceTest;
+import dev.kvtransfer.testkit.LayoutGrid;
+import org.junit.jupiter.api.Nested;
+
+/**
+ * The conformance suite with the two other message plans forced, over every pool-layout pair on six shapes and a
+ * sample of the rotated grid: the grid's small shapes otherwise stay below the default both-direct threshold.
+ */
+class StandardFormatterPlanConformanceTest {
+    static LayoutGrid grid() {
+        return LayoutGrid.standardPoolShapes().everyPoolLayoutPair(LayoutGrid.standardPoolLayouts())
+                .withReuse(0, 1, 2, -1)
+                .plus(LayoutGrid.standardFull().withPoolLayouts(LayoutGrid.standardPoolLayouts()).sample(3)
+                        .withReuse(2, 0, -1, 1));
+    }
+
+    /** Both sides straight from / into their pools wherever both can (threshold 0). */
+    @Nested
+    class BothDirectWhereverPossible extends FormatterConformanceTest {
+        @Override
+        protected FormatterProvider provider() {
+            return new PolicyFormatterProvider(0);
+        }
+
+        @Override
+        protected LayoutGrid grid() {
+            return StandardFormatterPlanConformanceTest.grid();
+        }
+    }
+
+    /** Never both direct: one side stages whenever the plan allows one direct side. */
+    @Nested
+    class OneSideDirect extends FormatterConformanceTest {
+        @Override
+        protected FormatterProvider provider() {
+            return new PolicyFormatterProvider(Long.MAX_VALUE);
+        }
+
+        @Override
+        protected LayoutGrid grid() {
+            return StandardFormatterPlanConformanceTest.grid();
+        }
+    }
+}
