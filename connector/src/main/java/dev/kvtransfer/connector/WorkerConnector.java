@@ -31,14 +31,14 @@ import java.util.concurrent.TimeoutException;
  * {@link #startLoadKv()}, then the forward pass — before layer {@code l}'s attention {@link #waitForLayerLoad}, after
  * it {@link #saveKvLayer} — then {@link #waitForSave}, {@link #getFinished()} (which every rank of the instance calls
  * once per step: it agrees with the other ranks over the transceiver's status groups), and
- * {@link #getBlockIdsWithErrors()}. Layers are this rank's local layers ({@code 0 ..} its PP stage's layer count).
+ * {@link #getBlockIdsWithLoadErrors()}. Layers are this rank's local layers ({@code 0 ..} its PP stage's layer count).
  *
  * <p>Block ids are the engine's; this class never frees them. Every wait is bounded: layer loads by
  * {@link ConnectorConfig#layerLoadTimeout()}, saves by the caller's timeout, status agreement and transfers by the
  * transceiver's {@code kvTransferTimeout}. Errors name the request.
  *
  * <p>Thread-safe: the bookkeeping is synchronized and every wait happens outside the lock, so e.g.
- * {@link #getBlockIdsWithErrors()} may be called from another thread while the worker waits for a layer; the step
+ * {@link #getBlockIdsWithLoadErrors()} may be called from another thread while the worker waits for a layer; the step
  * methods are meant to be called in step order by the rank's worker thread.
  */
 public final class WorkerConnector {
@@ -226,7 +226,7 @@ public final class WorkerConnector {
      * Waits until local layer {@code localLayer} of every layer-by-layer load of this step has arrived (vLLM's
      * {@code wait_for_layer_load}); asynchronous loads are not waited for (their end comes through
      * {@link #getFinished()}). A load that fails returns here at once: its blocks are reported by
-     * {@link #getBlockIdsWithErrors()} and its end by {@link #getFinished()}.
+     * {@link #getBlockIdsWithLoadErrors()} and its end by {@link #getFinished()}.
      *
      * @param localLayer the rank-local layer about to be computed
      * @throws KvTransferException {@code TIMEOUT} naming the request when the layer did not arrive within
@@ -252,7 +252,7 @@ public final class WorkerConnector {
             try {
                 arrived = l.request.awaitLayer(localLayer, Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
             } catch (KvTransferException failed) {
-                continue; // the load ended in failure: reported by getFinished / getBlockIdsWithErrors
+                continue; // the load ended in failure: reported by getFinished / getBlockIdsWithLoadErrors
             }
             if (!arrived && !l.request.isDone()) {
                 throw new KvTransferException(ErrorCode.TIMEOUT, l.request.requestId(), "request " + l.engineId
@@ -405,7 +405,7 @@ public final class WorkerConnector {
      *
      * @return the block ids (the set is the caller's)
      */
-    public synchronized Set<Integer> getBlockIdsWithErrors() {
+    public synchronized Set<Integer> getBlockIdsWithLoadErrors() {
         Set<Integer> out = new LinkedHashSet<>(errorBlocks);
         errorBlocks.clear();
         return out;

@@ -38,10 +38,11 @@ import static org.awaitility.Awaitility.await;
 
 /**
  * The connector README's example, run as a test: a prefill engine (TP2) and a decode engine (PP2), each a
- * {@link MiniEngine} over a {@link LocalInstance}, driven only through the connector API. Five requests: four move and
+ * {@link MiniEngine} over a {@link LocalInstance}, driven only through the connector API. Six requests: four move and
  * verify element by element ({@code KvPattern}), one of them reusing a two-block prefix the decode side already holds;
- * the fifth is aborted on the prefill side after its prefill, so its load fails and its blocks come back in the error
- * set. Prefill saves layer by layer (a per-layer step copies the layer in just before {@code saveKvLayer}); decode
+ * the fifth is aborted (cancelled) on the prefill side after its prefill, so its load fails {@code CANCELLED}; the
+ * sixth claims a cached prefix block the prefill side's prefix cache disagrees with, so its load is refused before any
+ * byte moves. The blocks of both failed loads come back from {@code getBlockIdsWithLoadErrors}. Prefill saves layer by layer (a per-layer step copies the layer in just before {@code saveKvLayer}); decode
  * loads layer by layer inside its step or asynchronously.
  */
 @ExtendWith(LeakCheckExtension.class)
@@ -54,11 +55,15 @@ class ConnectorExampleTest {
             .tokensPerBlock(8).pipelineParallelism(2).build();
     /** Decode-side engine ids are the prefill ids plus this (the connector maps them). */
     private static final long DECODE_ID = 100;
-    /** Prompt lengths of requests 1..5; request 3 finds 2 blocks in the decode side's prefix cache; 5 is aborted. */
-    private static final int[] PROMPTS = {40, 17, 48, 8, 30};
+    /**
+     * Prompt lengths of requests 1..6; request 3 finds 2 blocks in the decode side's prefix cache; 5 is aborted;
+     * 6 finds a block in the decode side's prefix cache whose key the prefill side does not share.
+     */
+    private static final int[] PROMPTS = {40, 17, 48, 8, 30, 24};
     private static final long REUSING = 3;
     private static final int REUSED_BLOCKS = 2;
     private static final long ABORTED = 5;
+    private static final long MISMATCHED = 6;
 
     static Stream<Arguments> runs() {
         return Stream.of(
@@ -94,9 +99,12 @@ class ConnectorExampleTest {
         MiniEngine.Job decodeJob(long ctxId, ContextPhaseParams params) {
             int prompt = PROMPTS[(int) ctxId - 1];
             int blocks = BlockDistribution.blocksFor(prompt, 8);
-            int cached = ctxId == REUSING ? REUSED_BLOCKS * 8 : 0;
-            return new MiniEngine.Job(ConnectorRequest.decode(DECODE_ID + ctxId, prompt, hashes(ctxId, blocks),
-                    params), cached, false);
+            int cached = ctxId == REUSING ? REUSED_BLOCKS * 8 : ctxId == MISMATCHED ? 8 : 0;
+            long[] h = hashes(ctxId, blocks);
+            if (ctxId == MISMATCHED) {
+                h[0] ^= 1; // the decode side's prefix cache disagrees with the prefill side's on block 0
+            }
+            return new MiniEngine.Job(ConnectorRequest.decode(DECODE_ID + ctxId, prompt, h, params), cached, false);
         }
 
         @Override
@@ -126,7 +134,7 @@ class ConnectorExampleTest {
         }
     }
 
-    @ParameterizedTest(name = "{0} {1} layer-wise loads {2}")
+    @ParameterizedTest(name = "{0} {1} async loads {2}")
     @MethodSource("runs")
     void prefillAndDecodeEnginesMoveVerifiedRequestsThroughTheConnector(String backend,
                                                                        TransceiverConfig.TransferMode mode,
@@ -158,6 +166,7 @@ class ConnectorExampleTest {
             }
 
             Set<Long> good = Set.of(DECODE_ID + 1, DECODE_ID + 2, DECODE_ID + 3, DECODE_ID + 4);
+            Set<Long> failed = Set.of(DECODE_ID + ABORTED, DECODE_ID + MISMATCHED);
             // Every element of every good request was verified on every decode rank before its blocks were freed.
             assertThat(decode.verified).containsExactlyInAnyOrderElementsOf(good);
             // Prefix reuse: only the tokens beyond the cached prefix were asked for, only the missing blocks moved.
@@ -171,23 +180,35 @@ class ConnectorExampleTest {
                 assertThat(f.bytes()).as("rank %d bytes", r)
                         .isEqualTo((reusingBlocks - REUSED_BLOCKS) * d.cache(r).layout().blockBytes());
             }
-            // The aborted request: CANCELLED on both sides, and the decode blocks it was to fill come back as errors.
-            assertThat(prefill.failedSends).containsOnlyKeys(ABORTED);
+            // The aborted request: CANCELLED on both sides. The mismatched prefix: refused by the prefill side before
+            // any byte moved (UNSUPPORTED_LAYOUT, naming the block) on both sides. The decode blocks the two loads
+            // were to fill come back as errors; the mismatched request's locally cached block is not among them.
+            assertThat(prefill.failedSends).containsOnlyKeys(ABORTED, MISMATCHED);
             assertThat(prefill.failedSends.get(ABORTED).code()).isEqualTo(ErrorCode.CANCELLED);
+            assertThat(prefill.failedSends.get(MISMATCHED).code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
             assertThat(prefill.delayedFree).as("the connector held the aborted request's blocks").contains(ABORTED);
-            assertThat(decode.failedLoads).containsOnlyKeys(DECODE_ID + ABORTED);
+            assertThat(decode.failedLoads).containsOnlyKeys(failed);
             assertThat(decode.failedLoads.get(DECODE_ID + ABORTED).code()).isEqualTo(ErrorCode.CANCELLED);
             assertThat(decode.failedLoads.get(DECODE_ID + ABORTED).requestId()).isEqualTo(ABORTED);
+            assertThat(decode.failedLoads.get(DECODE_ID + MISMATCHED).code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
+            assertThat(decode.failedLoads.get(DECODE_ID + MISMATCHED).getMessage()).contains("prefix mismatch at block 0");
             for (int r = 0; r < d.ranks(); r++) {
                 Set<Integer> expected = Arrays.stream(decode.blocksOf.get(DECODE_ID + ABORTED)[r]).boxed()
                         .collect(Collectors.toSet());
+                int[] mismatched = decode.blocksOf.get(DECODE_ID + MISMATCHED)[r];
+                Arrays.stream(mismatched, 1, mismatched.length).forEach(expected::add);
                 assertThat(decode.errorBlocks.get(r)).as("rank %d error blocks", r).isEqualTo(expected);
+                for (long id : failed) {
+                    FinishedTransfer f = decode.transfers.get(id).get(r);
+                    assertThat(f.ok()).isFalse();
+                    assertThat(f.bytes()).as("request %d rank %d bytes", id, r).isZero();
+                }
             }
             // Every block went back to its pool; nothing is tracked any more.
             assertThat(prefill.freed).containsExactlyInAnyOrderElementsOf(
                     IntStream.rangeClosed(1, PROMPTS.length).mapToObj(i -> (long) i).collect(Collectors.toSet()));
             Set<Long> allDecode = new HashSet<>(good);
-            allDecode.add(DECODE_ID + ABORTED);
+            allDecode.addAll(failed);
             assertThat(decode.freed).containsExactlyInAnyOrderElementsOf(allDecode);
             assertThat(prefill.heldRequests()).isZero();
             assertThat(decode.heldRequests()).isZero();

@@ -52,7 +52,7 @@ import java.util.function.IntFunction;
  * its own prefix cache holds (those blocks it fills itself, as a prefix-cache hit would hold them), allocates, and
  * loads — asynchronously, or layer by layer inside the step ({@code waitForLayerLoad} before each layer). When
  * {@code finishedRecving} names the request, every element of every block is verified with {@link KvPattern}, or, for
- * a failed load, the blocks reported by {@code getBlockIdsWithErrors} are recorded; then the blocks are freed.
+ * a failed load, the blocks reported by {@code getBlockIdsWithLoadErrors} are recorded; then the blocks are freed.
  */
 final class MiniEngine implements AutoCloseable {
     /** Request id offset of the poison pattern. */
@@ -304,7 +304,7 @@ final class MiniEngine implements AutoCloseable {
             scratch[rank].free(j.request().requestId());
         }
         WorkerOutput out = w.getFinished();
-        errorBlocks.computeIfAbsent(rank, k -> ConcurrentHashMap.newKeySet()).addAll(w.getBlockIdsWithErrors());
+        errorBlocks.computeIfAbsent(rank, k -> ConcurrentHashMap.newKeySet()).addAll(w.getBlockIdsWithLoadErrors());
         w.clearConnectorMetadata();
         return out;
     }
