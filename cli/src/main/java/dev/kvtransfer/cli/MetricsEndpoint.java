@@ -2,6 +2,7 @@ package dev.kvtransfer.cli;
 
 import com.sun.net.httpserver.HttpExchange;
 import com.sun.net.httpserver.HttpServer;
+import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.binder.jvm.JvmMemoryMetrics;
@@ -9,6 +10,8 @@ import io.micrometer.core.instrument.binder.jvm.JvmThreadMetrics;
 import io.micrometer.core.instrument.binder.system.ProcessorMetrics;
 import io.micrometer.core.instrument.binder.system.UptimeMetrics;
 import io.micrometer.core.instrument.composite.CompositeMeterRegistry;
+import io.micrometer.core.instrument.config.MeterFilter;
+import io.micrometer.core.instrument.distribution.DistributionStatisticConfig;
 import io.micrometer.prometheusmetrics.PrometheusConfig;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 
@@ -19,6 +22,8 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -37,7 +42,13 @@ import java.util.concurrent.TimeUnit;
  *
  * <p>Meters of the same name must carry the same tag keys in Prometheus, and the ranks of two instances in one
  * JVM carry the same {@code rank} tags: give each instance {@link #instanceRegistry(String)}, which adds an
- * {@code instance} tag to every meter it registers. Thread-safe.
+ * {@code instance} tag to every meter it registers (core's meters carry it already). Thread-safe.
+ *
+ * <p>Histograms: the registry of {@link #start(int)} publishes the per-request distributions as Prometheus
+ * histograms with fixed buckets ({@link #histogramBuckets()}, {@link #bucketsOf(String)}), chosen as vLLM's
+ * NIXL connector chooses its {@code vllm:nixl_xfer_time_seconds} buckets, so {@code histogram_quantile} over
+ * {@code kvtransfer_transfer_time_seconds_bucket} reads like the same query over vLLM's series. Micrometer's own
+ * percentile histogram (69 buckets per timer series, 276 per summary series) would be replaced by these few.
  */
 public final class MetricsEndpoint implements AutoCloseable {
     /** The content type of the Prometheus text format served. */
@@ -46,6 +57,21 @@ public final class MetricsEndpoint implements AutoCloseable {
     public static final String PATH = "/metrics";
     /** Longest wait in {@link #close()} for the scrape thread. */
     private static final long CLOSE_WAIT_MS = 2000;
+    /**
+     * Bucket upper bounds of the histograms the endpoint's registry publishes, by meter name (seconds for the
+     * timers, the meter's base unit otherwise). Transfer time: vLLM's NIXL buckets (1 ms .. 5 s) plus 10, 30, 60 s
+     * (the default {@code kvTransferTimeout}); bandwidth: 10 MB/s .. 200 GB/s; bytes per request: 64 KiB .. 16 GiB
+     * in powers of 4; messages per request: powers of 2 up to 65536; staging waits: 100 µs .. 60 s.
+     */
+    private static final Map<String, double[]> HISTOGRAM_BUCKETS = Map.of(
+            "kvtransfer.transfer.time", new double[] {0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5,
+                0.75, 1, 5, 10, 30, 60},
+            "kvtransfer.staging.wait", new double[] {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10,
+                30, 60},
+            "kvtransfer.peer.bandwidth", new double[] {1e7, 1e8, 2.5e8, 5e8, 1e9, 2.5e9, 5e9, 1e10, 2.5e10, 5e10,
+                1e11, 2e11},
+            "kvtransfer.transfer.bytes", powers(1L << 16, 4, 10),
+            "kvtransfer.messages", powers(1, 2, 17));
     /** 127.0.0.1, whatever the JVM prefers for {@code localhost}. */
     private static final InetAddress LOOPBACK;
 
@@ -81,6 +107,7 @@ public final class MetricsEndpoint implements AutoCloseable {
      */
     public static MetricsEndpoint start(int port) {
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+        registry.config().meterFilter(histogramBuckets());
         new JvmMemoryMetrics().bindTo(registry);
         new JvmThreadMetrics().bindTo(registry);
         new ProcessorMetrics().bindTo(registry);
@@ -125,6 +152,51 @@ public final class MetricsEndpoint implements AutoCloseable {
         server.createContext("/", endpoint::handle);
         server.start();
         return endpoint;
+    }
+
+    private static double[] powers(long first, int factor, int count) {
+        double[] out = new double[count];
+        double v = first;
+        for (int i = 0; i < count; i++, v *= factor) {
+            out[i] = v;
+        }
+        return out;
+    }
+
+    /**
+     * The bucket upper bounds the endpoint's registry publishes for a meter (seconds for timers).
+     *
+     * @param meterName a Micrometer meter name, e.g. {@code kvtransfer.transfer.time}
+     * @return a copy of its bounds, or empty when the meter keeps what it registered
+     */
+    public static java.util.Optional<double[]> bucketsOf(String meterName) {
+        Objects.requireNonNull(meterName, "meterName");
+        double[] b = HISTOGRAM_BUCKETS.get(meterName);
+        return b == null ? java.util.Optional.empty() : java.util.Optional.of(b.clone());
+    }
+
+    /**
+     * The filter that gives the meters named in {@link #bucketsOf(String)} exactly those buckets (and no
+     * Micrometer percentile histogram); other meters are left as registered. Add it to a registry before any meter
+     * is registered (the endpoint's own registry has it).
+     *
+     * @return the filter
+     */
+    public static MeterFilter histogramBuckets() {
+        return new MeterFilter() {
+            @Override
+            public DistributionStatisticConfig configure(Meter.Id id, DistributionStatisticConfig config) {
+                double[] buckets = HISTOGRAM_BUCKETS.get(id.getName());
+                if (buckets == null) {
+                    return config;
+                }
+                double[] b = id.getType() == Meter.Type.TIMER
+                        ? Arrays.stream(buckets).map(sec -> sec * 1e9).toArray() // timers configure nanoseconds
+                        : buckets.clone();
+                return DistributionStatisticConfig.builder().percentilesHistogram(false).serviceLevelObjectives(b)
+                        .build().merge(config);
+            }
+        };
     }
 
     /** @return the registry served: register meters here (or in {@link #instanceRegistry(String)}) */
