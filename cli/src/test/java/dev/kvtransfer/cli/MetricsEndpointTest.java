@@ -270,6 +270,8 @@ class MetricsEndpointTest {
                         .isCloseTo(ctxBandwidth[r], withinPercentage(0.01));
                 assertThat(histogram(s, "kvtransfer_messages", "kvtransfer.messages", 1, 3, l))
                         .isEqualTo((double) ctxMessages[r]);
+                assertThat(histogram(s, "kvtransfer_transfer_bytes", "kvtransfer.transfer.bytes", 1, 3, l))
+                        .as("ctx rank %d bytes per request", r).isEqualTo((double) ctxBytes[r]);
                 // Waits for a staging slot (how many depends on the sender threads' timing): a consistent series.
                 assertThat(histogram(s, "kvtransfer_staging_wait_seconds", "kvtransfer.staging.wait", 1, -1,
                         "instance=\"ctx\"", "rank=\"rank-" + r + "\"", "direction=\"send\"")).isNotNegative();
@@ -286,6 +288,8 @@ class MetricsEndpointTest {
                     .as("gen transfer time").isCloseTo(genSeconds, within(1e-6));
             assertThat(histogram(s, "kvtransfer_messages", "kvtransfer.messages", 1, 3, gl))
                     .isEqualTo((double) genMessages);
+            assertThat(histogram(s, "kvtransfer_transfer_bytes", "kvtransfer.transfer.bytes", 1, 3, gl))
+                    .as("gen bytes per request").isEqualTo((double) genBytes);
             for (int r = 0; r < 2; r++) {
                 String[] p = {"instance=\"gen\"", "rank=\"rank-0\"", "role=\"generation\"",
                     "peer=\"" + r + "\""};
@@ -426,9 +430,15 @@ class MetricsEndpointTest {
                 }
                 try {
                     Map<String, Double> s = samples(get(uri).body());
+                    // A transfer completed on the generation side and on both context ranks (a context rank
+                    // counts its request when its own sends end, which may come after the generation side's).
                     if (s.keySet().stream().anyMatch(k -> k.startsWith("kvtransfer_transfers_total{")
                             && k.contains("instance=\"gen\"") && k.contains("outcome=\"complete\"")
-                            && s.get(k) >= 1)) {
+                            && s.get(k) >= 1)
+                            && java.util.stream.IntStream.range(0, 2).allMatch(r -> s.keySet().stream().anyMatch(
+                                k -> k.startsWith("kvtransfer_transfers_total{") && k.contains("instance=\"ctx\"")
+                                    && k.contains("rank=\"rank-" + r + "\"") && k.contains("role=\"context\"")
+                                    && k.contains("outcome=\"complete\"") && s.get(k) >= 1))) {
                         last.set(s);
                         return true;
                     }

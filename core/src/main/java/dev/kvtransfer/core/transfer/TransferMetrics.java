@@ -24,6 +24,8 @@ import java.util.Objects;
  *   <li>{@code kvtransfer.transfers{role,outcome}} ({@code kvtransfer_transfers_total}): requests ended, by
  *       {@code role} (context, generation) and {@code outcome} (complete, failed);</li>
  *   <li>{@code kvtransfer.bytes{role}} ({@code kvtransfer_bytes_total}): KV bytes moved;</li>
+ *   <li>{@code kvtransfer.transfer.bytes{role}} ({@code kvtransfer_transfer_bytes}, histogram): per completed
+ *       request, the KV bytes this rank moved (vLLM's {@code nixl_bytes_transferred});</li>
  *   <li>{@code kvtransfer.errors{code}} ({@code kvtransfer_errors_total}): errors by {@link ErrorCode}, OTHER for
  *       the unexpected;</li>
  *   <li>{@code kvtransfer.transfer.time{role}} ({@code kvtransfer_transfer_time_seconds}, histogram): per
@@ -51,6 +53,8 @@ public final class TransferMetrics {
     private final Counter recvFailed;
     private final Counter bytesSent;
     private final Counter bytesReceived;
+    private final DistributionSummary transferBytesSent;
+    private final DistributionSummary transferBytesReceived;
     private final DistributionSummary messagesSent;
     private final DistributionSummary messagesReceived;
     private final Timer timeSent;
@@ -86,6 +90,8 @@ public final class TransferMetrics {
         bytesSent = Counter.builder("kvtransfer.bytes").tags(base).tag("role", "context").register(registry);
         bytesReceived = Counter.builder("kvtransfer.bytes").tags(base).tag("role", "generation")
                 .register(registry);
+        transferBytesSent = transferBytes(registry, base, "context");
+        transferBytesReceived = transferBytes(registry, base, "generation");
         messagesSent = messages(registry, base, "context");
         messagesReceived = messages(registry, base, "generation");
         timeSent = time(registry, base, "context");
@@ -102,6 +108,12 @@ public final class TransferMetrics {
     private static Timer time(MeterRegistry r, Tags base, String role) {
         return Timer.builder("kvtransfer.transfer.time").tags(base).tag("role", role)
                 .description("per completed request: this rank's transfer, start to end")
+                .publishPercentileHistogram().register(r);
+    }
+
+    private static DistributionSummary transferBytes(MeterRegistry r, Tags base, String role) {
+        return DistributionSummary.builder("kvtransfer.transfer.bytes").tags(base).tag("role", role)
+                .baseUnit("bytes").description("per completed request: KV bytes this rank moved")
                 .publishPercentileHistogram().register(r);
     }
 
@@ -150,6 +162,9 @@ public final class TransferMetrics {
         } else {
             (ok ? recvOk : recvFailed).increment();
             bytesReceived.increment(bytes);
+        }
+        if (ok) {
+            (sender ? transferBytesSent : transferBytesReceived).record(bytes);
         }
     }
 
