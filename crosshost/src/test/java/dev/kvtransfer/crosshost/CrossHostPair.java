@@ -1,0 +1,222 @@
+package dev.kvtransfer.crosshost;
+
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.core.TransceiverConfig;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Base64;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.TreeMap;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * A context process in side a of a {@link NetnsPair} and a generation process in side b ({@link NetnsPeerMain}
+ * each, bound to its namespace's veth address, sharing the deployment secret), and the transfers between them:
+ * every one filled with {@code KvPattern} on the context side and verified element by element on the generation
+ * side. {@link #close()} kills both processes (a clean end is {@link #finish()}).
+ */
+final class CrossHostPair implements AutoCloseable {
+    /** Bound of every wait for a child (start-up, a transfer's answer). */
+    static final Duration WAIT = Duration.ofSeconds(60);
+    /** Context TP2 → generation PP2: heads split on one side, layers on the other (staging on both sides). */
+    static final String CTX_SPEC = "2,1,8,8,64,16,FLOAT16";
+    static final String GEN_SPEC = "1,2,8,8,64,16,FLOAT16";
+    /** Tokens of one 8 MiB request: 32 blocks of 256 KiB (8 layers x 2 x 8 heads x 16 tokens x 64 dims x 2 B). */
+    static final int PROMPT_8MIB = 16 * 32;
+    static final int BLOCKS_PER_RANK = 80;
+
+    private final NetnsPair net;
+    private final String backend;
+    private final NetnsJvm ctx;
+    private final NetnsJvm gen;
+    private long nextId = 1000;
+
+    /** One verified transfer as the generation process measured it (request to the last rank done). */
+    record Transfer(long id, long nanos, long bytes, long checked) {
+        double gbPerSecond() {
+            return bytes / (double) nanos;
+        }
+    }
+
+    private CrossHostPair(NetnsPair net, String backend, NetnsJvm ctx, NetnsJvm gen) {
+        this.net = net;
+        this.backend = backend;
+        this.ctx = ctx;
+        this.gen = gen;
+    }
+
+    /**
+     * Starts both processes (concurrently) and waits until both listen on their side's veth address.
+     *
+     * @param net      the namespaces
+     * @param backend  transport name
+     * @param label    names the logs
+     * @param props    transport / transceiver properties of both sides
+     * @param ctxProps extra properties of the context side only
+     * @param genProps extra properties of the generation side only
+     * @param jvmProps {@code -D} settings of both JVMs (e.g. Aeron's loss generator)
+     * @param secret   the deployment's shared secret file
+     * @return the running pair
+     * @throws IOException if a process cannot start
+     */
+    static CrossHostPair start(NetnsPair net, String backend, String label, Map<String, String> props,
+                               Map<String, String> ctxProps, Map<String, String> genProps, List<String> jvmProps,
+                               Path secret) throws IOException {
+        Path logs = Path.of("target", "netns-logs");
+        Map<String, String> common = new TreeMap<>(props);
+        common.put(TransceiverConfig.P_AUTH_SECRET_FILE, secret.toString());
+        common.put(TransceiverConfig.P_KV_TRANSFER_TIMEOUT_MS, "30000");
+        common.put(TransceiverConfig.P_TRANSFER_BUFFER_BYTES, Integer.toString(4 << 20));
+        common.put(TransceiverConfig.P_CHUNK_BYTES, Integer.toString(1 << 20));
+        NetnsJvm c = null;
+        NetnsJvm g = null;
+        try {
+            c = NetnsJvm.start(net.a(), label + "-ctx", NetnsPeerMain.class, jvmProps,
+                    args("ctx", backend, CTX_SPEC, net.a().address(), common, ctxProps), logs);
+            g = NetnsJvm.start(net.b(), label + "-gen", NetnsPeerMain.class, jvmProps,
+                    args("gen", backend, GEN_SPEC, net.b().address(), common, genProps), logs);
+            CrossHostPair p = new CrossHostPair(net, backend, c, g);
+            p.assertListensOn(c, net.a());
+            p.assertListensOn(g, net.b());
+            return p;
+        } catch (IOException | RuntimeException | Error e) {
+            if (c != null) {
+                c.close();
+            }
+            if (g != null) {
+                g.close();
+            }
+            throw e;
+        }
+    }
+
+    private static List<String> args(String role, String backend, String spec, String host,
+                                     Map<String, String> common, Map<String, String> own) {
+        List<String> a = new ArrayList<>(List.of(role, backend, spec, Integer.toString(BLOCKS_PER_RANK), host));
+        Map<String, String> all = new TreeMap<>(common);
+        all.putAll(own);
+        all.forEach((k, v) -> a.add(k + "=" + v));
+        return a;
+    }
+
+    private void assertListensOn(NetnsJvm child, NetnsPair.Side side) {
+        String addresses = child.awaitLine("READY ", WAIT);
+        // Every rank's endpoint is the namespace's veth address: nothing binds 127.0.0.1 or a host address.
+        assertThat(addresses.split(",")).as("%s rank addresses", child.name()).hasSize(2)
+                .allSatisfy(a -> assertThat(a).startsWith(side.address() + ":"));
+    }
+
+    /**
+     * One request: the context process fills and makes it ready, the generation process receives and verifies
+     * every element; both sides must end complete.
+     *
+     * @param prompt prompt length in tokens
+     * @return what the generation side measured
+     * @throws IOException if a child's stdin is closed
+     */
+    Transfer transfer(int prompt) throws IOException {
+        long id = nextId++;
+        ctx.tell("CTX " + id + " " + prompt);
+        String params = ctx.awaitLine("PARAMS " + id + " ", WAIT);
+        CommState comm = ContextPhaseParams.fromBytes(Base64.getDecoder().decode(params)).contextState().commState();
+        // What the generation side dials is the context namespace's veth address.
+        assertThat(comm.addresses()).allSatisfy(a -> assertThat(a).startsWith(net.a().address() + ":"));
+        gen.tell("GEN " + id + " " + prompt + " " + params);
+        String done = gen.awaitLine("GENDONE " + id + " ", WAIT);
+        assertThat(done).as("generation side of request %d over %s (%s)", id, backend, net).startsWith("OK ");
+        Map<String, String> f = fields(done);
+        assertThat(f.get("checked")).as("elements verified of request %d: %s", id, done).isEqualTo(f.get("expected"));
+        assertThat(Long.parseLong(f.get("checked"))).as("elements verified").isPositive();
+        assertThat(f.get("states")).isEqualTo("GENERATION_TRANS_COMPLETE,GENERATION_TRANS_COMPLETE");
+        String ctxDone = ctx.awaitLine("CTXDONE " + id + " ", WAIT);
+        assertThat(ctxDone).as("context side of request %d", id).isEqualTo("CONTEXT_COMPLETE,CONTEXT_COMPLETE");
+        return new Transfer(id, Long.parseLong(f.get("nanos")), Long.parseLong(f.get("bytes")),
+                Long.parseLong(f.get("checked")));
+    }
+
+    /**
+     * Runs {@code count} transfers of one prompt length and reports their times (printed and appended to
+     * {@code target/crosshost-times.txt}); no speed is asserted.
+     *
+     * @param variant what runs, e.g. {@code "aeron-udp 200mbit loss 1%"}
+     * @param count   transfers
+     * @param prompt  tokens each
+     * @return the transfers
+     * @throws IOException if a child's stdin is closed
+     */
+    List<Transfer> measure(String variant, int count, int prompt) throws IOException {
+        long t0 = System.nanoTime();
+        List<Transfer> out = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            out.add(transfer(prompt));
+        }
+        long wall = System.nanoTime() - t0;
+        long[] ms = out.stream().mapToLong(t -> t.nanos() / 1_000_000).sorted().toArray();
+        double[] gbs = out.stream().mapToDouble(Transfer::gbPerSecond).sorted().toArray();
+        String line = String.format(Locale.ROOT,
+                "CROSSHOST %-34s %d x %.1f MiB verified: ms min/median/max %d/%d/%d, GB/s min/median/max "
+                        + "%.4f/%.4f/%.4f, variant wall %d ms", variant, count, out.get(0).bytes() / 1048576.0,
+                ms[0], ms[ms.length / 2], ms[ms.length - 1], gbs[0], gbs[gbs.length / 2], gbs[gbs.length - 1],
+                wall / 1_000_000);
+        report(line);
+        return out;
+    }
+
+    /**
+     * Prints a report line and appends it to {@code target/crosshost-times.txt}.
+     *
+     * @param line the line
+     */
+    static void report(String line) {
+        System.out.println(line);
+        try {
+            Path file = Path.of("target", "crosshost-times.txt");
+            Files.createDirectories(file.getParent());
+            Files.writeString(file, java.time.Instant.now() + " " + line + System.lineSeparator(),
+                    StandardCharsets.UTF_8, StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /** @return the context process's counters (Aeron: its media driver's system counters) */
+    Map<String, Long> contextCounters() throws IOException {
+        return ctx.counters(WAIT);
+    }
+
+    /** @return the generation process's counters */
+    Map<String, Long> generationCounters() throws IOException {
+        return gen.counters(WAIT);
+    }
+
+    /** Both processes close their instances (leak-checked) and exit 0. */
+    void finish() throws IOException {
+        assertThat(gen.exit(WAIT)).as("generation process exit code").isZero();
+        assertThat(ctx.exit(WAIT)).as("context process exit code").isZero();
+    }
+
+    private static Map<String, String> fields(String line) {
+        Map<String, String> f = new TreeMap<>();
+        Arrays.stream(line.split(" \\| ")[0].split(" ")).filter(w -> w.contains("="))
+                .forEach(w -> f.put(w.substring(0, w.indexOf('=')), w.substring(w.indexOf('=') + 1)));
+        return f;
+    }
+
+    @Override
+    public void close() {
+        gen.close();
+        ctx.close();
+    }
+}

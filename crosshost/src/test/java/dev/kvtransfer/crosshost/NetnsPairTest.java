@@ -1,0 +1,78 @@
+package dev.kvtransfer.crosshost;
+
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+/**
+ * The namespace pair itself: addressed, isolated, and gone afterwards in every way a test can end (closed, failed
+ * with a hung child, the JVM exiting without closing, the JVM killed before it could).
+ */
+@Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+class NetnsPairTest {
+    private static final Path LOGS = Path.of("target", "netns-logs");
+
+    @BeforeAll
+    static void namespaces() {
+        String cause = NetnsPair.unavailabilityCause();
+        assumeTrue(cause == null, () -> "namespace tests skipped: " + cause);
+    }
+
+    @Test
+    void required_01_aProcessInASideSeesOnlyLoAndItsVethAndTheNamespacesGoWhenATestFailsWithAHungChild()
+            throws IOException {
+        NetnsPair net = NetnsPair.create();
+        NetnsJvm child = NetnsJvm.start(net.a(), "hang", InNamespaceMain.class, List.of(), List.of("hang"), LOGS);
+        Throwable failed = catchThrowable(() -> {
+            try (net; child) {
+                assertThat(NetnsPair.existing()).contains(net.a().namespace(), net.b().namespace());
+                // Inside its namespace a process sees lo and the veth end, nothing of the host's network.
+                assertThat(child.awaitLine("STARTED ", Duration.ofSeconds(30))).isEqualTo("kvt-a,lo");
+                assertThat(net.deviceBytes(net.a())).hasSize(2);
+                child.awaitLine("NEVER", Duration.ofMillis(300)); // the hung peer: this throws, as a test would
+            }
+        });
+        assertThat(failed).isInstanceOf(IllegalStateException.class).hasMessageContaining("printed no 'NEVER'");
+        assertThat(NetnsPair.existing()).doesNotContain(net.a().namespace(), net.b().namespace());
+    }
+
+    @Test
+    void required_02_aJvmThatExitsWithoutClosingRemovesItsNamespacesInItsShutdownHook() throws Exception {
+        List<String> cmd = List.of(System.getProperty("java.home") + "/bin/java", "-cp",
+                System.getProperty("java.class.path"), InNamespaceMain.class.getName(), "exit-without-close");
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        assertThat(p.waitFor(30, TimeUnit.SECONDS)).as("helper exited; printed %s", out).isTrue();
+        assertThat(p.exitValue()).as("helper exit code; printed %s", out).isZero();
+        String[] names = out.lines().filter(l -> l.startsWith("CREATED ")).findFirst().orElseThrow(
+                () -> new AssertionError("no CREATED line in " + out)).substring("CREATED ".length()).split(" ");
+        assertThat(names).hasSize(2);
+        assertThat(NetnsPair.existing()).doesNotContain(names);
+    }
+
+    @Test
+    void required_03_namespacesOfAKilledJvmAreSweptAtTheNextStart() throws Exception {
+        Process gone = new ProcessBuilder("true").start();
+        assertThat(gone.waitFor(10, TimeUnit.SECONDS)).isTrue();
+        String stale = NetnsPair.PREFIX + gone.pid() + "-1-a";
+        Process add = new ProcessBuilder("ip", "netns", "add", stale).redirectErrorStream(true).start();
+        assertThat(add.waitFor(10, TimeUnit.SECONDS)).isTrue();
+        assertThat(add.exitValue()).isZero();
+        assertThat(NetnsPair.existing()).contains(stale);
+        try (NetnsPair fresh = NetnsPair.create()) { // sweeps first
+            assertThat(NetnsPair.existing()).doesNotContain(stale).contains(fresh.a().namespace());
+        } finally {
+            new ProcessBuilder("ip", "netns", "del", stale).start().waitFor(10, TimeUnit.SECONDS);
+        }
+    }
+}
