@@ -9,7 +9,6 @@ import java.io.IOException;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.TreeMap;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
@@ -60,11 +59,13 @@ class AeronCrossHostTest extends CrossHostTestBase {
             try (CrossHostPair pair = CrossHostPair.start(net, "aeron", "aeron-loss-" + (int) (rate * 100),
                     Map.of(), Map.of(), Map.of(), loss, secret)) {
                 pair.transfer(16); // warm-up
+                Map<String, Long> gen0 = pair.generationCounters();
+                Map<String, Long> ctx0 = pair.contextCounters();
                 pair.measure(label, TRANSFERS, CrossHostPair.PROMPT_8MIB);
-                Map<String, Long> gen = pair.generationCounters();
-                Map<String, Long> ctx = pair.contextCounters();
-                CrossHostPair.report("CROSSHOST " + label + " counters ctx " + lossCounters(ctx));
-                CrossHostPair.report("CROSSHOST " + label + " counters gen " + lossCounters(gen));
+                Map<String, Long> gen = delta(gen0, pair.generationCounters());
+                Map<String, Long> ctx = delta(ctx0, pair.contextCounters());
+                CrossHostPair.report("CROSSHOST " + label + " counters ctx " + ctx);
+                CrossHostPair.report("CROSSHOST " + label + " counters gen " + gen);
                 CrossHostPair.report("CROSSHOST " + label + " qdisc on " + net.a().device() + ": "
                         + net.qdisc(net.a()));
                 // The generation driver lost data frames and asked for them again; the context driver resent them.
@@ -79,16 +80,5 @@ class AeronCrossHostTest extends CrossHostTestBase {
                 pair.finish();
             }
         }
-    }
-
-    /** The counters that show loss and its repair, in a fixed order, for the report. */
-    private static Map<String, Long> lossCounters(Map<String, Long> all) {
-        Map<String, Long> out = new TreeMap<>();
-        for (String k : List.of("Bytes sent", "Bytes received", "NAKs sent", "NAKs received", "Retransmits sent",
-                "Retransmitted bytes", "Loss gap fills", "Heartbeats sent", "Errors", "LOSS observations",
-                "LOSS bytes")) {
-            out.put(k, all.getOrDefault(k, 0L));
-        }
-        return out;
     }
 }

@@ -38,6 +38,7 @@ final class CrossHostPair implements AutoCloseable {
     static final int BLOCKS_PER_RANK = 80;
 
     private final NetnsPair net;
+    private final NetnsPair.Side ctxSide;
     private final String backend;
     private final NetnsJvm ctx;
     private final NetnsJvm gen;
@@ -50,8 +51,9 @@ final class CrossHostPair implements AutoCloseable {
         }
     }
 
-    private CrossHostPair(NetnsPair net, String backend, NetnsJvm ctx, NetnsJvm gen) {
+    private CrossHostPair(NetnsPair net, NetnsPair.Side ctxSide, String backend, NetnsJvm ctx, NetnsJvm gen) {
         this.net = net;
+        this.ctxSide = ctxSide;
         this.backend = backend;
         this.ctx = ctx;
         this.gen = gen;
@@ -74,6 +76,29 @@ final class CrossHostPair implements AutoCloseable {
     static CrossHostPair start(NetnsPair net, String backend, String label, Map<String, String> props,
                                Map<String, String> ctxProps, Map<String, String> genProps, List<String> jvmProps,
                                Path secret) throws IOException {
+        return start(net, net.a(), net.b(), backend, label, props, ctxProps, genProps, jvmProps, secret);
+    }
+
+    /**
+     * Starts both processes on explicit sides (e.g. both on side a's loopback, for the baseline without the link).
+     *
+     * @param net     the namespaces (for diagnostics)
+     * @param ctxSide where the context process runs and listens
+     * @param genSide where the generation process runs and listens
+     * @param backend  transport name
+     * @param label    names the logs
+     * @param props    transport / transceiver properties of both sides
+     * @param ctxProps extra properties of the context side only
+     * @param genProps extra properties of the generation side only
+     * @param jvmProps {@code -D} settings of both JVMs
+     * @param secret   the deployment's shared secret file
+     * @return the running pair
+     * @throws IOException if a process cannot start
+     */
+    static CrossHostPair start(NetnsPair net, NetnsPair.Side ctxSide, NetnsPair.Side genSide, String backend,
+                               String label, Map<String, String> props, Map<String, String> ctxProps,
+                               Map<String, String> genProps, List<String> jvmProps, Path secret)
+            throws IOException {
         Path logs = Path.of("target", "netns-logs");
         Map<String, String> common = new TreeMap<>(props);
         common.put(TransceiverConfig.P_AUTH_SECRET_FILE, secret.toString());
@@ -83,13 +108,13 @@ final class CrossHostPair implements AutoCloseable {
         NetnsJvm c = null;
         NetnsJvm g = null;
         try {
-            c = NetnsJvm.start(net.a(), label + "-ctx", NetnsPeerMain.class, jvmProps,
-                    args("ctx", backend, CTX_SPEC, net.a().address(), common, ctxProps), logs);
-            g = NetnsJvm.start(net.b(), label + "-gen", NetnsPeerMain.class, jvmProps,
-                    args("gen", backend, GEN_SPEC, net.b().address(), common, genProps), logs);
-            CrossHostPair p = new CrossHostPair(net, backend, c, g);
-            p.assertListensOn(c, net.a());
-            p.assertListensOn(g, net.b());
+            c = NetnsJvm.start(ctxSide, label + "-ctx", NetnsPeerMain.class, jvmProps,
+                    args("ctx", backend, CTX_SPEC, ctxSide.address(), common, ctxProps), logs);
+            g = NetnsJvm.start(genSide, label + "-gen", NetnsPeerMain.class, jvmProps,
+                    args("gen", backend, GEN_SPEC, genSide.address(), common, genProps), logs);
+            CrossHostPair p = new CrossHostPair(net, ctxSide, backend, c, g);
+            p.assertListensOn(c, ctxSide);
+            p.assertListensOn(g, genSide);
             return p;
         } catch (IOException | RuntimeException | Error e) {
             if (c != null) {
@@ -131,11 +156,14 @@ final class CrossHostPair implements AutoCloseable {
         ctx.tell("CTX " + id + " " + prompt);
         String params = ctx.awaitLine("PARAMS " + id + " ", WAIT);
         CommState comm = ContextPhaseParams.fromBytes(Base64.getDecoder().decode(params)).contextState().commState();
-        // What the generation side dials is the context namespace's veth address.
-        assertThat(comm.addresses()).allSatisfy(a -> assertThat(a).startsWith(net.a().address() + ":"));
+        // What the generation side dials is the context side's address (its namespace's veth).
+        assertThat(comm.addresses()).allSatisfy(a -> assertThat(a).startsWith(ctxSide.address() + ":"));
         gen.tell("GEN " + id + " " + prompt + " " + params);
         String done = gen.awaitLine("GENDONE " + id + " ", WAIT);
-        assertThat(done).as("generation side of request %d over %s (%s)", id, backend, net).startsWith("OK ");
+        if (!done.startsWith("OK ")) {
+            throw new AssertionError("generation side of request " + id + " over " + backend + " (" + net + "): "
+                    + done + "\n" + diagnostics(id));
+        }
         Map<String, String> f = fields(done);
         assertThat(f.get("checked")).as("elements verified of request %d: %s", id, done).isEqualTo(f.get("expected"));
         assertThat(Long.parseLong(f.get("checked"))).as("elements verified").isPositive();
@@ -162,16 +190,28 @@ final class CrossHostPair implements AutoCloseable {
         for (int i = 0; i < count; i++) {
             out.add(transfer(prompt));
         }
-        long wall = System.nanoTime() - t0;
-        long[] ms = out.stream().mapToLong(t -> t.nanos() / 1_000_000).sorted().toArray();
-        double[] gbs = out.stream().mapToDouble(Transfer::gbPerSecond).sorted().toArray();
-        String line = String.format(Locale.ROOT,
-                "CROSSHOST %-34s %d x %.1f MiB verified: ms min/median/max %d/%d/%d, GB/s min/median/max "
-                        + "%.4f/%.4f/%.4f, variant wall %d ms", variant, count, out.get(0).bytes() / 1048576.0,
+        report(summary(variant, out.stream().map(Transfer::nanos).toList(), out.get(0).bytes(),
+                System.nanoTime() - t0));
+        return out;
+    }
+
+    /**
+     * One report line: transfer times and rates, min / median / max.
+     *
+     * @param variant what ran
+     * @param nanos   each transfer's time
+     * @param bytes   bytes of each transfer
+     * @param wall    the whole variant's time, ns
+     * @return the line
+     */
+    static String summary(String variant, List<Long> nanos, long bytes, long wall) {
+        long[] ms = nanos.stream().mapToLong(n -> n / 1_000_000).sorted().toArray();
+        double[] gbs = nanos.stream().mapToDouble(n -> bytes / (double) n).sorted().toArray();
+        return String.format(Locale.ROOT,
+                "CROSSHOST %-34s %d x %.1f MiB: ms min/median/max %d/%d/%d, GB/s min/median/max "
+                        + "%.4f/%.4f/%.4f, variant wall %d ms", variant, nanos.size(), bytes / 1048576.0,
                 ms[0], ms[ms.length / 2], ms[ms.length - 1], gbs[0], gbs[gbs.length / 2], gbs[gbs.length - 1],
                 wall / 1_000_000);
-        report(line);
-        return out;
     }
 
     /**
@@ -189,6 +229,25 @@ final class CrossHostPair implements AutoCloseable {
         } catch (IOException e) {
             throw new UncheckedIOException(e);
         }
+    }
+
+    /** What both sides can still tell about a failed request: the context side's end, counters, the link. */
+    private String diagnostics(long id) {
+        StringBuilder b = new StringBuilder();
+        try {
+            b.append("context side: ").append(ctx.awaitLine("CTXDONE " + id + " ", Duration.ofSeconds(10)));
+        } catch (RuntimeException e) {
+            b.append("context side: no CTXDONE (").append(e.getMessage(), 0, Math.min(300, e.getMessage().length()))
+                    .append(')');
+        }
+        try {
+            b.append("\ncontext counters: ").append(ctx.counters(Duration.ofSeconds(10)));
+            b.append("\ngeneration counters: ").append(gen.counters(Duration.ofSeconds(10)));
+            b.append("\nqdisc a: ").append(net.qdisc(net.a())).append("\nqdisc b: ").append(net.qdisc(net.b()));
+        } catch (IOException | RuntimeException e) {
+            b.append("\n(diagnostics incomplete: ").append(e).append(')');
+        }
+        return b.toString();
     }
 
     /** @return the context process's counters (Aeron: its media driver's system counters) */

@@ -7,6 +7,7 @@ import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.security.SecureRandom;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.function.Function;
@@ -52,15 +53,21 @@ abstract class CrossHostTestBase {
         }
     }
 
+    /** The Aeron driver counters that show loss and its repair, in this order in the reports. */
+    static final List<String> LOSS_COUNTERS = List.of("Bytes sent", "Bytes received", "NAKs sent", "NAKs received",
+            "Retransmits sent", "Retransmitted bytes", "Loss gap fills", "LOSS observations", "LOSS bytes",
+            "Errors");
+
     /**
      * One process pair in fresh namespaces: a warm-up, {@link #TRANSFERS} 8 MiB transfers over the bare veth, then
-     * the same under {@link #RATE}; every transfer verified, the bytes seen on the veth (and, limited, in the
-     * token bucket), the processes' counters reported.
+     * the same under {@link #RATE}, each phase followed by the raw TCP baseline of the same link and size; then a
+     * second pair on the loopback of one namespace (ours without the link). Every transfer verified, the bytes
+     * seen on the veth (and, limited, in the token bucket), the processes' counters of each phase reported.
      *
-     * @param backend  transport
-     * @param label    variant prefix for the report, e.g. {@code "aeron-udp"}
-     * @param props    both sides' properties
-     * @param perSide  properties of one side only (e.g. its device)
+     * @param backend transport
+     * @param label   variant prefix for the report, e.g. {@code "aeron-udp"}
+     * @param props   both sides' properties
+     * @param perSide properties of one side only (e.g. its device)
      * @return the generation process's counters at the end
      * @throws IOException if a process cannot start
      */
@@ -69,32 +76,68 @@ abstract class CrossHostTestBase {
             throws IOException {
         try (NetnsPair net = NetnsPair.create();
              CrossHostPair pair = CrossHostPair.start(net, backend, label, props, perSide.apply(net.a()),
-                     perSide.apply(net.b()), List.of(), secret)) {
-            long rx0 = net.deviceBytes(net.b())[0];
+                     perSide.apply(net.b()), List.of(), secret);
+             RawTcp raw = RawTcp.start(net, label)) {
             pair.transfer(16); // warm-up: connections, one block
+            long rx0 = net.deviceBytes(net.b())[0];
+            Map<String, Long> gen0 = pair.generationCounters();
+            Map<String, Long> ctx0 = pair.contextCounters();
             List<CrossHostPair.Transfer> bare = pair.measure(label + " veth", TRANSFERS, CrossHostPair.PROMPT_8MIB);
             long kv = bare.stream().mapToLong(CrossHostPair.Transfer::bytes).sum();
             long rx1 = net.deviceBytes(net.b())[0];
+            // The KV bytes crossed the veth into the generation namespace (no shortcut over a loopback).
             assertThat(rx1 - rx0).as("bytes received on the generation namespace's veth %s", net.b().device())
                     .isGreaterThanOrEqualTo(kv);
+            Map<String, Long> gen1 = pair.generationCounters();
+            Map<String, Long> ctx1 = pair.contextCounters();
+            reportCounters(label + " veth", ctx0, ctx1, gen0, gen1);
+            raw.measure("raw-tcp veth (" + label + " run)", TRANSFERS, bare.get(0).bytes());
 
             net.rateLimit(RATE);
             List<CrossHostPair.Transfer> limited = pair.measure(label + " veth " + RATE, TRANSFERS,
                     CrossHostPair.PROMPT_8MIB);
             long kvLimited = limited.stream().mapToLong(CrossHostPair.Transfer::bytes).sum();
             String qdisc = net.qdisc(net.a());
-            CrossHostPair.report("CROSSHOST " + label + " qdisc on " + net.a().device() + ": " + qdisc);
+            CrossHostPair.report("CROSSHOST " + label + " veth " + RATE + " qdisc on " + net.a().device() + ": "
+                    + qdisc);
             // The KV bytes went through the context side's token bucket (tc counts what it sent).
             assertThat(qdisc).contains("tbf");
             assertThat(sentBytes(qdisc)).as("bytes through the token bucket: %s", qdisc)
                     .isGreaterThanOrEqualTo(kvLimited);
-            Map<String, Long> genCounters = pair.generationCounters();
-            Map<String, Long> ctxCounters = pair.contextCounters();
-            CrossHostPair.report("CROSSHOST " + label + " counters ctx " + ctxCounters);
-            CrossHostPair.report("CROSSHOST " + label + " counters gen " + genCounters);
+            Map<String, Long> gen2 = pair.generationCounters();
+            Map<String, Long> ctx2 = pair.contextCounters();
+            reportCounters(label + " veth " + RATE, ctx1, ctx2, gen1, gen2);
+            raw.measure("raw-tcp veth " + RATE + " (" + label + " run)", TRANSFERS, limited.get(0).bytes());
             pair.finish();
-            return genCounters;
+            // Ours without the link: both processes on the loopback of one of our namespaces.
+            NetnsPair.Side lo = net.a().loopback();
+            try (CrossHostPair local = CrossHostPair.start(net, lo, lo, backend, label + "-lo", props,
+                    perSide.apply(lo), perSide.apply(lo), List.of(), secret)) {
+                local.transfer(16);
+                local.measure(label + " lo (one namespace)", TRANSFERS, CrossHostPair.PROMPT_8MIB);
+                local.finish();
+            }
+            return gen2;
         }
+    }
+
+    /** Reports the loss counters' growth over one phase on both sides (nothing for a backend without counters). */
+    static void reportCounters(String variant, Map<String, Long> ctxBefore, Map<String, Long> ctxAfter,
+                               Map<String, Long> genBefore, Map<String, Long> genAfter) {
+        if (ctxAfter.isEmpty() && genAfter.isEmpty()) {
+            return;
+        }
+        CrossHostPair.report("CROSSHOST " + variant + " counters ctx " + delta(ctxBefore, ctxAfter));
+        CrossHostPair.report("CROSSHOST " + variant + " counters gen " + delta(genBefore, genAfter));
+    }
+
+    /** @return the {@link #LOSS_COUNTERS}' growth from one snapshot to a later one */
+    static Map<String, Long> delta(Map<String, Long> before, Map<String, Long> after) {
+        Map<String, Long> out = new LinkedHashMap<>();
+        for (String k : LOSS_COUNTERS) {
+            out.put(k, after.getOrDefault(k, 0L) - before.getOrDefault(k, 0L));
+        }
+        return out;
     }
 
     /** @return the "Sent N bytes" of a {@code tc -s qdisc show} line */

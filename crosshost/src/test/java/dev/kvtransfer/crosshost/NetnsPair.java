@@ -31,9 +31,15 @@ final class NetnsPair implements AutoCloseable {
     private static final Pattern OURS = Pattern.compile("^" + PREFIX + "(\\d+)-(\\d+)-[ab]$");
     private static final AtomicInteger SEQ = new AtomicInteger();
     private static final long CMD_TIMEOUT_S = 20;
+    /** MTU of the veth ends. */
+    static final int MTU = Integer.getInteger("crosshost.mtu", 1500);
 
     /** One end: its namespace, veth device and address. */
     record Side(String namespace, String device, String address) {
+        /** @return the loopback of this side's namespace ({@code lo}, 127.0.0.1): for baselines without the link */
+        Side loopback() {
+            return new Side(namespace, "lo", "127.0.0.1");
+        }
     }
 
     private final Side a;
@@ -100,6 +106,7 @@ final class NetnsPair implements AutoCloseable {
                     "netns", p.b.namespace);
             for (Side s : List.of(p.a, p.b)) {
                 ip("-n", s.namespace, "addr", "add", s.address + "/24", "dev", s.device);
+                ip("-n", s.namespace, "link", "set", "dev", s.device, "mtu", Integer.toString(MTU));
                 ip("-n", s.namespace, "link", "set", "lo", "up");
                 ip("-n", s.namespace, "link", "set", s.device, "up");
             }
@@ -153,14 +160,16 @@ final class NetnsPair implements AutoCloseable {
 
     /**
      * @param s a side
-     * @return bytes received and sent on its veth since it was created: {rx, tx}
+     * @return bytes received and sent and packets dropped on its veth since it was created: {rx bytes, tx bytes, rx dropped, tx dropped}
      */
     long[] deviceBytes(Side s) {
         String out = check(List.of("ip", "netns", "exec", s.namespace, "cat",
                 "/sys/class/net/" + s.device + "/statistics/rx_bytes",
-                "/sys/class/net/" + s.device + "/statistics/tx_bytes"));
+                "/sys/class/net/" + s.device + "/statistics/tx_bytes",
+                "/sys/class/net/" + s.device + "/statistics/rx_dropped",
+                "/sys/class/net/" + s.device + "/statistics/tx_dropped"));
         String[] w = out.trim().split("\\s+");
-        return new long[] {Long.parseLong(w[0]), Long.parseLong(w[1])};
+        return new long[] {Long.parseLong(w[0]), Long.parseLong(w[1]), Long.parseLong(w[2]), Long.parseLong(w[3])};
     }
 
     /**

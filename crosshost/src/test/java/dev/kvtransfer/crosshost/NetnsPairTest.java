@@ -38,7 +38,7 @@ class NetnsPairTest {
                 assertThat(NetnsPair.existing()).contains(net.a().namespace(), net.b().namespace());
                 // Inside its namespace a process sees lo and the veth end, nothing of the host's network.
                 assertThat(child.awaitLine("STARTED ", Duration.ofSeconds(30))).isEqualTo("kvt-a,lo");
-                assertThat(net.deviceBytes(net.a())).hasSize(2);
+                assertThat(net.deviceBytes(net.a())).hasSize(4);
                 child.awaitLine("NEVER", Duration.ofMillis(300)); // the hung peer: this throws, as a test would
             }
         });
