@@ -28,6 +28,12 @@ abstract class CrossHostTestBase {
     /** Timed transfers per variant (plus one untimed warm-up per process pair). */
     static final int TRANSFERS = 3;
 
+    /**
+     * Whether the common run ends with a second pair on one namespace's loopback (ours without the link; for the
+     * README's numbers: {@code -Dcrosshost.loopbackBaseline=true}; off in the suite to keep it short).
+     */
+    static final boolean LOOPBACK_BASELINE = Boolean.getBoolean("crosshost.loopbackBaseline");
+
     static Path secret;
 
     @BeforeAll
@@ -56,13 +62,14 @@ abstract class CrossHostTestBase {
     /** The Aeron driver counters that show loss and its repair, in this order in the reports. */
     static final List<String> LOSS_COUNTERS = List.of("Bytes sent", "Bytes received", "NAKs sent", "NAKs received",
             "Retransmits sent", "Retransmitted bytes", "Loss gap fills", "LOSS observations", "LOSS bytes",
-            "Errors");
+            "Errors", "loss generator frames seen", "loss generator frames dropped");
 
     /**
      * One process pair in fresh namespaces: a warm-up, {@link #TRANSFERS} 8 MiB transfers over the bare veth, then
-     * the same under {@link #RATE}, each phase followed by the raw TCP baseline of the same link and size; then a
-     * second pair on the loopback of one namespace (ours without the link). Every transfer verified, the bytes
-     * seen on the veth (and, limited, in the token bucket), the processes' counters of each phase reported.
+     * the same under {@link #RATE}, each phase followed by the raw TCP baseline of the same link and size; then,
+     * with {@link #LOOPBACK_BASELINE}, a second pair on the loopback of one namespace (ours without the link).
+     * Every transfer verified, the bytes seen on the veth (and, limited, in the token bucket), the processes'
+     * counters and the kernel's drops of each phase reported.
      *
      * @param backend transport
      * @param label   variant prefix for the report, e.g. {@code "aeron-udp"}
@@ -80,6 +87,7 @@ abstract class CrossHostTestBase {
              RawTcp raw = RawTcp.start(net, label)) {
             pair.transfer(16); // warm-up: connections, one block
             long rx0 = net.deviceBytes(net.b())[0];
+            Map<String, Long> kernel0 = net.kernelDrops(net.b());
             Map<String, Long> gen0 = pair.generationCounters();
             Map<String, Long> ctx0 = pair.contextCounters();
             List<CrossHostPair.Transfer> bare = pair.measure(label + " veth", TRANSFERS, CrossHostPair.PROMPT_8MIB);
@@ -91,6 +99,8 @@ abstract class CrossHostTestBase {
             Map<String, Long> gen1 = pair.generationCounters();
             Map<String, Long> ctx1 = pair.contextCounters();
             reportCounters(label + " veth", ctx0, ctx1, gen0, gen1);
+            Map<String, Long> kernel1 = net.kernelDrops(net.b());
+            CrossHostPair.report("CROSSHOST " + label + " veth kernel drops gen side " + delta(kernel0, kernel1));
             raw.measure("raw-tcp veth (" + label + " run)", TRANSFERS, bare.get(0).bytes());
 
             net.rateLimit(RATE);
@@ -107,8 +117,13 @@ abstract class CrossHostTestBase {
             Map<String, Long> gen2 = pair.generationCounters();
             Map<String, Long> ctx2 = pair.contextCounters();
             reportCounters(label + " veth " + RATE, ctx1, ctx2, gen1, gen2);
+            CrossHostPair.report("CROSSHOST " + label + " veth " + RATE + " kernel drops gen side "
+                    + delta(kernel1, net.kernelDrops(net.b())));
             raw.measure("raw-tcp veth " + RATE + " (" + label + " run)", TRANSFERS, limited.get(0).bytes());
             pair.finish();
+            if (!LOOPBACK_BASELINE) {
+                return gen2;
+            }
             // Ours without the link: both processes on the loopback of one of our namespaces.
             NetnsPair.Side lo = net.a().loopback();
             try (CrossHostPair local = CrossHostPair.start(net, lo, lo, backend, label + "-lo", props,
@@ -131,10 +146,13 @@ abstract class CrossHostTestBase {
         CrossHostPair.report("CROSSHOST " + variant + " counters gen " + delta(genBefore, genAfter));
     }
 
-    /** @return the {@link #LOSS_COUNTERS}' growth from one snapshot to a later one */
+    /**
+     * @return the growth from one snapshot to a later one: of the {@link #LOSS_COUNTERS} when the snapshots are
+     *         a driver's counters, else of every key of {@code after}
+     */
     static Map<String, Long> delta(Map<String, Long> before, Map<String, Long> after) {
         Map<String, Long> out = new LinkedHashMap<>();
-        for (String k : LOSS_COUNTERS) {
+        for (String k : after.containsKey("NAKs sent") ? LOSS_COUNTERS : after.keySet()) {
             out.put(k, after.getOrDefault(k, 0L) - before.getOrDefault(k, 0L));
         }
         return out;

@@ -7,7 +7,9 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -31,6 +33,8 @@ final class NetnsPair implements AutoCloseable {
     private static final Pattern OURS = Pattern.compile("^" + PREFIX + "(\\d+)-(\\d+)-[ab]$");
     private static final AtomicInteger SEQ = new AtomicInteger();
     private static final long CMD_TIMEOUT_S = 20;
+    /** The probe's answer: "" when namespaces work, else why not; null before the probe. */
+    private static String cause;
     /** MTU of the veth ends. */
     static final int MTU = Integer.getInteger("crosshost.mtu", 1500);
 
@@ -55,12 +59,20 @@ final class NetnsPair implements AutoCloseable {
 
     /**
      * Why namespace tests cannot run here, or {@code null} when they can: Linux, root (effective uid 0), the
-     * {@code ip} and {@code tc} tools, and an {@code ip netns add} that works (a container without
-     * CAP_SYS_ADMIN refuses it).
+     * {@code ip} and {@code tc} tools, an {@code ip netns add} that works (a container without CAP_SYS_ADMIN
+     * refuses it) and a token bucket qdisc in it ({@code sch_tbf}). Probed once per JVM.
      *
      * @return the missing privilege or tool, or {@code null}
      */
-    static String unavailabilityCause() {
+    static synchronized String unavailabilityCause() {
+        if (cause == null) {
+            String c = probe();
+            cause = c == null ? "" : c;
+        }
+        return cause.isEmpty() ? null : cause;
+    }
+
+    private static String probe() {
         if (!System.getProperty("os.name", "").toLowerCase(java.util.Locale.ROOT).contains("linux")) {
             return "network namespaces need Linux; this is " + System.getProperty("os.name");
         }
@@ -78,7 +90,13 @@ final class NetnsPair implements AutoCloseable {
         if (r.code != 0) {
             return "'ip netns add' does not work here (exit " + r.code + "): " + r.output.trim();
         }
+        Result t = run(List.of("tc", "-n", probe, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "1mbit",
+                "burst", "32kb", "latency", "50ms"));
         Result d = run(List.of("ip", "netns", "del", probe));
+        if (t.code != 0) {
+            return "'tc qdisc add ... tbf' does not work here (exit " + t.code + ", kernel module sch_tbf?): "
+                    + t.output.trim();
+        }
         if (d.code != 0) {
             return "'ip netns del " + probe + "' failed (exit " + d.code + "): " + d.output.trim();
         }
@@ -160,7 +178,8 @@ final class NetnsPair implements AutoCloseable {
 
     /**
      * @param s a side
-     * @return bytes received and sent and packets dropped on its veth since it was created: {rx bytes, tx bytes, rx dropped, tx dropped}
+     * @return bytes received and sent and packets dropped on its veth since it was created: {rx bytes, tx bytes,
+     *         rx dropped, tx dropped}
      */
     long[] deviceBytes(Side s) {
         String out = check(List.of("ip", "netns", "exec", s.namespace, "cat",
@@ -170,6 +189,33 @@ final class NetnsPair implements AutoCloseable {
                 "/sys/class/net/" + s.device + "/statistics/tx_dropped"));
         String[] w = out.trim().split("\\s+");
         return new long[] {Long.parseLong(w[0]), Long.parseLong(w[1]), Long.parseLong(w[2]), Long.parseLong(w[3])};
+    }
+
+    /**
+     * What the kernel of a side's namespace dropped: its veth's receive and transmit drops and the UDP
+     * layer's receive errors ({@code /proc/net/snmp}: {@code InErrors}, {@code RcvbufErrors}: datagrams lost
+     * because a socket's receive buffer was full).
+     *
+     * @param s a side
+     * @return counter name to value since the namespace was created
+     */
+    Map<String, Long> kernelDrops(Side s) {
+        long[] dev = deviceBytes(s);
+        Map<String, Long> out = new LinkedHashMap<>();
+        out.put("veth rx dropped", dev[2]);
+        out.put("veth tx dropped", dev[3]);
+        String[] udp = check(List.of("ip", "netns", "exec", s.namespace, "cat", "/proc/net/snmp")).lines()
+                .filter(l -> l.startsWith("Udp: ")).toArray(String[]::new);
+        if (udp.length == 2) {
+            String[] names = udp[0].split("\\s+");
+            String[] values = udp[1].split("\\s+");
+            for (int i = 1; i < names.length && i < values.length; i++) {
+                if (names[i].equals("InErrors") || names[i].equals("RcvbufErrors")) {
+                    out.put("udp " + names[i], Long.parseLong(values[i]));
+                }
+            }
+        }
+        return out;
     }
 
     /**

@@ -41,7 +41,9 @@ import java.util.stream.Collectors;
  *       [| first mismatch or error]};</li>
  *   <li>{@code COUNTERS}: {@code COUNTER <label>=<value>} for every media driver system counter of this process
  *       (Aeron only: read from the embedded driver's CnC file), {@code LOSS observations=<n> bytes=<n>} from the
- *       driver's loss report, then {@code COUNTERS END};</li>
+ *       driver's loss report, {@code COUNTER loss generator frames seen|dropped=<n>} (when the driver runs Aeron's
+ *       loss generator through {@link CountingLossReceiveChannelEndpointSupplier}; 0 otherwise), then
+ *       {@code COUNTERS END};</li>
  *   <li>{@code EXIT}: closes the instance (which fails on leaked buffers), prints {@code CLOSED}, exits 0.</li>
  * </ul>
  * Stdin reaching its end (the test JVM died) halts the process at once, so no child outlives a test run.
@@ -114,6 +116,7 @@ public final class NetnsPeerMain {
                     case "COUNTERS" -> {
                         if (backend.equals("aeron")) {
                             AeronDriverCounters.print(System.out);
+                            CountingLossReceiveChannelEndpointSupplier.print(System.out);
                         }
                         System.out.println("COUNTERS END");
                         System.out.flush();
