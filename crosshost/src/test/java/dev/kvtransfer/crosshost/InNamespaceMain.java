@@ -20,6 +20,8 @@ import java.util.stream.Collectors;
  *       it halts when its stdin ends;</li>
  *   <li>{@code exit-without-close}: creates a {@link NetnsPair}, prints {@code CREATED <ns a> <ns b>} and exits
  *       without closing it: only the pair's shutdown hook can remove the namespaces;</li>
+ *   <li>{@code probe}: prints {@code AVAILABLE} or {@code UNAVAILABLE <why>} ({@link NetnsPair#unavailabilityCause()}:
+ *       the reason the namespace tests give when they skip);</li>
  *   <li>{@code tcp-sink <host> <port>} and {@code tcp-source <host> <port>}: the raw baseline of the link
  *       ({@link RawTcp}): the sink prints {@code LISTENING}, then for each connection reads to its end and prints
  *       {@code RECEIVED <bytes> <nanos from accept to end>}; the source, for each {@code SEND <bytes>} on stdin,
@@ -52,6 +54,11 @@ public final class InNamespaceMain {
                 System.out.println("CREATED " + p.a().namespace() + " " + p.b().namespace());
                 System.out.flush();
                 System.exit(0);
+            }
+            case "probe" -> {
+                String cause = NetnsPair.unavailabilityCause();
+                System.out.println(cause == null ? "AVAILABLE" : "UNAVAILABLE " + cause);
+                System.out.flush();
             }
             case "tcp-sink" -> tcpSink(args[1], Integer.parseInt(args[2]));
             case "tcp-source" -> tcpSource(args[1], Integer.parseInt(args[2]));

@@ -5,6 +5,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
@@ -16,7 +17,8 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
  * The namespace pair itself: addressed, isolated, and gone afterwards in every way a test can end (closed, failed
- * with a hung child, the JVM exiting without closing, the JVM killed before it could).
+ * with a hung child, the JVM exiting without closing, the JVM killed before it could), and the reason the tests
+ * give where they cannot run.
  */
 @Timeout(value = 60, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
 class NetnsPairTest {
@@ -58,6 +60,24 @@ class NetnsPairTest {
                 () -> new AssertionError("no CREATED line in " + out)).substring("CREATED ".length()).split(" ");
         assertThat(names).hasSize(2);
         assertThat(NetnsPair.existing()).doesNotContain(names);
+    }
+
+    @Test
+    void required_04_withoutRootTheProbeSaysWhyTheTestsSkip() throws Exception {
+        assumeTrue(Files.isExecutable(Path.of("/usr/bin/setpriv")),
+                "needs util-linux's setpriv to run the probe as an unprivileged user");
+        // The probe the cross-host classes' assumptions use, in a JVM that runs as nobody (uid 65534); it needs
+        // nothing but this module's test classes (the local Maven repository may be unreadable to nobody).
+        String classes = Path.of(InNamespaceMain.class.getProtectionDomain().getCodeSource().getLocation().toURI())
+                .toString();
+        List<String> cmd = List.of("/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                System.getProperty("java.home") + "/bin/java", "-cp", classes, InNamespaceMain.class.getName(),
+                "probe");
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        assertThat(p.waitFor(30, TimeUnit.SECONDS)).as("probe exited; printed %s", out).isTrue();
+        assertThat(out).as("exit %d", p.exitValue())
+                .contains("UNAVAILABLE network namespaces need root (effective uid 0); this process runs as uid 65534");
     }
 
     @Test
