@@ -194,6 +194,24 @@ final class NetnsJvm implements AutoCloseable {
     }
 
     /**
+     * Takes the pending stdout lines that start with a prefix (e.g. {@code BACKGROUND }).
+     *
+     * @param prefix line prefix
+     * @return those lines, in order, removed from the pending ones
+     */
+    synchronized List<String> drainLines(String prefix) {
+        List<String> out = new ArrayList<>();
+        for (Iterator<String> it = pending.iterator(); it.hasNext(); ) {
+            String line = it.next();
+            if (line.startsWith(prefix)) {
+                out.add(line);
+                it.remove();
+            }
+        }
+        return out;
+    }
+
+    /**
      * Asks the child to close its instance and exit.
      *
      * @param timeout how long it may take
@@ -202,6 +220,16 @@ final class NetnsJvm implements AutoCloseable {
      */
     int exit(Duration timeout) throws IOException {
         tell("EXIT");
+        return awaitExit(timeout);
+    }
+
+    /**
+     * Waits for the child to print {@code CLOSED} and exit (after an {@code EXIT} sent with {@link #tell}).
+     *
+     * @param timeout how long it may take
+     * @return its exit code
+     */
+    int awaitExit(Duration timeout) {
         awaitLine("CLOSED", timeout);
         try {
             if (!process.waitFor(timeout.toMillis(), TimeUnit.MILLISECONDS)) {

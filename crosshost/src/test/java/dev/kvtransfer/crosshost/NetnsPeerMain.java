@@ -23,6 +23,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.stream.Collectors;
 
 /**
@@ -44,6 +45,8 @@ import java.util.stream.Collectors;
  *       driver's loss report, {@code COUNTER loss generator frames seen|dropped=<n>} (when the driver runs Aeron's
  *       loss generator through {@link CountingLossReceiveChannelEndpointSupplier}; 0 otherwise), then
  *       {@code COUNTERS END};</li>
+ *   <li>{@code ERRORS}: {@code ERRORS <n>}, the background errors the instance's error handler got so far (each
+ *       is also printed when it happens: {@code BACKGROUND <error>}, and its stack goes to stderr);</li>
  *   <li>{@code EXIT}: closes the instance (which fails on leaked buffers), prints {@code CLOSED}, exits 0.</li>
  * </ul>
  * Stdin reaching its end (the test JVM died) halts the process at once, so no child outlives a test run.
@@ -53,6 +56,8 @@ import java.util.stream.Collectors;
  * {@link TransceiverConfig#fromProperties(Map)}. Exit code 1 with a stack trace on stderr on any failure.
  */
 public final class NetnsPeerMain {
+    private static final AtomicLong BACKGROUND_ERRORS = new AtomicLong();
+
     private NetnsPeerMain() {
     }
 
@@ -92,11 +97,12 @@ public final class NetnsPeerMain {
         try (LocalInstance inst = LocalInstance.builder(role + "-netns", state)
                 .transport(plugins.transport(backend), tc).formatter(plugins.formatterFor(state.attentionType()))
                 .config(config).blocksPerRank(blocksPerRank).errorHandler(e -> {
-                    // A background failure of the transceiver is a test failure: report it and stop at once.
+                    // Counted and printed; the test asks for the count (ERRORS) before it lets the pair close.
                     e.printStackTrace();
-                    System.out.println("FAILED background " + e);
+                    BACKGROUND_ERRORS.incrementAndGet();
+                    String text = String.valueOf(e).replace('\n', ' ');
+                    System.out.println("BACKGROUND " + text.substring(0, Math.min(text.length(), 500)));
                     System.out.flush();
-                    Runtime.getRuntime().halt(1);
                 }).start()) {
             System.out.println("READY " + String.join(",", inst.commState().addresses()));
             System.out.flush();
@@ -113,6 +119,10 @@ public final class NetnsPeerMain {
                     }
                     case "CTX" -> serve(inst, Long.parseLong(w[1]), Integer.parseInt(w[2]));
                     case "GEN" -> receive(inst, config, Long.parseLong(w[1]), Integer.parseInt(w[2]), w[3]);
+                    case "ERRORS" -> {
+                        System.out.println("ERRORS " + BACKGROUND_ERRORS.get());
+                        System.out.flush();
+                    }
                     case "COUNTERS" -> {
                         if (backend.equals("aeron")) {
                             AeronDriverCounters.print(System.out);
