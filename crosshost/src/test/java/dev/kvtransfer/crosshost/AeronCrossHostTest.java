@@ -29,13 +29,18 @@ class AeronCrossHostTest extends CrossHostTestBase {
     static final String COUNTING_LOSS_SUPPLIER = CountingLossReceiveChannelEndpointSupplier.class.getName();
 
     /**
-     * Transport properties of both sides: a 512 KiB socket buffer, so a receiver window of 256 KiB per stream
-     * (the backend's default, 4 MiB and 2 MiB, overflows the token bucket's queue: see
-     * {@link #required_04_backendDefaultsUnder200mbitOverflowTheTokenBucketAndStillMoveVerifiedKv()} and the
+     * Peer timeout of every pair: 10 s instead of the backend's 3 s, because on a loaded 2-core host a media
+     * driver's duty cycle was seen to stall 3.5 s (load 22), and peer loss is not what these tests are about.
+     */
+    static final String PEER_TIMEOUT = "aeron.peerTimeoutMs=10000";
+    /**
+     * Transport properties of both sides: {@link #PEER_TIMEOUT} and a 512 KiB socket buffer, so a receiver window
+     * of 256 KiB per stream (the backend's default, 4 MiB and 2 MiB, overflows the token bucket's queue: see
+     * {@link #required_04_backendDefaultWindowUnder200mbitOverflowsTheTokenBucketAndStillMovesVerifiedKv()} and the
      * README). {@code -Dcrosshost.aeron=k=v,k=v} replaces them, for experiments.
      */
     static final Map<String, String> PROPS = props(System.getProperty("crosshost.aeron",
-            "aeron.socketBuffer=524288"));
+            PEER_TIMEOUT + ",aeron.socketBuffer=524288"));
 
     static Map<String, String> props(String spec) {
         Map<String, String> out = new java.util.TreeMap<>();
@@ -72,11 +77,12 @@ class AeronCrossHostTest extends CrossHostTestBase {
     }
 
     @Test
-    void required_04_backendDefaultsUnder200mbitOverflowTheTokenBucketAndStillMoveVerifiedKv() throws IOException {
-        String label = "aeron-udp defaults veth " + RATE;
+    void required_04_backendDefaultWindowUnder200mbitOverflowsTheTokenBucketAndStillMovesVerifiedKv()
+            throws IOException {
+        String label = "aeron-udp default window veth " + RATE;
         try (NetnsPair net = NetnsPair.create();
-             CrossHostPair pair = CrossHostPair.start(net, "aeron", "aeron-defaults", Map.of(), Map.of(), Map.of(),
-                     List.of(), secret)) {
+             CrossHostPair pair = CrossHostPair.start(net, "aeron", "aeron-default-window", props(PEER_TIMEOUT),
+                     Map.of(), Map.of(), List.of(), secret)) {
             net.rateLimit(RATE);
             pair.transfer(16); // warm-up
             Map<String, Long> gen0 = pair.generationCounters();
@@ -128,11 +134,12 @@ class AeronCrossHostTest extends CrossHostTestBase {
                 net.kernelDrops(net.b())));
         long seen = gen.get("loss generator frames seen");
         long dropped = gen.get("loss generator frames dropped");
-        // The loss is the generator's, at its rate: thousands of frames, so within a factor of 2 of it.
+        // The loss is the generator's, at its rate (seeded: about the same count each run; a factor of 3 either
+        // side leaves room for a different number of frames).
         assertThat(seen).as("data frames the generation driver's loss generator saw; %s", gen)
                 .isGreaterThan(1000);
         assertThat((double) dropped / seen).as("fraction the loss generator dropped (%d of %d)", dropped, seen)
-                .isBetween(rate / 2, rate * 2);
+                .isBetween(rate / 3, rate * 3);
         assertThat(gen.get("NAKs sent")).as("generation driver: NAKs sent; %s", gen).isPositive();
         assertThat(gen.get("LOSS observations")).as("generation driver: loss report; %s", gen).isPositive();
         assertThat(ctx.get("NAKs received")).as("context driver: NAKs received; %s", ctx).isPositive();
