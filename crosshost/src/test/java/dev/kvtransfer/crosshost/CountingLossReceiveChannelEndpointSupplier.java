@@ -16,17 +16,32 @@ import java.net.InetSocketAddress;
 import java.util.concurrent.atomic.AtomicLong;
 
 /**
- * Aeron's own receive-side loss generator ({@link DebugReceiveChannelEndpoint} with the
- * {@link io.aeron.driver.ext.RandomLossGenerator} that {@code aeron.debug.receive.data.loss.rate} / {@code .seed}
- * configure, exactly what {@code io.aeron.driver.ext.DebugReceiveChannelEndpointSupplier} builds), with the
- * generator's decisions counted: how many data frames it saw and how many it dropped. Aeron keeps no counter of
- * its own for these, and a rate-limited link drops frames too (the token bucket's queue overflows), so without this
- * count the NAKs of a lossy run could not be told apart from the link's. Selected in a child JVM by
+ * Aeron's own receive-side loss generator ({@link DebugReceiveChannelEndpoint} with the generator that
+ * {@link DebugChannelEndpointConfiguration#lossGeneratorSupplier(double, long)} makes: a
+ * {@link io.aeron.driver.ext.RandomLossGenerator}, or none at rate 0 — what
+ * {@code io.aeron.driver.ext.DebugReceiveChannelEndpointSupplier} builds from
+ * {@code aeron.debug.receive.data.loss.rate} / {@code .seed}), with two additions: the generator's decisions are counted (frames seen, frames dropped: Aeron
+ * keeps no counter of its own for them, and a rate-limited link drops frames too, so without this count the NAKs
+ * of a lossy run could not be told from the link's), and the rate can be changed while the driver runs
+ * ({@link #setRate}: a fresh generator of Aeron's for the new rate), so one process pair runs without and with loss.
+ * Selected in a child JVM by
  * {@code -Daeron.ReceiveChannelEndpoint.supplier=dev.kvtransfer.crosshost.CountingLossReceiveChannelEndpointSupplier}.
  */
 public final class CountingLossReceiveChannelEndpointSupplier implements ReceiveChannelEndpointSupplier {
     private static final AtomicLong SEEN = new AtomicLong();
     private static final AtomicLong DROPPED = new AtomicLong();
+    private static volatile LossGenerator current =
+            DebugChannelEndpointConfiguration.receiveDataLossGeneratorSupplier();
+
+    /**
+     * Makes every endpoint of this process drop received data frames at a new rate from now on.
+     *
+     * @param rate fraction of frames to drop, 0 for none
+     * @param seed the generator's seed
+     */
+    static void setRate(double rate, long seed) {
+        current = DebugChannelEndpointConfiguration.lossGeneratorSupplier(rate, seed);
+    }
 
     /** Made by the media driver (by class name). */
     public CountingLossReceiveChannelEndpointSupplier() {
@@ -35,8 +50,7 @@ public final class CountingLossReceiveChannelEndpointSupplier implements Receive
     @Override
     public ReceiveChannelEndpoint newInstance(UdpChannel udpChannel, DataPacketDispatcher dispatcher,
                                               AtomicCounter statusIndicator, MediaDriver.Context context) {
-        return new DebugReceiveChannelEndpoint(udpChannel, dispatcher, statusIndicator, context,
-                new Counting(DebugChannelEndpointConfiguration.receiveDataLossGeneratorSupplier()),
+        return new DebugReceiveChannelEndpoint(udpChannel, dispatcher, statusIndicator, context, new Counting(),
                 DebugChannelEndpointConfiguration.receiveControlLossGeneratorSupplier());
     }
 
@@ -51,23 +65,17 @@ public final class CountingLossReceiveChannelEndpointSupplier implements Receive
         out.println("COUNTER loss generator frames dropped=" + DROPPED.get());
     }
 
-    /** Delegates every decision to Aeron's generator and counts it. */
+    /** Delegates every decision to Aeron's generator of the current rate and counts it. */
     private static final class Counting implements LossGenerator {
-        private final LossGenerator delegate;
-
-        Counting(LossGenerator delegate) {
-            this.delegate = delegate;
-        }
-
         @Override
         public boolean shouldDropFrame(InetSocketAddress address, UnsafeBuffer buffer, int length) {
-            return count(delegate.shouldDropFrame(address, buffer, length));
+            return count(current.shouldDropFrame(address, buffer, length));
         }
 
         @Override
         public boolean shouldDropFrame(InetSocketAddress address, UnsafeBuffer buffer, int streamId, int sessionId,
                                        int termId, int termOffset, int length) {
-            return count(delegate.shouldDropFrame(address, buffer, streamId, sessionId, termId, termOffset, length));
+            return count(current.shouldDropFrame(address, buffer, streamId, sessionId, termId, termOffset, length));
         }
 
         private static boolean count(boolean drop) {

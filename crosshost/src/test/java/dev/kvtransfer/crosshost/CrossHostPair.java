@@ -36,13 +36,18 @@ final class CrossHostPair implements AutoCloseable {
     /** Tokens of one 8 MiB request: 32 blocks of 256 KiB (8 layers x 2 x 8 heads x 16 tokens x 64 dims x 2 B). */
     static final int PROMPT_8MIB = 16 * 32;
     static final int BLOCKS_PER_RANK = 80;
+    /** Port of the raw TCP baseline's receiver (inside our own namespace: nothing else listens there). */
+    static final int RAW_PORT = 5201;
 
+    private final String label;
     private final NetnsPair net;
     private final NetnsPair.Side ctxSide;
+    private final NetnsPair.Side genSide;
     private final String backend;
     private final NetnsJvm ctx;
     private final NetnsJvm gen;
     private long nextId = 1000;
+    private boolean rawListening;
 
     /** One verified transfer as the generation process measured it (request to the last rank done). */
     record Transfer(long id, long nanos, long bytes, long checked) {
@@ -51,9 +56,12 @@ final class CrossHostPair implements AutoCloseable {
         }
     }
 
-    private CrossHostPair(NetnsPair net, NetnsPair.Side ctxSide, String backend, NetnsJvm ctx, NetnsJvm gen) {
+    private CrossHostPair(NetnsPair net, NetnsPair.Side ctxSide, NetnsPair.Side genSide, String backend,
+                          NetnsJvm ctx, NetnsJvm gen, String label) {
+        this.label = label;
         this.net = net;
         this.ctxSide = ctxSide;
+        this.genSide = genSide;
         this.backend = backend;
         this.ctx = ctx;
         this.gen = gen;
@@ -107,14 +115,17 @@ final class CrossHostPair implements AutoCloseable {
         common.put(TransceiverConfig.P_CHUNK_BYTES, Integer.toString(1 << 20));
         NetnsJvm c = null;
         NetnsJvm g = null;
+        long t0 = System.nanoTime();
         try {
             c = NetnsJvm.start(ctxSide, label + "-ctx", NetnsPeerMain.class, jvmProps,
                     args("ctx", backend, CTX_SPEC, ctxSide.address(), common, ctxProps), logs);
             g = NetnsJvm.start(genSide, label + "-gen", NetnsPeerMain.class, jvmProps,
                     args("gen", backend, GEN_SPEC, genSide.address(), common, genProps), logs);
-            CrossHostPair p = new CrossHostPair(net, ctxSide, backend, c, g);
+            CrossHostPair p = new CrossHostPair(net, ctxSide, genSide, backend, c, g, label);
             p.assertListensOn(c, ctxSide);
             p.assertListensOn(g, genSide);
+            report("CROSSHOST " + label + " pair started (both READY) in " + (System.nanoTime() - t0) / 1_000_000
+                    + " ms");
             return p;
         } catch (IOException | RuntimeException | Error e) {
             if (c != null) {
@@ -196,6 +207,51 @@ final class CrossHostPair implements AutoCloseable {
     }
 
     /**
+     * The raw baseline of the link, measured in the same run as ours: {@code count} plain TCP streams of
+     * {@code bytes} from the context process to the generation process (one connection each, direct buffers, no
+     * verification), timed on the receiving side from accept to end of stream; reported like ours.
+     *
+     * @param variant e.g. {@code "raw-tcp veth 200mbit"}
+     * @param count   streams
+     * @param bytes   bytes each
+     * @return receive time of each, ns
+     * @throws IOException if a child's stdin is closed
+     */
+    List<Long> rawTcp(String variant, int count, long bytes) throws IOException {
+        if (!rawListening) {
+            gen.tell("RAWLISTEN " + RAW_PORT);
+            gen.awaitLine("RAWLISTENING", WAIT);
+            rawListening = true;
+        }
+        long t0 = System.nanoTime();
+        List<Long> nanos = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            ctx.tell("RAWSEND " + genSide.address() + " " + RAW_PORT + " " + bytes);
+            String[] w = gen.awaitLine("RAWRECEIVED ", WAIT).split(" ");
+            assertThat(Long.parseLong(w[0])).as("raw bytes received (%s)", String.join(" ", w)).isEqualTo(bytes);
+            nanos.add(Long.parseLong(w[1]));
+            ctx.awaitLine("RAWSENT " + bytes, WAIT);
+        }
+        report(summary(variant, nanos, bytes, System.nanoTime() - t0));
+        return nanos;
+    }
+
+    /**
+     * Sets the receive loss of Aeron's loss generator in both processes (they must run
+     * {@link CountingLossReceiveChannelEndpointSupplier}).
+     *
+     * @param rate fraction of received data frames dropped from now on, 0 for none
+     * @param seed the generator's seed
+     * @throws IOException if a child's stdin is closed
+     */
+    void dropRate(double rate, long seed) throws IOException {
+        for (NetnsJvm c : List.of(ctx, gen)) {
+            c.tell("DROPRATE " + rate + " " + seed);
+            c.awaitLine("DROPRATE ", WAIT);
+        }
+    }
+
+    /**
      * One report line: transfer times and rates, min / median / max.
      *
      * @param variant what ran
@@ -271,10 +327,12 @@ final class CrossHostPair implements AutoCloseable {
             String n = c.awaitLine("ERRORS ", WAIT);
             assertThat(n).as("background errors of %s: %s", c.name(), c.drainLines("BACKGROUND ")).isEqualTo("0");
         }
+        long t0 = System.nanoTime();
         gen.tell("EXIT");
         ctx.tell("EXIT");
         assertThat(gen.awaitExit(WAIT)).as("generation process exit code").isZero();
         assertThat(ctx.awaitExit(WAIT)).as("context process exit code").isZero();
+        report("CROSSHOST " + label + " pair closed and exited in " + (System.nanoTime() - t0) / 1_000_000 + " ms");
         for (NetnsJvm c : List.of(ctx, gen)) {
             List<String> closing = c.drainLines("BACKGROUND ");
             if (!closing.isEmpty()) {

@@ -10,7 +10,6 @@ import java.security.SecureRandom;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.function.Function;
 import java.util.stream.Collectors;
 
 import static org.assertj.core.api.Assertions.assertThat;
@@ -66,30 +65,27 @@ abstract class CrossHostTestBase {
 
     /**
      * One process pair in fresh namespaces: a warm-up, {@link #TRANSFERS} 8 MiB transfers over the bare veth, then
-     * the same under {@link #RATE}, each phase followed by the raw TCP baseline of the same link and size; then,
-     * with {@link #LOOPBACK_BASELINE}, a second pair on the loopback of one namespace (ours without the link).
-     * Every transfer verified, the bytes seen on the veth (and, limited, in the token bucket), the processes'
-     * counters and the kernel's drops of each phase reported.
+     * the same under {@link #RATE}, each phase followed by the raw TCP baseline of the same link and size
+     * ({@link CrossHostPair#rawTcp}); then, with {@link #LOOPBACK_BASELINE}, a second pair on the loopback of one
+     * namespace (ours without the link). Every transfer verified, the bytes seen on the veth (and, limited, in the
+     * token bucket), the processes' counters and the kernel's drops of each phase reported.
      *
      * @param backend transport
-     * @param label   variant prefix for the report, e.g. {@code "aeron-udp"}
+     * @param label   variant prefix for the report, e.g. {@code "ucx-tcp"}
      * @param props   both sides' properties
-     * @param perSide properties of one side only (e.g. its device)
      * @return the generation process's counters at the end
      * @throws IOException if a process cannot start
      */
-    static Map<String, Long> overVethThenRateLimited(String backend, String label, Map<String, String> props,
-                                                    Function<NetnsPair.Side, Map<String, String>> perSide)
+    static Map<String, Long> overVethThenRateLimited(String backend, String label, Map<String, String> props)
             throws IOException {
         try (NetnsPair net = NetnsPair.create();
-             CrossHostPair pair = CrossHostPair.start(net, backend, label, props, perSide.apply(net.a()),
-                     perSide.apply(net.b()), List.of(), secret);
-             RawTcp raw = RawTcp.start(net, label)) {
+             CrossHostPair pair = CrossHostPair.start(net, backend, label, props, Map.of(), Map.of(), List.of(),
+                     secret)) {
             pair.transfer(16); // warm-up: connections, one block
             long rx0 = net.deviceBytes(net.b())[0];
-            Map<String, Long> kernel0 = net.kernelDrops(net.b());
             Map<String, Long> gen0 = pair.generationCounters();
             Map<String, Long> ctx0 = pair.contextCounters();
+            Map<String, Long> kernel0 = net.kernelDrops(net.b());
             List<CrossHostPair.Transfer> bare = pair.measure(label + " veth", TRANSFERS, CrossHostPair.PROMPT_8MIB);
             long kv = bare.stream().mapToLong(CrossHostPair.Transfer::bytes).sum();
             long rx1 = net.deviceBytes(net.b())[0];
@@ -101,9 +97,10 @@ abstract class CrossHostTestBase {
             reportCounters(label + " veth", ctx0, ctx1, gen0, gen1);
             Map<String, Long> kernel1 = net.kernelDrops(net.b());
             CrossHostPair.report("CROSSHOST " + label + " veth kernel drops gen side " + delta(kernel0, kernel1));
-            raw.measure("raw-tcp veth (" + label + " run)", TRANSFERS, bare.get(0).bytes());
+            pair.rawTcp("raw-tcp veth (" + label + " run)", TRANSFERS, bare.get(0).bytes());
 
             net.rateLimit(RATE);
+            long sent0 = sentBytes(net.qdisc(net.a()));
             List<CrossHostPair.Transfer> limited = pair.measure(label + " veth " + RATE, TRANSFERS,
                     CrossHostPair.PROMPT_8MIB);
             long kvLimited = limited.stream().mapToLong(CrossHostPair.Transfer::bytes).sum();
@@ -112,27 +109,41 @@ abstract class CrossHostTestBase {
                     + qdisc);
             // The KV bytes went through the context side's token bucket (tc counts what it sent).
             assertThat(qdisc).contains("tbf");
-            assertThat(sentBytes(qdisc)).as("bytes through the token bucket: %s", qdisc)
+            assertThat(sentBytes(qdisc) - sent0).as("bytes through the token bucket: %s", qdisc)
                     .isGreaterThanOrEqualTo(kvLimited);
             Map<String, Long> gen2 = pair.generationCounters();
             Map<String, Long> ctx2 = pair.contextCounters();
             reportCounters(label + " veth " + RATE, ctx1, ctx2, gen1, gen2);
             CrossHostPair.report("CROSSHOST " + label + " veth " + RATE + " kernel drops gen side "
                     + delta(kernel1, net.kernelDrops(net.b())));
-            raw.measure("raw-tcp veth " + RATE + " (" + label + " run)", TRANSFERS, limited.get(0).bytes());
+            pair.rawTcp("raw-tcp veth " + RATE + " (" + label + " run)", TRANSFERS, limited.get(0).bytes());
             pair.finish();
-            if (!LOOPBACK_BASELINE) {
-                return gen2;
-            }
-            // Ours without the link: both processes on the loopback of one of our namespaces.
-            NetnsPair.Side lo = net.a().loopback();
-            try (CrossHostPair local = CrossHostPair.start(net, lo, lo, backend, label + "-lo", props,
-                    perSide.apply(lo), perSide.apply(lo), List.of(), secret)) {
-                local.transfer(16);
-                local.measure(label + " lo (one namespace)", TRANSFERS, CrossHostPair.PROMPT_8MIB);
-                local.finish();
-            }
+            loopbackBaseline(net, backend, label, props);
             return gen2;
+        }
+    }
+
+    /**
+     * With {@link #LOOPBACK_BASELINE}: ours without the link, both processes on the loopback of namespace a,
+     * {@link #TRANSFERS} verified 8 MiB transfers reported as {@code <label> lo (one namespace)}; else nothing.
+     *
+     * @param net     our namespaces
+     * @param backend transport
+     * @param label   variant prefix
+     * @param props   both sides' properties
+     * @throws IOException if a process cannot start
+     */
+    static void loopbackBaseline(NetnsPair net, String backend, String label, Map<String, String> props)
+            throws IOException {
+        if (!LOOPBACK_BASELINE) {
+            return;
+        }
+        NetnsPair.Side lo = net.a().loopback();
+        try (CrossHostPair local = CrossHostPair.start(net, lo, lo, backend, label + "-lo", props, Map.of(),
+                Map.of(), List.of(), secret)) {
+            local.transfer(16);
+            local.measure(label + " lo (one namespace)", TRANSFERS, CrossHostPair.PROMPT_8MIB);
+            local.finish();
         }
     }
 

@@ -14,7 +14,12 @@ import dev.kvtransfer.testkit.KvPattern;
 import dev.kvtransfer.testkit.process.ContextInstanceMain;
 
 import java.io.BufferedReader;
+import java.io.IOException;
 import java.io.InputStreamReader;
+import java.net.InetSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.ServerSocketChannel;
+import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Base64;
@@ -45,6 +50,13 @@ import java.util.stream.Collectors;
  *       driver's loss report, {@code COUNTER loss generator frames seen|dropped=<n>} (when the driver runs Aeron's
  *       loss generator through {@link CountingLossReceiveChannelEndpointSupplier}; 0 otherwise), then
  *       {@code COUNTERS END};</li>
+ *   <li>{@code DROPRATE <rate> <seed>}: Aeron's loss generator of this process drops received data frames at
+ *       that rate from now on ({@link CountingLossReceiveChannelEndpointSupplier}, when the driver runs it); answers
+ *       {@code DROPRATE <rate>};</li>
+ *   <li>the raw TCP baseline of the link: {@code RAWLISTEN <port>} (generation side: listens on its host, answers
+ *       {@code RAWLISTENING}, then for each connection reads to its end and prints {@code RAWRECEIVED <bytes>
+ *       <nanos from accept to end>}); {@code RAWSEND <host> <port> <bytes>} (context side: connects, writes that
+ *       many bytes from a direct buffer, closes, prints {@code RAWSENT <bytes>});</li>
  *   <li>{@code ERRORS}: {@code ERRORS <n>}, the background errors the instance's error handler got so far (each
  *       is also printed when it happens: {@code BACKGROUND <error>}, and its stack goes to stderr);</li>
  *   <li>{@code EXIT}: closes the instance (which fails on leaked buffers), prints {@code CLOSED}, exits 0.</li>
@@ -119,6 +131,14 @@ public final class NetnsPeerMain {
                     }
                     case "CTX" -> serve(inst, Long.parseLong(w[1]), Integer.parseInt(w[2]));
                     case "GEN" -> receive(inst, config, Long.parseLong(w[1]), Integer.parseInt(w[2]), w[3]);
+                    case "DROPRATE" -> {
+                        CountingLossReceiveChannelEndpointSupplier.setRate(Double.parseDouble(w[1]),
+                                Long.parseLong(w[2]));
+                        System.out.println("DROPRATE " + w[1]);
+                        System.out.flush();
+                    }
+                    case "RAWLISTEN" -> rawListen(host, Integer.parseInt(w[1]));
+                    case "RAWSEND" -> rawSend(w[1], Integer.parseInt(w[2]), Long.parseLong(w[3]));
                     case "ERRORS" -> {
                         System.out.println("ERRORS " + BACKGROUND_ERRORS.get());
                         System.out.flush();
@@ -224,6 +244,50 @@ public final class NetnsPeerMain {
                 + " checked=" + checked + " expected=" + expected + " mismatches=" + mismatches + " states="
                 + reqs.stream().map(q -> q.state().name()).collect(Collectors.joining(",")) + first + waitError
                 + errors(reqs));
+        System.out.flush();
+    }
+
+    /** The raw baseline's receiver: a thread that accepts, reads each stream to its end and reports it. */
+    private static void rawListen(String host, int port) throws IOException {
+        ServerSocketChannel server = ServerSocketChannel.open();
+        server.bind(new InetSocketAddress(host, port));
+        Thread t = new Thread(() -> {
+            ByteBuffer buf = ByteBuffer.allocateDirect(1 << 20);
+            try (server) {
+                while (true) {
+                    try (SocketChannel c = server.accept()) {
+                        long t0 = System.nanoTime();
+                        long n = 0;
+                        for (int r; (r = c.read(buf.clear())) >= 0; ) {
+                            n += r;
+                        }
+                        System.out.println("RAWRECEIVED " + n + " " + (System.nanoTime() - t0));
+                        System.out.flush();
+                    }
+                }
+            } catch (IOException e) {
+                System.out.println("RAWRECEIVED -1 0 " + e);
+                System.out.flush();
+            }
+        }, "raw-tcp-sink");
+        t.setDaemon(true);
+        t.start();
+        System.out.println("RAWLISTENING");
+        System.out.flush();
+    }
+
+    /** The raw baseline's sender: one connection, {@code bytes} from a direct buffer, closed. */
+    private static void rawSend(String host, int port, long bytes) throws IOException {
+        ByteBuffer buf = ByteBuffer.allocateDirect(1 << 20);
+        try (SocketChannel c = SocketChannel.open(new InetSocketAddress(host, port))) {
+            for (long left = bytes; left > 0; ) {
+                buf.clear().limit((int) Math.min(buf.capacity(), left));
+                while (buf.hasRemaining()) {
+                    left -= c.write(buf);
+                }
+            }
+        }
+        System.out.println("RAWSENT " + bytes);
         System.out.flush();
     }
 
