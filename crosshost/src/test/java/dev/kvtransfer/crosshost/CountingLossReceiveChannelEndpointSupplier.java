@@ -20,10 +20,11 @@ import java.util.concurrent.atomic.AtomicLong;
  * {@link DebugChannelEndpointConfiguration#lossGeneratorSupplier(double, long)} makes: a
  * {@link io.aeron.driver.ext.RandomLossGenerator}, or none at rate 0 — what
  * {@code io.aeron.driver.ext.DebugReceiveChannelEndpointSupplier} builds from
- * {@code aeron.debug.receive.data.loss.rate} / {@code .seed}), with two additions: the generator's decisions are counted (frames seen, frames dropped: Aeron
- * keeps no counter of its own for them, and a rate-limited link drops frames too, so without this count the NAKs
- * of a lossy run could not be told from the link's), and the rate can be changed while the driver runs
- * ({@link #setRate}: a fresh generator of Aeron's for the new rate), so one process pair runs without and with loss.
+ * {@code aeron.debug.receive.data.loss.rate} / {@code .seed}), with two additions: the generator's decisions are
+ * counted (frames seen, frames dropped: Aeron keeps no counter of its own for them, and a rate-limited link drops
+ * frames too, so without this count the NAKs of a lossy run could not be told from the link's), and the rate can be
+ * changed while the driver runs ({@link #setRate}: a fresh generator of Aeron's for the new rate), so one process
+ * pair runs without and with loss.
  * Selected in a child JVM by
  * {@code -Daeron.ReceiveChannelEndpoint.supplier=dev.kvtransfer.crosshost.CountingLossReceiveChannelEndpointSupplier}.
  */
