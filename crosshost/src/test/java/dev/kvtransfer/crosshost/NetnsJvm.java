@@ -78,6 +78,7 @@ final class NetnsJvm implements AutoCloseable {
         Path log = logDir.resolve(name + ".log");
         Files.writeString(log, String.join(" ", cmd) + System.lineSeparator(), StandardCharsets.UTF_8);
         Process p = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.appendTo(log.toFile())).start();
+        System.out.println("netns: started " + name + " as pid " + p.pid() + " in " + side.namespace());
         return new NetnsJvm(name, p, log);
     }
 
