@@ -13,6 +13,8 @@ import java.util.stream.Collectors;
  *       it halts when its stdin ends;</li>
  *   <li>{@code exit-without-close}: creates a {@link NetnsPair}, prints {@code CREATED <ns a> <ns b>} and exits
  *       without closing it: only the pair's shutdown hook can remove the namespaces;</li>
+ *   <li>{@code create-and-hang}: creates a {@link NetnsPair}, prints {@code CREATED <ns a> <ns b>} and waits to be
+ *       killed (a test run killed with SIGKILL: no shutdown hook runs, the namespaces stay);</li>
  *   <li>{@code probe}: prints {@code AVAILABLE} or {@code UNAVAILABLE <why>} ({@link NetnsPair#unavailabilityCause()}:
  *       the reason the namespace tests give when they skip).</li>
  * </ul>
@@ -42,6 +44,13 @@ public final class InNamespaceMain {
                 System.out.println("CREATED " + p.a().namespace() + " " + p.b().namespace());
                 System.out.flush();
                 System.exit(0);
+            }
+            case "create-and-hang" -> {
+                NetnsPair p = NetnsPair.create();
+                System.out.println("CREATED " + p.a().namespace() + " " + p.b().namespace());
+                System.out.flush();
+                haltWhenStdinEnds();
+                new CountDownLatch(1).await(); // until killed: SIGKILL runs no shutdown hook
             }
             case "probe" -> {
                 String cause = NetnsPair.unavailabilityCause();

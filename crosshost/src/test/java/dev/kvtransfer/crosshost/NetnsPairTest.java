@@ -4,7 +4,10 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
+import java.io.BufferedReader;
 import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -53,7 +56,7 @@ class NetnsPairTest {
         List<String> cmd = List.of(System.getProperty("java.home") + "/bin/java", "-cp",
                 System.getProperty("java.class.path"), InNamespaceMain.class.getName(), "exit-without-close");
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         assertThat(p.waitFor(30, TimeUnit.SECONDS)).as("helper exited; printed %s", out).isTrue();
         assertThat(p.exitValue()).as("helper exit code; printed %s", out).isZero();
         String[] names = out.lines().filter(l -> l.startsWith("CREATED ")).findFirst().orElseThrow(
@@ -74,7 +77,7 @@ class NetnsPairTest {
                 System.getProperty("java.home") + "/bin/java", "-cp", classes, InNamespaceMain.class.getName(),
                 "probe");
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
-        String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
         assertThat(p.waitFor(30, TimeUnit.SECONDS)).as("probe exited; printed %s", out).isTrue();
         assertThat(out).as("exit %d", p.exitValue())
                 .contains("UNAVAILABLE network namespaces need root (effective uid 0); this process runs as uid 65534");
@@ -82,17 +85,27 @@ class NetnsPairTest {
 
     @Test
     void required_03_namespacesOfAKilledJvmAreSweptAtTheNextStart() throws Exception {
-        Process gone = new ProcessBuilder("true").start();
-        assertThat(gone.waitFor(10, TimeUnit.SECONDS)).isTrue();
-        String stale = NetnsPair.PREFIX + gone.pid() + "-1-a";
-        Process add = new ProcessBuilder("ip", "netns", "add", stale).redirectErrorStream(true).start();
-        assertThat(add.waitFor(10, TimeUnit.SECONDS)).isTrue();
-        assertThat(add.exitValue()).isZero();
-        assertThat(NetnsPair.existing()).contains(stale);
-        try (NetnsPair fresh = NetnsPair.create()) { // sweeps first
-            assertThat(NetnsPair.existing()).doesNotContain(stale).contains(fresh.a().namespace());
+        // A JVM that creates a pair and is then killed with SIGKILL (no shutdown hook runs): its namespaces stay.
+        List<String> cmd = List.of(System.getProperty("java.home") + "/bin/java", "-cp",
+                System.getProperty("java.class.path"), InNamespaceMain.class.getName(), "create-and-hang");
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String[] names;
+        try (BufferedReader out = new BufferedReader(new InputStreamReader(p.getInputStream(),
+                StandardCharsets.UTF_8))) {
+            String line = out.readLine();
+            assertThat(line).as("first line of the helper").startsWith("CREATED ");
+            names = line.substring("CREATED ".length()).split(" ");
+            assertThat(names).hasSize(2);
+            assertThat(NetnsPair.existing()).contains(names);
+            p.destroyForcibly();
+            assertThat(p.waitFor(30, TimeUnit.SECONDS)).as("helper killed").isTrue();
         } finally {
-            new ProcessBuilder("ip", "netns", "del", stale).start().waitFor(10, TimeUnit.SECONDS);
+            p.destroyForcibly();
+        }
+        assertThat(NetnsPair.existing()).as("left by the killed JVM").contains(names);
+        try (NetnsPair fresh = NetnsPair.create()) { // sweeps first
+            assertThat(NetnsPair.existing()).doesNotContain(names).contains(fresh.a().namespace());
         }
     }
+
 }
