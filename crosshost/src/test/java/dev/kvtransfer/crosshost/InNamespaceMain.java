@@ -1,0 +1,78 @@
+package dev.kvtransfer.crosshost;
+
+import java.io.IOException;
+import java.net.NetworkInterface;
+import java.util.Collections;
+import java.util.concurrent.CountDownLatch;
+import java.util.stream.Collectors;
+
+/**
+ * Small helper processes of the namespace tests:
+ * <ul>
+ *   <li>{@code hang}: prints {@code STARTED <interfaces it sees, sorted>} and then never answers (a hung peer);
+ *       it halts when its stdin ends;</li>
+ *   <li>{@code exit-without-close}: creates a {@link NetnsPair}, prints {@code CREATED <ns a> <ns b>} and exits
+ *       without closing it: only the pair's shutdown hook can remove the namespaces;</li>
+ *   <li>{@code create-and-hang}: creates a {@link NetnsPair}, prints {@code CREATED <ns a> <ns b>} and waits to be
+ *       killed (a test run killed with SIGKILL: no shutdown hook runs, the namespaces stay);</li>
+ *   <li>{@code probe}: prints {@code AVAILABLE} or {@code UNAVAILABLE <why>} ({@link NetnsPair#unavailabilityCause()}:
+ *       the reason the namespace tests give when they skip).</li>
+ * </ul>
+ */
+public final class InNamespaceMain {
+    private InNamespaceMain() {
+    }
+
+    /**
+     * Entry point.
+     *
+     * @param args the mode and its arguments (see the class comment)
+     * @throws Exception on any failure (exit code 1)
+     */
+    public static void main(String[] args) throws Exception {
+        switch (args[0]) {
+            case "hang" -> {
+                String names = Collections.list(NetworkInterface.getNetworkInterfaces()).stream()
+                        .map(NetworkInterface::getName).sorted().collect(Collectors.joining(","));
+                System.out.println("STARTED " + names);
+                System.out.flush();
+                haltWhenStdinEnds();
+                new CountDownLatch(1).await();
+            }
+            case "exit-without-close" -> {
+                NetnsPair p = NetnsPair.create();
+                System.out.println("CREATED " + p.a().namespace() + " " + p.b().namespace());
+                System.out.flush();
+                System.exit(0);
+            }
+            case "create-and-hang" -> {
+                NetnsPair p = NetnsPair.create();
+                System.out.println("CREATED " + p.a().namespace() + " " + p.b().namespace());
+                System.out.flush();
+                haltWhenStdinEnds();
+                new CountDownLatch(1).await(); // until killed: SIGKILL runs no shutdown hook
+            }
+            case "probe" -> {
+                String cause = NetnsPair.unavailabilityCause();
+                System.out.println(cause == null ? "AVAILABLE" : "UNAVAILABLE " + cause);
+                System.out.flush();
+            }
+            default -> throw new IllegalArgumentException("unknown mode " + args[0]);
+        }
+    }
+
+    private static void haltWhenStdinEnds() {
+        Thread watcher = new Thread(() -> {
+            try {
+                while (System.in.read() >= 0) {
+                    // ignore whatever comes: these helpers take no commands on stdin
+                }
+            } catch (IOException e) {
+                // stdin gone: the same as its end
+            }
+            Runtime.getRuntime().halt(3);
+        }, "stdin-watch");
+        watcher.setDaemon(true);
+        watcher.start();
+    }
+}
