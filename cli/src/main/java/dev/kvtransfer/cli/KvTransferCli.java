@@ -6,7 +6,7 @@ import picocli.CommandLine.Command;
 /** The {@code kvtransfer} command. */
 @Command(name = "kvtransfer", mixinStandardHelpOptions = true, version = "kvtransfer 0.1.0",
         description = "KV-cache transfer for disaggregated LLM serving on the JVM.",
-        subcommands = {DemoCommand.class, DemoWorkerCommand.class, MpiDemoRankCommand.class, dev.kvtransfer.cli.journal.JournalCommand.class})
+        subcommands = {DemoCommand.class, DemoWorkerCommand.class, MpiDemoRankCommand.class, dev.kvtransfer.cli.journal.JournalCommand.class, dev.kvtransfer.bench.BenchCommand.class})
 public final class KvTransferCli implements Runnable {
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
