@@ -78,8 +78,10 @@ public final class AeronRawBaseline implements RawBaseline {
             long total = Math.multiplyExact(messageBytes, warmupMessages + messages);
             long warmBytes = messageBytes * warmupMessages;
             Worker sender = Worker.start("aeron-raw-sender", () -> {
+                UnsafeBuffer view = new UnsafeBuffer(0, 0);
+                IdleStrategy idle = s.newIdleStrategy();
                 for (long i = 0; i < warmupMessages + messages; i++) {
-                    offerMessage(stream.publication, src, messageBytes, s, deadline, session.stop);
+                    offerMessage(stream.publication, view, idle, src, messageBytes, s, deadline, session.stop);
                 }
             });
             try {
@@ -97,7 +99,9 @@ public final class AeronRawBaseline implements RawBaseline {
                     if (t0 == 0 && received[0] >= warmBytes) {
                         t0 = System.nanoTime();
                     }
-                    check(deadline, timeout, sender, () -> "throughput: " + received[0] + " of " + total + " B received");
+                    if (System.nanoTime() - deadline > 0 || sender.failure.get() != null) {
+                        throw failed(sender, timeout, "throughput: " + received[0] + " of " + total + " B received");
+                    }
                 }
                 long t1 = System.nanoTime();
                 sender.join(deadline);
@@ -136,6 +140,8 @@ public final class AeronRawBaseline implements RawBaseline {
                     got[0] += length;
                 };
                 IdleStrategy idle = s.newIdleStrategy();
+                UnsafeBuffer view = new UnsafeBuffer(0, 0);
+                IdleStrategy offerIdle = s.newIdleStrategy();
                 for (int r = 0; r < rounds; r++) {
                     got[0] = 0;
                     while (got[0] < messageBytes) {
@@ -144,7 +150,8 @@ public final class AeronRawBaseline implements RawBaseline {
                             return;
                         }
                     }
-                    offerMessage(pong.publication, echoBuffer, messageBytes, s, deadline, session.stop);
+                    offerMessage(pong.publication, view, offerIdle, echoBuffer, messageBytes, s, deadline,
+                            session.stop);
                 }
             });
             try {
@@ -155,17 +162,20 @@ public final class AeronRawBaseline implements RawBaseline {
                     got[0] += length;
                 };
                 IdleStrategy idle = s.newIdleStrategy();
+                UnsafeBuffer view = new UnsafeBuffer(0, 0);
+                IdleStrategy offerIdle = s.newIdleStrategy();
                 long[] rtt = new long[samples];
                 for (int r = 0; r < rounds; r++) {
                     long t0 = System.nanoTime();
-                    offerMessage(ping.publication, out, messageBytes, s, deadline, session.stop);
+                    offerMessage(ping.publication, view, offerIdle, out, messageBytes, s, deadline, session.stop);
                     got[0] = 0;
                     idle.reset();
                     while (got[0] < messageBytes) {
                         idle.idle(pong.subscription.poll(copy, 64));
-                        int round = r;
-                        check(deadline, timeout, echo, () -> "round trip " + round + ": " + got[0] + " of "
-                                + messageBytes + " B back");
+                        if (System.nanoTime() - deadline > 0 || echo.failure.get() != null) {
+                            throw failed(echo, timeout, "round trip " + r + ": " + got[0] + " of " + messageBytes
+                                    + " B back");
+                        }
                     }
                     if (r >= warmupSamples) {
                         rtt[r - warmupSamples] = Math.max(1, System.nanoTime() - t0);
@@ -181,10 +191,8 @@ public final class AeronRawBaseline implements RawBaseline {
     }
 
     /** Offers one message as Aeron messages of at most {@code aeron.chunk} bytes, back-pressure bounded. */
-    private static void offerMessage(ExclusivePublication pub, OffHeapBuffer src, long messageBytes, AeronSettings s,
-            long deadline, AtomicBoolean stop) {
-        UnsafeBuffer view = new UnsafeBuffer(0, 0);
-        IdleStrategy idle = s.newIdleStrategy();
+    private static void offerMessage(ExclusivePublication pub, UnsafeBuffer view, IdleStrategy idle, OffHeapBuffer src,
+            long messageBytes, AeronSettings s, long deadline, AtomicBoolean stop) {
         for (long pos = 0; pos < messageBytes; pos += s.chunk) {
             int n = (int) Math.min(s.chunk, messageBytes - pos);
             view.wrap(src.address() + pos, n);
@@ -207,16 +215,15 @@ public final class AeronRawBaseline implements RawBaseline {
         }
     }
 
-    private static void check(long deadline, Duration timeout, Worker other, java.util.function.Supplier<String> what) {
+    /** The error for a wait that ended: the other thread's failure, else the deadline. */
+    private static TransportException failed(Worker other, Duration timeout, String what) {
         Throwable f = other.failure.get();
         if (f != null) {
-            throw new TransportException(ErrorCode.NETWORK, "aeron raw baseline: " + other.thread.getName()
+            return new TransportException(ErrorCode.NETWORK, "aeron raw baseline: " + other.thread.getName()
                     + " failed: " + f, f);
         }
-        if (System.nanoTime() - deadline > 0) {
-            throw new TransportException(ErrorCode.TIMEOUT, "aeron raw baseline: " + what.get() + " after "
-                    + timeout.toMillis() + " ms");
-        }
+        return new TransportException(ErrorCode.TIMEOUT, "aeron raw baseline: " + what + " after "
+                + timeout.toMillis() + " ms");
     }
 
     /** A driver lease (or the external driver) and an Aeron client on it, closed together. */

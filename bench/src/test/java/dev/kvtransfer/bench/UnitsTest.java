@@ -1,0 +1,118 @@
+package dev.kvtransfer.bench;
+
+import org.junit.jupiter.api.Test;
+
+import java.util.List;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+/** Sizes, presets, summaries and the text formats, without running anything. */
+class UnitsTest {
+    @Test
+    void sizesParseBinarySuffixesAndLabelBack() {
+        assertThat(Sizes.parse("4k")).isEqualTo(4096);
+        assertThat(Sizes.parse("64M")).isEqualTo(64L << 20);
+        assertThat(Sizes.parse("1gib")).isEqualTo(1L << 30);
+        assertThat(Sizes.parse("100000")).isEqualTo(100000);
+        assertThat(Sizes.label(4096)).isEqualTo("4 KiB");
+        assertThat(Sizes.label(64L << 20)).isEqualTo("64 MiB");
+        assertThat(Sizes.label(100000)).isEqualTo("97.7 KiB");
+        assertThatThrownBy(() -> Sizes.parse("0")).hasMessageContaining("positive");
+        assertThatThrownBy(() -> Sizes.parse("12x")).hasMessageContaining("12x");
+        assertThatThrownBy(() -> Sizes.parse("99999999999g")).hasMessageContaining("99999999999g");
+    }
+
+    @Test
+    void presetsGiveKvBytesPerTokenFromTheShape() {
+        assertThat(BenchModel.byId("llama3-8b").kvBytesPerToken()).isEqualTo(32L * 2 * 8 * 128 * 2); // 128 KiB
+        assertThat(BenchModel.byId("deepseek-v3").kvBytesPerToken()).isEqualTo(61L * 576 * 2); // K only
+        assertThat(BenchModel.byId("TINY").kvBytesPerToken() * 16).isEqualTo(16384);
+        assertThatThrownBy(() -> BenchModel.byId("gpt-9")).hasMessageContaining("llama3-8b");
+    }
+
+    private static Measurement run(String impl, String backend, int repeat, long nanos, double p50) {
+        return new Measurement("transport", backend, impl, impl, "-", "-", 4096, 0, impl.equals("ours") ? 1 : 0,
+                repeat, 100, 409600, nanos, p50, p50 * 2, p50 * 3, p50 * 4, Double.NaN, 0, 0, 0, "");
+    }
+
+    @Test
+    void summariesFoldRepeatsAndTakeRatiosPerRepeat() {
+        List<Measurement> all = List.of(
+                run("ours", "aeron", 1, 1000, 10), run("raw", "aeron", 1, 500, 5), run("memcpy", "host", 1, 100, 1),
+                run("ours", "aeron", 2, 4000, 30), run("raw", "aeron", 2, 1000, 6), run("memcpy", "host", 2, 100, 1),
+                run("ours", "aeron", 3, 2000, 20), run("raw", "aeron", 3, 2000, 4), run("memcpy", "host", 3, 200, 1));
+        List<Summary> s = Summary.of(all);
+        assertThat(s).hasSize(3);
+        Summary ours = s.get(0);
+        assertThat(ours.runs()).isEqualTo(3);
+        assertThat(ours.gbps().median()).isEqualTo(409600 / 2000.0);
+        assertThat(ours.gbps().min()).isEqualTo(409600 / 4000.0);
+        assertThat(ours.gbps().max()).isEqualTo(409600 / 1000.0);
+        // ours / raw per repeat: 0.5, 0.25, 1.0
+        assertThat(ours.toRaw()).isEqualTo(new Summary.Stat(0.25, 0.5, 1.0));
+        // p50 ours / raw per repeat: 2, 5, 5
+        assertThat(ours.p50ToRaw()).isEqualTo(new Summary.Stat(2.0, 5.0, 5.0));
+        // ours / memcpy per repeat: 0.1, 0.025, 0.1
+        assertThat(ours.toMemcpy().median()).isEqualTo(0.1);
+        assertThat(s.get(1).toRaw().present()).isFalse();
+        assertThat(Summary.Stat.of(new double[] {4, 1, Double.NaN, 2})).isEqualTo(new Summary.Stat(1, 2, 4));
+        assertThat(Summary.Stat.of(new double[] {4, 1, 3, 2}).median()).isEqualTo(2.5);
+    }
+
+    @Test
+    void csvTextIsQuotedOnlyWhenNeeded() {
+        assertThat(Reports.csvText("plain")).isEqualTo("plain");
+        assertThat(Reports.csvText("a, \"b\"")).isEqualTo("\"a, \"\"b\"\"\"");
+        assertThat(BenchOutputs.fields("x," + Reports.csvText("a, \"b\"") + ",")).containsExactly("x", "a, \"b\"", "");
+    }
+
+    @Test
+    void jsonStringsEscapeControlCharacters() {
+        StringBuilder b = new StringBuilder();
+        Reports.string(b, "q\"\\\n\u0001");
+        assertThat(Json.parse(b.toString())).isEqualTo("q\"\\\n\u0001");
+    }
+
+    @Test
+    void svgOfNoRunsIsStillAWellFormedDocument() throws Exception {
+        String svg = SvgPlot.render(List.of(), "empty <run> & \"quotes\"");
+        assertThat(javax.xml.parsers.DocumentBuilderFactory.newInstance().newDocumentBuilder()
+                .parse(new java.io.ByteArrayInputStream(svg.getBytes(java.nio.charset.StandardCharsets.UTF_8)))
+                .getDocumentElement().getTagName()).isEqualTo("svg");
+    }
+
+    @Test
+    void ucxPerftestFinalLineIsRead() {
+        String out = """
+                +--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
+                |    Stage     | # iterations | 50.0%ile | average | overall |  average |  overall |  average  |  overall  |
+                +--------------+--------------+----------+---------+---------+----------+----------+-----------+-----------+
+                Final:                   200      0.150  1158.171  1158.171      863.43     863.43         863         863
+                """;
+        double[] v = UcxPerftestBaseline.parseFinal(out);
+        assertThat(v).containsExactly(200, 0.150, 1158.171, 1158.171, 863.43, 863.43, 863, 863);
+        assertThatThrownBy(() -> UcxPerftestBaseline.parseFinal("no table")).hasMessageContaining("Final:");
+    }
+
+    @Test
+    void mpiOutputIsRead() {
+        Baseline.Result r = MpiBaseline.parse("noise\nBW 4096 100 2000000\nLAT 3 1000 3000 2000\n", 4096, "mpi");
+        assertThat(r.messages()).isEqualTo(100);
+        assertThat(r.nanos()).isEqualTo(2_000_000);
+        assertThat(r.latency().p50Us()).isEqualTo(2.0, org.assertj.core.api.Assertions.within(0.01));
+        assertThat(r.latency().maxUs()).isEqualTo(3.0, org.assertj.core.api.Assertions.within(0.01));
+        assertThatThrownBy(() -> MpiBaseline.parse("LAT 3 1 2\n", 4096, "mpi")).hasMessageContaining("announced 3");
+        assertThatThrownBy(() -> MpiBaseline.parse("BW 1 1 1\n", 4096, "mpi")).hasMessageContaining("no BW and LAT");
+    }
+
+    @Test
+    void copyBaselineTimesEveryCopy() {
+        CopyBaseline.Result r = CopyBaseline.measure(1 << 16, 50);
+        assertThat(r.copies()).isEqualTo(50);
+        assertThat(r.copyNanos()).hasSize(50);
+        assertThat(java.util.Arrays.stream(r.copyNanos()).min().orElseThrow()).isPositive();
+        assertThat(r.bytes()).isEqualTo(50L << 16);
+        assertThat(CopyBaseline.gigabytesPerSecond(8L << 20, 1 << 20)).isPositive();
+    }
+}
