@@ -5,23 +5,41 @@ import dev.kvtransfer.api.transport.Connection;
 
 import java.time.Duration;
 
-/** The connection to one peer rank: MPI needs no handshake, so it is just the rank plus ordering locks. */
+/**
+ * The connection to one peer endpoint ({@code rank/endpoint@world}): MPI needs no handshake, so it is the channel
+ * ({@link MpiLinks.Link}), the peer's MPI rank on it and its endpoint.
+ */
 final class MpiConnection implements Connection {
     private final MpiConnectionManager manager;
+    private final MpiLinks.Link link;
     private final int rank;
+    private final int endpoint;
     private final String peer;
-    /** Held while posting sends, so the chunks of one message are posted back to back. */
-    final Object postLock = new Object();
-    final TagLocks chunkLocks = new TagLocks();
 
-    MpiConnection(MpiConnectionManager manager, int rank) {
+    /**
+     * @param link     the channel to the peer's process
+     * @param rank     the peer's MPI rank on that channel (world rank on link 0, 0 on a link to another world)
+     * @param endpoint the peer's endpoint
+     * @param peer     the peer's address
+     */
+    MpiConnection(MpiConnectionManager manager, MpiLinks.Link link, int rank, int endpoint, String peer) {
         this.manager = manager;
+        this.link = link;
         this.rank = rank;
-        this.peer = Integer.toString(rank);
+        this.endpoint = endpoint;
+        this.peer = peer;
+    }
+
+    MpiLinks.Link link() {
+        return link;
     }
 
     int rank() {
         return rank;
+    }
+
+    int endpoint() {
+        return endpoint;
     }
 
     @Override
@@ -34,10 +52,14 @@ final class MpiConnection implements Connection {
         manager.send(this, tag, buffer, offset, length, timeout);
     }
 
-
     @Override
     public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         manager.recv(this, tag, buffer, offset, length, timeout);
+    }
+
+    @Override
+    public void write(dev.kvtransfer.api.transport.WriteBatch batch, Duration timeout) {
+        manager.write(this, batch, timeout);
     }
 
     @Override
@@ -47,6 +69,6 @@ final class MpiConnection implements Connection {
 
     @Override
     public String toString() {
-        return "MpiConnection{rank " + manager.localAddress() + " -> rank " + rank + "}";
+        return "MpiConnection{" + manager.localAddress() + " -> " + peer + "}";
     }
 }

@@ -1,120 +1,120 @@
 package dev.kvtransfer.mpi;
 
 import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
-import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.api.transport.support.EmulatedOneSided;
 
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicReference;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
 
 /**
- * One rank's MPI endpoint. Its address is the {@code MPI_COMM_WORLD} rank; a connection is a peer rank.
+ * One endpoint of this process: address {@code "<world rank>/<endpoint>"} ({@link MpiAddress}); a connection is
+ * a peer endpoint, in this process or another rank. A process may hold any number of managers at once (the
+ * conformance rules and {@code LocalInstance} create several per JVM): their messages are multiplexed on the
+ * runtime's communicators by destination endpoint (envelope MPI tag) and matched by the endpoint's inbox
+ * ({@link MpiEndpoint}); traffic between endpoints of one process is real MPI traffic over Open MPI's self
+ * transport, between ranks over vader (shared memory).
  *
- * <p>Message framing: a message of {@code n} bytes travels as {@code n / C} MPI messages of exactly {@code C}
- * bytes followed by one final MPI message of {@code n mod C} bytes (possibly empty), all on the same MPI tag,
- * where {@code C} = {@value #MAX_MESSAGE_BYTES} (default 1 GiB, at most {@code 2^31-1}: MPI counts are
- * {@code int}). Below {@code C} that is one MPI message. A chunk shorter than {@code C} always ends a
- * message, so the receiver checks every chunk's size against what it expects (MALFORMED on mismatch) and can
- * drain the rest of a wrong-sized message exactly. Both sides must use the same {@code C}.
- *
- * <p>Every wait polls non-blocking requests ({@code MPI_Isend}, {@code MPI_Improbe} + {@code MPI_Imrecv},
- * {@code MPI_Test}) with a short spin, then a backoff, so each call honours its deadline and {@link #close()}
- * wakes it; the waiting thread then cancels its own request.
- *
- * <p>One open manager per process: MPI has one rank per process, and two managers would steal each other's
- * messages. A new one may be created after the previous one closed.
+ * <p>Receiving waits in the endpoint's inbox, fed by the process's progress agent ({@link MpiProgressAgent});
+ * {@link #pollConnect} returns {@code null} when nothing arrived in time and never throws a timeout. Sending,
+ * and the payload of a large receive, are driven by the calling thread ({@link MpiDataPath}). Background errors
+ * (a late eager send that failed, a dropped message) go to {@link TransportConfig#errorHandler()} and
+ * {@link #errorCount()}.
  */
 public final class MpiConnectionManager implements ConnectionManager {
-    /** Transport property: the chunk size {@code C} in bytes, in {@code [1, 2^31-1]}; same on every rank. */
-    public static final String MAX_MESSAGE_BYTES = "mpi.maxMessageBytes";
-    /** Default chunk size: 1 GiB. */
-    public static final long DEFAULT_MAX_MESSAGE_BYTES = 1L << 30;
-    /**
-     * Transport property: sends of at most this many bytes are eager: copied into a private native buffer and
-     * posted, and {@code send} returns at once, before the peer posts its receive (the protocol's control
-     * messages rely on it; MPI's own eager limit, 4 KiB minus headers on vader, is too small to promise it).
-     */
-    public static final String EAGER_BYTES = "mpi.eagerBytes";
-    /** Default eager limit: 8 KiB (the testkit's control-message rule uses 4 KiB). */
-    public static final long DEFAULT_EAGER_BYTES = 8192;
-
-    /** How long one native poll spins before Java checks close and deadline. */
-    private static final long SPIN_NANOS = 20_000;
-    /** Polls before the backoff starts parking. */
-    private static final int SPIN_POLLS = 50;
-    /** Longest park between polls. */
-    private static final long MAX_PARK_NANOS = 200_000;
-    /** How long a cancel may wait for MPI to complete a request before releasing it. */
-    private static final long CANCEL_WAIT_NANOS = TimeUnit.MILLISECONDS.toNanos(200);
     /** How long close() waits for calls in flight to leave. */
     private static final long CLOSE_WAIT_NANOS = TimeUnit.SECONDS.toNanos(2);
-
-    private static final AtomicReference<MpiConnectionManager> OPEN = new AtomicReference<>();
-    private static final ThreadLocal<long[]> PROBE_OUT = ThreadLocal.withInitial(() -> new long[2]);
+    private static final ThreadLocal<MpiEndpoint.Waiter> WAITER = ThreadLocal.withInitial(MpiEndpoint.Waiter::new);
 
     private final MpiRuntime runtime;
-    private final String name;
-    private final Duration defaultTimeout;
-    private final long chunkBytes;
-    private final long eagerBytes;
+    private final MpiSettings settings;
+    private final ErrorHandler errorHandler;
+    private final AtomicLong errors = new AtomicLong();
+    private final MpiEndpoint endpoint;
+    private final int endpointId;
     private final String localAddress;
-    private final ConcurrentHashMap<Integer, MpiConnection> connections = new ConcurrentHashMap<>();
-    private final TagLocks anySourceChunkLocks = new TagLocks();
+    private final MpiDataPath data;
+    private final ConcurrentHashMap<Key, MpiConnection> connections = new ConcurrentHashMap<>();
+    /** Native one-sided writes (MPI-3 RMA), or null when this manager emulates them or RMA is unavailable. */
+    private final MpiOneSided nativeOneSided;
+    private final Object emulatedLock = new Object();
+    private EmulatedOneSided emulated;
     private final AtomicInteger inFlight = new AtomicInteger();
-    /** Eager sends not yet complete (their copies are in flight); reaped on later sends, released at close. */
-    private final Object eagerLock = new Object();
-    private long[] eagerPending = new long[16];
-    private int eagerCount;
+    private volatile boolean closing;
     private volatile boolean closed;
 
-    private MpiConnectionManager(MpiRuntime runtime, TransportConfig config, long chunkBytes, long eagerBytes) {
+    private MpiConnectionManager(MpiRuntime runtime, MpiSettings settings, ErrorHandler errorHandler) {
         this.runtime = runtime;
-        this.name = config.name();
-        this.defaultTimeout = config.defaultTimeout();
-        this.chunkBytes = chunkBytes;
-        this.eagerBytes = eagerBytes;
-        this.localAddress = Integer.toString(runtime.worldRank());
+        this.settings = settings;
+        this.errorHandler = errorHandler;
+        this.data = new MpiDataPath(this, runtime, settings);
+        this.endpoint = runtime.openEndpoint(this, settings);
+        this.endpointId = endpoint.id;
+        this.localAddress = runtime.address(runtime.worldRank(), endpointId);
+        this.nativeOneSided = settings.oneSided() == MpiSettings.OneSided.NATIVE && runtime.rmaFailure() == null
+                ? new MpiOneSided(this, runtime) : null;
+        if (settings.oneSided() == MpiSettings.OneSided.NATIVE && runtime.rmaFailure() != null) {
+            backgroundError(new TransportException(ErrorCode.NETWORK, this + ": native one-sided writes unavailable ("
+                    + runtime.rmaFailure() + "); this manager emulates them"));
+        }
     }
 
     static MpiConnectionManager open(TransportConfig config) {
         Objects.requireNonNull(config, "config");
-        long chunk = config.longProperty(MAX_MESSAGE_BYTES, DEFAULT_MAX_MESSAGE_BYTES);
-        if (chunk < 1 || chunk > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException("transport property " + MAX_MESSAGE_BYTES + " = " + chunk
-                    + ": must be in [1, " + Integer.MAX_VALUE + "]");
-        }
-        long eager = config.longProperty(EAGER_BYTES, DEFAULT_EAGER_BYTES);
-        if (eager < 0 || eager > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException("transport property " + EAGER_BYTES + " = " + eager
-                    + ": must be in [0, " + Integer.MAX_VALUE + "]");
-        }
-        MpiRuntime rt = MpiRuntime.get();
-        MpiConnectionManager manager = new MpiConnectionManager(rt, config, chunk, eager);
-        if (!OPEN.compareAndSet(null, manager)) {
-            throw new TransportException(ErrorCode.NETWORK, "an MPI connection manager (" + OPEN.get().name
-                    + ") is already open in this process (rank " + rt.worldRank() + "); MPI has one endpoint"
-                    + " per process: close it before creating '" + config.name() + "'");
-        }
-        rt.register(manager);
-        return manager;
+        MpiSettings settings = MpiSettings.conclude(config);
+        return new MpiConnectionManager(MpiRuntime.get(), settings, config.errorHandler());
     }
 
-    /** @return the chunk size {@code C} */
+    /** @return the settings this manager was created with */
+    MpiSettings settings() {
+        return settings;
+    }
+
+    MpiEndpoint endpoint() {
+        return endpoint;
+    }
+
+    int endpointId() {
+        return endpointId;
+    }
+
+    MpiRuntime runtime() {
+        return runtime;
+    }
+
+    /** @return the chunk size {@code C} of payloads */
     public long maxMessageBytes() {
-        return chunkBytes;
+        return settings.chunkBytes();
+    }
+
+    /** @return background errors reported to the error handler so far */
+    public long errorCount() {
+        return errors.get();
+    }
+
+    /** Reports a background error to the configured handler and counts it; never throws. */
+    void backgroundError(Throwable e) {
+        errors.incrementAndGet();
+        runtime.counters().backgroundErrors.increment();
+        try {
+            errorHandler.onError(e);
+        } catch (RuntimeException ignored) {
+            // the handler must not throw; a broken one must not stop the agent
+        }
     }
 
     @Override
@@ -123,364 +123,274 @@ public final class MpiConnectionManager implements ConnectionManager {
     }
 
     @Override
+    public Duration defaultTimeout() {
+        return settings.defaultTimeout();
+    }
+
+    @Override
     public Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait) {
-        // Interim bridge to the timed receive; the agent rewrite replaces it with a poll that throws nothing.
+        checkRange(buffer, offset, length);
+        Objects.requireNonNull(wait, "wait");
+        long start = System.nanoTime();
+        long deadline = start + nanos(wait);
+        enter("pollConnect");
         try {
-            return recvConnect(tag, buffer, offset, length, wait);
-        } catch (TransportException e) {
-            if (e.code() == ErrorCode.TIMEOUT && !(e instanceof TransportClosedException)) {
+            MpiEndpoint.Waiter w = awaitEnvelope(tag, 0, -1, -1, buffer.address() + offset, length, deadline,
+                    !wait.isZero() && !wait.isNegative(), "pollConnect");
+            if (w == null) {
                 return null;
             }
-            throw e;
-        }
-    }
-
-    @Override
-    public Connection recvConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
-        checkRange(buffer, offset, length);
-        long deadline = deadline(timeout);
-        int source;
-        if (length >= chunkBytes) {
-            // A chunked receive from any source must not share its chunks with another one on the same tag.
-            TagLocks.Entry lock = anySourceChunkLocks.acquire(tag, deadline, this, "recvConnect");
-            try {
-                source = receive(-1, tag, buffer.address() + offset, length, deadline, "recvConnect");
-            } finally {
-                anySourceChunkLocks.release(tag, lock);
-            }
-        } else {
-            source = receive(-1, tag, buffer.address() + offset, length, deadline, "recvConnect");
-        }
-        return connectionTo(source);
-    }
-
-    @Override
-    public List<Connection> getConnections(CommState peerInstance) {
-        Objects.requireNonNull(peerInstance, "peerInstance");
-        if (!MpiTransportProvider.NAME.equals(peerInstance.transport())) {
-            throw new IllegalArgumentException("peer instance uses transport '" + peerInstance.transport()
-                    + "', not '" + MpiTransportProvider.NAME + "'");
-        }
-        List<Connection> out = new ArrayList<>(peerInstance.size());
-        for (String address : peerInstance.addresses()) {
-            out.add(connection(address));
-        }
-        return out;
-    }
-
-    @Override
-    public Connection connection(String address) {
-        Objects.requireNonNull(address, "address");
-        int rank;
-        try {
-            rank = Integer.parseInt(address.trim());
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException("MPI address '" + address + "': not a rank number");
-        }
-        return connectionTo(rank);
-    }
-
-    private MpiConnection connectionTo(int rank) {
-        ensureOpen("connection");
-        if (rank < 0 || rank >= runtime.worldSize()) {
-            throw new IllegalArgumentException("MPI rank " + rank + " is outside MPI_COMM_WORLD (size "
-                    + runtime.worldSize() + ")");
-        }
-        return connections.computeIfAbsent(rank, r -> new MpiConnection(this, r));
-    }
-
-    @Override
-    public boolean isRunning() {
-        return !closed && !runtime.finalizing();
-    }
-
-    @Override
-    public void close() {
-        if (closed) {
-            return;
-        }
-        closed = true;
-        // Blocked calls see the flag within one poll (microseconds) and cancel their own requests.
-        long deadline = System.nanoTime() + CLOSE_WAIT_NANOS;
-        while (inFlight.get() > 0 && System.nanoTime() - deadline < 0) {
-            LockSupport.parkNanos(50_000);
-        }
-        if (runtime.enter()) {
-            try {
-                synchronized (eagerLock) {
-                    for (int i = 0; i < eagerCount; i++) {
-                        MpiNative.requestFree(eagerPending[i]);
-                    }
-                    eagerCount = 0;
-                }
-            } finally {
-                runtime.exit();
-            }
-        }
-        runtime.unregister(this);
-        OPEN.compareAndSet(this, null);
-    }
-
-    @Override
-    public String toString() {
-        return "MpiConnectionManager{" + name + " rank " + localAddress + "/" + runtime.worldSize()
-                + (closed ? " closed" : "") + "}";
-    }
-
-    // ------------------------------------------------------------------ data path (used by MpiConnection)
-
-    @Override
-    public Duration defaultTimeout() {
-        return defaultTimeout;
-    }
-
-    void send(MpiConnection conn, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
-        checkRange(buffer, offset, length);
-        long deadline = deadline(timeout);
-        int comm = runtime.commFor(tag);
-        int mpiTag = runtime.mpiTagFor(tag);
-        long address = buffer.address() + offset;
-        enter("send");
-        try {
-            if (length <= eagerBytes && length < chunkBytes) {
-                sendEager(conn, tag, address, length, mpiTag, comm);
-                return;
-            }
-            if (length < chunkBytes) {
-                long request;
-                // Posting order is message order on a (peer, tag); the lock keeps a chunked post atomic.
-                synchronized (conn.postLock) {
-                    request = MpiNative.isend(address, (int) length, conn.rank(), mpiTag, comm, false);
-                }
-                await(request, deadline, "send", conn.rank(), tag, length);
-                return;
-            }
-            if (length / chunkBytes >= Integer.MAX_VALUE - 1) {
-                throw new IllegalArgumentException(describe("send", conn.rank(), tag, length) + ": more than 2^31"
-                        + " chunks of " + MAX_MESSAGE_BYTES + " = " + chunkBytes);
-            }
-            int chunks = (int) (length / chunkBytes) + 1;
-            long[] requests = new long[chunks];
-            int posted = 0;
-            try {
-                synchronized (conn.postLock) {
-                    for (; posted < chunks; posted++) {
-                        long pos = posted * chunkBytes;
-                        int count = (int) Math.min(chunkBytes, length - pos);
-                        requests[posted] = MpiNative.isend(address + pos, count, conn.rank(), mpiTag, comm,
-                                false);
-                    }
-                }
-                for (int i = 0; i < chunks; i++) {
-                    long request = requests[i];
-                    requests[i] = 0;
-                    await(request, deadline, "send", conn.rank(), tag, length);
-                }
-            } finally {
-                for (int i = 0; i < posted; i++) {
-                    if (requests[i] != 0) {
-                        MpiNative.cancel(requests[i], CANCEL_WAIT_NANOS);
-                    }
-                }
-            }
-        } catch (MpiNative.MpiCallException e) {
-            throw new TransportException(ErrorCode.NETWORK, describe("send", conn.rank(), tag, length)
-                    + " failed: " + e.getMessage(), e);
+            // Something arrived: receive all of it, given at least the default timeout from now.
+            finish(w, tag, buffer.address() + offset, length, Math.max(deadline, System.nanoTime()
+                    + nanos(settings.defaultTimeout())), "pollConnect");
+            return connectionTo(runtime.links().get(w.fromLink), w.fromRank, w.fromEndpoint);
         } finally {
             exit();
         }
     }
 
-    private void sendEager(MpiConnection conn, int tag, long address, long length, int mpiTag, int comm) {
-        long request;
-        synchronized (conn.postLock) {
-            request = MpiNative.isend(address, (int) length, conn.rank(), mpiTag, comm, true);
+    @Override
+    public Connection connection(String address) {
+        Objects.requireNonNull(address, "address");
+        ensureOpen("connection");
+        MpiAddress a = MpiAddress.parse(address, runtime.worldSize(), runtime.worldId());
+        if (a.world() == null) {
+            return connectionTo(runtime.links().get(0), a.rank(), a.endpoint());
         }
-        if (MpiNative.test(request, 0) != 0) {
-            return; // the common case: the BTL took it at once
+        MpiLinks.Link link = runtime.links().find(a.world(), a.rank());
+        if (link == null && a.port() == null) {
+            // Another MPI world that does not listen: every call fails with NETWORK, saying why.
+            return new UnreachableConnection(MpiAddress.shorten(address), "the endpoint is in MPI world " + a.world()
+                    + ", this process is in world " + runtime.worldId() + ", and that process accepts no connections"
+                    + " (a process outside the mpirun job listens only when Open MPI's ompi-server is configured:"
+                    + " mpirun --ompi-server file:URI, OMPI_MCA_pmix_server_uri)", settings.defaultTimeout());
         }
-        synchronized (eagerLock) {
-            String failed = reapEager();
-            if (eagerCount == eagerPending.length) {
-                eagerPending = java.util.Arrays.copyOf(eagerPending, eagerCount * 2);
+        if (link == null) {
+            try {
+                link = runtime.links().connect(a.world(), a.rank(), a.port(), nanos(settings.defaultTimeout()));
+            } catch (TransportException e) {
+                return new UnreachableConnection(MpiAddress.shorten(address), e.getMessage(),
+                        settings.defaultTimeout());
             }
-            eagerPending[eagerCount++] = request;
-            if (failed != null) {
-                throw new TransportException(ErrorCode.NETWORK, describe("send", conn.rank(), tag, length)
-                        + ": posted, but an earlier eager send of this manager failed: " + failed);
-            }
+        }
+        return connectionTo(link, 0, a.endpoint());
+    }
+
+    /** A connection to an endpoint of another MPI world: nothing reaches it. */
+    private record UnreachableConnection(String peer, String why, Duration defaultTimeout) implements Connection {
+        @Override
+        public void send(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+            throw new TransportException(ErrorCode.NETWORK, "mpi send to " + peer + ", tag " + tag + ": " + why);
+        }
+
+        @Override
+        public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+            throw new TransportException(ErrorCode.NETWORK, "mpi recv from " + peer + ", tag " + tag + ": " + why);
         }
     }
 
-    /** Drops completed eager sends; caller holds eagerLock. @return an error of a failed one, else null */
-    private String reapEager() {
-        String failed = null;
-        int kept = 0;
-        for (int i = 0; i < eagerCount; i++) {
-            long request = eagerPending[i];
-            try {
-                if (MpiNative.test(request, 0) == 0) {
-                    eagerPending[kept++] = request;
-                }
-            } catch (MpiNative.MpiCallException e) {
-                failed = e.getMessage(); // the request is gone; its failure goes to the next sender
-            }
+    private MpiConnection connectionTo(MpiLinks.Link link, int rank, int ep) {
+        ensureOpen("connection");
+        Key key = new Key(link.index(), rank, ep);
+        MpiConnection c = connections.get(key);
+        if (c != null) {
+            return c;
         }
-        eagerCount = kept;
-        return failed;
+        String peer = link.index() == 0 ? runtime.address(rank, ep)
+                : MpiAddress.format(link.worldRank(), ep, link.world(), null);
+        return connections.computeIfAbsent(key, k -> new MpiConnection(this, link, rank, ep, peer));
     }
 
-    void recv(MpiConnection conn, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
-        checkRange(buffer, offset, length);
-        long deadline = deadline(timeout);
-        if (length >= chunkBytes) {
-            TagLocks.Entry lock = conn.chunkLocks.acquire(tag, deadline, this, "recv");
-            try {
-                receive(conn.rank(), tag, buffer.address() + offset, length, deadline, "recv");
-            } finally {
-                conn.chunkLocks.release(tag, lock);
+    /** A connection's identity: link, MPI rank on it, endpoint. */
+    private record Key(int link, int rank, int endpoint) {
+    }
+
+    /** @return the native one-sided part (the agent serves its requests), or null */
+    MpiOneSided nativeOneSided() {
+        return nativeOneSided;
+    }
+
+    private EmulatedOneSided emulated() {
+        synchronized (emulatedLock) {
+            if (emulated == null) {
+                emulated = new EmulatedOneSided(this, new MpiHostMemory(), this::backgroundError,
+                        settings.defaultTimeout(), settings.name() + "-" + localAddress);
             }
-        } else {
-            receive(conn.rank(), tag, buffer.address() + offset, length, deadline, "recv");
+            return emulated;
         }
     }
 
     /**
-     * Receives one framed message (see the class comment) from {@code source} ({@code -1} = any).
-     *
-     * @return the sender's rank
+     * Registers memory for one-sided writes: attached to the process's MPI window (native), or served by
+     * {@code EmulatedOneSided} when {@code mpi.oneSided=emulated} or the window could not be created.
      */
-    private int receive(int source, int tag, long address, long length, long deadline, String op) {
-        int comm = runtime.commFor(tag);
-        int mpiTag = runtime.mpiTagFor(tag);
-        long[] probe = PROBE_OUT.get();
-        int from = source;
-        enter(op);
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory) {
+        Objects.requireNonNull(memory, "memory");
+        ensureOpen("register");
+        return nativeOneSided != null ? nativeOneSided.register(memory) : emulated().register(memory);
+    }
+
+    void write(MpiConnection conn, WriteBatch batch, Duration timeout) {
+        Objects.requireNonNull(batch, "batch");
+        Objects.requireNonNull(timeout, "timeout");
+        ensureOpen("write");
+        enter("write");
         try {
-            long pos = 0;
-            long expected;
-            do {
-                expected = Math.min(chunkBytes, length - pos);
-                long message = probe(from, mpiTag, comm, probe, deadline, op, tag, length);
-                from = (int) probe[0];
-                long count = probe[1];
-                if (count != expected) {
-                    discard(message, count, address, length, deadline, op, from, tag);
-                    if (count == chunkBytes) {
-                        drainRest(from, mpiTag, comm, probe, address, length, deadline, op, tag);
-                    }
-                    throw new TransportException(ErrorCode.MALFORMED, describe(op, from, tag, length)
-                            + ": length mismatch: expected " + expected + " bytes at offset " + pos
-                            + ", the peer sent " + (count == chunkBytes ? "at least " : "")
-                            + (pos + count) + " bytes in total");
-                }
-                long request = MpiNative.imrecv(address + pos, (int) count, message);
-                await(request, deadline, op, from, tag, length);
-                pos += count;
-            } while (expected == chunkBytes);
-            return from;
+            if (nativeOneSided != null) {
+                nativeOneSided.write(conn, batch, timeout);
+            } else {
+                emulated().write(conn, batch, timeout);
+            }
+        } finally {
+            exit();
+        }
+    }
+
+    @Override
+    public boolean isRunning() {
+        return !closing && !runtime.finalizing() && runtime.agentRunning();
+    }
+
+    @Override
+    public void close() {
+        synchronized (this) {
+            if (closing) {
+                return;
+            }
+            closing = true;
+        }
+        try {
+            // Regions first: each waits (bounded) until no granted write lands in it any more.
+            if (nativeOneSided != null) {
+                nativeOneSided.close();
+            }
+            EmulatedOneSided e;
+            synchronized (emulatedLock) {
+                e = emulated;
+            }
+            if (e != null) {
+                e.close();
+            }
+        } finally {
+            // Waiters in the inbox wake at once; calls in MPI see the flag within one poll and cancel their requests.
+            int orphaned = endpoint.close();
+            long deadline = System.nanoTime() + CLOSE_WAIT_NANOS;
+            while (inFlight.get() > 0 && System.nanoTime() - deadline < 0) {
+                LockSupport.parkNanos(50_000);
+            }
+            closed = true;
+            runtime.closeEndpoint(this, endpointId);
+            if (nativeOneSided != null) {
+                nativeOneSided.release();
+            }
+            if (orphaned > 0) {
+                backgroundError(new TransportException(ErrorCode.CANCELLED, this + " closed with " + orphaned
+                        + " large message(s) announced but never received; their senders time out"));
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "MpiConnectionManager{" + settings.name() + " " + localAddress + " of " + runtime.worldSize()
+                + " ranks" + (closing ? " closed" : "") + "}";
+    }
+
+    // ------------------------------------------------------------------ data path (used by MpiConnection)
+
+    void send(MpiConnection conn, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        checkRange(buffer, offset, length);
+        long deadline = System.nanoTime() + nanos(Objects.requireNonNull(timeout, "timeout"));
+        enter("send");
+        try {
+            data.send(conn, tag, buffer.address() + offset, length, deadline);
         } catch (MpiNative.MpiCallException e) {
-            throw new TransportException(ErrorCode.NETWORK, describe(op, from, tag, length) + " failed: "
+            throw new TransportException(ErrorCode.NETWORK, data.describe("send", conn, tag, length) + " failed: "
                     + e.getMessage(), e);
         } finally {
             exit();
         }
     }
 
-    private long probe(int source, int mpiTag, int comm, long[] out, long deadline, String op, int tag,
-                       long length) {
-        int idle = 0;
-        for (;;) {
-            long message = MpiNative.improbe(source, mpiTag, comm, out, SPIN_NANOS);
-            if (message != 0) {
-                return message;
+    void recv(MpiConnection conn, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+        checkRange(buffer, offset, length);
+        long deadline = System.nanoTime() + nanos(Objects.requireNonNull(timeout, "timeout"));
+        enter("recv");
+        try {
+            MpiEndpoint.Waiter w = awaitEnvelope(tag, conn.link().index(), conn.rank(), conn.endpoint(),
+                    buffer.address() + offset, length, deadline, true, "recv");
+            if (w == null) {
+                throw new TransportException(ErrorCode.TIMEOUT, data.describe("recv", conn, tag, length)
+                        + " timed out after " + timeout.toMillis() + " ms");
             }
-            checkWake(op, source, tag, length, deadline);
-            idle = backoff(idle);
+            finish(w, tag, buffer.address() + offset, length, deadline, "recv");
+        } finally {
+            exit();
         }
-    }
-
-    /** Receives the remaining chunks of a wrong-sized message into nowhere, so the tag stays in step. */
-    private void drainRest(int source, int mpiTag, int comm, long[] probe, long address, long length,
-                           long deadline, String op, int tag) {
-        long count;
-        do {
-            long message = probe(source, mpiTag, comm, probe, deadline, op, tag, length);
-            count = probe[1];
-            discard(message, count, address, length, deadline, op, source, tag);
-        } while (count == chunkBytes);
     }
 
     /**
-     * Receives a wrong-sized message into scratch memory so the tag stays in step: the caller's own range when
-     * the message fits there (its content is undefined after MALFORMED anyway), else a temporary native block.
-     * It is never received truncated: Open MPI's vader single-copy path writes the full message even into a
-     * shorter (or null) buffer.
+     * Takes the first matching envelope, waiting for one until the deadline when {@code block}.
+     *
+     * @return the waiter with the outcome, or null when nothing arrived in time
      */
-    private void discard(long message, long count, long address, long length, long deadline, String op, int peer,
-                         int tag) {
-        if (count <= length) {
-            await(MpiNative.imrecv(address, (int) count, message), deadline, op, peer, tag, length);
-            return;
+    private MpiEndpoint.Waiter awaitEnvelope(int tag, int link, int rank, int ep, long address, long length,
+                                             long deadline, boolean block, String op) {
+        MpiEndpoint.Waiter w = WAITER.get().prepare(tag, link, rank, ep, address, length);
+        endpoint.take(w, block);
+        if (w.state == MpiEndpoint.NOTHING) {
+            return null;
         }
-        long scratch = MpiNative.allocate(count);
-        try {
-            await(MpiNative.imrecv(scratch, (int) count, message), deadline, op, peer, tag, length);
-        } finally {
-            MpiNative.release(scratch);
+        if (w.state == MpiEndpoint.WAITING) {
+            runtime.receiveWaiting(true);
+            try {
+                while (w.state == MpiEndpoint.WAITING) {
+                    long left = deadline - System.nanoTime();
+                    if (left <= 0) {
+                        if (endpoint.withdraw(w)) {
+                            return null;
+                        }
+                        break;
+                    }
+                    if (Thread.currentThread().isInterrupted() && endpoint.withdraw(w)) {
+                        throw new TransportException(ErrorCode.NETWORK, data.describe(op, rank, ep, tag, length)
+                                + " interrupted (the thread's interrupt flag is kept)");
+                    }
+                    LockSupport.parkNanos(this, Math.min(left, TimeUnit.MILLISECONDS.toNanos(50)));
+                }
+            } finally {
+                runtime.receiveWaiting(false);
+            }
         }
+        return w;
     }
 
-    private void await(long request, long deadline, String op, int peer, int tag, long length) {
-        int idle = 0;
-        for (;;) {
-            int done = MpiNative.test(request, SPIN_NANOS);
-            if (done == 1) {
+    /** Completes a matched receive: the inline copy is done, a large payload is received now. */
+    private void finish(MpiEndpoint.Waiter w, int tag, long address, long length, long deadline, String op) {
+        switch (w.state) {
+            case MpiEndpoint.INLINE_DONE -> {
                 return;
             }
-            if (done == 2) {
-                // Cannot happen: every receive is posted with the probed size. Reported rather than ignored.
-                throw new TransportException(ErrorCode.MALFORMED, describe(op, peer, tag, length)
-                        + ": MPI reported a truncated message");
+            case MpiEndpoint.INLINE_MISMATCH -> throw data.mismatch(op, w, tag, length);
+            case MpiEndpoint.CLOSED -> throw new TransportClosedException(data.describe(op, w.rank, w.endpoint, tag,
+                    length) + " interrupted: " + this + " closed");
+            case MpiEndpoint.LARGE -> {
+                try {
+                    data.receivePayload(w, tag, address, length, deadline, op);
+                } catch (MpiNative.MpiCallException e) {
+                    throw new TransportException(ErrorCode.NETWORK, data.describe(op, w.fromRank, w.fromEndpoint, tag,
+                            length) + " failed: " + e.getMessage(), e);
+                }
             }
-            if (closed || runtime.finalizing()) {
-                MpiNative.cancel(request, CANCEL_WAIT_NANOS);
-                throw new TransportClosedException(describe(op, peer, tag, length) + " interrupted: " + this
-                        + " closed");
-            }
-            if (System.nanoTime() - deadline >= 0) {
-                MpiNative.cancel(request, CANCEL_WAIT_NANOS);
-                throw new TransportException(ErrorCode.TIMEOUT, describe(op, peer, tag, length)
-                        + " timed out");
-            }
-            idle = backoff(idle);
+            default -> throw new IllegalStateException("waiter state " + w.state);
         }
-    }
-
-    private void checkWake(String op, int peer, int tag, long length, long deadline) {
-        if (closed || runtime.finalizing()) {
-            throw new TransportClosedException(describe(op, peer, tag, length) + " interrupted: " + this
-                    + " closed");
-        }
-        if (System.nanoTime() - deadline >= 0) {
-            throw new TransportException(ErrorCode.TIMEOUT, describe(op, peer, tag, length) + " timed out");
-        }
-    }
-
-    /** Spin first (latency), then park for growing intervals (oversubscribed ranks need the core). */
-    private static int backoff(int idle) {
-        if (idle >= SPIN_POLLS) {
-            LockSupport.parkNanos(Math.min(MAX_PARK_NANOS, 1_000L << Math.min(idle - SPIN_POLLS, 10)));
-        } else {
-            Thread.onSpinWait();
-        }
-        return idle + 1;
     }
 
     private void enter(String op) {
         ensureOpen(op);
         inFlight.incrementAndGet();
-        if (closed || !runtime.enter()) {
+        if (closing || !runtime.enter()) {
             inFlight.decrementAndGet();
             throw new TransportClosedException(op + ": " + this + " is closed");
         }
@@ -492,27 +402,25 @@ public final class MpiConnectionManager implements ConnectionManager {
     }
 
     void ensureOpen(String op) {
-        if (closed || runtime.finalizing()) {
+        if (closing || runtime.finalizing()) {
             throw new TransportClosedException(op + ": " + this + " is closed");
         }
     }
 
-    boolean closed() {
-        return closed;
+    /** @return true once close() started: calls in progress end with TransportClosedException */
+    boolean closing() {
+        return closing;
     }
 
-    private static long deadline(Duration timeout) {
-        Objects.requireNonNull(timeout, "timeout");
-        long nanos;
+    static long nanos(Duration d) {
         try {
-            nanos = timeout.toNanos();
+            return Math.min(Math.max(0, d.toNanos()), Long.MAX_VALUE / 4);
         } catch (ArithmeticException e) {
-            nanos = Long.MAX_VALUE / 4;
+            return d.isNegative() ? 0 : Long.MAX_VALUE / 4;
         }
-        return System.nanoTime() + Math.min(nanos, Long.MAX_VALUE / 4);
     }
 
-    private static void checkRange(MemoryBuffer buffer, long offset, long length) {
+    static void checkRange(MemoryBuffer buffer, long offset, long length) {
         Objects.requireNonNull(buffer, "buffer");
         if (buffer.kind() == MemoryKind.DEVICE) {
             throw new UnsupportedOperationException("the mpi transport does not declare DEVICE_MEMORY: "
@@ -522,10 +430,5 @@ public final class MpiConnectionManager implements ConnectionManager {
             throw new IndexOutOfBoundsException("range [" + offset + ", +" + length + ") outside a buffer of "
                     + buffer.size() + " bytes");
         }
-    }
-
-    private String describe(String op, int peer, int tag, long length) {
-        return "mpi " + op + " (rank " + localAddress + (peer >= 0 ? " <-> rank " + peer : " <- any rank")
-                + ", tag " + tag + ", " + length + " bytes)";
     }
 }

@@ -8,7 +8,7 @@ import java.util.Objects;
 
 /**
  * Builds the {@code mpirun} command line that starts a Java main on every rank, for the cli's
- * {@code demo --backend mpi} and for tests. Ranks are numbered in launch order, so a caller that wants
+ * {@code demo --backend mpi} (until it goes through {@link MpiTransportProvider#launcher()}) and for tests. Ranks are numbered in launch order, so a caller that wants
  * "context ranks first, then generation ranks" gives {@code np = ctxRanks + genRanks} and lets each process
  * derive its role from its world rank.
  *
@@ -28,6 +28,7 @@ public final class MpiLauncher {
     private int np = 2;
     private boolean allowRunAsRoot = "root".equals(System.getProperty("user.name"));
     private boolean oversubscribe = true;
+    private boolean loopbackOnly = true;
     private String javaBinary = Path.of(System.getProperty("java.home"), "bin", "java").toString();
     private String classpath = System.getProperty("java.class.path");
     private final List<String> mpiFlags = new ArrayList<>();
@@ -118,6 +119,17 @@ public final class MpiLauncher {
     }
 
     /**
+     * @param v restrict Open MPI's out-of-band and TCP traffic to the loopback interface ({@code --mca
+     *          oob_tcp_if_include lo --mca btl_tcp_if_include lo}; default true: every launch of this project is one
+     *          host, and nothing may leave it)
+     * @return this builder
+     */
+    public MpiLauncher loopbackOnly(boolean v) {
+        this.loopbackOnly = v;
+        return this;
+    }
+
+    /**
      * @param flag an extra mpirun flag, e.g. {@code --mca}; see {@link #mca}
      * @return this builder
      */
@@ -193,8 +205,8 @@ public final class MpiLauncher {
     }
 
     /**
-     * The command line: {@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [mpi flags] java [jvm flags]
-     * -cp CP MAIN [args]}. Each argument is one list element (no shell quoting needed).
+     * The command line: {@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [loopback flags] [mpi flags]
+     * java [jvm flags] -cp CP MAIN [args]}. Each argument is one list element (no shell quoting needed).
      *
      * @return the command
      */
@@ -216,8 +228,8 @@ public final class MpiLauncher {
     }
 
     /**
-     * The mpirun part alone ({@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [mpi flags]}), to
-     * launch a program that is not Java (e.g. the C bandwidth baseline) the same way.
+     * The mpirun part alone ({@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [loopback flags] [mpi
+     * flags]}), to launch a program that is not Java (e.g. the C bandwidth baseline) the same way.
      *
      * @return the command prefix
      */
@@ -232,6 +244,9 @@ public final class MpiLauncher {
         }
         cmd.add("-np");
         cmd.add(Integer.toString(np));
+        if (loopbackOnly) {
+            cmd.addAll(List.of("--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"));
+        }
         cmd.addAll(mpiFlags);
         return List.copyOf(cmd);
     }

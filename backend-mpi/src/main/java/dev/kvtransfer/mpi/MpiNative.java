@@ -106,7 +106,38 @@ final class MpiNative {
     /** copy: send from a private copy of the bytes (eager: the caller's memory is free on return). */
     static native long isend(long address, int count, int dest, int tag, int comm, boolean copy);
 
-    static native long improbe(int source, int tag, int comm, long[] sourceAndCount, long spinNanos);
+    /** source or tag -1: any. out: source, byte count, MPI tag. @return the matched message, or 0 */
+    static native long improbe(int source, int tag, int comm, long[] out, long spinNanos);
+
+    /** An envelope: header and payload copied into one private buffer, sent as one MPI message. */
+    static native long isendEnvelope(long header, int headerBytes, long payload, int payloadBytes, int dest, int tag,
+                                     int comm);
+
+    /** @return 1 received, 0 not within waitNanos (MPI keeps the buffer: never reuse it) */
+    static native int recvMatched(long address, int count, long message, long waitNanos);
+
+    static native void copy(long from, long to, long bytes);
+
+    static native long addressOf(java.nio.ByteBuffer direct);
+
+    // dynamic process management: links to processes of other MPI worlds
+    /** Opens a port and starts the native acceptor; @return the port name */
+    static native String dpmListen(String worldId, int worldRank);
+
+    /** @return whether the acceptor runs */
+    static native boolean dpmListening();
+
+    /** out: envelope comm, data comm, intercomm, remote world id, remote world rank, 1. @return 1 when one was taken */
+    static native int dpmAccepted(long[] out);
+
+    /** Blocks until connected (no timeout in MPI). out as {@link #dpmAccepted}. */
+    static native void dpmConnect(String port, String worldId, int worldRank, long[] out);
+
+    /** @return whether this process only inherited an mpirun rank's environment (checked without MPI) */
+    static native boolean inheritedRankEnvironment();
+
+    /** @return whether init found an inherited rank environment and initialized as a singleton */
+    static native boolean detachedFromParentRank();
 
     static native long imrecv(long address, int count, long message);
 
@@ -118,6 +149,20 @@ final class MpiNative {
 
     /** Releases a request to complete in the background (no cancel). */
     static native void requestFree(long request);
+
+    // one-sided writes: one dynamic window per process (collective create), passive-target epoch for life
+    static native int rmaCreate();
+
+    static native void rmaFree();
+
+    static native void rmaAttach(long address, long bytes);
+
+    static native void rmaDetach(long address);
+
+    /** Starts puts (pieces of at most 1 GiB) to rank's absolute address; complete them with {@link #rmaFlush}. */
+    static native void rmaPut(long from, long bytes, int rank, long target);
+
+    static native void rmaFlush(int rank);
 
     // allgather of variable-length long[]
     static native long allgatherStart(int comm, long[] values);

@@ -18,7 +18,7 @@ import static org.junit.jupiter.api.Assumptions.assumeTrue;
 /**
  * Side by side, 16 MiB messages between 2 ranks: the plain C {@code MPI_Send}/{@code MPI_Recv} loop
  * ({@code target/mpi_bw}, built from {@code src/main/c/mpi_bw.c}) against our {@code Connection}
- * ({@link BandwidthCheck}), {@value #ROUNDS} rounds each; the table (best and median GB/s, ratio,
+ * ({@link BandwidthMain}), {@value #ROUNDS} rounds each; the table (best and median GB/s, ratio,
  * the pml Open MPI selected) goes to stdout and {@code target/mpi-reports/bandwidth.md}. The C loop also runs
  * with the btl forced to {@code self,vader} and {@code self,tcp} to show which one the default used.
  * Asserted: every job exits 0, the Java receiver verified the bytes, every number parsed.
@@ -57,11 +57,11 @@ class MpiBandwidthIT {
                 Matcher m = Pattern.compile("select: component (\\w+) selected").matcher(cJob.output());
                 assertThat(m.find()).as("pml_base_verbose names the pml: %s", cJob.output()).isTrue();
                 pml = m.group(1);
-                MpiJob jJob = MpiJob.run("bw-java", MpiJob.javaRanks(2)
+                MpiJob jJob = MpiJob.run("bw-java", MpiJob.javaRanks(2, BandwidthMain.class)
                         .jvmFlag("-Dmpi.bw.bytes=" + BYTES).jvmFlag("-Dmpi.bw.iters=" + ITERS)
-                        .jvmFlag("-Dmpi.bw.warmup=" + WARMUP).jvmFlag("-Dmpi.bw.rounds=" + ROUNDS)
-                        .args(List.of("--suite", "bw")).build(), 90);
-                MpiRunIT.assertAllPassed(jJob, 2, 1);
+                        .jvmFlag("-Dmpi.bw.warmup=" + WARMUP).jvmFlag("-Dmpi.bw.rounds=" + ROUNDS).build(), 90);
+                assertThat(jJob.exitCode()).as("exit status of %s\n%s", jJob.command(), jJob.output()).isZero();
+                assertThat(jJob.output()).contains("BANDWIDTH-MAIN rank=0 status=0", "BANDWIDTH-MAIN rank=1 status=0");
                 List<Double> j = gbps(jJob.output());
                 assertThat(j).hasSize(ROUNDS);
                 java = j.stream().mapToDouble(Double::doubleValue).toArray();

@@ -1,9 +1,11 @@
 package dev.kvtransfer.mpi;
 
 import java.io.IOException;
+import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
@@ -18,7 +20,9 @@ record MpiJob(List<String> command, int exitCode, String output, Path log) {
     static MpiJob run(String name, List<String> command, long timeoutSeconds) throws IOException,
             InterruptedException {
         Path log = reportDir().resolve(name + ".log");
-        Process p = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log.toFile()).start();
+        Files.writeString(log, String.join(" ", command) + "\n", StandardCharsets.UTF_8);
+        Process p = new ProcessBuilder(command).redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(log.toFile())).start();
         if (!p.waitFor(timeoutSeconds, TimeUnit.SECONDS)) {
             // mpirun forwards the TERM to every rank; the whole tree goes.
             p.descendants().forEach(ProcessHandle::destroyForcibly);
@@ -37,9 +41,20 @@ record MpiJob(List<String> command, int exitCode, String output, Path log) {
         return cp != null && !cp.isBlank() ? cp : System.getProperty("java.class.path");
     }
 
-    static MpiLauncher javaRanks(int np) {
-        return MpiLauncher.builder().np(np).classpath(testClasspath())
-                .jvmFlags(List.of("-Xmx256m", "-XX:+UseSerialGC", "-Xshare:auto"))
-                .mainClass(MpiCheckMain.class.getName());
+    /** @return this JVM's module flags and Chronicle switch, which the ranks need too */
+    static List<String> inheritedJvmFlags() {
+        List<String> out = new ArrayList<>();
+        for (String a : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
+            if (a.startsWith("--add-opens") || a.startsWith("--add-exports") || a.startsWith("-Dchronicle")) {
+                out.add(a);
+            }
+        }
+        return out;
+    }
+
+    static MpiLauncher javaRanks(int np, Class<?> main) {
+        return MpiLauncher.builder().np(np).classpath(testClasspath()).jvmFlags(inheritedJvmFlags())
+                .jvmFlags(List.of("-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"))
+                .mainClass(main.getName());
     }
 }

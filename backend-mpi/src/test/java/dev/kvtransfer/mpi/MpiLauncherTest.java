@@ -11,7 +11,7 @@ class MpiLauncherTest {
     @Test
     void buildsMpirunThenJavaThenMainAndArgs() {
         List<String> cmd = MpiLauncher.builder().mpirun("/usr/bin/mpirun").np(4).allowRunAsRoot(true)
-                .oversubscribe(true).mca("btl", "self,vader").javaBinary("/jdk/bin/java").classpath("a.jar:b.jar")
+                .oversubscribe(true).loopbackOnly(false).mca("btl", "self,vader").javaBinary("/jdk/bin/java").classpath("a.jar:b.jar")
                 .jvmFlag("-Xmx1g").jvmFlags(List.of("-Dx=y")).mainClass("dev.kvtransfer.cli.Main")
                 .args(List.of("demo", "--backend", "mpi")).build();
         assertThat(cmd).containsExactly("/usr/bin/mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
@@ -23,7 +23,8 @@ class MpiLauncherTest {
     void flagsCanBeTurnedOffAndPrefixLaunchesNativePrograms() {
         List<String> prefix = MpiLauncher.builder().mpirun("mpirun").np(2).allowRunAsRoot(false)
                 .oversubscribe(false).mpiFlag("--tag-output").mpirunPrefix();
-        assertThat(prefix).containsExactly("mpirun", "-np", "2", "--tag-output");
+        assertThat(prefix).containsExactly("mpirun", "-np", "2", "--mca", "oob_tcp_if_include", "lo", "--mca",
+                "btl_tcp_if_include", "lo", "--tag-output");
     }
 
     @Test
@@ -39,5 +40,22 @@ class MpiLauncherTest {
                 .hasMessageContaining("mainClass");
         assertThatThrownBy(() -> MpiLauncher.builder().np(0)).isInstanceOf(IllegalArgumentException.class)
                 .hasMessageContaining("np = 0");
+    }
+
+    @Test
+    void theProvidersRankLauncherBuildsTheMpirunLineAndSaysThisProcessWasNotLaunched() {
+        dev.kvtransfer.api.transport.RankLauncher l = new MpiTransportProvider().launcher().orElseThrow();
+        List<String> cmd = l.command(3, List.of("java", "-cp", "x.jar", "Main", "demo-mpi-rank"));
+        assertThat(cmd.subList(cmd.size() - 5, cmd.size())).containsExactly("java", "-cp", "x.jar", "Main",
+                "demo-mpi-rank");
+        assertThat(String.join(" ", cmd)).contains("--oversubscribe -np 3 --mca oob_tcp_if_include lo --mca "
+                + "btl_tcp_if_include lo java");
+        assertThat(cmd.get(0)).isEqualTo(MpiLauncher.defaultMpirun());
+        // surefire's JVM was not started by mpirun, and asking does not initialize MPI
+        assertThat(l.launchedRank()).isEqualTo(-1);
+        assertThat(l.launchedSize()).isZero();
+        assertThat(MpiRuntime.isInitialized()).isFalse();
+        assertThatThrownBy(() -> l.command(0, List.of("x"))).isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> l.command(1, List.of())).isInstanceOf(IllegalArgumentException.class);
     }
 }

@@ -22,9 +22,11 @@ class MpiTransportProviderTest {
     }
 
     @Test
-    void declaresCrossProcessOnly() {
+    void declaresCrossProcessAndNativeOneSidedWrites() {
         // Open MPI aborts the job when a rank dies, so no PEER_FAILURE_DETECTION; host memory only.
-        assertThat(new MpiTransportProvider().capabilities()).containsExactly(TransportCapability.CROSS_PROCESS);
+        assertThat(new MpiTransportProvider().capabilities()).containsExactlyInAnyOrder(
+                TransportCapability.CROSS_PROCESS, TransportCapability.ONE_SIDED_WRITE,
+                TransportCapability.NATIVE_ONE_SIDED_WRITE);
     }
 
     @Test

@@ -2,12 +2,8 @@ package dev.kvtransfer.ucx;
 
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
-import org.openucx.jucx.UcxUtils;
 import org.openucx.jucx.ucp.UcpEndpoint;
-import org.openucx.jucx.ucp.UcpRequest;
 
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
@@ -19,47 +15,51 @@ import java.util.Set;
 /**
  * The connection to one peer manager, identified by the peer's listen address. One object per peer address
  * whichever side dialed: messages the peer sends reach it by the sender id ({@link #inId}) this manager gave
- * the peer, and it sends on one endpoint ({@link #sendEp}) with the id the peer gave this manager
- * ({@link #outId}), so order per (connection, tag) holds.
+ * the peer, and it sends on one endpoint ({@link #sendEp}, created by the peer's worker address) with the id the
+ * peer gave this manager ({@link #outId}), so order per (connection, tag) holds.
  *
- * <p>Every field below the identity fields belongs to the manager's progress thread.
+ * <p>Fields are owned by one agent each, as marked; {@link #failure} is published to callers.
  */
 final class UcxConnection implements Connection {
-    /** Bytes of the hello a dialing side sends: magic, client id, sender id, address length, address. */
-    static final int HELLO_BYTES = 4 + 8 + 4 + 4 + UcxConnectionManager.MAX_ADDRESS_BYTES;
-    /** Bytes of the accepting side's answer: magic, client id, sender id. */
-    static final int ACK_BYTES = 4 + 8 + 4;
-
     final UcxConnectionManager manager;
     final String peer;
     /** The id this manager gave the peer: bits 32..62 of every tag the peer sends here. */
     final int inId;
 
-    /** Why this connection is dead; set once, on the progress thread. */
-    volatile UcxConnectionManager.Failure failure;
+    /** Why this connection is dead; set once, on the progress agent. */
+    volatile UcxFailure failure;
+    /** Its endpoint exists (the handshake finished): small sends may be buffered. */
+    volatile boolean established;
 
-    // ---- progress thread only ----
-    /** The id the peer gave this manager; 0 until its hello or ack arrived. */
+    // ---- progress agent only ----
+    /** The id the peer gave this manager; 0 until the handshake finished. */
     int outId;
-    /** The peer manager's UCX client id (random per manager); 0 until known. */
-    long peerClientId;
-    /** The endpoint all sends go on (the dialed one, or the accepted one when the peer dialed first). */
+    /** The endpoint all sends go on (to the peer's worker address). */
     UcpEndpoint sendEp;
-    /** Every endpoint to the peer (dialed and accepted), closed together. */
-    final List<UcpEndpoint> endpoints = new ArrayList<>(2);
+    /** Every endpoint to the peer, closed together. */
+    final List<UcpEndpoint> endpoints = new ArrayList<>(1);
     /** Sends that arrived before the handshake finished, posted in order once it has. */
-    final ArrayDeque<UcxConnectionManager.Op> waitingSends = new ArrayDeque<>();
+    final ArrayDeque<UcxOp> waitingSends = new ArrayDeque<>();
     /** Posted operations, to fail when the peer is lost. */
-    final Set<UcxConnectionManager.Op> pending = Collections.newSetFromMap(new IdentityHashMap<>());
-    /** The receive of the accepting side's ack while dialing. */
-    UcpRequest ackRecv;
-    boolean ackRecvDone;
-    final ByteBuffer helloOut = ByteBuffer.allocateDirect(HELLO_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-    final ByteBuffer ackOut = ByteBuffer.allocateDirect(ACK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-    final ByteBuffer ackIn = ByteBuffer.allocateDirect(ACK_BYTES).order(ByteOrder.LITTLE_ENDIAN);
-    final long helloOutAddress = UcxUtils.getAddress(helloOut);
-    final long ackOutAddress = UcxUtils.getAddress(ackOut);
-    final long ackInAddress = UcxUtils.getAddress(ackIn);
+    final Set<UcxOp> pending = Collections.newSetFromMap(new IdentityHashMap<>());
+
+    // ---- bootstrap agent only ----
+    /** Established control sessions (two when both sides dialed at once). */
+    final List<BootstrapSession> sessions = new ArrayList<>(2);
+    /** The peer's instance id, bound by the first session that completed; 0 until then. */
+    long peerInstance;
+    byte[] peerWorker;
+    int peerSenderId;
+    /** The bootstrap gave the connection up (its control connection died); the progress agent fails it. */
+    boolean controlLost;
+    /** Dials of this connection in progress. */
+    int dialing;
+    /** Control frames queued until a session is established (frame type, body; fail action). */
+    final ArrayDeque<Object[]> controlBacklog = new ArrayDeque<>();
+
+    // ---- one-sided writes: guarded by the map itself ----
+    /** The peer's regions this writer validated, by region id. */
+    final java.util.HashMap<Long, RmaWriter.Target> writerTargets = new java.util.HashMap<>();
 
     UcxConnection(UcxConnectionManager manager, String peer, int inId) {
         this.manager = manager;
@@ -67,7 +67,7 @@ final class UcxConnection implements Connection {
         this.inId = inId;
     }
 
-    /** @return whether sends can be posted now (progress thread) */
+    /** @return whether sends can be posted now (progress agent) */
     boolean ready() {
         return sendEp != null && outId != 0 && failure == null;
     }
@@ -82,10 +82,14 @@ final class UcxConnection implements Connection {
         manager.send(this, tag, buffer, offset, length, timeout);
     }
 
-
     @Override
     public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         manager.recv(this, tag, buffer, offset, length, timeout);
+    }
+
+    @Override
+    public void write(dev.kvtransfer.api.transport.WriteBatch batch, Duration timeout) {
+        manager.write(this, batch, timeout);
     }
 
     @Override

@@ -4,8 +4,9 @@ package dev.kvtransfer.ucx;
  * How our 32-bit tags and the sender's identity share UCX's 64-bit tag.
  *
  * <pre>
- *  bit 63      : 1 = control message of this transport (hello / ack), never matched by a user receive
- *  bits 32..62 : sender id, assigned by the RECEIVING manager to the peer at hello time (1 .. 2^31-1)
+ *  bit 63      : reserved (0); a receive from any sender matches it, so such a message is never taken
+ *  bits 32..62 : sender id, assigned (at random) by the RECEIVING manager to the peer in the bootstrap handshake
+ *                (1 .. 2^31-1)
  *  bits 0..31  : the user's tag (any int, taken unsigned)
  * </pre>
  *
@@ -13,14 +14,12 @@ package dev.kvtransfer.ucx;
  * same tag apart, and what tells {@code recvConnect} (which matches any sender id) who sent.
  */
 final class UcxTags {
-    /** Control bit: transport-internal messages. */
+    /** Reserved bit: part of the any-sender mask, set by no sender of this transport. */
     static final long CONTROL = 1L << 63;
     /** Mask of a receive from one sender: every bit. */
     static final long EXACT_MASK = -1L;
     /** Mask of a receive from any sender: control bit and user tag, not the sender id. */
     static final long ANY_SENDER_MASK = CONTROL | 0xFFFF_FFFFL;
-    /** The connecting side's first message; one receive for it is always posted. */
-    static final long HELLO = CONTROL | 1L;
     /** Largest sender id. */
     static final int MAX_SENDER_ID = Integer.MAX_VALUE;
 
@@ -42,14 +41,6 @@ final class UcxTags {
      */
     static long anySender(int tag) {
         return tag & 0xFFFF_FFFFL;
-    }
-
-    /**
-     * @param receiverId the id the dialing side gave to the accepting side (sent in the hello)
-     * @return the tag of the accepting side's answer to a hello
-     */
-    static long ack(int receiverId) {
-        return CONTROL | ((long) receiverId << 32) | 2L;
     }
 
     /**

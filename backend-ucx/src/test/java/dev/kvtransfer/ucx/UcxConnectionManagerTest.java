@@ -3,7 +3,6 @@ package dev.kvtransfer.ucx;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
-import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportClosedException;
@@ -335,10 +334,10 @@ class UcxConnectionManagerTest {
     @Test
     void explicitRegistrationMapsEachBufferOnceAndMovesBytes() throws Exception {
         TransportConfig c = TransportConfig.builder().name("reg-a")
-                .property(UcxConnectionManager.PROP_REGISTRATION, "explicit").build();
+                .property(UcxSettings.REGISTRATION, "explicit").build();
         UcxConnectionManager a = manager(c);
         UcxConnectionManager b = manager(TransportConfig.builder().name("reg-b")
-                .property(UcxConnectionManager.PROP_REGISTRATION, "explicit").build());
+                .property(UcxSettings.REGISTRATION, "explicit").build());
         roundTrips(a, b, 3000, 4 << 20, 3, 90);
         assertThat(a.explicitRegistrations()).isEqualTo(1);
         assertThat(b.explicitRegistrations()).isEqualTo(1);
@@ -347,21 +346,100 @@ class UcxConnectionManagerTest {
     @Test
     void badPropertiesAreRejectedByName() {
         assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
-                .property(UcxConnectionManager.PROP_REGISTRATION, "sometimes").build()))
+                .property(UcxSettings.REGISTRATION, "sometimes").build()))
                 .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.registration");
         assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
-                .property(UcxConnectionManager.PROP_SPIN_MICROS, "-1").build()))
-                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.spinMicros = -1");
+                .property(UcxSettings.SPIN_MICROS, "-1").build()))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.spinMicros = '-1'");
+        assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
+                .property("ucx.spinMicro", "5").build()))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessage("unknown transport property ucx.spinMicro = '5'; known: " + String.join(", ",
+                        new java.util.TreeSet<>(UcxSettings.knownKeys())) + ", ucx.config.<UCX setting>");
+        assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
+                .property("ucx.config.tls", "tcp").build()))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.config.tls = 'tcp'")
+                .hasMessageContaining("UCX setting name");
+    }
+
+    @Test
+    void pollConnectReturnsNullWithoutThrowingAndTakesAMessageThatIsAlreadyThere() throws Exception {
+        UcxConnectionManager a = manager("poll-a");
+        UcxConnectionManager b = manager("poll-b");
+        MemoryBuffer m = buffer(64);
+        long t0 = System.nanoTime();
+        assertThat(a.pollConnect(7700, m, 0, 64, Duration.ZERO)).isNull();
+        assertThat(a.pollConnect(7700, m, 0, 64, Duration.ofMillis(50))).isNull();
+        assertThat(Duration.ofNanos(System.nanoTime() - t0)).isGreaterThanOrEqualTo(Duration.ofMillis(45));
+        // Long waits do not overflow.
+        fill(m, 0, 64, 77);
+        b.connection(a.localAddress()).send(7700, m, 0, 64);
+        MemoryBuffer in = buffer(64);
+        Connection c = a.pollConnect(7700, in, 0, 64, Duration.ofSeconds(Long.MAX_VALUE));
+        assertThat(c.peer()).isEqualTo(b.localAddress());
+        verify(in, 0, 64, 77);
+        // A message that is already here is taken by a non-blocking poll.
+        b.connection(a.localAddress()).send(7701, m, 0, 64);
+        Connection[] got = new Connection[1];
+        org.awaitility.Awaitility.await().atMost(Duration.ofSeconds(10)).pollInterval(Duration.ofMillis(1))
+                .until(() -> (got[0] = a.pollConnect(7701, in, 0, 64, Duration.ZERO)) != null);
+        verify(in, 0, 64, 77);
+        // A wrong length is MALFORMED, not null, and consumes the message.
+        b.connection(a.localAddress()).send(7702, m, 0, 64);
+        assertThatThrownBy(() -> a.pollConnect(7702, in, 0, 32, Duration.ofSeconds(10)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.MALFORMED));
+        assertThat(a.pollConnect(7702, in, 0, 32, Duration.ofMillis(20))).isNull();
+        assertThat(a.errorCount()).isZero();
     }
 
     @Test
     void withoutTheSpinWindowBytesStillMove() throws Exception {
         // ucx.spinMicros=0: the progress thread sleeps in epoll right after each piece of work.
         UcxConnectionManager a = manager(TransportConfig.builder().name("spin0-a")
-                .property(UcxConnectionManager.PROP_SPIN_MICROS, "0").build());
+                .property(UcxSettings.SPIN_MICROS, "0").build());
         UcxConnectionManager b = manager(TransportConfig.builder().name("spin0-b")
-                .property(UcxConnectionManager.PROP_SPIN_MICROS, "0").build());
+                .property(UcxSettings.SPIN_MICROS, "0").build());
         roundTrips(a, b, 3100, (1 << 20) + 3, 4, 120);
+    }
+
+    @Test
+    void withoutCmaBytesStillMove() throws Exception {
+        assertThat(manager("cma-default").settings().ucxConfig()).containsEntry("TLS", UcxSettings.SHM_TLS + ",cma");
+        UcxConnectionManager a = manager(TransportConfig.builder().name("nocma-a").property(UcxSettings.CMA, "false")
+                .build());
+        UcxConnectionManager b = manager(TransportConfig.builder().name("nocma-b").property(UcxSettings.CMA, "false")
+                .build());
+        assertThat(a.settings().ucxConfig()).containsEntry("TLS", UcxSettings.SHM_TLS);
+        roundTrips(a, b, 3200, (4 << 20) + 5, 3, 130);
+    }
+
+    @Test
+    void smallSendsAreCopiedSoTheCallersBufferIsFreeAtOnceAndOrderHoldsWithLargeOnes() throws Exception {
+        UcxConnectionManager a = manager("buf-a");
+        UcxConnectionManager b = manager("buf-b");
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        UcxTestSupport.exchange(a, b, 3300, 1); // established: small sends are buffered from here on
+        MemoryBuffer src = buffer(1 << 20);
+        int n = 300;
+        Future<?> sender = pool.submit(() -> {
+            for (int i = 0; i < n; i++) {
+                long size = i % 10 == 9 ? (1 << 20) : 100 + i;
+                fill(src, 0, size, 5000 + i);
+                ab.send(3302, src, 0, size);
+                fill(src, 0, size, -1); // overwrite at once: a buffered send already has its copy
+            }
+            return null;
+        });
+        MemoryBuffer dst = buffer(1 << 20);
+        for (int i = 0; i < n; i++) {
+            long size = i % 10 == 9 ? (1 << 20) : 100 + i;
+            ba.recv(3302, dst, 0, size);
+            verify(dst, 0, size, 5000 + i);
+        }
+        get(sender);
+        assertThat(a.errorCount()).isZero();
     }
 
     /** {@code rounds} messages a → b on one tag, each with its own pattern, every byte verified. */
@@ -378,25 +456,6 @@ class UcxConnectionManagerTest {
             get(sent);
             verify(dst, 0, size, seed + i);
         }
-    }
-
-    @Test
-    void getConnectionsIsOnePerRankInOrder() {
-        UcxConnectionManager self = manager("gc-self");
-        List<UcxConnectionManager> peers = List.of(manager("gc-0"), manager("gc-1"));
-        List<String> addrs = peers.stream().map(ConnectionManager::localAddress).toList();
-        List<Connection> cs = self.getConnections(new CommState("ucx", addrs, 0));
-        MemoryBuffer src = buffer(16);
-        MemoryBuffer dst = buffer(16);
-        for (int i = 0; i < cs.size(); i++) {
-            assertThat(cs.get(i).peer()).isEqualTo(addrs.get(i));
-            fill(src, 0, 16, 40 + i);
-            cs.get(i).send(7400, src, 0, 16);
-            peers.get(i).connection(self.localAddress()).recv(7400, dst, 0, 16);
-            verify(dst, 0, 16, 40 + i);
-        }
-        assertThatThrownBy(() -> self.getConnections(new CommState("aeron", addrs, 0)))
-                .isInstanceOf(IllegalArgumentException.class);
     }
 
     @Test

@@ -5,7 +5,6 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportException;
-import dev.kvtransfer.ucx.internal.DirectMemoryBuffer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -44,22 +43,22 @@ class UcxCrossProcessTest {
         return true;
     }
 
-    private static void command(Connection c, int op, long size, long count, long seed) {
-        MemoryBuffer h = DirectMemoryBuffer.allocate(32);
+    static void command(Connection c, int op, long size, long count, long seed) {
+        MemoryBuffer h = UcxTestSupport.buffer(32);
         ByteBuffer b = h.asByteBuffer();
         b.putInt(0, op).putInt(4, 0).putLong(8, size).putLong(16, count).putLong(24, seed);
         c.send(UcxPeerMain.CTRL_TAG, h, 0, 32);
     }
 
     /** Runs an ECHO round with a child: our messages verified there, its answers verified here. */
-    private static void echo(Connection child, long size, int count, long seed) {
+    static void echo(Connection child, long size, int count, long seed) {
         command(child, UcxPeerMain.ECHO, size, count, seed);
-        MemoryBuffer data = DirectMemoryBuffer.allocate(Math.max(size, 8));
+        MemoryBuffer data = UcxTestSupport.buffer(Math.max(size, 8));
         for (int i = 0; i < count; i++) {
             UcxTestSupport.fill(data, 0, size, seed + i);
             child.send(UcxPeerMain.DATA_IN, data, 0, size);
         }
-        MemoryBuffer status = DirectMemoryBuffer.allocate(8);
+        MemoryBuffer status = UcxTestSupport.buffer(8);
         child.recv(UcxPeerMain.STATUS, status, 0, 8);
         assertThat(status.asByteBuffer().getLong(0)).as("messages the child verified (negative: first bad)")
                 .isEqualTo(count);
@@ -88,7 +87,7 @@ class UcxCrossProcessTest {
     @Test
     void killedPeerFailsTheBlockedReceiveAndTheManagerServesANewPeer() throws Exception {
         long size = 16 << 20;
-        MemoryBuffer data = DirectMemoryBuffer.allocate(size);
+        MemoryBuffer data = UcxTestSupport.buffer(size);
         Connection c;
         try (UcxPeerMain.Child child = UcxPeerMain.fork()) {
             c = parent.connection(child.address);

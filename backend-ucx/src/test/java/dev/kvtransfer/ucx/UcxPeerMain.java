@@ -3,18 +3,21 @@ package dev.kvtransfer.ucx;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RegionDescriptor;
+import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportConfig;
-import dev.kvtransfer.ucx.internal.DirectMemoryBuffer;
+import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.api.wire.WireReader;
+import dev.kvtransfer.api.wire.WireWriter;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.core.memory.HostBufferManager;
+import dev.kvtransfer.testkit.process.ChildJvm;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.nio.ByteBuffer;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.TimeUnit;
 
 /**
  * A peer process for cross-process tests: starts a UCX manager, prints {@code ADDRESS host:port}, then obeys
@@ -40,7 +43,14 @@ public final class UcxPeerMain {
     static final int EXIT = 0;
     static final int ECHO = 1;
     static final int STREAM = 2;
+    /** Receive a descriptor (its length in {@code size}) on DATA_IN, write the whole region {@code count} times with
+     *  pattern {@code seed + i}, then answer 1 on STATUS (or -1 and the error's code ordinal). */
+    static final int WRITE = 3;
+    /** Register {@code size} bytes (zeroed), send the descriptor's length on STATUS and its bytes on DATA_OUT. */
+    static final int REGISTER = 4;
     static final long REPLY_SEED = 0x5EED_0000_0000L;
+
+    private static final HostBufferManager MEMORY = new HostBufferManager();
 
     private UcxPeerMain() {
     }
@@ -69,7 +79,7 @@ public final class UcxPeerMain {
                 .defaultTimeout(Duration.ofSeconds(60)).build())) {
             System.out.println("ADDRESS " + m.localAddress());
             System.out.flush();
-            MemoryBuffer ctrl = DirectMemoryBuffer.allocate(32);
+            MemoryBuffer ctrl = MEMORY.allocate(32, MemoryKind.HOST);
             Connection parent = m.recvConnect(CTRL_TAG, ctrl, 0, 32, Duration.ofMinutes(5));
             while (true) {
                 ByteBuffer c = ctrl.asByteBuffer();
@@ -80,7 +90,7 @@ public final class UcxPeerMain {
                 if (op == EXIT) {
                     break;
                 }
-                MemoryBuffer data = DirectMemoryBuffer.allocate(Math.max(size, 8));
+                MemoryBuffer data = MEMORY.allocate(Math.max(size, 8), MemoryKind.HOST);
                 if (op == ECHO) {
                     long status = count;
                     for (long i = 0; i < count; i++) {
@@ -89,7 +99,7 @@ public final class UcxPeerMain {
                             status = -(i + 1);
                         }
                     }
-                    MemoryBuffer st = DirectMemoryBuffer.allocate(8);
+                    MemoryBuffer st = MEMORY.allocate(8, MemoryKind.HOST);
                     st.asByteBuffer().putLong(0, status);
                     parent.send(STATUS, st, 0, 8);
                     for (long i = 0; i < count; i++) {
@@ -101,6 +111,36 @@ public final class UcxPeerMain {
                     for (long i = 0; i < count; i++) {
                         parent.send(DATA_OUT, data, 0, size);
                     }
+                } else if (op == WRITE) {
+                    parent.recv(DATA_IN, data, 0, size);
+                    byte[] raw = new byte[(int) size];
+                    data.asByteBuffer().get(0, raw);
+                    RegionDescriptor d = RegionDescriptor.readFrom(WireReader.raw(raw));
+                    MemoryBuffer src = MEMORY.allocate(d.length(), MemoryKind.HOST);
+                    MemoryBuffer st = MEMORY.allocate(8, MemoryKind.HOST);
+                    long status = 1;
+                    try {
+                        for (long i = 0; i < count; i++) {
+                            UcxTestSupport.fill(src, 0, d.length(), seed + i);
+                            parent.write(new WriteBatch().add(src, 0, d, 0, d.length()), Duration.ofSeconds(60));
+                        }
+                    } catch (TransportException e) {
+                        status = -1 - e.code().ordinal();
+                    }
+                    st.asByteBuffer().putLong(0, status);
+                    parent.send(STATUS, st, 0, 8);
+                } else if (op == REGISTER) {
+                    MemoryBuffer region = MEMORY.allocate(size, MemoryKind.HOST);
+                    RegisteredRegion r = m.register(region);
+                    WireWriter w = WireWriter.raw();
+                    r.descriptor().writeTo(w);
+                    byte[] raw = w.toByteArray();
+                    MemoryBuffer st = MEMORY.allocate(8, MemoryKind.HOST);
+                    st.asByteBuffer().putLong(0, raw.length);
+                    parent.send(STATUS, st, 0, 8);
+                    MemoryBuffer out = MEMORY.allocate(raw.length, MemoryKind.HOST);
+                    out.asByteBuffer().put(0, raw);
+                    parent.send(DATA_OUT, out, 0, raw.length);
                 } else {
                     throw new IllegalStateException("unknown op " + op);
                 }
@@ -112,81 +152,36 @@ public final class UcxPeerMain {
 
     /** A forked peer: its process and address. */
     static final class Child implements AutoCloseable {
+        final ChildJvm jvm;
         final Process process;
         final String address;
 
-        Child(Process process, String address) {
-            this.process = process;
+        Child(ChildJvm jvm, String address) {
+            this.jvm = jvm;
+            this.process = jvm.process();
             this.address = address;
         }
 
         @Override
         public void close() {
-            process.destroyForcibly();
-            try {
-                process.waitFor(30, TimeUnit.SECONDS);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
+            jvm.close();
         }
     }
 
     /**
-     * Forks a peer JVM on this test's class path and waits (bounded) for its address.
+     * Starts a peer JVM on this test's class path (testkit's {@link ChildJvm}) and waits (bounded) for its
+     * address.
      *
      * @return the running child
      * @throws Exception if it did not report an address within 60 s
      */
     static Child fork() throws Exception {
-        List<String> cmd = new ArrayList<>();
-        cmd.add(ProcessHandle.current().info().command().orElse(System.getProperty("java.home") + "/bin/java"));
-        cmd.add("-Xmx256m");
-        cmd.add("-cp");
-        cmd.add(System.getProperty("java.class.path"));
-        cmd.add(UcxPeerMain.class.getName());
-        cmd.add("child");
-        ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
-        Process p = pb.start();
-        BufferedReader out = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8));
-        // Read the address on another thread so a silent child cannot block us past the deadline.
-        java.util.concurrent.CompletableFuture<String> line = new java.util.concurrent.CompletableFuture<>();
-        // It keeps draining the child's stdout afterwards (UCX logs there) so the child never blocks on a pipe.
-        Thread reader = new Thread(() -> {
-            line.complete(readAddress(out));
-            try {
-                for (String l; (l = out.readLine()) != null; ) {
-                    System.out.println("[child] " + l);
-                }
-            } catch (IOException e) {
-                // Child gone.
-            }
-        }, "peer-stdout-reader");
-        reader.setDaemon(true);
-        reader.start();
-        String address;
+        ChildJvm jvm = ChildJvm.start(UcxPeerMain.class, "256m", List.of("child"));
         try {
-            address = line.get(60, TimeUnit.SECONDS);
-        } catch (java.util.concurrent.TimeoutException e) {
-            address = null;
-        }
-        if (address == null) {
-            p.destroyForcibly();
-            throw new IllegalStateException("child did not report its address (exit " + (p.isAlive() ? "n/a"
-                    : p.exitValue()) + ")");
-        }
-        return new Child(p, address);
-    }
-
-    private static String readAddress(BufferedReader out) {
-        try {
-            for (String l; (l = out.readLine()) != null; ) {
-                if (l.startsWith("ADDRESS ")) {
-                    return l.substring("ADDRESS ".length()).trim();
-                }
-            }
-            return null;
-        } catch (IOException e) {
-            return null;
+            return new Child(jvm, jvm.awaitLine("ADDRESS ", Duration.ofSeconds(60)));
+        } catch (RuntimeException e) {
+            jvm.close();
+            throw e;
         }
     }
 }

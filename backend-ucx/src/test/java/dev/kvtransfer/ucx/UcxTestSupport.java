@@ -2,14 +2,15 @@ package dev.kvtransfer.ucx;
 
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.TransportConfig;
-import dev.kvtransfer.ucx.internal.DirectMemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.core.memory.HostBufferManager;
 
 import java.nio.ByteBuffer;
 import java.time.Duration;
 
 import static org.assertj.core.api.Assertions.fail;
 
-/** Pattern fill / verify over direct buffers and manager configs for this module's own tests. */
+/** Pattern fill / verify over host buffers and manager configs for this module's own tests. */
 final class UcxTestSupport {
     private UcxTestSupport() {
     }
@@ -18,8 +19,28 @@ final class UcxTestSupport {
         return TransportConfig.builder().name(name).defaultTimeout(Duration.ofSeconds(30)).build();
     }
 
-    static DirectMemoryBuffer buffer(long bytes) {
-        return DirectMemoryBuffer.allocate(bytes);
+    /** Host memory for this module's tests (core's page-aligned off-heap buffers, the project's one host type). */
+    static final HostBufferManager MEMORY = new HostBufferManager();
+
+    static MemoryBuffer buffer(long bytes) {
+        return MEMORY.allocate(bytes, MemoryKind.HOST);
+    }
+
+    /** One message each way between two managers on a tag pair, verified. */
+    static void exchange(dev.kvtransfer.api.transport.ConnectionManager a,
+                         dev.kvtransfer.api.transport.ConnectionManager b, int tag, long seed) {
+        MemoryBuffer m = buffer(256);
+        fill(m, 0, 256, seed);
+        a.connection(b.localAddress()).send(tag, m, 0, 256);
+        MemoryBuffer in = buffer(256);
+        b.connection(a.localAddress()).recv(tag, in, 0, 256, Duration.ofSeconds(20));
+        verify(in, 0, 256, seed);
+        fill(m, 0, 256, seed + 1);
+        b.connection(a.localAddress()).send(tag + 1, m, 0, 256);
+        a.connection(b.localAddress()).recv(tag + 1, in, 0, 256, Duration.ofSeconds(20));
+        verify(in, 0, 256, seed + 1);
+        m.close();
+        in.close();
     }
 
     /** The byte at index {@code i} of message {@code seed}: a cheap mix so shifted or swapped data shows. */

@@ -67,11 +67,11 @@ final class ChildProcessGen implements GenSide {
             String line;
             while ((line = in.readLine()) != null) {
                 String[] f = line.split(" ", -1);
-                if (f[0].equals(WorkerProtocol.DONE) && f.length >= 10) {
+                if (f[0].equals(WorkerProtocol.DONE) && f.length >= 11) {
                     long id = Long.parseLong(f[1]);
                     GenTransfer t = new GenTransfer(id, f[2].equals("1"), Long.parseLong(f[3]), Long.parseLong(f[4]),
                             Long.parseLong(f[5]), Long.parseLong(f[6]), Integer.parseInt(f[7]), Long.parseLong(f[8]),
-                            WorkerProtocol.unb64(f[9]));
+                            f[9].equals("1"), WorkerProtocol.unb64(f[10]));
                     CompletableFuture<GenTransfer> fut = transfers.remove(id);
                     if (fut != null) {
                         fut.complete(t);

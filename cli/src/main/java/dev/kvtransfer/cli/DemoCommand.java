@@ -280,6 +280,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         int reusedBlocks;
         int totalBlocks;
         long skippedBytes;
+        /** Completed requests the context ranks pushed (wrote one-sided); the others were sent. */
+        int pushed;
         /** With a simulated prefill: per request, transfer time left after the prefill ended. */
         long exposedNanos;
         int exposedCount;
@@ -390,6 +392,7 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                 result.reusedBlocks = t.reusedBlocks();
                 result.totalBlocks = totalBlocks;
                 result.skippedBytes += t.skippedBytes();
+                result.pushed += t.pushed() ? 1 : 0;
                 if (prefillEnds.get(k) != null) {
                     Long prefillEnd = await(prefillEnds.get(k), deadline, "simulated prefill");
                     if (prefillEnd != null) {
@@ -473,8 +476,11 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                     r.latency.getValueAtPercentile(50) / 1e6, r.latency.getValueAtPercentile(99) / 1e6);
         }
         if (r.completed > 0) {
-            out.printf(Locale.ROOT, "%-18s %.1f per request (%s of every generation rank serving it)%n", "messages",
-                    r.messages / (double) r.completed, options.push() ? "write entries" : "payload messages received");
+            String how = r.pushed == r.completed ? "write entries (pushed)"
+                    : r.pushed == 0 ? "payload messages received" + (options.push() ? " (push asked; a side cannot push)" : "")
+                    : "write entries or payload messages (" + r.pushed + " of " + r.completed + " pushed)";
+            out.printf(Locale.ROOT, "%-18s %.1f per request (%s, all generation ranks serving it)%n", "messages",
+                    r.messages / (double) r.completed, how);
         }
         if (options.genReuseBlocks > 0 && r.completed > 0) {
             out.printf(Locale.ROOT, "%-18s %d of %d blocks per request already held on the generation side: %s "

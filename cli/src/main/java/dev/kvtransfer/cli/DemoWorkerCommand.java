@@ -55,10 +55,11 @@ public final class DemoWorkerCommand implements Callable<Integer> {
                         ContextPhaseParams params = ContextPhaseParams.fromBytes(Base64.getDecoder().decode(f[4]));
                         runner.submit(index, id, isl, params).whenComplete((t, e) -> {
                             String reply = e != null
-                                    ? WorkerProtocol.DONE + " " + id + " 0 0 0 0 0 0 0 " + WorkerProtocol.b64(e.toString())
+                                    ? WorkerProtocol.DONE + " " + id + " 0 0 0 0 0 0 0 0 " + WorkerProtocol.b64(e.toString())
                                     : WorkerProtocol.DONE + " " + id + " " + (t.ok() ? 1 : 0) + " " + t.bytes() + " "
                                     + t.submitNanos() + " " + t.doneNanos() + " " + t.messages() + " "
-                                    + t.reusedBlocks() + " " + t.skippedBytes() + " " + WorkerProtocol.b64(t.error());
+                                    + t.reusedBlocks() + " " + t.skippedBytes() + " " + (t.pushed() ? 1 : 0) + " "
+                                    + WorkerProtocol.b64(t.error());
                             synchronized (lock) {
                                 out.println(reply);
                             }

@@ -105,8 +105,10 @@ final class GenRunner implements GenSide {
             long skipped = 0;
             String error = "";
             boolean ok = true;
+            boolean pushed = false;
             for (RankPart part : p.parts) {
                 TransferRequest req = part.request[0];
+                pushed |= req.wasPushed();
                 if (req.state() != RequestState.GENERATION_TRANS_COMPLETE) {
                     ok = false;
                     if (error.isEmpty()) {
@@ -118,7 +120,7 @@ final class GenRunner implements GenSide {
                 messages += req.messageCount();
                 skipped += (long) reusedOnRank(p, part.rank) * gen.cache(part.rank).layout().blockBytes();
             }
-            return new GenTransfer(requestId, ok, bytes, submit, end, messages, p.reused, skipped, error);
+            return new GenTransfer(requestId, ok, bytes, submit, end, messages, p.reused, skipped, pushed, error);
         });
     }
 

@@ -55,12 +55,13 @@ interface GenSide extends AutoCloseable {
      * @param messages     payload messages (pull) or write entries (push) of all serving ranks
      * @param reusedBlocks leading blocks the generation side already held and did not ask for
      * @param skippedBytes bytes of those blocks on the serving ranks
+     * @param pushed       whether the context ranks wrote one-sided into the pools (else they sent)
      * @param error        the first error, or empty
      */
     record GenTransfer(long requestId, boolean ok, long bytes, long submitNanos, long doneNanos, long messages,
-                       int reusedBlocks, long skippedBytes, String error) {
+                       int reusedBlocks, long skippedBytes, boolean pushed, String error) {
         static GenTransfer failed(long requestId, long submitNanos, String error) {
-            return new GenTransfer(requestId, false, 0, submitNanos, System.nanoTime(), 0, 0, 0, error);
+            return new GenTransfer(requestId, false, 0, submitNanos, System.nanoTime(), 0, 0, 0, false, error);
         }
     }
 

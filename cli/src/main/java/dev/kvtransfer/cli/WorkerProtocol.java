@@ -12,7 +12,7 @@ import java.util.Base64;
  * parent : PREP index requestId isl
  * child  : PREPARED requestId base64(error, empty when the blocks are allocated)
  * parent : REQ index requestId isl base64(ContextPhaseParams)
- * child  : DONE requestId ok(0|1) bytes submitNanos doneNanos messages reusedBlocks skippedBytes base64(error)
+ * child  : DONE requestId ok(0|1) bytes submitNanos doneNanos messages reusedBlocks skippedBytes pushed(0|1) base64(error)
  * parent : CHECK requestId
  * child  : CHECKED requestId checked mismatches base64(firstMismatch)
  * parent : SYNC

@@ -64,6 +64,24 @@ class DemoBackendsTest {
 
     @Test
     @Timeout(value = 180, unit = TimeUnit.SECONDS)
+    void aeronDemoWithLayerPoolsReuseAndLayerWisePushAcrossTwoProcesses(@TempDir Path dir) throws Exception {
+        assumeAvailable("aeron");
+        String report = run(0, "demo", "--backend=aeron", "--requests=2", "--isl=100", "--ctx-pool-layout=layer-hnd",
+                "--gen-pool-layout=layer-nhd", "--ctx-cp=2", "--gen-tp=2", "--gen-reuse-blocks=1", "--layerwise",
+                "--prefill-ms-per-layer=1", "--mode=push", "--warmup=1", "--dump-dir=" + dir);
+        assertThat(report).contains("child JVM").contains("0 failed").contains("verify             OK")
+                .contains("reuse              1 of 7 blocks per request")
+                .containsPattern("comparison run +2 requests without --layerwise, [1-9][0-9]* elements verified");
+        for (int rank = 0; rank < 2; rank++) {
+            try (Stream<Path> files = Files.list(dir.resolve("gen-rank-" + rank))) {
+                assertThat(files.map(p -> p.getFileName().toString()).filter(f -> f.startsWith("request-2.")))
+                        .hasSize(8).allMatch(f -> f.matches("request-2\\.region-[0-3]-[01]\\.bin"));
+            }
+        }
+    }
+
+    @Test
+    @Timeout(value = 180, unit = TimeUnit.SECONDS)
     void ucxDemoAcrossTwoProcessesVerifies() {
         assumeAvailable("ucx");
         String report = run(0, "demo", "--backend=ucx", "--requests=4", "--isl=40", "--gen-tp=2");

@@ -87,4 +87,99 @@ class DemoLoopbackTest {
         assertThat(report).contains("2 failed").containsIgnoringCase("first error");
         assertThat(report).containsPattern("warm-up +4 requests .*: 4 failed").contains("warm-up error");
     }
+
+    @Test
+    void layerPoolsDumpOneFilePerRegionAndReuseSkipsTheHeldPrefix(@TempDir Path dir) throws Exception {
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--requests=2", "--isl=80", "--layers=2", "--kv-heads=4", "--size-per-head=8",
+                "--tokens-per-block=16", "--dtype=fp16", "--ctx-pool-layout=layer-nhd", "--gen-pool-layout=layer-hnd",
+                "--gen-tp=2", "--gen-reuse-blocks=2", "--warmup=1", "--dump-dir=" + dir);
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        assertThat(report).contains("layer-nhd -> gen TP2 PP1 layer-hnd")
+                .containsPattern("messages +[0-9.]+ per request")
+                .contains("reuse              2 of 5 blocks per request already held on the generation side");
+        CacheState gen = CacheState.builder().uniformKvHeads(2, 4).sizePerHead(8).tokensPerBlock(16)
+                .tensorParallelism(2).blockReuse(true).poolLayout(dev.kvtransfer.api.layout.PoolLayout.LAYER_HND)
+                .build();
+        int totalBlocks = 5;
+        for (int rank = 0; rank < 2; rank++) {
+            try (var files = Files.list(dir.resolve("gen-rank-" + rank))) {
+                assertThat(files.map(f -> f.getFileName().toString()).filter(f -> f.startsWith("request-1."))
+                        .sorted()).containsExactly("request-1.region-0-0.bin", "request-1.region-0-1.bin",
+                        "request-1.region-1-0.bin", "request-1.region-1-1.bin");
+            }
+            assertRegionsMatchPattern(dir, gen, rank, 1, totalBlocks);
+        }
+    }
+
+    @Test
+    void splitLatentDumpsNopeAndRopeSegments(@TempDir Path dir) throws Exception {
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--requests=1", "--isl=40", "--layers=2", "--size-per-head=24", "--tokens-per-block=16",
+                "--attention=mla", "--ctx-pool-layout=block", "--gen-pool-layout=layer-nhd", "--mla-rope-dim=8",
+                "--gen-tp=2", "--warmup=0", "--dump-dir=" + dir);
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        CacheState gen = CacheState.builder().uniformKvHeads(2, 1).sizePerHead(24).tokensPerBlock(16)
+                .tensorParallelism(2).attentionType(dev.kvtransfer.api.model.AttentionType.MLA)
+                .poolLayout(new dev.kvtransfer.api.layout.PoolLayout(dev.kvtransfer.api.layout.PoolLayout.Kind.LAYER_NHD,
+                        8)).build();
+        try (var files = Files.list(dir.resolve("gen-rank-1"))) {
+            assertThat(files.map(f -> f.getFileName().toString()).sorted()).containsExactly(
+                    "request-1.region-0-nope.bin", "request-1.region-0-rope.bin", "request-1.region-1-nope.bin",
+                    "request-1.region-1-rope.bin");
+        }
+        for (int rank = 0; rank < 2; rank++) {
+            assertRegionsMatchPattern(dir, gen, rank, 1, 3);
+        }
+    }
+
+    /** Each region file holds the request's blocks' slices of that plane segment, in block order, as stored. */
+    private static void assertRegionsMatchPattern(Path dir, CacheState gen, int rank, long id, int totalBlocks)
+            throws Exception {
+        int blocks = dev.kvtransfer.api.layout.BlockDistribution.count(totalBlocks, gen.contextParallelism(),
+                gen.cpRank(rank));
+        try (HostBufferManager mm = new HostBufferManager();
+             PagedKvCache expected = PagedKvCache.of(mm, gen, rank, blocks)) {
+            int[] ids = expected.allocate(id, blocks);
+            KvPattern.fill(expected, ids, gen, rank, id, totalBlocks);
+            dev.kvtransfer.api.layout.PoolGeometry g = expected.geometry();
+            for (int layer = 0; layer < expected.layout().localLayers(); layer++) {
+                for (int kv = 0; kv < expected.layout().kvFactor(); kv++) {
+                    for (int seg = 0; seg < g.segments(); seg++) {
+                        String k = gen.poolLayout().splitLatent() ? (seg == 0 ? "nope" : "rope") : Integer.toString(kv);
+                        Path file = dir.resolve("gen-rank-" + rank).resolve("request-" + id + ".region-" + layer + "-"
+                                + k + ".bin");
+                        byte[] bytes = Files.readAllBytes(file);
+                        int slice = (int) g.segmentPlaneBytes(seg);
+                        assertThat(bytes.length).as("%s", file).isEqualTo(blocks * slice);
+                        for (int b = 0; b < blocks; b++) {
+                            ByteBuffer want = expected.planeSegment(ids[b], layer, kv, seg).asByteBuffer();
+                            ByteBuffer got = ByteBuffer.wrap(bytes, b * slice, slice);
+                            assertThat(got.compareTo(want)).as("%s block %d", file, b).isZero();
+                        }
+                    }
+                }
+            }
+            expected.free(id);
+        }
+    }
+
+    @Test
+    void layerWiseWithSimulatedPrefillReportsOverlapAgainstTheWholeRequestRun() {
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--requests=2", "--isl=64", "--layers=4", "--kv-heads=2", "--size-per-head=8",
+                "--tokens-per-block=16", "--layerwise", "--prefill-ms-per-layer=1", "--warmup=1", "--mode=push");
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        assertThat(report).contains("prefill            4 layers x 1.00 ms = 4.0 ms per request")
+                .containsPattern("exposed +[0-9.]+ ms per request after the last layer's prefill ended \\(layer-wise\\); "
+                        + "[0-9.]+ ms handing the whole request over after prefill")
+                .containsPattern("overlap +[0-9.]+ % of transfer time hidden behind prefill")
+                .containsPattern("comparison run +2 requests without --layerwise, [1-9][0-9]* elements verified");
+    }
 }

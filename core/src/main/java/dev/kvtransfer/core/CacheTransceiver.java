@@ -116,6 +116,7 @@ public final class CacheTransceiver implements AutoCloseable {
         Objects.requireNonNull(commState, "commState");
         Objects.requireNonNull(connections, "connections");
         Objects.requireNonNull(formatter, "formatter");
+        this.formatterCapabilities = java.util.Set.copyOf(formatter.capabilities());
         Objects.requireNonNull(cache, "cache");
         Objects.requireNonNull(pool, "pool");
         Objects.requireNonNull(buffers, "buffers");
@@ -139,7 +140,11 @@ public final class CacheTransceiver implements AutoCloseable {
         }
         this.selfState = new TransceiverState(cacheState, commState.withSelfIndex(selfIndex));
         String rank = "rank-" + selfIndex;
-        this.metrics = new TransferMetrics(meters, rank, errorHandler);
+        this.metrics = new TransferMetrics(meters, instanceName, rank, errorHandler);
+        if (pool instanceof dev.kvtransfer.core.buffer.DefaultTransferBufferPool d) {
+            metrics.stagingPool(d);
+            d.onWait(metrics::stagingWait);
+        }
         this.timing = config.timingDir().map(d -> new TimingCsvWriter(d, selfIndex, metrics::error)).orElse(null);
         String prefix = "kvt-" + instanceName + "-" + commState.transport() + "-" + rank;
         if (config.parallelReceive()) {
@@ -157,6 +162,7 @@ public final class CacheTransceiver implements AutoCloseable {
                 timing, peerExecutor, prefix, journal, auth);
         this.sender = new CacheSender(env);
         this.receiver = new CacheReceiver(env);
+        metrics.inFlight(this, CacheTransceiver::pendingContextRequests, CacheTransceiver::pendingGenerationRequests);
         LiveResources.count(3, 1);
     }
 
@@ -175,9 +181,19 @@ public final class CacheTransceiver implements AutoCloseable {
         return this;
     }
 
+    private final java.util.Set<dev.kvtransfer.api.format.FormatterCapability> formatterCapabilities;
+
     /** @return the config */
     public TransceiverConfig config() {
         return config;
+    }
+
+    /**
+     * @return what this rank's formatter can do beyond whole requests ({@code LAYER_RANGES}: layer-wise sends;
+     *         {@code PUSH}: one-sided writes, when the transport has them)
+     */
+    public java.util.Set<dev.kvtransfer.api.format.FormatterCapability> formatterCapabilities() {
+        return formatterCapabilities;
     }
 
     /**

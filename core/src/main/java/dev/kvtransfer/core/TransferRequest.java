@@ -43,6 +43,7 @@ public final class TransferRequest {
     private volatile KvTransferException error;
     private volatile long kvCacheSize;
     private volatile int messageCount;
+    private volatile boolean pushed;
     private volatile long startEpochNanos;
     private volatile long endEpochNanos;
 
@@ -267,6 +268,14 @@ public final class TransferRequest {
         return messageCount;
     }
 
+    /**
+     * @return once the request ended: whether the context side wrote one-sided into the generation pool (push);
+     *         false for a pulled (sent and received) transfer, also when push was asked but a side could not push
+     */
+    public boolean wasPushed() {
+        return pushed;
+    }
+
     /** @return whether the context side sends this request layer by layer */
     public boolean isLayerWise() {
         return layerWise;
@@ -345,8 +354,9 @@ public final class TransferRequest {
         }
 
         @Override
-        public void recordMessages(int n) {
+        public void recordMessages(int n, boolean wasPushed) {
             messageCount = n;
+            pushed = wasPushed;
         }
 
         @Override
@@ -391,6 +401,12 @@ public final class TransferRequest {
         @Override
         public int reusedBlocks() {
             return reusedBlocks;
+        }
+
+        @Override
+        public long startedEpochNanos(long otherwise) {
+            long s = startEpochNanos;
+            return s == 0 ? otherwise : s;
         }
 
         @Override

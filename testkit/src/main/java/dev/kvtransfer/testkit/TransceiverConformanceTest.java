@@ -79,9 +79,14 @@ public abstract class TransceiverConformanceTest {
     /** @return the transport under test */
     protected abstract TransportProvider provider();
 
-    /** @return the layout pairs of rule 1 (and the unsupported ones of rule 5); {@link LayoutGrid#standardSmall()} */
+    /**
+     * @return the layout pairs of rule 1 (and the unsupported ones of rule 5): {@link LayoutGrid#standardSmall()} with
+     *         the three pool layouts in rotation on both sides and prefix reuse {@code [0, 1, all, 2]} over the
+     *         prompts
+     */
     protected LayoutGrid grid() {
-        return LayoutGrid.standardSmall();
+        return LayoutGrid.standardSmall().withPoolLayouts(LayoutGrid.standardPoolLayouts())
+                .withReuse(0, 1, LayoutPair.ALL_BLOCKS, 2);
     }
 
     /**
@@ -170,7 +175,8 @@ public abstract class TransceiverConformanceTest {
             List<Transfer> ts = new ArrayList<>();
             for (int i = 0; i < p.promptLengths().size(); i++) {
                 int prompt = p.promptLengths().get(i);
-                Transfer t = prepare(ctx, gen, p.ctxFor(i), p.genFor(i), prompt, prompt);
+                int total = dev.kvtransfer.api.layout.BlockDistribution.blocksFor(prompt, p.ctx().tokensPerBlock());
+                Transfer t = prepare(ctx, gen, p.ctxFor(i), p.genFor(i), prompt, prompt, p.reusedBlocks(i, total));
                 ts.add(t);
                 if (i % 2 == 0) {
                     respond(ctx, t);
@@ -476,5 +482,59 @@ public abstract class TransceiverConformanceTest {
             assertThat(ctx.connections(r).isRunning()).isFalse();
         }
         // The thread check runs in closeInstances.
+    }
+
+    /**
+     * Rule 10: push and layer-wise. The generation side asks for push ({@code transferMode=push}) and the context
+     * side hands its requests over layer by layer, marking the layers in reverse order (they move in order). Every
+     * element arrives; the request was pushed exactly when the transport declares one-sided writes and the
+     * formatter can push, and pulled otherwise. The same with pull and layer-wise, on a pair with layer pools on
+     * both sides and reuse.
+     */
+    @Test
+    public void required_10_pushAndLayerWiseMoveEveryElementWithThePullFallback() {
+        LayoutPair base = workhorsePair();
+        // Context layer-hnd, generation layer-nhd.
+        LayoutPair p = LayoutGrid.of(List.of(base)).everyPoolLayoutPair(List.of(
+                dev.kvtransfer.api.layout.PoolLayout.LAYER_HND, dev.kvtransfer.api.layout.PoolLayout.LAYER_NHD))
+                .supported().get(1);
+        for (TransceiverConfig.TransferMode mode : TransceiverConfig.TransferMode.values()) {
+            LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
+            LocalInstance gen = start("gen", p.gen(), transceiverConfig().transferMode(mode).build());
+            boolean canPush = provider().capabilities().contains(
+                    dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE)
+                    && ctx.transceiver(0).formatterCapabilities().contains(
+                    dev.kvtransfer.api.format.FormatterCapability.PUSH);
+            List<Transfer> ts = new ArrayList<>();
+            int[] prompts = {1, 33, 70, 64};
+            int[] reuse = {0, 1, 0, 4};
+            for (int i = 0; i < prompts.length; i++) {
+                Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), prompts[i], prompts[i], reuse[i]);
+                ts.add(t);
+                request(gen, t);
+                for (int k = 0; k < t.ctxRanks.size(); k++) {
+                    int rank = t.ctxRanks.get(k);
+                    TransferRequest r = t.ctx.get(k);
+                    ctx.transceiver(rank).respondAndSendLayerWise(r);
+                    int layers = p.ctx().layerCount(p.ctx().ppRank(rank));
+                    for (int l = layers - 1; l >= 0; l--) {
+                        r.layerReady(l);
+                    }
+                }
+            }
+            awaitEnded(ts);
+            for (Transfer t : ts) {
+                assertExact(gen, t);
+                for (TransferRequest r : t.gen) {
+                    if (r.kvCacheSize() > 0) {
+                        assertThat(r.wasPushed()).as("%s in %s mode, transport and formatter can push: %s", r, mode,
+                                canPush).isEqualTo(canPush && mode == TransceiverConfig.TransferMode.PUSH);
+                    }
+                }
+                free(ctx, gen, t);
+            }
+            assertThat(backgroundErrors).isEmpty();
+            closeInstances();
+        }
     }
 }

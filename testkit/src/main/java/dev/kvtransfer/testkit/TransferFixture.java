@@ -89,7 +89,30 @@ public final class TransferFixture {
      */
     public static Transfer prepare(LocalInstance ctx, LocalInstance gen, CacheState ctxState, CacheState genState,
                                       int prompt, int genPrompt) {
+        return prepare(ctx, gen, ctxState, genState, prompt, genPrompt, 0);
+    }
+
+    /**
+     * As {@link #prepare(LocalInstance, LocalInstance, CacheState, CacheState, int, int)}, with prefix reuse: the
+     * context side knows every block's hash ({@link #blockHash}), the generation side already holds the first
+     * {@code reused} blocks (filled with the pattern, as a prefix cache holds them) and asks only for the rest.
+     *
+     * @param ctx       context instance
+     * @param gen       generation instance
+     * @param ctxState  context state for the request
+     * @param genState  generation state for the request
+     * @param prompt    context prompt length
+     * @param genPrompt prompt length the generation side asks for
+     * @param reused    leading global blocks the generation side holds (0 = none)
+     * @return the prepared transfer
+     */
+    public static Transfer prepare(LocalInstance ctx, LocalInstance gen, CacheState ctxState, CacheState genState,
+                                      int prompt, int genPrompt, int reused) {
         Transfer t = new Transfer(NEXT_ID.incrementAndGet(), prompt, ctxState, genState);
+        long[] hashes = new long[t.totalBlocks];
+        for (int b = 0; b < hashes.length; b++) {
+            hashes[b] = blockHash(t.id, b);
+        }
         int genTotal = BlockDistribution.blocksFor(genPrompt, genState.tokensPerBlock());
         for (int r = 0; r < ctx.ranks(); r++) {
             if (!LayoutPair.serves(ctxState, r)) {
@@ -99,7 +122,7 @@ public final class TransferFixture {
             int[] ids = ctx.cache(r).allocate(t.id, BlockDistribution.count(t.totalBlocks, cp, ctxState.cpRank(r)));
             KvPattern.fill(ctx.cache(r), ids, ctx.cacheState(r), r, t.id, t.totalBlocks);
             t.ctxRanks.add(r);
-            t.ctx.add(TransferRequest.context(t.id, prompt, ids));
+            t.ctx.add(TransferRequest.context(t.id, prompt, ids, hashes));
         }
         ContextPhaseParams params = ctx.contextPhaseParams(t.id, t.ctxRanks.get(0));
         for (int r = 0; r < gen.ranks(); r++) {
@@ -109,9 +132,25 @@ public final class TransferFixture {
             int cp = genState.contextParallelism();
             int[] ids = gen.cache(r).allocate(t.id, BlockDistribution.count(genTotal, cp, genState.cpRank(r)));
             t.genRanks.add(r);
-            t.gen.add(TransferRequest.generation(params, genPrompt, ids));
+            if (reused > 0) {
+                KvPattern.fill(gen.cache(r), ids, gen.cacheState(r), r, t.id, genTotal, 0, reused);
+            }
+            t.gen.add(reused > 0
+                    ? TransferRequest.generation(params, genPrompt, ids, reused, java.util.Arrays.copyOf(hashes, reused))
+                    : TransferRequest.generation(params, genPrompt, ids));
         }
         return t;
+    }
+
+    /**
+     * The prefix-cache key of a request's block in these suites.
+     *
+     * @param requestId the request
+     * @param block     global block index
+     * @return its hash
+     */
+    public static long blockHash(long requestId, int block) {
+        return KvPattern.mix(requestId * 0x9E3779B97F4A7C15L + block);
     }
 
     /** Context ranks of the transfer make it ready. */

@@ -53,6 +53,8 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
     /** Every slot handed out and not yet closed, dynamic-only ones included. Guarded by {@link #lock}. */
     private final Set<PoolSlot> held = new LinkedHashSet<>();
     private boolean closed;
+    /** Told how long each acquire that had to wait waited (granted or not); set once, before use. */
+    private volatile java.util.function.ObjLongConsumer<Direction> waitListener;
 
     /**
      * Allocates the slots.
@@ -187,6 +189,11 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
                     interrupted = true;
                 }
             }
+            long waitedNanos = System.nanoTime() - start;
+            java.util.function.ObjLongConsumer<Direction> listener = waitListener;
+            if (listener != null) {
+                listener.accept(direction, waitedNanos);
+            }
             if (w.granted >= 0) {
                 if (interrupted) {
                     Thread.currentThread().interrupt();
@@ -194,7 +201,7 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
                 return hand(new PoolSlot(direction, w.granted, set.memory[w.granted]));
             }
             set.waiters.remove(w);
-            Duration waited = Duration.ofNanos(System.nanoTime() - start);
+            Duration waited = Duration.ofNanos(waitedNanos);
             if (interrupted) {
                 Thread.currentThread().interrupt();
                 throw new KvTransferException(ErrorCode.CANCELLED, KvTransferException.NO_REQUEST, "interrupted after "
@@ -206,6 +213,16 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
         } finally {
             lock.unlock();
         }
+    }
+
+    /**
+     * Sets who is told how long each {@link #acquire} that found no free slot waited (whether it then got one or
+     * timed out): the metrics' staging-wait timer. Called under the pool's lock: it must be quick.
+     *
+     * @param listener receives the direction and the nanoseconds waited
+     */
+    public void onWait(java.util.function.ObjLongConsumer<Direction> listener) {
+        this.waitListener = Objects.requireNonNull(listener, "listener");
     }
 
     private PoolSlot hand(PoolSlot s) {

@@ -83,6 +83,8 @@ public final class CacheReceiver implements AutoCloseable {
         long pushedBytes;
         /** Push: write entries the context ranks reported. */
         int pushedEntries;
+        /** Push: bytes each context rank (in target order) wrote. */
+        long[] pushedPeerBytes;
 
         Job(TransferHandle handle, long startNanos, long deadlineNanos) {
             this.handle = handle;
@@ -172,10 +174,15 @@ public final class CacheReceiver implements AutoCloseable {
             markAllLayers(job);
             long bytes = session == null ? 0 : job.push ? job.pushedBytes : session.movedBytes();
             int messages = session == null ? 0 : job.push ? job.pushedEntries : session.messageCount();
-            h.recordMessages(messages);
-            h.succeed(bytes, EpochClock.nowNanos(), () -> {
+            List<Integer> peers = session == null ? List.of() : session.targets().peerRanks();
+            long[] perPeer = session == null ? new long[0]
+                    : job.push && job.pushedPeerBytes != null ? job.pushedPeerBytes : session.peerBytes();
+            h.recordMessages(messages, job.push);
+            long end = EpochClock.nowNanos();
+            h.succeed(bytes, end, () -> {
                 env.metrics().outcome(false, true, bytes);
                 env.metrics().messages(false, messages);
+                env.metrics().completed(false, end - h.startedEpochNanos(end), peers, perPeer);
                 if (env.timing() != null) {
                     env.timing().submit(false, job.timing);
                 }
@@ -333,6 +340,8 @@ public final class CacheReceiver implements AutoCloseable {
         boolean checksums = env.config().partChecksums();
         long total = 0;
         Map<Long, List<long[]>> byRegion = new java.util.HashMap<>();
+        long[] perPeer = new long[session.targets().size()];
+        job.pushedPeerBytes = perPeer;
         for (int k : picked) {
             long[] e = entries[k];
             int peerRank = session.targets().peerRanks().get(k);
@@ -356,6 +365,7 @@ public final class CacheReceiver implements AutoCloseable {
                     }
                 }
                 total += len;
+                perPeer[k] += len;
                 byRegion.computeIfAbsent(region, r -> new ArrayList<>()).add(new long[] {off, len});
             }
         }

@@ -826,11 +826,15 @@ public final class CacheSender implements AutoCloseable {
             p.timing.postprocess(System.nanoTime());
             long bytes = session.movedBytes();
             int messages = session.messageCount();
+            long[] perPeer = session.peerBytes();
+            List<Integer> peers = session.targets().peerRanks();
             session.close();
-            h.recordMessages(messages);
-            h.succeed(bytes, EpochClock.nowNanos(), () -> {
+            h.recordMessages(messages, session.isPush());
+            long end = EpochClock.nowNanos();
+            h.succeed(bytes, end, () -> {
                 env.metrics().outcome(true, true, bytes);
                 env.metrics().messages(true, messages);
+                env.metrics().completed(true, end - h.startedEpochNanos(end), peers, perPeer);
                 if (env.timing() != null) {
                     env.timing().submit(true, p.timing);
                 }

@@ -541,6 +541,11 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         }
     }
 
+    /** @return bytes moved with each peer so far, in target order (a copy) */
+    public long[] peerBytes() {
+        return peerBytes.clone();
+    }
+
     /** @return messages moved with all peers so far */
     public int messageCount() {
         int n = 0;

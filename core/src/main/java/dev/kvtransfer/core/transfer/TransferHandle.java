@@ -40,11 +40,18 @@ public interface TransferHandle {
     int reusedBlocks();
 
     /**
-     * Records the messages (descriptors) the transfer used, before it completes.
+     * Records the messages (descriptors) the transfer used and how it moved, before it completes.
      *
-     * @param n payload messages or write entries
+     * @param n      payload messages or write entries
+     * @param pushed whether the context side wrote one-sided into the generation pool (else it sent)
      */
-    void recordMessages(int n);
+    void recordMessages(int n, boolean pushed);
+
+    /**
+     * @param otherwise returned when the transfer has not started
+     * @return when this rank's transfer started (epoch nanoseconds, {@link dev.kvtransfer.core.timing.EpochClock})
+     */
+    long startedEpochNanos(long otherwise);
 
     /** @return context side: whether the engine marks this request's layers ready one by one */
     boolean layerWise();

@@ -67,20 +67,37 @@ public final class WiringCheck {
         assertThat(ctx.checkContextTransferStatus(OptionalInt.empty()).completed()).containsExactly(id);
         assertThat(gen.checkGenTransferStatus(OptionalInt.empty()).completed()).containsExactly(id);
         // Metrics: one transfer each way, its bytes.
-        assertThat(ctxMeters.get("kvtransfer.transfers").tag("role", "context").tag("outcome", "complete").counter()
-                .count()).isEqualTo(1.0);
-        assertThat(genMeters.get("kvtransfer.transfers").tag("role", "generation").tag("outcome", "complete").counter()
-                .count()).isEqualTo(1.0);
-        assertThat(genMeters.get("kvtransfer.bytes").tag("role", "generation").counter().count())
+        assertThat(ctxMeters.get("kvtransfer.transfers").tag("role", "context").tag("outcome", "complete").counters()
+                .stream().mapToDouble(x -> x.count()).sum()).isEqualTo(1.0);
+        assertThat(genMeters.get("kvtransfer.transfers").tag("role", "generation").tag("outcome", "complete").counters()
+                .stream().mapToDouble(x -> x.count()).sum()).isEqualTo(1.0);
+        assertThat(genMeters.get("kvtransfer.bytes").tag("role", "generation").counters().stream()
+                .mapToDouble(x -> x.count()).sum())
                 .isEqualTo((double) blocks * genCache.layout().blockBytes());
         // Message counts: recorded on the request and as one sample per side.
         assertThat(g.messageCount()).isPositive();
         assertThat(c.messageCount()).isPositive();
-        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summary().count()).isEqualTo(1);
-        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summary().totalAmount())
+        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summaries().stream()
+                .mapToLong(x -> x.count()).sum()).isEqualTo(1);
+        assertThat(genMeters.get("kvtransfer.messages").tag("role", "generation").summaries().stream()
+                .mapToDouble(x -> x.totalAmount()).sum())
                 .isEqualTo(g.messageCount());
-        assertThat(ctxMeters.get("kvtransfer.messages").tag("role", "context").summary().totalAmount())
+        assertThat(ctxMeters.get("kvtransfer.messages").tag("role", "context").summaries().stream()
+                .mapToDouble(x -> x.totalAmount()).sum())
                 .isEqualTo(c.messageCount());
+        // Transfer time and per-peer bandwidth histograms, staging and in-flight gauges.
+        assertThat(genMeters.get("kvtransfer.transfer.time").tag("role", "generation").timers().stream()
+                .mapToLong(x -> x.count()).sum()).isEqualTo(1);
+        assertThat(ctxMeters.get("kvtransfer.transfer.time").tag("role", "context").timers().stream()
+                .mapToLong(x -> x.count()).sum()).isEqualTo(1);
+        assertThat(genMeters.get("kvtransfer.peer.bandwidth").tag("role", "generation").tag("peer", "0").summaries()
+                .stream().mapToDouble(x -> x.max()).max().orElse(0)).isPositive();
+        assertThat(genMeters.get("kvtransfer.requests.inflight").tag("role", "generation").gauges().stream()
+                .mapToDouble(x -> x.value()).sum()).isZero();
+        assertThat(genMeters.get("kvtransfer.staging.slots").tag("direction", "recv").gauges().stream()
+                .mapToDouble(x -> x.value()).sum()).isPositive();
+        assertThat(genMeters.get("kvtransfer.staging.slots.busy").tag("direction", "recv").gauges().stream()
+                .mapToDouble(x -> x.value()).sum()).isZero();
         // Timing and journal are written off the hot path and flushed on close.
         ctx.close();
         gen.close();

@@ -1,0 +1,314 @@
+package dev.kvtransfer.ucx;
+
+import dev.kvtransfer.api.transport.TransportConfig;
+
+import java.time.Duration;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Pattern;
+
+/**
+ * Every {@code ucx.*} property of a {@link TransportConfig}, parsed and validated once ({@link #from}, in the
+ * manner of Aeron's {@code Context.conclude()}): a typo'd key of this transport's prefix is refused naming the
+ * known ones, a bad value names its key. Immutable. The README's property table lists the same keys.
+ */
+public final class UcxSettings {
+    /** Prefix of every property of this transport. */
+    public static final String PREFIX = "ucx.";
+    /** Property: {@code rcache} (UCX's registration cache) or {@code explicit} ({@code ucp_mem_map} each buffer). */
+    public static final String REGISTRATION = "ucx.registration";
+    /** Property: most regions the explicit registration cache keeps. */
+    public static final String REGISTRATION_MAX = "ucx.registration.maxEntries";
+    /** Property: milliseconds close and cancellation wait for UCX to hand a buffer back. */
+    public static final String CLOSE_GRACE = "ucx.closeGraceMillis";
+    /**
+     * Property: microseconds the progress agent keeps polling after its last piece of work before it sleeps in
+     * epoll (0 = sleep at once). Never spins while idle: the window opens only when work was done.
+     */
+    public static final String SPIN_MICROS = "ucx.spinMicros";
+    /**
+     * Property: which transports UCX may use and how peers fail. {@code shm}: shared memory only (UCX
+     * {@code TLS=self,sysv,posix,cma}, without {@code cma} when {@value #CMA} is false), endpoints without UCX's
+     * peer error mode
+     * (which forces TCP on UCX 1.13), peers on this host only; {@code net}: UCX's default transports (or
+     * {@code ucx.config.TLS}) with UCX's peer error mode, any host; {@code auto} (default): {@code shm} when the
+     * configured host is a loopback address and {@code ucx.config.TLS} is not set, else {@code net}.
+     */
+    public static final String TRANSPORTS = "ucx.transports";
+    /**
+     * Property: in {@code shm} mode also use CMA ({@code process_vm_readv/writev}, zero-copy; default
+     * {@code true}). A peer dying during a CMA transfer aborts a UCX 1.13.1 process whose endpoint has no error
+     * callback ({@code ucx_perftest}: 3 of 3 kills); ours always have one, and 50 of 50 kills mid-transfer ended in
+     * {@code PEER_LOST} (see README). {@code false} leaves sysv/posix copies only.
+     */
+    public static final String CMA = "ucx.cma";
+    /** Property: milliseconds between heartbeats on an idle control connection. */
+    public static final String LIVENESS_INTERVAL = "ucx.livenessIntervalMillis";
+    /** Property: milliseconds of silence on a control connection after which its peer is lost. */
+    public static final String LIVENESS_TIMEOUT = "ucx.livenessTimeoutMillis";
+    /** Property: milliseconds a bootstrap handshake may take. */
+    public static final String HANDSHAKE_TIMEOUT = "ucx.handshakeTimeoutMillis";
+    /** Property: most incoming handshakes in progress at once (the oldest goes when one more arrives). */
+    public static final String MAX_PENDING_HANDSHAKES = "ucx.maxPendingHandshakes";
+    /** Property: how far (ms) an authenticated hello's timestamp may be from this clock. */
+    public static final String AUTH_MAX_SKEW = "ucx.authMaxSkewMillis";
+    /**
+     * Property: microseconds a caller spins on its operation before it parks (0 = park at once). A completion
+     * that comes within the window costs no park/unpark pair (each a futex system call and a context switch).
+     */
+    public static final String CALLER_SPIN_MICROS = "ucx.callerSpinMicros";
+    /**
+     * Property: sends of at most this many bytes on an established connection are copied and do not wait for the
+     * progress agent (0 = every send waits). See {@code BufferedSends}.
+     */
+    public static final String BUFFERED_SEND_BYTES = "ucx.bufferedSendBytes";
+    /** Property: most buffered sends in flight per manager (their slots are made on demand). */
+    public static final String BUFFERED_SEND_SLOTS = "ucx.bufferedSendSlots";
+    /** Property prefix: the rest of the key is a UCX setting name without {@code UCX_}, e.g. {@code ucx.config.TLS}. */
+    public static final String UCX_CONFIG_PREFIX = "ucx.config.";
+
+    /** Default of {@value #SPIN_MICROS}: 50 µs (1 MiB messages: 1.61 vs 1.33–1.43 GB/s without; see README). */
+    public static final long DEFAULT_SPIN_MICROS = 50;
+    /** Default of {@value #CALLER_SPIN_MICROS}. */
+    public static final long DEFAULT_CALLER_SPIN_MICROS = 0;
+    /** Default of {@value #CLOSE_GRACE}. */
+    public static final long DEFAULT_CLOSE_GRACE_MILLIS = 5000;
+    /** Default of {@value #REGISTRATION_MAX}. */
+    public static final long DEFAULT_REGISTRATION_MAX = 256;
+
+    /** Transports of {@code shm} mode (without CMA). */
+    public static final String SHM_TLS = "self,sysv,posix";
+
+    private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS,
+            CALLER_SPIN_MICROS, BUFFERED_SEND_BYTES, BUFFERED_SEND_SLOTS, TRANSPORTS, CMA, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
+            AUTH_MAX_SKEW);
+    private static final Pattern UCX_NAME = Pattern.compile("[A-Z][A-Z0-9_]{0,63}");
+
+    private final String name;
+    private final Duration defaultTimeout;
+    private final boolean explicitRegistration;
+    private final int registrationMaxEntries;
+    private final long closeGraceNanos;
+    private final long spinNanos;
+    private final long callerSpinNanos;
+    private final int bufferedSendBytes;
+    private final int bufferedSendSlots;
+    private final Map<String, String> ucxConfig;
+    private final boolean sharedMemory;
+    private final boolean cma;
+    private final long livenessIntervalMillis;
+    private final long livenessTimeoutMillis;
+    private final long handshakeTimeoutMillis;
+    private final int maxPendingHandshakes;
+    private final long authMaxSkewMillis;
+
+    private UcxSettings(TransportConfig config) {
+        this.name = config.name();
+        this.defaultTimeout = config.defaultTimeout();
+        String reg = config.property(REGISTRATION, "rcache").trim();
+        if (!reg.equals("rcache") && !reg.equals("explicit")) {
+            throw bad(REGISTRATION, reg, "must be 'rcache' or 'explicit'");
+        }
+        this.explicitRegistration = reg.equals("explicit");
+        this.registrationMaxEntries = (int) range(config, REGISTRATION_MAX, DEFAULT_REGISTRATION_MAX, 1, 1 << 20);
+        this.closeGraceNanos = TimeUnit.MILLISECONDS.toNanos(range(config, CLOSE_GRACE, DEFAULT_CLOSE_GRACE_MILLIS, 1,
+                600_000));
+        this.spinNanos = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 1_000_000));
+        this.callerSpinNanos = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_SPIN_MICROS,
+                DEFAULT_CALLER_SPIN_MICROS, 0, 1_000_000));
+        this.bufferedSendBytes = (int) range(config, BUFFERED_SEND_BYTES, 16 * 1024, 0, 1 << 20);
+        this.bufferedSendSlots = (int) range(config, BUFFERED_SEND_SLOTS, 64, 1, 65_536);
+        Map<String, String> ucx = new LinkedHashMap<>();
+        for (Map.Entry<String, String> e : config.properties().entrySet()) {
+            if (e.getKey().startsWith(UCX_CONFIG_PREFIX)) {
+                String n = e.getKey().substring(UCX_CONFIG_PREFIX.length());
+                if (!UCX_NAME.matcher(n).matches()) {
+                    throw bad(e.getKey(), e.getValue(), "the part after '" + UCX_CONFIG_PREFIX + "' must be a UCX "
+                            + "setting name without 'UCX_' (upper case, digits, '_'), e.g. " + UCX_CONFIG_PREFIX + "TLS");
+                }
+                ucx.put(n, e.getValue());
+            }
+        }
+        String mode = config.property(TRANSPORTS, "auto").trim();
+        boolean tlsGiven = ucx.containsKey("TLS");
+        switch (mode) {
+            case "shm" -> {
+                if (tlsGiven) {
+                    throw bad(TRANSPORTS, mode, "conflicts with " + UCX_CONFIG_PREFIX + "TLS (shm mode sets the "
+                            + "transports itself); drop one of them");
+                }
+                this.sharedMemory = true;
+            }
+            case "net" -> this.sharedMemory = false;
+            case "auto" -> this.sharedMemory = !tlsGiven && isLoopback(config.host());
+            default -> throw bad(TRANSPORTS, mode, "must be 'auto', 'shm' or 'net'");
+        }
+        String cmaValue = config.property(CMA, "true").trim();
+        if (!cmaValue.equals("true") && !cmaValue.equals("false")) {
+            throw bad(CMA, cmaValue, "must be 'true' or 'false'");
+        }
+        this.cma = cmaValue.equals("true");
+        this.livenessIntervalMillis = range(config, LIVENESS_INTERVAL, 1000, 10, 600_000);
+        this.livenessTimeoutMillis = range(config, LIVENESS_TIMEOUT, 10_000, 50, 3_600_000);
+        if (livenessTimeoutMillis <= livenessIntervalMillis) {
+            throw bad(LIVENESS_TIMEOUT, Long.toString(livenessTimeoutMillis), "must be longer than "
+                    + LIVENESS_INTERVAL + " (" + livenessIntervalMillis + ")");
+        }
+        this.handshakeTimeoutMillis = range(config, HANDSHAKE_TIMEOUT, 5000, 10, 600_000);
+        this.maxPendingHandshakes = (int) range(config, MAX_PENDING_HANDSHAKES, 64, 1, 65_536);
+        this.authMaxSkewMillis = range(config, AUTH_MAX_SKEW, 120_000, 1, 86_400_000);
+        if (sharedMemory) {
+            ucx.put("TLS", SHM_TLS + (cma ? ",cma" : ""));
+        }
+        this.ucxConfig = Collections.unmodifiableMap(ucx);
+    }
+
+    private static boolean isLoopback(String host) {
+        try {
+            return java.net.InetAddress.getByName(host).isLoopbackAddress();
+        } catch (java.net.UnknownHostException e) {
+            return false;
+        }
+    }
+
+    /**
+     * Parses and validates the {@code ucx.*} properties of a configuration.
+     *
+     * @param config the configuration
+     * @return the settings
+     * @throws IllegalArgumentException naming an unknown {@code ucx.*} key (and the known ones) or a bad value
+     */
+    public static UcxSettings from(TransportConfig config) {
+        Objects.requireNonNull(config, "config");
+        Set<String> known = new TreeSet<>(KEYS);
+        for (String k : config.properties().keySet()) {
+            if (k.startsWith(UCX_CONFIG_PREFIX)) {
+                known.add(k); // any UCX setting passes through; its name is checked below, its value by UCX
+            }
+        }
+        try {
+            config.checkKnownProperties(PREFIX, known);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(e.getMessage() + ", " + UCX_CONFIG_PREFIX + "<UCX setting>", e);
+        }
+        return new UcxSettings(config);
+    }
+
+    /** @return the known keys (without the {@value #UCX_CONFIG_PREFIX} family) */
+    public static Set<String> knownKeys() {
+        return KEYS;
+    }
+
+    private static long range(TransportConfig c, String key, long dflt, long min, long max) {
+        long v = c.longProperty(key, dflt);
+        if (v < min || v > max) {
+            throw bad(key, Long.toString(v), "must be in [" + min + ", " + max + "]");
+        }
+        return v;
+    }
+
+    private static IllegalArgumentException bad(String key, String value, String why) {
+        return new IllegalArgumentException("transport property " + key + " = '" + value + "': " + why);
+    }
+
+    /** @return the manager's name (logs, thread names) */
+    public String name() {
+        return name;
+    }
+
+    /** @return the deadline of calls that take none */
+    public Duration defaultTimeout() {
+        return defaultTimeout;
+    }
+
+    /** @return whether buffers are mapped explicitly ({@value #REGISTRATION} = explicit) */
+    public boolean explicitRegistration() {
+        return explicitRegistration;
+    }
+
+    /** @return the LRU bound of explicit registrations */
+    public int registrationMaxEntries() {
+        return registrationMaxEntries;
+    }
+
+    /** @return how long close and cancellation wait for UCX, in nanoseconds */
+    public long closeGraceNanos() {
+        return closeGraceNanos;
+    }
+
+    /** @return how long a caller spins on its operation before parking, in nanoseconds */
+    public long callerSpinNanos() {
+        return callerSpinNanos;
+    }
+
+    /** @return the largest send that is buffered instead of waited for (0 = none) */
+    public int bufferedSendBytes() {
+        return bufferedSendBytes;
+    }
+
+    /** @return most buffered sends in flight */
+    public int bufferedSendSlots() {
+        return bufferedSendSlots;
+    }
+
+    /** @return the progress agent's polling window after work, in nanoseconds */
+    public long spinNanos() {
+        return spinNanos;
+    }
+
+    /** @return whether this manager runs in shared-memory mode (see {@value #TRANSPORTS}) */
+    public boolean sharedMemory() {
+        return sharedMemory;
+    }
+
+    /** @return whether shared-memory mode also uses CMA */
+    public boolean cma() {
+        return cma;
+    }
+
+    /** @return heartbeat interval of control connections, ms */
+    public long livenessIntervalMillis() {
+        return livenessIntervalMillis;
+    }
+
+    /** @return silence after which a control connection's peer is lost, ms */
+    public long livenessTimeoutMillis() {
+        return livenessTimeoutMillis;
+    }
+
+    /** @return the bound of one bootstrap handshake, ms */
+    public long handshakeTimeoutMillis() {
+        return handshakeTimeoutMillis;
+    }
+
+    /** @return most incoming handshakes in progress at once */
+    public int maxPendingHandshakes() {
+        return maxPendingHandshakes;
+    }
+
+    /** @return allowed clock skew of authenticated hellos, ms */
+    public long authMaxSkewMillis() {
+        return authMaxSkewMillis;
+    }
+
+    /**
+     * @return UCX settings for the context (name without {@code UCX_} → value), in property order; in shm mode
+     *         with {@code TLS} set to the shared-memory transports
+     */
+    public Map<String, String> ucxConfig() {
+        return ucxConfig;
+    }
+
+    @Override
+    public String toString() {
+        return "UcxSettings{" + name + ", " + (sharedMemory ? "shm" + (cma ? "+cma" : "") : "net")
+                + ", liveness " + livenessIntervalMillis + "/" + livenessTimeoutMillis + " ms, registration=" + (explicitRegistration ? "explicit" : "rcache")
+                + ", closeGrace=" + TimeUnit.NANOSECONDS.toMillis(closeGraceNanos) + " ms, spin="
+                + TimeUnit.NANOSECONDS.toMicros(spinNanos) + " µs, ucx=" + ucxConfig + "}";
+    }
+}
