@@ -126,8 +126,9 @@ public final class BenchCommand implements Callable<Integer> {
             + "kvtransfer.transferMode from --set, else pull)")
     List<String> modes;
 
-    @Option(names = "--verify", description = "fill with KvPattern and check every element (transceiver levels: every "
-            + "request; transport: up to 32 extra messages per size); untimed")
+    @Option(names = "--verify", description = "fill with KvPattern and check every element delivered: transceiver "
+            + "levels every element of every request (untimed); transport every message of the throughput part "
+            + "(checked inside the timed loop) and of the round trips")
     boolean verify;
 
     @Option(names = "--set", description = "transceiver property, e.g. --set kvtransfer.partChecksums=false")
@@ -377,6 +378,10 @@ public final class BenchCommand implements Callable<Integer> {
                                     m.gbps(), m.opsPerSecond(), m.p50Us(), m.p99Us(), m.heapBytesPerOp(),
                                     verify ? ", " + m.verifiedElements() + " words verified, " + m.mismatches()
                                             + " mismatches" : ""));
+                            if (m.mismatches() > 0) {
+                                problem("FAILED " + backend + " transport " + Sizes.label(size) + " (repeat " + r
+                                        + "): " + m.mismatches() + " mismatching words: " + m.note());
+                            }
                         } catch (RuntimeException e) {
                             problem("FAILED " + backend + " transport " + Sizes.label(size) + " (repeat " + r + "): "
                                     + e);

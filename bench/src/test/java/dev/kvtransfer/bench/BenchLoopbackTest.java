@@ -28,10 +28,13 @@ class BenchLoopbackTest {
         assertThat(o.runs("transport", "raw")).isEmpty();
         assertThat(o.stderr).contains("loopback: no raw baseline");
         for (Map<String, String> r : o.runs("transport", "ours")) {
-            // --verify: up to 32 extra messages, each checked word by word (4 KiB = 512 words, 100000 B = 12500).
-            double words = Math.ceil(BenchOutputs.num(r, "size_bytes") / 8.0);
-            double messages = Math.min(32, BenchOutputs.num(r, "ops"));
-            assertThat(BenchOutputs.num(r, "verified_elements")).isEqualTo(messages * words);
+            // --verify: every message checked word by word (4 KiB = 512 words, 100000 B = 12500): at least the
+            // timed messages, two warm-up messages and 8 round trips, and whole messages only.
+            long words = TransportBench.words((long) BenchOutputs.num(r, "size_bytes"));
+            long verified = (long) BenchOutputs.num(r, "verified_elements");
+            assertThat(verified % words).isZero();
+            assertThat(verified / words).isGreaterThanOrEqualTo((long) BenchOutputs.num(r, "ops") + 2 + 8);
+            assertThat(r.get("note")).contains("--verify");
         }
         // Control: one-block requests at 1 and 4 in flight; transceiver: 3-block requests; each pull/push x crc.
         List<Map<String, String>> control = o.runs("control", "ours");

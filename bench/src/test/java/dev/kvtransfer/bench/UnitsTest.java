@@ -115,4 +115,26 @@ class UnitsTest {
         assertThat(r.bytes()).isEqualTo(50L << 16);
         assertThat(CopyBaseline.gigabytesPerSecond(8L << 20, 1 << 20)).isPositive();
     }
+
+    @Test
+    void transportCheckFindsAFlippedByteInTheTailAndAStaleMessage() {
+        try (dev.kvtransfer.core.memory.HostBufferManager mm = new dev.kvtransfer.core.memory.HostBufferManager()) {
+            dev.kvtransfer.api.memory.MemoryBuffer b = mm.allocate(1003, dev.kvtransfer.api.memory.MemoryKind.HOST);
+            try {
+                TransportBench.fill(b, 7);
+                assertThat(TransportBench.check(b, 7)).containsExactly(TransportBench.words(1003), 0);
+                assertThat(TransportBench.words(1003)).isEqualTo(125 + 3);
+                // The previous message's bytes (the other seed) fail nearly every word.
+                assertThat(TransportBench.check(b, 8)[1]).isGreaterThan(100);
+                java.nio.ByteBuffer bb = b.asByteBuffer();
+                bb.put(1001, (byte) (bb.get(1001) ^ 1));
+                assertThat(TransportBench.check(b, 7)[1]).isEqualTo(1);
+                bb.put(1001, (byte) (bb.get(1001) ^ 1));
+                bb.put(8, (byte) (bb.get(8) ^ 0x80));
+                assertThat(TransportBench.check(b, 7)[1]).isEqualTo(1);
+            } finally {
+                b.close();
+            }
+        }
+    }
 }
