@@ -32,6 +32,35 @@ final class Processes {
         }
     }
 
+    /**
+     * Removes the per-process variables an MPI launcher or Open MPI's singleton initialization put into this
+     * process's environment ({@code PMIX_*}, {@code OMPI_*}): once ours has initialized MPI in this JVM (the
+     * {@code mpi} backend's endpoints), a child {@code mpirun} inheriting them exits 1 without a word. Kept: the
+     * user's transport choices ({@code OMPI_MCA_btl*}, {@code pml*}, {@code osc*}, {@code *_if_include},
+     * {@code *_if_exclude}) and {@code OMPI_ALLOW_RUN_AS_ROOT*}, as the mpi backend keeps them for its child JVMs.
+     *
+     * @param env a child's environment, changed in place
+     */
+    static void withoutLauncherVariables(java.util.Map<String, String> env) {
+        env.keySet().removeIf(k -> {
+            if (k.startsWith("PMIX_")) {
+                return true;
+            }
+            if (!k.startsWith("OMPI_")) {
+                return false;
+            }
+            if (k.startsWith("OMPI_ALLOW_RUN_AS_ROOT")) {
+                return false;
+            }
+            if (k.startsWith("OMPI_MCA_")) {
+                String m = k.substring("OMPI_MCA_".length());
+                return !(m.startsWith("btl") || m.startsWith("pml") || m.startsWith("osc") || m.endsWith("_if_include")
+                        || m.endsWith("_if_exclude"));
+            }
+            return true;
+        });
+    }
+
     /** A started process whose output is being collected. */
     static final class Running implements AutoCloseable {
         private final List<String> command;
@@ -42,6 +71,7 @@ final class Processes {
         Running(List<String> command, File dir) throws IOException {
             this.command = List.copyOf(command);
             ProcessBuilder pb = new ProcessBuilder(command).redirectErrorStream(true);
+            withoutLauncherVariables(pb.environment());
             if (dir != null) {
                 pb.directory(dir);
             }

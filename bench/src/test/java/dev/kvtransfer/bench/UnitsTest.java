@@ -137,4 +137,15 @@ class UnitsTest {
             }
         }
     }
+
+    @Test
+    void childToolsDoNotInheritTheSingletonMpiVariablesButKeepTransportChoices() {
+        java.util.Map<String, String> env = new java.util.HashMap<>(java.util.Map.of("PATH", "/usr/bin",
+                "PMIX_RANK", "0", "OMPI_MCA_ess", "singleton", "OMPI_MCA_pmix", "^s1", "OMPI_APP_CTX_NUM_PROCS", "1",
+                "OMPI_MCA_btl", "self,vader", "OMPI_MCA_btl_tcp_if_include", "lo", "OMPI_ALLOW_RUN_AS_ROOT", "1",
+                "UCX_TLS", "sm"));
+        Processes.withoutLauncherVariables(env);
+        assertThat(env).containsOnlyKeys("PATH", "OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include",
+                "OMPI_ALLOW_RUN_AS_ROOT", "UCX_TLS");
+    }
 }
