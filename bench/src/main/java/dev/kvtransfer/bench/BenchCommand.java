@@ -448,7 +448,8 @@ public final class BenchCommand implements Callable<Integer> {
             progress.println(String.format(Locale.ROOT, "%s: ours %.3f GB/s, %.0f req/s, p50 %.1f us p99 %.1f us, heap "
                     + "%.0f B/req%s%s", what, m.gbps(), m.opsPerSecond(), m.p50Us(), m.p99Us(), m.heapBytesPerOp(),
                     verify ? ", " + m.verifiedElements() + " elements verified, " + m.mismatches() + " mismatches" : "",
-                    m.failures() > 0 ? ", " + m.failures() + " FAILED: " + m.note() : ""));
+                    m.failures() > 0 ? ", " + m.failures() + " FAILED: " + m.note()
+                            : m.note().contains("push asked") ? ", " + m.note() : ""));
             if (m.failures() > 0 || m.mismatches() > 0) {
                 problem("FAILED " + what + ": " + m.failures() + " failed requests, " + m.mismatches()
                         + " mismatching elements: " + m.note());

@@ -137,6 +137,7 @@ final class TransceiverBench implements AutoCloseable {
         long verified;
         long mismatches;
         long failures;
+        long pushed;
         String firstError = "";
         final Latencies latency = new Latencies();
     }
@@ -162,6 +163,11 @@ final class TransceiverBench implements AutoCloseable {
         if (backgroundErrors.get() > 0) {
             note = (note.isEmpty() ? "" : note + "; ") + backgroundErrors.get() + " background errors, first: "
                     + firstBackgroundError;
+        }
+        if (mode.equals("push") && t.pushed + warm.pushed < t.requests + warm.requests - t.failures - warm.failures) {
+            // Push asked, but the transport or the formatter could not: those requests were pulled.
+            note = (note.isEmpty() ? "" : note + "; ") + "push asked: " + (t.pushed + warm.pushed) + " of "
+                    + (t.requests + warm.requests - t.failures - warm.failures) + " requests pushed, the rest pulled";
         }
         return new Measurement(level, provider.name(), "ours", describe(), mode, checksums, requestBytes, blocks,
                 inflight, repeat, t.requests, t.bytes, Math.max(1, t.nanos), p.p50Us(), p.p99Us(), p.p999Us(),
@@ -261,6 +267,11 @@ final class TransceiverBench implements AutoCloseable {
             }
             if (ok) {
                 totals.bytes += bytes;
+                boolean pushed = true;
+                for (TransferRequest g : gr) {
+                    pushed &= g.wasPushed();
+                }
+                totals.pushed += pushed ? 1 : 0;
                 totals.latency.record(genDone.get(i).getNow(submitted[i]) - submitted[i]);
                 if (verify) {
                     for (int r = 0; r < gen.ranks(); r++) {

@@ -57,6 +57,16 @@ class BenchLoopbackTest {
             assertThat(BenchOutputs.num(r, "verified_elements")).isEqualTo(3 * 8192.0 * 6);
             assertThat(BenchOutputs.num(r, "bytes")).isEqualTo(4 * 3 * 16384.0);
         });
+        // Push rows say how many requests were really pushed when any fell back to pull (loopback can write
+        // one-sided; whether the formatter can push decides), pull rows never mention it.
+        assertThat(o.runs.stream().filter(r -> "push".equals(r.get("mode")))).isNotEmpty().allSatisfy(r -> {
+            if (r.get("note").contains("pulled")) {
+                assertThat(r.get("note"))
+                        .containsPattern("push asked: \\d+ of \\d+ requests pushed, the rest pulled");
+            }
+        });
+        assertThat(o.runs.stream().filter(r -> "pull".equals(r.get("mode"))))
+                .allSatisfy(r -> assertThat(r.get("note")).doesNotContain("push asked"));
         assertThat(o.runs("transceiver", "memcpy")).hasSize(2);
         assertThat(o.stdout).contains("part checksums (CRC32C) on vs off");
         // Ratio to memcpy is known for every ours configuration.
