@@ -5,9 +5,10 @@ import java.time.Duration;
 /**
  * A raw library baseline the bench runs beside ours: the transport's own {@link
  * dev.kvtransfer.api.transport.RawBaseline} (through the SPI) or, for a transport that offers none, a tool the
- * bench knows ({@code ucx_perftest}, a C {@code MPI_Send} / {@code MPI_Recv} loop).
+ * bench knows ({@code ucx_perftest}, a C {@code MPI_Send} / {@code MPI_Recv} loop). Found with
+ * {@link Baselines#find}; the cli's {@code demo --raw-baseline} uses the same ones.
  */
-interface Baseline extends AutoCloseable {
+public interface Baseline extends AutoCloseable {
     /**
      * What one measurement gives: streaming throughput and round-trip percentiles (µs; {@code NaN} for figures the
      * tool does not report).
@@ -41,6 +42,7 @@ interface Baseline extends AutoCloseable {
     Result measure(long messageBytes, long warmupMessages, long messages, int warmupSamples, int samples,
                    Duration timeout);
 
+    /** Releases what the baseline keeps between measurements (e.g. the compiled MPI program); idempotent. */
     @Override
     default void close() {
     }

@@ -4,7 +4,6 @@ import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
-import dev.kvtransfer.api.transport.RawBaseline;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
 import dev.kvtransfer.core.TransceiverConfig;
@@ -26,7 +25,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.Callable;
 
@@ -499,34 +497,14 @@ public final class BenchCommand implements Callable<Integer> {
 
     /** The backend's raw baseline: its own through the SPI, else the tool the bench knows for it, else none. */
     private Baseline baselineFor(String backend, Plugins plugins, TransportConfig base) {
-        Optional<RawBaseline> spi = Optional.empty();
-        try {
-            spi = plugins.transport(backend).rawBaseline();
-        } catch (KvTransferException e) {
-            // not installed here: the bench's own tools may still run
+        Baselines.Found f = Baselines.find(backend, plugins, base, ucxPerftest, mpicc, mpirun);
+        if (f.baseline().isEmpty()) {
+            noteOnce(backend + " raw", backend + ": no raw baseline: " + f.missing());
+            return null;
         }
-        Baseline b;
-        if (spi.isPresent()) {
-            b = new SpiBaseline(spi.get(), base);
-        } else if (backend.equals("ucx")) {
-            b = UcxPerftestBaseline.find(ucxPerftest);
-            if (b == null) {
-                noteOnce("ucx raw", "ucx raw baseline: " + ucxPerftest + " not installed (Debian: ucx-utils)");
-            }
-        } else if (backend.equals("mpi")) {
-            b = MpiBaseline.find(mpicc, mpirun);
-            if (b == null) {
-                noteOnce("mpi raw", "mpi raw baseline: " + mpicc + " or " + mpirun + " not installed (Debian: "
-                        + "libopenmpi-dev, openmpi-bin)");
-            }
-        } else {
-            b = null;
-            noteOnce(backend + " raw", backend + ": no raw baseline (the transport offers none through the SPI)");
-        }
-        if (b != null) {
-            baselineDescriptions.put(backend, b.describe());
-            progress.println("kvtransfer bench: " + backend + " raw baseline: " + b.describe());
-        }
+        Baseline b = f.baseline().get();
+        baselineDescriptions.put(backend, b.describe());
+        progress.println("kvtransfer bench: " + backend + " raw baseline: " + b.describe());
         return b;
     }
 

@@ -148,4 +148,20 @@ class UnitsTest {
         assertThat(env).containsOnlyKeys("PATH", "OMPI_MCA_btl", "OMPI_MCA_btl_tcp_if_include",
                 "OMPI_ALLOW_RUN_AS_ROOT", "UCX_TLS");
     }
+
+    @Test
+    void baselinesAreFoundPerBackendOrSayWhyNot() {
+        dev.kvtransfer.core.plugin.Plugins plugins = dev.kvtransfer.core.plugin.Plugins.discover();
+        dev.kvtransfer.api.transport.TransportConfig cfg = dev.kvtransfer.api.transport.TransportConfig.builder()
+                .build();
+        Baselines.Found aeron = Baselines.find("aeron", plugins, cfg);
+        assertThat(aeron.baseline()).isPresent();
+        assertThat(aeron.baseline().get().describe()).contains("plain Aeron");
+        Baselines.Found loopback = Baselines.find("loopback", plugins, cfg);
+        assertThat(loopback.baseline()).isEmpty();
+        assertThat(loopback.missing()).contains("offers none");
+        Baselines.Found ucx = Baselines.find("ucx", plugins, cfg, "no-such-ucx_perftest", "mpicc", "mpirun");
+        assertThat(ucx.baseline()).isEmpty();
+        assertThat(ucx.missing()).contains("no-such-ucx_perftest not installed");
+    }
 }
