@@ -431,11 +431,21 @@ final class BootstrapAgent implements Agent {
             throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, conflict);
         }
         if (!live(c)) {
-            c = manager.createConnection(h.address(), s.offeredSenderId);
-            if (c == null) {
-                throw new BootstrapFrames.Violation(ErrorCode.NETWORK, "a connection to " + UcxErrors.quote(
-                        h.address()) + " appeared during the handshake; dial again");
+            UcxConnection made = manager.createConnection(h.address(), s.offeredSenderId);
+            if (made == null) {
+                // Crossed dials: a local dial (another thread) created the connection between the look above
+                // and the create. Join it, as a hello arriving after that dial would have.
+                made = manager.existing(h.address());
+                conflict = conflict(made, h.instance(), h.worker(), h.senderIdForYou());
+                if (conflict != null) {
+                    throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, conflict);
+                }
+                if (!live(made)) {
+                    throw new BootstrapFrames.Violation(ErrorCode.NETWORK, "a connection to " + UcxErrors.quote(
+                            h.address()) + " appeared and failed during the handshake; dial again");
+                }
             }
+            c = made;
         }
         // The welcome's sender id was provisional: a local dial may have created the connection since. READY
         // carries the final one.

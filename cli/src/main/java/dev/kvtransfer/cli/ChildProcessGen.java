@@ -8,7 +8,6 @@ import java.io.InputStreamReader;
 import java.io.OutputStreamWriter;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
-import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Paths;
 import java.time.Duration;
@@ -38,7 +37,7 @@ final class ChildProcessGen implements GenSide {
         this.timeout = timeout;
         List<String> cmd = new ArrayList<>();
         cmd.add(Paths.get(System.getProperty("java.home"), "bin", "java").toString());
-        cmd.addAll(ManagementFactory.getRuntimeMXBean().getInputArguments());
+        cmd.addAll(ChildJvms.flags());
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));
         cmd.add(KvTransferCli.class.getName());

@@ -206,6 +206,17 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
      * MPI: every rank of both instances is one process of one {@code mpirun} job (context ranks first); world
      * rank 0 prints the report.
      */
+    /**
+     * The launcher of a transport whose ranks its own launcher starts (the api's
+     * {@link dev.kvtransfer.api.transport.TransportProvider#launcher()}: MPI's is {@code mpirun}); reached through
+     * the api only, so it works the same from the class path and from a plugin directory.
+     */
+    static dev.kvtransfer.api.transport.RankLauncher rankLauncher(
+            dev.kvtransfer.api.transport.TransportProvider provider) {
+        return provider.launcher().orElseThrow(() -> new IllegalArgumentException("transport '" + provider.name()
+                + "' has no rank launcher: its ranks are started any way (threads, child JVMs)"));
+    }
+
     private int runMpi(CacheState ctxState, CacheState genState, int window, Duration timeout) {
         out.printf(Locale.ROOT, "kvtransfer demo: backend mpi (%d context + %d generation ranks under mpirun), %s%n",
                 ctxState.worldSize(), genState.worldSize(), describe(ctxState));
@@ -216,14 +227,9 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         args.add("--requests=" + requests);
         args.add("--isl=" + isl);
         args.add("--window=" + window);
-        List<String> cmd = dev.kvtransfer.mpi.MpiLauncher.builder()
-                .np(ctxState.worldSize() + genState.worldSize())
-                .javaBinary(java.nio.file.Paths.get(System.getProperty("java.home"), "bin", "java").toString())
-                .classpath(System.getProperty("java.class.path"))
-                .jvmFlags(java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
-                .mainClass(KvTransferCli.class.getName())
-                .args(args)
-                .build();
+        List<String> cmd = rankLauncher(dev.kvtransfer.core.plugin.Plugins.discover().transport("mpi"))
+                .command(ctxState.worldSize() + genState.worldSize(),
+                        ChildJvms.javaCommand(KvTransferCli.class.getName(), args));
         try {
             Process p = new ProcessBuilder(cmd).inheritIO().start();
             long limit = timeout.plusSeconds(120).toSeconds() * Math.max(1, (requests + window - 1) / window);
@@ -298,12 +304,12 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         }
         Result result = new Result();
         result.warmup = warm;
-        Progress progress = new Progress(requests);
+        Progress progress = Progress.start("requests", requests);
         for (int start = 0; start < requests; start += window) {
             runWindow(ctx, gen, start, Math.min(requests, start + window), 0, result, timeout, progress, prefill,
                     layerwise);
         }
-        progress.finish();
+        progress.done();
         return result;
     }
 
@@ -554,33 +560,5 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             return String.format(Locale.ROOT, "%.3f MiB", b / (double) (1L << 20));
         }
         return b + " B";
-    }
-
-    /** A progress bar on stderr when it is a terminal. */
-    private static final class Progress {
-        private final int total;
-        private final boolean enabled = System.console() != null;
-        private int done;
-
-        Progress(int total) {
-            this.total = total;
-        }
-
-        void step() {
-            done++;
-            if (enabled) {
-                int width = 30;
-                int filled = (int) ((long) width * done / total);
-                System.err.print("\r[" + "#".repeat(filled) + " ".repeat(width - filled) + "] " + done + "/" + total
-                        + " requests");
-                System.err.flush();
-            }
-        }
-
-        void finish() {
-            if (enabled) {
-                System.err.println();
-            }
-        }
     }
 }

@@ -4,6 +4,8 @@ import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
 import dev.kvtransfer.api.model.TransceiverState;
+import dev.kvtransfer.api.sync.GroupComm;
+import dev.kvtransfer.api.transport.RankLauncher;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.CacheTransceiver;
@@ -14,8 +16,6 @@ import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;
-import dev.kvtransfer.mpi.MpiGroupComm;
-import dev.kvtransfer.mpi.MpiRuntime;
 import dev.kvtransfer.core.pattern.KvPattern;
 import org.HdrHistogram.Histogram;
 import picocli.CommandLine.Command;
@@ -62,9 +62,10 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
         TransceiverConfig config = options.transceiverConfig();
         ConnectionManager cm = plugins.transport("mpi").create(TransportConfig.builder().name("mpi-demo")
                 .defaultTimeout(timeout).properties(options.transportProperties).build());
-        int world = MpiRuntime.get().worldRank();
-        if (MpiRuntime.get().worldSize() != ctxRanks + genRanks) {
-            throw new IllegalStateException("mpirun started " + MpiRuntime.get().worldSize() + " processes, the layouts need "
+        RankLauncher ranks = DemoCommand.rankLauncher(plugins.transport("mpi"));
+        int world = ranks.launchedRank();
+        if (ranks.launchedSize() != ctxRanks + genRanks) {
+            throw new IllegalStateException("mpirun started " + ranks.launchedSize() + " processes, the layouts need "
                     + (ctxRanks + genRanks));
         }
         boolean isCtx = world < ctxRanks;
@@ -80,9 +81,9 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
         int pp = base.ppRank(rank);
         int dpGroup = base.attentionDpEnabled() ? base.tpRank(rank) / base.tpPerDpGroup() : 0;
         int instance = isCtx ? 0 : 1;
-        MpiGroupComm ctxStatus = MpiGroupComm.split(instance * 1_000_000 + pp * 1_000 + dpGroup, rank, timeout);
-        MpiGroupComm genStatus = MpiGroupComm.split(2_000_000 + instance * 1_000_000 + dpGroup, rank, timeout);
-        MpiGroupComm all = MpiGroupComm.world(timeout);
+        GroupComm ctxStatus = ranks.group(instance * 1_000_000 + pp * 1_000 + dpGroup, rank, timeout);
+        GroupComm genStatus = ranks.group(2_000_000 + instance * 1_000_000 + dpGroup, rank, timeout);
+        GroupComm all = ranks.group(0, world, timeout);
 
         int totalBlocks = DemoRanks.totalBlocks(ctxState, isl);
         int blocksPerRank = Math.max(1, window * totalBlocks);

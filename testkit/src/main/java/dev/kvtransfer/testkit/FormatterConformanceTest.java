@@ -1,6 +1,7 @@
 package dev.kvtransfer.testkit;
 
 import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.layout.BlockDistribution;
@@ -19,8 +20,10 @@ import java.io.PrintWriter;
 import java.io.StringWriter;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
@@ -69,7 +72,19 @@ import static org.assertj.core.api.Assertions.assertThat;
  * <li>every message a context rank sends is received (the two sides agree on the message plan);</li>
  * <li>reused blocks are neither sent nor written: a request whose blocks are all reused moves no message, and
  *     the generation ranks receive exactly their blocks after the reused prefix (rules 1 and 3 verify the bytes:
- *     the context side's prefix holds poison).</li>
+ *     the context side's prefix holds poison);</li>
+ * <li>a formatter declaring {@link FormatterCapability#PUSH} writes, one-sided into the generation ranks' registered
+ *     pools ({@link #pushGrid()}: half the pairs pushed whole, half one layer at a time), every element exactly
+ *     (KvPattern), and what it wrote is what core's receiver accepts: every entry inside this request's grants,
+ *     every non-reused byte written exactly once (no overlap, no byte changed after its write, exactly the bytes of
+ *     the blocks after the reused prefix), only by the designated rank of a duplicate group, every byte measured,
+ *     nothing for an all-reused request; one that does not declare it throws
+ *     {@link UnsupportedOperationException} from {@code push};</li>
+ * <li>a formatter declaring {@link FormatterCapability#LAYER_RANGES} moves the same bytes layer range by layer range
+ *     ({@link #layerGrid()}: ranges of one global layer as core calls them, and of two on every other pair) as in the
+ *     whole transfer: every element exact, every rank the same byte counts as in the grid run, every message
+ *     received, every byte measured, nothing reused moved; one that does not declare it throws
+ *     {@link UnsupportedOperationException} from a layer range.</li>
  * </ol>
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
@@ -88,6 +103,19 @@ public abstract class FormatterConformanceTest {
     /** @return how pairs are run (deadline, chunking, staging); {@link HarnessOptions#defaults()} */
     protected HarnessOptions harnessOptions() {
         return HarnessOptions.defaults();
+    }
+
+    /**
+     * @return the pairs rule 15 pushes; by default every {@code n}-th supported pair of {@link #grid()}, about 12
+     *         pairs (a formatter's test picks a representative part plus every pool-layout pair on a few shapes)
+     */
+    protected LayoutGrid pushGrid() {
+        return grid().sample(Math.max(1, grid().supported().size() / 12));
+    }
+
+    /** @return the pairs rule 16 moves layer by layer; by default those of {@link #pushGrid()} */
+    protected LayoutGrid layerGrid() {
+        return pushGrid();
     }
 
     /** @return pairs run at once (2 to 4 by core count) */
@@ -489,6 +517,192 @@ public abstract class FormatterConformanceTest {
         }
         assertThat(failures).isEmpty();
         assertThat(requests).as("requests checked").isPositive();
+    }
+
+    @Test
+    public void required_15_pushWritesEveryElementExactlyOnce() {
+        List<PairReport> runs = runSplit(pushGrid().supported(), harnessOptions().withMode(HarnessOptions.Mode.PUSH),
+                harnessOptions().withMode(HarnessOptions.Mode.PUSH_LAYERS));
+        List<String> failures = pushFailures(runs);
+        assertThat(failures).as("push runs that failed (of %d)", runs.size()).isEmpty();
+        assertThat(runs).as("pairs pushed").isNotEmpty();
+        assertMovedSomething(runs);
+    }
+
+    @Test
+    public void required_16_layerRangesMatchTheWholeTransfer() {
+        List<PairReport> runs = runSplit(layerGrid().supported(),
+                harnessOptions().withMode(HarnessOptions.Mode.PULL_LAYERS),
+                harnessOptions().withMode(HarnessOptions.Mode.PULL_LAYERS).withLayerStep(2));
+        List<String> failures = layerFailures(runs);
+        assertThat(failures).as("layer-wise runs that failed (of %d)", runs.size()).isEmpty();
+        assertThat(runs).as("pairs moved layer by layer").isNotEmpty();
+        assertMovedSomething(runs);
+    }
+
+    /** Unless the capability was refused (as it must be when undeclared), the runs moved bytes. */
+    private static void assertMovedSomething(List<PairReport> runs) {
+        long moved = 0;
+        boolean refused = true;
+        for (PairReport r : runs) {
+            refused &= r.refusedUndeclared();
+            for (PairReport.RequestReport q : r.requests()) {
+                moved += q.totalReceived();
+            }
+        }
+        if (!refused) {
+            assertThat(moved).as("bytes moved by the runs").isPositive();
+        }
+    }
+
+    /** Runs the even-indexed pairs with one option set and the odd-indexed ones with another. */
+    private List<PairReport> runSplit(List<LayoutPair> pairs, HarnessOptions even, HarnessOptions odd) {
+        List<LayoutPair> a = new ArrayList<>();
+        List<LayoutPair> b = new ArrayList<>();
+        for (int i = 0; i < pairs.size(); i++) {
+            (i % 2 == 0 ? a : b).add(pairs.get(i));
+        }
+        List<PairReport> out = new ArrayList<>(runPairs(a, even));
+        out.addAll(runPairs(b, odd));
+        return out;
+    }
+
+    /**
+     * Rule 15's checks of push runs: a formatter that writes a byte twice, writes outside its grants, or skips one
+     * fails them. Public so a formatter's own tests can check their runs the same way.
+     *
+     * @param runs reports of {@link HarnessOptions.Mode#PUSH} or {@link HarnessOptions.Mode#PUSH_LAYERS} runs
+     * @return one line per failure, naming the pair and request
+     */
+    public final List<String> pushFailures(List<PairReport> runs) {
+        List<String> failures = new ArrayList<>();
+        for (PairReport r : runs) {
+            if (r.refusedUndeclared()) {
+                if (!r.completed()) {
+                    failures.add(r.pair().name() + " (" + r.mode() + ", PUSH not declared): " + describe(r.failure()));
+                }
+                continue;
+            }
+            if (!r.completed()) {
+                failures.add(r.pair().name() + " (" + r.mode() + "): " + describe(r.failure()));
+                continue;
+            }
+            for (PairReport.RequestReport q : r.requests()) {
+                String at = r.pair().name() + " (" + r.mode() + ") request " + q.requestId();
+                for (String v : q.writeViolations()) {
+                    failures.add(r.pair().name() + " (" + r.mode() + "): " + v);
+                }
+                movedFailures(r, q, at, failures);
+            }
+        }
+        return failures;
+    }
+
+    /**
+     * Rule 16's checks of layer-wise runs, against the grid run's reports of the same pairs where it has them.
+     *
+     * @param runs reports of {@link HarnessOptions.Mode#PULL_LAYERS} runs
+     * @return one line per failure
+     */
+    public final List<String> layerFailures(List<PairReport> runs) {
+        Map<String, PairReport> whole = new HashMap<>();
+        for (PairReport r : completedRuns()) {
+            whole.put(r.pair().name(), r);
+        }
+        List<String> failures = new ArrayList<>();
+        for (PairReport r : runs) {
+            if (r.refusedUndeclared()) {
+                if (!r.completed()) {
+                    failures.add(r.pair().name() + " (LAYER_RANGES not declared): " + describe(r.failure()));
+                }
+                continue;
+            }
+            if (!r.completed()) {
+                failures.add(r.pair().name() + " (" + r.mode() + "): " + describe(r.failure()));
+                continue;
+            }
+            PairReport w = whole.get(r.pair().name());
+            for (PairReport.RequestReport q : r.requests()) {
+                String at = r.pair().name() + " (layer ranges) request " + q.requestId();
+                movedFailures(r, q, at, failures);
+                if (w != null && q.index() < w.requests().size()) {
+                    PairReport.RequestReport wq = w.requests().get(q.index());
+                    if (!java.util.Arrays.equals(q.ctxSentBytes(), wq.ctxSentBytes())
+                            || !java.util.Arrays.equals(q.genReceivedBytes(), wq.genReceivedBytes())) {
+                        failures.add(at + ": per-rank bytes sent " + java.util.Arrays.toString(q.ctxSentBytes())
+                                + " / received " + java.util.Arrays.toString(q.genReceivedBytes())
+                                + " differ from the whole transfer's " + java.util.Arrays.toString(wq.ctxSentBytes())
+                                + " / " + java.util.Arrays.toString(wq.genReceivedBytes()));
+                    }
+                }
+            }
+        }
+        return failures;
+    }
+
+    /** Rules 1, 2, 3, 11, 13 and 14 for one request of a run (pull or push, whole or by layer ranges). */
+    private void movedFailures(PairReport r, PairReport.RequestReport q, String at, List<String> failures) {
+        CacheState gen = r.pair().genFor(q.index());
+        CacheState ctx = r.pair().ctxFor(q.index());
+        long expectedElements = 0;
+        long expectedBytes = 0;
+        for (int g = 0; g < q.genServing().length; g++) {
+            expectedBytes += q.genExpectedBytes()[g];
+            if (q.genServing()[g] && !q.genZeroLayer()[g]) {
+                BlockLayout l = BlockLayout.of(gen, g);
+                int blocks = BlockDistribution.count(q.totalBlocks(), gen.contextParallelism(), gen.cpRank(g));
+                expectedElements += blocks * l.blockBytes() / l.elementBytes();
+                expectedElements += (long) blocks * l.localLayers() * l.tokensPerBlock() * harnessOptions().indexerDim();
+            }
+            if (q.genServing()[g] && q.genReceivedBytes()[g] != q.genExpectedBytes()[g]) {
+                failures.add(at + " gen rank " + g + ": received " + q.genReceivedBytes()[g] + " bytes, its blocks"
+                        + " after the reused prefix hold " + q.genExpectedBytes()[g]);
+            }
+        }
+        if (!q.verify().ok()) {
+            failures.add(at + " (prompt " + q.promptLength() + "): " + q.verify());
+        } else if (q.verify().checkedElements() != expectedElements) {
+            failures.add(at + ": checked " + q.verify().checkedElements() + " elements, the generation blocks hold "
+                    + expectedElements);
+        }
+        if (q.totalSent() != q.totalReceived() || q.totalReceived() != expectedBytes) {
+            failures.add(at + ": sent " + q.totalSent() + " bytes, received " + q.totalReceived() + ", expected "
+                    + expectedBytes);
+        }
+        if (q.messagesSent() != q.messagesReceived()) {
+            failures.add(at + ": " + q.messagesSent() + " messages or entries sent, " + q.messagesReceived()
+                    + " received");
+        }
+        if (q.reusedBlocks() == q.totalBlocks() && (q.messagesSent() != 0 || q.totalSent() != 0)) {
+            failures.add(at + ": every block reused, yet " + q.totalSent() + " bytes in " + q.messagesSent()
+                    + " messages or entries moved");
+        }
+        for (int c = 0; c < q.ctxServing().length; c++) {
+            if (!q.ctxServing()[c]) {
+                continue;
+            }
+            if (q.ctxMeasuredBytes()[c] != q.ctxSentBytes()[c]) {
+                failures.add(at + " ctx rank " + c + ": moved " + q.ctxSentBytes()[c] + " bytes, measured "
+                        + q.ctxMeasuredBytes()[c]);
+            }
+            boolean picked = q.ctxPickedByGen()[c];
+            int first = BlockDistribution.firstGlobalBlock(q.totalBlocks(), ctx.contextParallelism(), ctx.cpRank(c));
+            int count = BlockDistribution.count(q.totalBlocks(), ctx.contextParallelism(), ctx.cpRank(c));
+            boolean holdsBlocks = first + count > q.reusedBlocks() && count > 0;
+            boolean sent = q.ctxSentBytes()[c] > 0;
+            if (!picked && sent || picked && holdsBlocks && !sent && ctx.layerCount(ctx.ppRank(c)) > 0) {
+                failures.add(at + " ctx rank " + c + ": picked by a generation rank = " + picked + ", moved "
+                        + q.ctxSentBytes()[c] + " bytes");
+            }
+        }
+        if (!r.mode().push()) {
+            for (int g = 0; g < q.genReceivedBytes().length; g++) {
+                if (q.genMeasuredBytes()[g] != q.genReceivedBytes()[g]) {
+                    failures.add(at + " gen rank " + g + ": received " + q.genReceivedBytes()[g] + " bytes, measured "
+                            + q.genMeasuredBytes()[g]);
+                }
+            }
+        }
     }
 
     /** @return the reports of pairs that completed (failures are reported by rule 1) */

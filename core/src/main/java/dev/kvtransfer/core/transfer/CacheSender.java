@@ -320,7 +320,28 @@ public final class CacheSender implements AutoCloseable {
         /** Request ids of the last headers accepted: a duplicated header (a network artifact) is ignored. */
         final long[] recent = new long[64];
         int recentNext;
+        /** Requests whose info arrived in place of an earlier request's lost one, before their own header. */
+        final long[] adopted = new long[16];
+        int adoptedNext;
         boolean reading;
+
+        /** Takes over a later request's queued header whose info arrived in place of a lost one. */
+        void adopt(long id) {
+            if (!pending.removeIf(p -> p[0] == id)) {
+                adopted[adoptedNext] = id;
+                adoptedNext = (adoptedNext + 1) % adopted.length;
+            }
+        }
+
+        boolean wasAdopted(long id) {
+            for (int i = 0; i < adopted.length; i++) {
+                if (adopted[i] == id && id != 0) {
+                    adopted[i] = 0;
+                    return true;
+                }
+            }
+            return false;
+        }
 
         boolean seenRecently(long id) {
             for (long r : recent) {
@@ -341,6 +362,11 @@ public final class CacheSender implements AutoCloseable {
         InfoQueue q = infoQueues.computeIfAbsent(conn, c -> new InfoQueue());
         boolean start;
         synchronized (q) {
+            if (q.wasAdopted(id)) {
+                // Its info already arrived (read in place of an earlier request's lost info) and was served.
+                q.remember(id);
+                return;
+            }
             if (q.seenRecently(id)) {
                 env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
                         + ": duplicate request header for request " + id + " from " + Texts.peer(conn.peer())
@@ -383,7 +409,7 @@ public final class CacheSender implements AutoCloseable {
                 }
             }
             try {
-                readInfo(conn, next[0], (int) next[1]);
+                readInfo(conn, q, next[0], (int) next[1]);
             } catch (TransportClosedException e) {
                 return;
             } catch (RuntimeException e) {
@@ -394,7 +420,7 @@ public final class CacheSender implements AutoCloseable {
         }
     }
 
-    private void readInfo(Connection conn, long headerId, int size) {
+    private void readInfo(Connection conn, InfoQueue q, long headerId, int size) {
         int mac = env.auth().macBytes();
         byte[] bytes;
         byte[] claimed;
@@ -432,9 +458,17 @@ public final class CacheSender implements AutoCloseable {
                     + ": bad request info from " + Texts.peer(conn.peer()) + ": " + e.getMessage(), e);
         }
         if (info.requestId() != headerId) {
-            throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex() + ": "
-                    + Texts.peer(conn.peer()) + " announced request " + headerId + " but sent the info of request "
-                    + info.requestId() + "; dropped", null);
+            // Infos arrive in the order their headers were sent: the announced request's info was lost and this
+            // is a later request's. Report the lost one and serve this one under its own id (its header, queued
+            // or still to come, is taken over), so one lost message costs one request, not every later one.
+            env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
+                    + ": " + Texts.peer(conn.peer()) + " announced request " + headerId + " but its info never came "
+                    + "(the next info is request " + info.requestId() + "'s); request " + headerId + " dropped",
+                    null));
+            synchronized (q) {
+                q.adopt(info.requestId());
+            }
+            headerId = info.requestId();
         }
         String refused = authenticate(conn, info, bytes, claimed);
         if (refused == REPLAYED) {

@@ -4,21 +4,28 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.FormatterCapability;
+import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.layout.PartPlan;
+import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.transport.WriteBatch;
 
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.function.IntFunction;
 
@@ -44,7 +51,17 @@ import java.util.function.IntFunction;
  * The api's {@code CacheState} does not declare the pool yet, so each side decides from its own cache view:
  * both instances must be configured alike (see the module README).
  *
- * <p>Thread-safe: per-transfer state lives on the stack; the only shared state is a cache of region views.
+ * <p>Layer-wise ({@link FormatterCapability#LAYER_RANGES}): {@link #format(TransferSession, int, int)} and
+ * {@link #unformat(TransferSession, int, int)} move the parts restricted to a global layer range, the indexer-K pass
+ * included (its pool has the main pool's layers). One-sided push ({@link FormatterCapability#PUSH}): {@link #push}
+ * writes the designated rank's parts of a layer range straight into every generation rank's pool it serves
+ * ({@link TransferSession#peerPool}) with a {@link WritePlan} per part (pool to pool, coalesced runs, or staged into
+ * the destination's order where that needs fewer, larger entries); reused blocks are not written. A rank with an
+ * indexer-K pool does not declare PUSH: the api's peer pool and core's grants cover the main pool only, so core pulls
+ * such requests (see the README).
+ *
+ * <p>Thread-safe: per-transfer state lives on the stack; the only shared state is a cache of region views and one
+ * reusable write batch per thread.
  */
 public final class MlaCacheFormatter implements CacheFormatter {
     /**
@@ -53,9 +70,20 @@ public final class MlaCacheFormatter implements CacheFormatter {
      */
     public static final long DEFAULT_DIRECT_RUN_MIN_BYTES = 256 * 1024;
 
+    /**
+     * Default of the smallest average write entry for which a push part goes straight from the pool; below it the
+     * part is staged into the destination's order when that needs fewer entries.
+     */
+    public static final long DEFAULT_MIN_DIRECT_ENTRY_BYTES = 64 * 1024;
+
+    /** One write batch per thread, cleared and refilled by every push. */
+    private static final ThreadLocal<WriteBatch> BATCHES = ThreadLocal.withInitial(() -> new WriteBatch(1024));
+
     private final Pool main;
     private final Pool indexer;
     private final long directRunMinBytes;
+    private final long minDirectEntryBytes;
+    private final long stagingChunk;
 
     /**
      * A formatter over one rank's MLA pool (and its indexer-K pool, when the view has one).
@@ -75,7 +103,18 @@ public final class MlaCacheFormatter implements CacheFormatter {
      * decide independently how parts travel); package-private so tests can force either path.
      */
     MlaCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long directRunMinBytes) {
+        this(cache, buffers, directRunMinBytes, DEFAULT_MIN_DIRECT_ENTRY_BYTES, WritePlan.DEFAULT_STAGING_CHUNK);
+    }
+
+    /** With other push policies too (the sender alone decides those); package-private for tests and benchmarks. */
+    MlaCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long directRunMinBytes, long minDirectEntryBytes,
+                      long stagingChunk) {
         Objects.requireNonNull(cache, "cache");
+        if (stagingChunk < 1) {
+            throw new IllegalArgumentException("stagingChunk = " + stagingChunk + ": must be at least 1");
+        }
+        this.minDirectEntryBytes = minDirectEntryBytes;
+        this.stagingChunk = stagingChunk;
         Objects.requireNonNull(buffers, "buffers");
         if (directRunMinBytes < 1) {
             throw new IllegalArgumentException("directRunMinBytes = " + directRunMinBytes + ": must be at least 1");
@@ -105,8 +144,47 @@ public final class MlaCacheFormatter implements CacheFormatter {
     }
 
     @Override
+    public Set<FormatterCapability> capabilities() {
+        return indexer == null ? EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH)
+                : EnumSet.of(FormatterCapability.LAYER_RANGES);
+    }
+
+    @Override
     public void format(TransferSession session) {
         Objects.requireNonNull(session, "session");
+        send(session, 0, Integer.MAX_VALUE);
+    }
+
+    @Override
+    public void format(TransferSession session, int firstLayer, int layers) {
+        Objects.requireNonNull(session, "session");
+        checkRange(session, firstLayer, layers);
+        send(session, firstLayer, firstLayer + layers);
+    }
+
+    @Override
+    public void unformat(TransferSession session) {
+        Objects.requireNonNull(session, "session");
+        receive(session, 0, Integer.MAX_VALUE);
+    }
+
+    @Override
+    public void unformat(TransferSession session, int firstLayer, int layers) {
+        Objects.requireNonNull(session, "session");
+        checkRange(session, firstLayer, layers);
+        receive(session, firstLayer, firstLayer + layers);
+    }
+
+    private static void checkRange(TransferSession session, int firstLayer, int layers) {
+        int total = session.selfState().cacheState().numLayers();
+        if (firstLayer < 0 || layers < 0 || (long) firstLayer + layers > total) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "layer range [" + firstLayer + ", "
+                    + firstLayer + "+" + layers + ") outside the model's " + total + " layers", null);
+        }
+    }
+
+    /** Sends this rank's parts of global layers {@code [g0, g1)}. */
+    private void send(TransferSession session, int g0, int g1) {
         CacheState self = session.selfState().cacheState();
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
@@ -125,15 +203,14 @@ public final class MlaCacheFormatter implements CacheFormatter {
                     + session.totalBlocks() + " (context CP is 1, so they must be equal)", null);
         }
         int reused = reused(session);
-        sendPass(session, main, self, selfIndex, peer, targets, blocks, reused, peer.poolLayout());
+        sendPass(session, main, self, selfIndex, peer, targets, blocks, reused, peer.poolLayout(), g0, g1);
         if (indexer != null) {
-            sendPass(session, indexer, self, selfIndex, peer, targets, blocks, reused, PoolLayout.BLOCK);
+            sendPass(session, indexer, self, selfIndex, peer, targets, blocks, reused, PoolLayout.BLOCK, g0, g1);
         }
     }
 
-    @Override
-    public void unformat(TransferSession session) {
-        Objects.requireNonNull(session, "session");
+    /** Receives this rank's parts of global layers {@code [g0, g1)}. */
+    private void receive(TransferSession session, int g0, int g1) {
         CacheState self = session.selfState().cacheState();
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
@@ -154,10 +231,123 @@ public final class MlaCacheFormatter implements CacheFormatter {
         }
         int reused = reused(session);
         int[] pick = MlaMapping.pickRecv(targets, self);
-        recvPass(session, main, self, selfIndex, peer, targets, pick, blocks, reused, peer.poolLayout());
+        recvPass(session, main, self, selfIndex, peer, targets, pick, blocks, reused, peer.poolLayout(), g0, g1);
         if (indexer != null) {
-            recvPass(session, indexer, self, selfIndex, peer, targets, pick, blocks, reused, PoolLayout.BLOCK);
+            recvPass(session, indexer, self, selfIndex, peer, targets, pick, blocks, reused, PoolLayout.BLOCK, g0,
+                    g1);
         }
+    }
+
+    @Override
+    public void push(TransferSession session, int firstLayer, int layers) {
+        Objects.requireNonNull(session, "session");
+        if (indexer != null) {
+            throw new UnsupportedOperationException("request " + session.requestId() + ": this rank's cache has an "
+                    + "indexer-K pool, which a push cannot write (the peer pool and its grants cover the main pool "
+                    + "only); this formatter does not declare PUSH");
+        }
+        if (!session.isPush()) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push on a session that is not a"
+                    + " push session (no peer pools)", null);
+        }
+        checkRange(session, firstLayer, layers);
+        CacheState self = session.selfState().cacheState();
+        int selfIndex = session.selfState().selfIndex();
+        CacheState peer = session.peerCacheState();
+        requireSupported(session.requestId(), self, peer);
+        TargetRanks targets = session.targets();
+        if (targets.isEmpty() || !MlaMapping.needSendCache(self, selfIndex, peer)) {
+            return; // another rank holding identical bytes writes, or this rank owns no layer
+        }
+        main.requireLayout(session.requestId(), self, selfIndex);
+        int[] blocks = session.blockIds();
+        if (session.totalBlocks() != blocks.length) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "context rank " + selfIndex
+                    + " holds " + blocks.length + " blocks of the request but the session says the request has "
+                    + session.totalBlocks() + " (context CP is 1, so they must be equal)", null);
+        }
+        int reused = reused(session);
+        int n = session.totalBlocks();
+        int peers = targets.size();
+        WritePlan[] plans = new WritePlan[peers];
+        PeerPool[] pools = new PeerPool[peers];
+        int active = 0;
+        int staged = 0;
+        int cPp = self.ppRank(selfIndex);
+        int cl0 = self.firstLayer(cPp);
+        for (int p = 0; p < peers; p++) {
+            int genIndex = targets.peerRanks().get(p);
+            int genCp = peer.cpRank(genIndex);
+            int q0 = MlaMapping.firstBlockOfCpRank(n, peer.contextParallelism(), genCp);
+            int q1 = q0 + MlaMapping.blocksOfCpRank(n, peer.contextParallelism(), genCp);
+            int b0 = Math.max(q0, reused);
+            int gPp = peer.ppRank(genIndex);
+            int gl0 = peer.firstLayer(gPp);
+            int l0 = Math.max(Math.max(cl0, gl0), firstLayer);
+            int l1 = Math.min(Math.min(cl0 + self.layerCount(cPp), gl0 + peer.layerCount(gPp)), firstLayer + layers);
+            if (q1 - b0 <= 0 || l1 - l0 <= 0) {
+                continue;
+            }
+            PeerPool pool = session.peerPool(p);
+            BlockLayout peerLayout = BlockLayout.of(peer, genIndex);
+            if (pool == null || pool.rank() != genIndex || pool.blockCount() != q1 - q0
+                    || !pool.blockLayout().equals(peerLayout) || !pool.state().poolLayout().equals(peer.poolLayout())) {
+                throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "the pool of generation rank "
+                        + genIndex + " is " + pool + (pool == null ? "" : " with " + pool.blockLayout())
+                        + "; expected " + (q1 - q0) + " blocks of " + peerLayout + " in a " + peer.poolLayout()
+                        + " pool", null);
+            }
+            try {
+                plans[p] = WritePlan.builder().sender(main.geometry, blocks, b0, l0 - cl0, 0)
+                        .receiver(pool.geometry(), pool.blockIds(), b0 - q0, l0 - gl0, 0)
+                        .shape(q1 - b0, l1 - l0, 1).policy(minDirectEntryBytes, stagingChunk).build();
+            } catch (IllegalArgumentException e) {
+                throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the writes into "
+                        + "generation rank " + genIndex + ": " + e.getMessage(), e);
+            }
+            pools[p] = pool;
+            active++;
+            staged += plans[p].staged() ? 1 : 0;
+        }
+        int[] all = new int[active];
+        long[] sizes = new long[staged];
+        int k = 0;
+        int j = 0;
+        for (int p = 0; p < peers; p++) {
+            if (plans[p] != null) {
+                all[k++] = p;
+                if (plans[p].staged()) {
+                    sizes[j++] = plans[p].stagingBytes();
+                }
+            }
+        }
+        MemoryBuffer[] staging = new MemoryBuffer[peers];
+        if (staged > 0) {
+            MemoryBuffer[] got = session.stagingBuffers(sizes);
+            j = 0;
+            for (int p : all) {
+                if (plans[p].staged()) {
+                    staging[p] = got[j++];
+                }
+            }
+        }
+        BufferManager bm = session.bufferManager();
+        session.forEachPeer(all, p -> {
+            long start = System.nanoTime();
+            WriteBatch batch = BATCHES.get();
+            try {
+                PeerWriteSink sink = new PeerWriteSink(pools[p], batch, PeerWriteSink.DEFAULT_MAX_ENTRIES,
+                        b -> session.write(p, b));
+                plans[p].write(bm, main.regions, staging[p], sink);
+                sink.flush();
+            } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
+                throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "writing " + plans[p]
+                        + " into generation rank " + pools[p].rank() + " failed: " + e.getMessage(), e);
+            } finally {
+                batch.clear();
+            }
+            session.recordMeasure(p, start, System.nanoTime(), plans[p].bytes());
+        });
     }
 
     private static int reused(TransferSession session) {
@@ -209,7 +399,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
      */
     private PartPlan plan(TransferSession session, Pool pool, boolean sender, CacheState ctx, int ctxIndex,
                           CacheState gen, int genIndex, int[] ctxIds, int[] genIds, int reused,
-                          PoolLayout peerPool) {
+                          PoolLayout peerPool, int g0Layer, int g1Layer) {
         int n = session.totalBlocks();
         int genCp = gen.cpRank(genIndex);
         int g0 = MlaMapping.firstBlockOfCpRank(n, gen.contextParallelism(), genCp);
@@ -220,8 +410,8 @@ public final class MlaCacheFormatter implements CacheFormatter {
         int gPp = gen.ppRank(genIndex);
         int cl0 = ctx.firstLayer(cPp);
         int gl0 = gen.firstLayer(gPp);
-        int l0 = Math.max(cl0, gl0);
-        int layers = Math.min(cl0 + ctx.layerCount(cPp), gl0 + gen.layerCount(gPp)) - l0;
+        int l0 = Math.max(Math.max(cl0, gl0), g0Layer);
+        int layers = Math.min(Math.min(cl0 + ctx.layerCount(cPp), gl0 + gen.layerCount(gPp)), g1Layer) - l0;
         if (count <= 0 || layers <= 0) {
             return null;
         }
@@ -247,13 +437,13 @@ public final class MlaCacheFormatter implements CacheFormatter {
     }
 
     private void sendPass(TransferSession session, Pool pool, CacheState self, int selfIndex, CacheState peer,
-                          TargetRanks targets, int[] blocks, int reused, PoolLayout peerPool) {
+                          TargetRanks targets, int[] blocks, int reused, PoolLayout peerPool, int g0, int g1) {
         int peers = targets.size();
         PartPlan[] plans = new PartPlan[peers];
         int active = 0;
         for (int p = 0; p < peers; p++) {
             plans[p] = plan(session, pool, true, self, selfIndex, peer, targets.peerRanks().get(p), blocks,
-                    session.peerBlockIds(p), reused, peerPool);
+                    session.peerBlockIds(p), reused, peerPool, g0, g1);
             active += plans[p] == null ? 0 : 1;
         }
         // Staged parts that are the same stream (peers that differ only in TP) share one gather.
@@ -322,14 +512,15 @@ public final class MlaCacheFormatter implements CacheFormatter {
     }
 
     private void recvPass(TransferSession session, Pool pool, CacheState self, int selfIndex, CacheState peer,
-                          TargetRanks targets, int[] pick, int[] blocks, int reused, PoolLayout peerPool) {
+                          TargetRanks targets, int[] pick, int[] blocks, int reused, PoolLayout peerPool, int g0,
+                          int g1) {
         int peers = targets.size();
         PartPlan[] plans = new PartPlan[peers];
         int active = 0;
         int staged = 0;
         for (int p : pick) {
             plans[p] = plan(session, pool, false, peer, targets.peerRanks().get(p), self, selfIndex,
-                    session.peerBlockIds(p), blocks, reused, peerPool);
+                    session.peerBlockIds(p), blocks, reused, peerPool, g0, g1);
             if (plans[p] != null) {
                 active++;
                 staged += plans[p].selfDirect() ? 0 : 1;

@@ -75,6 +75,86 @@ class MlaCacheFormatterTest {
     }
 
     @Test
+    void declaresPushOnlyWithoutAnIndexerPool() {
+        CacheState s = mla(1, 1);
+        BlockLayout main = BlockLayout.of(s, 0);
+        try (PagedKvCache plain = new PagedKvCache(memory, main, 2);
+             PagedKvCache withIndexer = new PagedKvCache(memory, main, new BlockLayout(4, 1, 1, 4, 16, 1), 2)) {
+            assertThat(new MlaCacheFormatter(plain, pool).capabilities()).containsExactlyInAnyOrder(
+                    dev.kvtransfer.api.format.FormatterCapability.LAYER_RANGES,
+                    dev.kvtransfer.api.format.FormatterCapability.PUSH);
+            MlaCacheFormatter f = new MlaCacheFormatter(withIndexer, pool);
+            assertThat(f.capabilities()).containsExactly(dev.kvtransfer.api.format.FormatterCapability.LAYER_RANGES);
+            assertThatThrownBy(() -> f.push(new dev.kvtransfer.api.format.TransferSession() {
+                @Override
+                public long requestId() {
+                    return 9;
+                }
+
+                @Override
+                public boolean isSender() {
+                    return true;
+                }
+
+                @Override
+                public TransceiverState selfState() {
+                    return ts(s, 0);
+                }
+
+                @Override
+                public CacheState peerCacheState() {
+                    return s;
+                }
+
+                @Override
+                public dev.kvtransfer.api.layout.TargetRanks targets() {
+                    return dev.kvtransfer.api.layout.RankMapping.targetRanks(s, s, 0);
+                }
+
+                @Override
+                public int[] blockIds() {
+                    return new int[] {0};
+                }
+
+                @Override
+                public int totalBlocks() {
+                    return 1;
+                }
+
+                @Override
+                public dev.kvtransfer.api.memory.MemoryBuffer[] stagingBuffers(long[] sizes) {
+                    throw new AssertionError("no staging expected");
+                }
+
+                @Override
+                public dev.kvtransfer.api.memory.BufferManager bufferManager() {
+                    return memory;
+                }
+
+                @Override
+                public void send(int p, dev.kvtransfer.api.memory.MemoryBuffer b, long o, long l) {
+                    throw new AssertionError("no send expected");
+                }
+
+                @Override
+                public void recv(int p, dev.kvtransfer.api.memory.MemoryBuffer b, long o, long l) {
+                    throw new AssertionError("no receive expected");
+                }
+
+                @Override
+                public void forEachPeer(int[] peers, java.util.function.IntConsumer action) {
+                    throw new AssertionError("no peer action expected");
+                }
+
+                @Override
+                public void recordMeasure(int p, long start, long end, long bytes) {
+                }
+            }, 0, 4)).isInstanceOf(UnsupportedOperationException.class).hasMessageContaining("request 9")
+                    .hasMessageContaining("indexer-K");
+        }
+    }
+
+    @Test
     void formatRefusesContextCpWithTheReason() {
         CacheState ctx = mla(1, 2);
         CacheState gen = mla(1, 1);

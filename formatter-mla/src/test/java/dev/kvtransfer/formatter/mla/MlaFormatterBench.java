@@ -23,7 +23,9 @@ import java.util.List;
  * warm-ups; the last run is verified with KvPattern. Not a test: run it by hand (the module README has the
  * command).
  *
- * <p>Arguments: {@code [tokens (default 2048)]}.
+ * <p>Arguments: {@code [tokens (default 2048)] [pull | push | both (default pull)]}: with {@code push} every
+ * scenario without an indexer-K pool is also (or only) pushed, one-sided over loopback's emulated writes into the
+ * generation pools' grants (an indexer-K pool is pulled: the formatter does not declare PUSH then).
  */
 public final class MlaFormatterBench {
     private static final int LAYERS = 61;
@@ -33,6 +35,9 @@ public final class MlaFormatterBench {
     private static final int INDEXER_DIM = 132;
     private static final int WARMUPS = 5;
     private static final int RUNS = 9;
+
+    private static boolean pullRuns = true;
+    private static boolean pushRuns;
 
     private MlaFormatterBench() {
     }
@@ -54,6 +59,12 @@ public final class MlaFormatterBench {
      */
     public static void main(String[] args) {
         int tokens = args.length > 0 ? Integer.parseInt(args[0]) : 2048;
+        String modes = args.length > 1 ? args[1] : "pull";
+        if (!List.of("pull", "push", "both").contains(modes)) {
+            throw new IllegalArgumentException("mode '" + modes + "': pull, push or both");
+        }
+        pullRuns = !modes.equals("push");
+        pushRuns = !modes.equals("pull");
         System.out.printf("MLA L%d D%d BF16 T%d, prompt %d tokens, loopback transport, %d cores%n", LAYERS, LATENT,
                 TOKENS_PER_BLOCK, tokens, Runtime.getRuntime().availableProcessors());
         long dflt = MlaCacheFormatter.DEFAULT_DIRECT_RUN_MIN_BYTES;
@@ -76,6 +87,17 @@ public final class MlaFormatterBench {
 
     private static void run(String name, CacheState ctxState, CacheState genState, int tokens, int indexerDim,
                             long directRunMinBytes) {
+        if (pullRuns) {
+            run(name, ctxState, genState, tokens, indexerDim, directRunMinBytes, HarnessOptions.Mode.PULL);
+        }
+        if (pushRuns && indexerDim == 0 && directRunMinBytes != Long.MAX_VALUE) {
+            run(name.replaceAll(" \\(.*\\)$", "") + " (push)", ctxState, genState, tokens, indexerDim,
+                    directRunMinBytes, HarnessOptions.Mode.PUSH);
+        }
+    }
+
+    private static void run(String name, CacheState ctxState, CacheState genState, int tokens, int indexerDim,
+                            long directRunMinBytes, HarnessOptions.Mode mode) {
         int total = BlockDistribution.blocksFor(tokens, TOKENS_PER_BLOCK);
         long bytes = 0;
         for (int g = 0; g < genState.worldSize(); g++) {
@@ -86,7 +108,7 @@ public final class MlaFormatterBench {
         LayoutPair pair = new LayoutPair(name, ctxState, genState, List.of(tokens), null);
         HarnessOptions options = HarnessOptions.defaults().withTimeout(Duration.ofSeconds(60))
                 .withSlotBytes(2 * bytes + 4096).withFragmentBlocks(false).withIndexerDim(indexerDim)
-                .withVerify(false);
+                .withVerify(false).withMode(mode);
         double[] ms = new double[RUNS];
         long messages = 0;
         try (FormatterHarness h = FormatterHarness.open(new ThresholdProvider(directRunMinBytes), pair, options)) {
@@ -102,15 +124,18 @@ public final class MlaFormatterBench {
             }
             PairReport last = FormatterHarness.run(new ThresholdProvider(directRunMinBytes), pair,
                     options.withVerify(true));
-            if (!last.completed() || !last.requests().get(0).verify().ok()) {
+            if (!last.completed() || !last.requests().get(0).verify().ok()
+                    || !last.requests().get(0).writeViolations().isEmpty()) {
                 throw new IllegalStateException(name + ": verification failed: " + last.failure() + " "
-                        + (last.requests().isEmpty() ? "" : last.requests().get(0).verify()));
+                        + (last.requests().isEmpty() ? "" : last.requests().get(0).verify() + " "
+                        + last.requests().get(0).writeViolations()));
             }
             messages = h.report().requests().get(0).messagesSent();
         }
         Arrays.sort(ms);
         double median = ms[RUNS / 2];
-        System.out.printf("%-48s %8.1f MB  median %7.2f ms  %6.2f GB/s  (min %.2f, max %.2f ms)  %d messages%n", name,
-                bytes / 1e6, median, bytes / median / 1e6, ms[0], ms[RUNS - 1], messages);
+        System.out.printf("%-48s %8.1f MB  median %7.2f ms  %6.2f GB/s  (min %.2f, max %.2f ms)  %d %s%n", name,
+                bytes / 1e6, median, bytes / median / 1e6, ms[0], ms[RUNS - 1], messages,
+                mode.push() ? "write entries" : "messages");
     }
 }

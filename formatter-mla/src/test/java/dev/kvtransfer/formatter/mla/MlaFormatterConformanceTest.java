@@ -22,7 +22,9 @@ import java.util.List;
  * none, all, one and three of their leading blocks. On top, every pool-layout pair (5 x 5, split latents with
  * different rope sizes on the two sides included) on four shapes. Every pair moves 4 concurrent requests through
  * the loopback transport and core's session and is checked byte for byte with KvPattern (head index 0). The
- * indexer-K pass is covered by {@link MlaFormatterIndexerConformanceTest} and {@link MlaTransferGridTest}.
+ * indexer-K pass is covered by {@link MlaFormatterIndexerConformanceTest} and {@link MlaTransferGridTest}. The push
+ * and layer-wise rules run over every 41st pair of the rotated grid (every pool-layout combination in turn, reuse
+ * none / all / some) plus every pool-layout pair on two of the four shapes (TP2 to TP1 CP2, PP2 to TP2 DP2).
  */
 class MlaFormatterConformanceTest extends FormatterConformanceTest {
     @Override
@@ -35,6 +37,15 @@ class MlaFormatterConformanceTest extends FormatterConformanceTest {
         return mlaGrid().withPoolLayouts(LayoutGrid.mlaPoolLayouts(1)).withReuse(0, LayoutPair.ALL_BLOCKS, 1, 3)
                 .plus(poolShapes().everyPoolLayoutPair(mixedRopePoolLayouts()).withReuse(1, 0, 2,
                         LayoutPair.ALL_BLOCKS));
+    }
+
+    @Override
+    protected LayoutGrid pushGrid() {
+        List<LayoutPair> shapes = poolShapes().supported();
+        return mlaGrid().withPoolLayouts(LayoutGrid.mlaPoolLayouts(1)).withReuse(0, LayoutPair.ALL_BLOCKS, 1, 3)
+                .sample(41)
+                .plus(LayoutGrid.of(List.of(shapes.get(2), shapes.get(3))).everyPoolLayoutPair(mixedRopePoolLayouts())
+                        .withReuse(1, 0, 2, LayoutPair.ALL_BLOCKS));
     }
 
     /** Block, both layer kinds, and both layer kinds split with different rope sizes (1 and 3 of 4 dims). */

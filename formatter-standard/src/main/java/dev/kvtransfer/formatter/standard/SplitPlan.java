@@ -192,6 +192,41 @@ final class SplitPlan {
                 firstHead, peerFirstHead, hd, peerLayout, bytes);
     }
 
+    /**
+     * The plan restricted to global layers {@code [g0, g1)} (layer-wise transfers): every part keeps its blocks and
+     * heads and loses the layers outside the range (a part without layers left holds nothing). O(peers) objects.
+     *
+     * @param selfFirstLayer this rank's first global layer
+     * @param g0             first global layer of the range
+     * @param g1             one past its last
+     * @return the restricted plan ({@code this} when the range covers every part)
+     */
+    SplitPlan clip(int selfFirstLayer, int g0, int g1) {
+        boolean all = true;
+        for (Part p : parts) {
+            int a = selfFirstLayer + p.firstLayer;
+            if (p.layerCount > 0 && (a < g0 || a + p.layerCount > g1)) {
+                all = false;
+                break;
+            }
+        }
+        if (all) {
+            return this;
+        }
+        List<Part> out = new ArrayList<>(parts.size());
+        for (Part p : parts) {
+            int a = selfFirstLayer + p.firstLayer;
+            int c0 = Math.max(a, g0);
+            int c1 = Math.min(a + p.layerCount, g1);
+            int n = Math.max(0, c1 - c0);
+            int shift = n == 0 ? 0 : c0 - a;
+            long bytes = p.layerCount == 0 ? 0 : p.bytes / p.layerCount * n;
+            out.add(new Part(p.peer, p.firstBlock, p.peerFirstBlock, p.blockCount, p.firstLayer + shift,
+                    p.peerFirstLayer + shift, n, p.firstHead, p.peerFirstHead, p.headCount, p.peerLayout, bytes));
+        }
+        return new SplitPlan(List.copyOf(out), localBlocks);
+    }
+
     @Override
     public String toString() {
         return "SplitPlan{localBlocks=" + localBlocks + " parts=" + parts + "}";

@@ -4,23 +4,31 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.FormatterCapability;
+import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.PartPlan;
+import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.transport.WriteBatch;
 
 import java.util.ArrayList;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.function.IntFunction;
 
@@ -41,8 +49,21 @@ import java.util.function.IntFunction;
  * ({@code copy} / {@code copy2d}: one {@code cudaMemcpy2DAsync} each on a device manager). See
  * formatter-standard/README.md for the formulas and the policy.
  *
- * <p>Thread-safe: all per-request state lives on the stack of {@link #format}/{@link #unformat}; the only shared
- * state is a lazily filled, benignly racy table of region views.
+ * <p>Layer-wise ({@link FormatterCapability#LAYER_RANGES}): {@link #format(TransferSession, int, int)} and
+ * {@link #unformat(TransferSession, int, int)} move the parts restricted to a global layer range (each side skips
+ * the layers it does not hold); both sides derive the same restricted parts and plans, so they agree on every
+ * message of every range.
+ *
+ * <p>One-sided push ({@link FormatterCapability#PUSH}): {@link #push} writes this rank's parts of a layer range
+ * straight into the peers' pools ({@link TransferSession#peerPool}) with a {@link WritePlan} per part: pool to pool
+ * where runs are contiguous in both pools (coalesced runs of blocks; with a head ratio each rank's heads at their
+ * offset in the destination rows), staged into the destination's order first where that needs fewer, larger
+ * entries (see the README for the rule and the numbers), through the grants ({@link PeerWriteSink}). The designated
+ * rank of a duplicate-head group writes; reused blocks are not written.
+ *
+ * <p>Thread-safe: all per-request state lives on the stack of {@link #format}/{@link #unformat}/{@link #push};
+ * the only shared state is a lazily filled, benignly racy table of region views, and one reusable write batch per
+ * thread.
  */
 public final class StandardCacheFormatter implements CacheFormatter {
     /**
@@ -51,11 +72,22 @@ public final class StandardCacheFormatter implements CacheFormatter {
      */
     public static final long DEFAULT_MIN_BOTH_DIRECT_BYTES = 256 * 1024;
 
+    /**
+     * Default of the smallest average write entry for which a push part goes straight from the pool; below it the
+     * part is staged into the destination's order when that needs fewer entries.
+     */
+    public static final long DEFAULT_MIN_DIRECT_ENTRY_BYTES = 64 * 1024;
+
+    /** One write batch per thread, cleared and refilled by every push (no batch per request). */
+    private static final ThreadLocal<WriteBatch> BATCHES = ThreadLocal.withInitial(() -> new WriteBatch(1024));
+
     private final KvCacheView cache;
     private final TransferBufferPool buffers;
     private final PoolGeometry geometry;
     private final long minBothDirectBytes;
     private final boolean pipelinedScatter;
+    private final long minDirectEntryBytes;
+    private final long stagingChunk;
     /** Region views by index, fetched once: the hot loops then allocate nothing. */
     private final AtomicReferenceArray<MemoryBuffer> regionViews;
     private final IntFunction<MemoryBuffer> regions = this::region;
@@ -67,23 +99,37 @@ public final class StandardCacheFormatter implements CacheFormatter {
      * @param buffers the rank's staging pool (used by the session that core builds over it)
      */
     public StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers) {
-        this(cache, buffers, DEFAULT_MIN_BOTH_DIRECT_BYTES, true);
+        this(cache, buffers, DEFAULT_MIN_BOTH_DIRECT_BYTES, true, DEFAULT_MIN_DIRECT_ENTRY_BYTES,
+                WritePlan.DEFAULT_STAGING_CHUNK);
+    }
+
+    /** Pull thresholds as given, push defaults. */
+    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
+                           boolean pipelinedScatter) {
+        this(cache, buffers, minBothDirectBytes, pipelinedScatter, DEFAULT_MIN_DIRECT_ENTRY_BYTES,
+                WritePlan.DEFAULT_STAGING_CHUNK);
     }
 
     /**
      * A formatter with another both-direct threshold (both sides of a transfer must use the same value: they decide
      * independently how parts travel) and with or without the helper-thread scatter of staged receives ({@link
-     * ScatterPipeline}). Package-private so tests and benchmarks can force either plan.
+     * ScatterPipeline}), and other push policies (smallest average direct entry, largest staging chunk; the sender
+     * alone decides those). Package-private so tests and benchmarks can force either plan.
      */
     StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
-                           boolean pipelinedScatter) {
+                           boolean pipelinedScatter, long minDirectEntryBytes, long stagingChunk) {
         this.cache = Objects.requireNonNull(cache, "cache");
         this.buffers = Objects.requireNonNull(buffers, "buffers");
         if (minBothDirectBytes < 0) {
             throw new IllegalArgumentException("minBothDirectBytes = " + minBothDirectBytes + ": must be >= 0");
         }
+        if (stagingChunk < 1) {
+            throw new IllegalArgumentException("stagingChunk = " + stagingChunk + ": must be at least 1");
+        }
         this.minBothDirectBytes = minBothDirectBytes;
         this.pipelinedScatter = pipelinedScatter;
+        this.minDirectEntryBytes = minDirectEntryBytes;
+        this.stagingChunk = stagingChunk;
         this.geometry = cache.geometry();
         this.regionViews = new AtomicReferenceArray<>(cache.regionCount());
     }
@@ -94,8 +140,51 @@ public final class StandardCacheFormatter implements CacheFormatter {
     }
 
     @Override
+    public Set<FormatterCapability> capabilities() {
+        return EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH);
+    }
+
+    @Override
     public void format(TransferSession session) {
         Objects.requireNonNull(session, "session");
+        send(session, 0, Integer.MAX_VALUE);
+    }
+
+    @Override
+    public void format(TransferSession session, int firstLayer, int layers) {
+        Objects.requireNonNull(session, "session");
+        checkRange(session, firstLayer, layers);
+        send(session, firstLayer, firstLayer + layers);
+    }
+
+    @Override
+    public void unformat(TransferSession session) {
+        Objects.requireNonNull(session, "session");
+        receive(session, 0, Integer.MAX_VALUE);
+    }
+
+    @Override
+    public void unformat(TransferSession session, int firstLayer, int layers) {
+        Objects.requireNonNull(session, "session");
+        checkRange(session, firstLayer, layers);
+        receive(session, firstLayer, firstLayer + layers);
+    }
+
+    private static void checkRange(TransferSession session, int firstLayer, int layers) {
+        int total = session.selfState().cacheState().numLayers();
+        if (firstLayer < 0 || layers < 0 || (long) firstLayer + layers > total) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "layer range [" + firstLayer + ", "
+                    + firstLayer + "+" + layers + ") outside the model's " + total + " layers", null);
+        }
+    }
+
+    /** The parts of this rank's share restricted to global layers {@code [g0, g1)}. */
+    private SplitPlan clipped(SplitPlan plan, CacheState self, int selfIndex, int g0, int g1) {
+        return plan.clip(self.firstLayer(self.ppRank(selfIndex)), g0, g1);
+    }
+
+    /** Sends this rank's parts of global layers {@code [g0, g1)}. */
+    private void send(TransferSession session, int g0, int g1) {
         CacheState self = session.selfState().cacheState();
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
@@ -104,8 +193,9 @@ public final class StandardCacheFormatter implements CacheFormatter {
             return; // a zero-layer stage, or another rank of our duplicate-head group sends
         }
         int[] ids = session.blockIds();
-        SplitPlan plan = plan(session, self, selfIndex, peer, t, true);
-        checkLayout(session, self, selfIndex, ids, plan);
+        SplitPlan whole = plan(session, self, selfIndex, peer, t, true);
+        checkLayout(session, self, selfIndex, ids, whole);
+        SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
         int[] active = partPlans(session, plan, peer, ids, true, plans);
         // Peers that get the same staged bytes (duplicated heads on their side) share one gather.
@@ -192,9 +282,8 @@ public final class StandardCacheFormatter implements CacheFormatter {
         return out;
     }
 
-    @Override
-    public void unformat(TransferSession session) {
-        Objects.requireNonNull(session, "session");
+    /** Receives this rank's parts of global layers {@code [g0, g1)}. */
+    private void receive(TransferSession session, int g0, int g1) {
         CacheState self = session.selfState().cacheState();
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
@@ -203,8 +292,9 @@ public final class StandardCacheFormatter implements CacheFormatter {
             return; // a zero-layer stage receives nothing
         }
         int[] ids = session.blockIds();
-        SplitPlan plan = plan(session, self, selfIndex, peer, t, false);
-        checkLayout(session, self, selfIndex, ids, plan);
+        SplitPlan whole = plan(session, self, selfIndex, peer, t, false);
+        checkLayout(session, self, selfIndex, ids, whole);
+        SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
         int[] active = partPlans(session, plan, peer, ids, false, plans);
         MemoryBuffer[] staging = staging(session, active, plans, t.size());
@@ -233,6 +323,112 @@ public final class StandardCacheFormatter implements CacheFormatter {
             }
             session.recordMeasure(p, start, System.nanoTime(), pp.bytes());
         });
+    }
+
+    @Override
+    public void push(TransferSession session, int firstLayer, int layers) {
+        Objects.requireNonNull(session, "session");
+        if (!session.isPush()) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push on a session that is not a"
+                    + " push session (no peer pools)", null);
+        }
+        checkRange(session, firstLayer, layers);
+        CacheState self = session.selfState().cacheState();
+        int selfIndex = session.selfState().selfIndex();
+        CacheState peer = session.peerCacheState();
+        TargetRanks t = session.targets();
+        if (t.isEmpty() || !needSendCache(self, selfIndex, peer, t)) {
+            return; // a zero-layer stage, or another rank of our duplicate-head group writes
+        }
+        int[] ids = session.blockIds();
+        SplitPlan whole = plan(session, self, selfIndex, peer, t, true);
+        checkLayout(session, self, selfIndex, ids, whole);
+        SplitPlan plan = clipped(whole, self, selfIndex, firstLayer, firstLayer + layers);
+        WritePlan[] plans = new WritePlan[t.size()];
+        PeerPool[] pools = new PeerPool[t.size()];
+        int active = 0;
+        int staged = 0;
+        for (SplitPlan.Part part : plan.parts) {
+            if (part.blockCount == 0 || part.layerCount == 0) {
+                continue; // nothing of this peer's blocks after the reused prefix, or none of the range's layers
+            }
+            PeerPool pool = peerPool(session, peer, t, part);
+            try {
+                plans[part.peer] = WritePlan.builder()
+                        .sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)
+                        .receiver(pool.geometry(), pool.blockIds(), part.peerFirstBlock, part.peerFirstLayer,
+                                part.peerFirstHead)
+                        .shape(part.blockCount, part.layerCount, part.headCount)
+                        .policy(minDirectEntryBytes, stagingChunk).build();
+            } catch (IllegalArgumentException e) {
+                throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the writes into "
+                        + "generation rank " + pool.rank() + " (" + part + "): " + e.getMessage(), e);
+            }
+            pools[part.peer] = pool;
+            active++;
+            staged += plans[part.peer].staged() ? 1 : 0;
+        }
+        int[] peers = new int[active];
+        long[] sizes = new long[staged];
+        int k = 0;
+        int j = 0;
+        for (int p = 0; p < plans.length; p++) {
+            if (plans[p] != null) {
+                peers[k++] = p;
+                if (plans[p].staged()) {
+                    sizes[j++] = plans[p].stagingBytes();
+                }
+            }
+        }
+        MemoryBuffer[] staging = new MemoryBuffer[t.size()];
+        if (staged > 0) {
+            MemoryBuffer[] got = session.stagingBuffers(sizes);
+            j = 0;
+            for (int p : peers) {
+                if (plans[p].staged()) {
+                    staging[p] = got[j++];
+                }
+            }
+        }
+        BufferManager bm = session.bufferManager();
+        session.forEachPeer(peers, p -> write(session, p, plans[p], pools[p], bm, staging[p]));
+    }
+
+    /** Writes one peer's part; returns on remote completion of every entry. */
+    private void write(TransferSession session, int p, WritePlan plan, PeerPool pool, BufferManager bm,
+                       MemoryBuffer staging) {
+        long start = System.nanoTime();
+        WriteBatch batch = BATCHES.get();
+        try {
+            PeerWriteSink sink = new PeerWriteSink(pool, batch, PeerWriteSink.DEFAULT_MAX_ENTRIES,
+                    b -> session.write(p, b));
+            plan.write(bm, regions, staging, sink);
+            sink.flush();
+        } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "writing " + plan + " into "
+                    + "generation rank " + pool.rank() + " failed: " + e.getMessage(), e);
+        } finally {
+            batch.clear();
+        }
+        session.recordMeasure(p, start, System.nanoTime(), plan.bytes());
+    }
+
+    /** The pool of the part's peer, checked against what this rank expects of it. */
+    private static PeerPool peerPool(TransferSession session, CacheState peer, TargetRanks t, SplitPlan.Part part) {
+        int rank = t.peerRanks().get(part.peer);
+        PeerPool pool = session.peerPool(part.peer);
+        if (pool == null) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push session without the pool of "
+                    + "generation rank " + rank + " (position " + part.peer + ")", null);
+        }
+        int expected = BlockDistribution.count(session.totalBlocks(), peer.contextParallelism(), peer.cpRank(rank));
+        if (pool.rank() != rank || pool.blockCount() != expected || !pool.blockLayout().equals(part.peerLayout)
+                || !pool.state().poolLayout().equals(peer.poolLayout())) {
+            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "the pool of generation rank "
+                    + rank + " is " + pool + " with " + pool.blockLayout() + "; expected rank " + rank + ", "
+                    + expected + " blocks, " + part.peerLayout + " in a " + peer.poolLayout() + " pool", null);
+        }
+        return pool;
     }
 
     /**

@@ -6,10 +6,15 @@ import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.model.AttentionType;
 
-/** The standard formatter with another both-direct threshold, so tests and benchmarks can force either plan. */
+/**
+ * The standard formatter with other thresholds (pull: both-direct; push: smallest average direct entry, staging
+ * chunk), so tests and benchmarks can force either plan.
+ */
 public final class PolicyFormatterProvider implements FormatterProvider {
     private final long minBothDirectBytes;
     private final boolean pipelinedScatter;
+    private final long minDirectEntryBytes;
+    private final long stagingChunk;
 
     /**
      * @param minBothDirectBytes the both-direct threshold
@@ -23,8 +28,23 @@ public final class PolicyFormatterProvider implements FormatterProvider {
      * @param pipelinedScatter   whether staged receives scatter on a helper thread
      */
     public PolicyFormatterProvider(long minBothDirectBytes, boolean pipelinedScatter) {
+        this(minBothDirectBytes, pipelinedScatter, StandardCacheFormatter.DEFAULT_MIN_DIRECT_ENTRY_BYTES,
+                dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK);
+    }
+
+    /**
+     * @param minBothDirectBytes  the both-direct threshold (pull)
+     * @param pipelinedScatter    whether staged receives scatter on a helper thread
+     * @param minDirectEntryBytes push: smallest average entry written straight from the pool (0 = always direct,
+     *                            {@code Long.MAX_VALUE} = staged whenever that needs fewer entries)
+     * @param stagingChunk        push: largest staging buffer per peer
+     */
+    public PolicyFormatterProvider(long minBothDirectBytes, boolean pipelinedScatter, long minDirectEntryBytes,
+                                   long stagingChunk) {
         this.minBothDirectBytes = minBothDirectBytes;
         this.pipelinedScatter = pipelinedScatter;
+        this.minDirectEntryBytes = minDirectEntryBytes;
+        this.stagingChunk = stagingChunk;
     }
 
     @Override
@@ -39,6 +59,7 @@ public final class PolicyFormatterProvider implements FormatterProvider {
 
     @Override
     public CacheFormatter create(KvCacheView cache, TransferBufferPool buffers) {
-        return new StandardCacheFormatter(cache, buffers, minBothDirectBytes, pipelinedScatter);
+        return new StandardCacheFormatter(cache, buffers, minBothDirectBytes, pipelinedScatter, minDirectEntryBytes,
+                stagingChunk);
     }
 }

@@ -7,7 +7,10 @@ import org.junit.jupiter.api.Nested;
 
 /**
  * The conformance suite with the two other message plans forced, over every pool-layout pair on six shapes and a
- * sample of the rotated grid: the grid's small shapes otherwise stay below the default both-direct threshold.
+ * sample of the rotated grid: the grid's small shapes otherwise stay below the default both-direct threshold. The
+ * push rule runs with the push plans forced the same way: every part written straight from the pool
+ * ({@code minDirectEntryBytes} 0), or staged wherever that needs fewer entries (and in chunks of at most 200 bytes,
+ * so the staging buffer is refilled several times per part), over every pool-layout pair on six shapes.
  */
 class StandardFormatterPlanConformanceTest {
     static LayoutGrid grid() {
@@ -22,12 +25,23 @@ class StandardFormatterPlanConformanceTest {
     class BothDirectWhereverPossible extends FormatterConformanceTest {
         @Override
         protected FormatterProvider provider() {
-            return new PolicyFormatterProvider(0);
+            return new PolicyFormatterProvider(0, true, 0, dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK);
         }
 
         @Override
         protected LayoutGrid grid() {
             return StandardFormatterPlanConformanceTest.grid();
+        }
+
+        @Override
+        protected LayoutGrid pushGrid() {
+            return LayoutGrid.standardPoolShapes().everyPoolLayoutPair(LayoutGrid.standardPoolLayouts())
+                    .withReuse(0, 1, 2, -1);
+        }
+
+        @Override
+        protected LayoutGrid layerGrid() {
+            return grid().sample(9);
         }
     }
 
@@ -36,12 +50,23 @@ class StandardFormatterPlanConformanceTest {
     class OneSideDirect extends FormatterConformanceTest {
         @Override
         protected FormatterProvider provider() {
-            return new PolicyFormatterProvider(Long.MAX_VALUE);
+            return new PolicyFormatterProvider(Long.MAX_VALUE, true, Long.MAX_VALUE, 200);
         }
 
         @Override
         protected LayoutGrid grid() {
             return StandardFormatterPlanConformanceTest.grid();
+        }
+
+        @Override
+        protected LayoutGrid pushGrid() {
+            return LayoutGrid.standardPoolShapes().everyPoolLayoutPair(LayoutGrid.standardPoolLayouts())
+                    .withReuse(0, 1, 2, -1);
+        }
+
+        @Override
+        protected LayoutGrid layerGrid() {
+            return grid().sample(9);
         }
     }
 }

@@ -2,20 +2,36 @@ package dev.kvtransfer.testkit.harness;
 
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.WriteBatch;
 
 import java.time.Duration;
 import java.util.concurrent.atomic.LongAdder;
 
-/** A connection that counts the messages (transport send / recv calls) and bytes through it. */
+/**
+ * A connection that counts the messages (transport send / recv calls, one-sided write entries) and bytes through
+ * it, and logs what it wrote into the peer's pool (for the harness's coverage check) when given a log.
+ */
 final class CountingConnection implements Connection {
     private final Connection inner;
     private final LongAdder messages;
     private final LongAdder bytes;
+    private final WriteLog log;
+    private final int writerRank;
 
     CountingConnection(Connection inner, LongAdder messages, LongAdder bytes) {
+        this(inner, messages, bytes, null, -1);
+    }
+
+    /**
+     * @param log        where the entries written through this connection are recorded (null: not recorded)
+     * @param writerRank the writing (context) rank, for the log
+     */
+    CountingConnection(Connection inner, LongAdder messages, LongAdder bytes, WriteLog log, int writerRank) {
         this.inner = inner;
         this.messages = messages;
         this.bytes = bytes;
+        this.log = log;
+        this.writerRank = writerRank;
     }
 
     @Override
@@ -33,6 +49,16 @@ final class CountingConnection implements Connection {
     public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         inner.recv(tag, buffer, offset, length, timeout);
         count(length);
+    }
+
+    @Override
+    public void write(WriteBatch batch, Duration timeout) {
+        inner.write(batch, timeout);
+        messages.add(batch.size());
+        bytes.add(batch.totalBytes());
+        if (log != null) {
+            log.record(writerRank, batch);
+        }
     }
 
     private void count(long length) {

@@ -3,17 +3,22 @@ package dev.kvtransfer.testkit.harness;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.api.format.FormatterProvider;
+import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
@@ -27,8 +32,11 @@ import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -62,6 +70,18 @@ import java.util.concurrent.atomic.LongAdder;
  * <p>Attention DP: request {@code i} is served by DP rank {@code i % dpSize} of each side that has DP
  * ({@link LayoutPair#ctxFor}); only the ranks of that DP group hold it.
  *
+ * <p>Modes ({@link HarnessOptions#mode()}): whole requests ({@code format} / {@code unformat}); layer ranges on both
+ * sides ({@code format} / {@code unformat} of each global layer range, ascending, each side calling the ranges that
+ * intersect its layers); a one-sided push of each context rank's layers ({@code push}), or of one range at a time.
+ * For a push every generation rank registers, per request, exactly the bytes of its blocks after the reused prefix
+ * with its loopback endpoint (every (layer, kv, segment) plane of each block, merged into runs per region, as core's
+ * {@code CacheReceiver} does) and the context sessions get the {@link PeerPool}s; loopback emulates the writes. The
+ * harness logs every entry written and checks it as core's receiver does: inside this request's grants, unchanged
+ * since written (CRC32C of the source then against the memory now), no two entries overlapping, from a context rank
+ * the generation rank picks, and together exactly the bytes of the blocks after the reused prefix
+ * ({@link PairReport.RequestReport#writeViolations()}); then it revokes the grants. A mode whose capability the
+ * formatter does not declare must be refused: every call of it has to throw {@link UnsupportedOperationException}.
+ *
  * <p>{@link #run} does all of it once; benchmarks {@link #open} a harness, {@link #prepare()} once and
  * {@link #transfer()} repeatedly.
  */
@@ -86,6 +106,7 @@ public final class FormatterHarness implements AutoCloseable {
     private Throwable failure;
     private int transfers;
     private boolean closed;
+    private Set<FormatterCapability> capabilities = Set.of();
 
     private FormatterHarness(FormatterProvider provider, LayoutPair pair, HarnessOptions options) {
         this.provider = Objects.requireNonNull(provider, "provider");
@@ -119,13 +140,13 @@ public final class FormatterHarness implements AutoCloseable {
             report = h.report();
         } catch (RuntimeException | Error e) {
             h.fail(e);
-            report = new PairReport(pair, List.of(), h.failure);
+            report = new PairReport(pair, List.of(), h.failure, options.mode(), h.capabilities);
         }
         try {
             h.close();
         } catch (RuntimeException e) {
             if (report.failure() == null) {
-                report = new PairReport(pair, report.requests(), e);
+                report = new PairReport(pair, report.requests(), e, report.mode(), report.capabilities());
             } else {
                 report.failure().addSuppressed(e);
             }
@@ -160,6 +181,14 @@ public final class FormatterHarness implements AutoCloseable {
         String fabric = "fmt-harness-" + FABRICS.incrementAndGet();
         ctx = new Instance("ctx", pair.ctx(), 3, fabric);
         gen = new Instance("gen", pair.gen(), 2, fabric);
+        capabilities = Set.copyOf(ctx.formatters[0].capabilities());
+    }
+
+    /** @return whether the run's mode needs a capability the formatter does not declare (it must refuse it) */
+    private boolean refused() {
+        HarnessOptions.Mode m = options.mode();
+        return m.push() ? !capabilities.contains(FormatterCapability.PUSH)
+                : m.layered() && !capabilities.contains(FormatterCapability.LAYER_RANGES);
     }
 
     /** Allocates and fills the blocks of every request (see the class comment). */
@@ -198,6 +227,15 @@ public final class FormatterHarness implements AutoCloseable {
         }
         Throwable first = await(futures, deadline);
         long t1 = System.nanoTime();
+        if (options.mode().push()) {
+            for (RequestRun r : runs) {
+                try {
+                    r.finishPush(first == null && !refused());
+                } catch (RuntimeException e) {
+                    first = first == null ? e : first;
+                }
+            }
+        }
         if (first != null) {
             fail(first);
         }
@@ -226,7 +264,7 @@ public final class FormatterHarness implements AutoCloseable {
                 reports.add(r.report());
             }
         }
-        return new PairReport(pair, reports, failure);
+        return new PairReport(pair, reports, failure, options.mode(), capabilities);
     }
 
     private void fail(Throwable t) {
@@ -388,9 +426,8 @@ public final class FormatterHarness implements AutoCloseable {
         /** Closes everything; the memory manager last, so a leaked buffer shows up as its exception. */
         @Override
         public void close() {
-            RuntimeException first = null;
+            RuntimeException first = closeManagers();
             for (int r = 0; r < caches.length; r++) {
-                first = closeQuietly(managers[r], first);
                 first = closeQuietly(pools[r], first);
                 first = closeQuietly(caches[r], first);
             }
@@ -398,6 +435,45 @@ public final class FormatterHarness implements AutoCloseable {
             if (first != null) {
                 throw first;
             }
+        }
+
+        /**
+         * Closes the endpoints, at once when several ran one-sided agents: an emulated agent's close waits for its
+         * poll interval, which would otherwise add up rank by rank.
+         */
+        private RuntimeException closeManagers() {
+            if (!options.mode().push() || managers.length == 1) {
+                RuntimeException first = null;
+                for (ConnectionManager m : managers) {
+                    first = closeQuietly(m, first);
+                }
+                return first;
+            }
+            RuntimeException[] errors = new RuntimeException[managers.length];
+            Thread[] threads = new Thread[managers.length];
+            for (int r = 0; r < managers.length; r++) {
+                int rank = r;
+                threads[r] = new Thread(() -> errors[rank] = closeQuietly(managers[rank], null),
+                        "fmt-harness-close-" + THREADS.incrementAndGet());
+                threads[r].setDaemon(true);
+                threads[r].start();
+            }
+            RuntimeException first = null;
+            for (int r = 0; r < threads.length; r++) {
+                try {
+                    threads[r].join();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+                if (errors[r] != null) {
+                    if (first == null) {
+                        first = errors[r];
+                    } else {
+                        first.addSuppressed(errors[r]);
+                    }
+                }
+            }
+            return first;
         }
 
         private RuntimeException closeQuietly(AutoCloseable c, RuntimeException first) {
@@ -433,6 +509,14 @@ public final class FormatterHarness implements AutoCloseable {
         final DefaultTransferSession[] genSessions;
         final LongAdder[] ctxMessages;
         final LongAdder[] genMessages;
+        /** Push: per generation rank, what was written into it, its grants and their memory, and the checks. */
+        final WriteLog[] logs;
+        final PeerPool[] genPools;
+        final List<List<RegisteredRegion>> registrations = new ArrayList<>();
+        final List<Map<Long, MemoryBuffer>> granted = new ArrayList<>();
+        final long[] written;
+        final long[] writtenEntries;
+        final List<String> violations = new ArrayList<>();
 
         RequestRun(int index) {
             this.index = index;
@@ -451,6 +535,14 @@ public final class FormatterHarness implements AutoCloseable {
             this.genSessions = new DefaultTransferSession[ng];
             this.ctxMessages = new LongAdder[nc];
             this.genMessages = new LongAdder[ng];
+            this.logs = new WriteLog[ng];
+            this.genPools = new PeerPool[ng];
+            this.written = new long[ng];
+            this.writtenEntries = new long[ng];
+            for (int g = 0; g < ng; g++) {
+                registrations.add(new ArrayList<>());
+                granted.add(new HashMap<>());
+            }
             for (int r = 0; r < nc; r++) {
                 if (!LayoutPair.serves(ctxState, r)) {
                     continue;
@@ -491,6 +583,20 @@ public final class FormatterHarness implements AutoCloseable {
 
         void sessions(int round, long deadline, List<Runnable> tasks) {
             int tag = Tags.FIRST_DATA_TAG + round * requests + index;
+            HarnessOptions.Mode mode = options.mode();
+            boolean refused = refused();
+            if (mode.push()) {
+                violations.clear();
+                for (int g = 0; g < genBlocks.length; g++) {
+                    written[g] = 0;
+                    writtenEntries[g] = 0;
+                    if (genBlocks[g] != null) {
+                        logs[g] = new WriteLog(options.verify());
+                        genPools[g] = new PeerPool(genState, g, genBlocks[g], gen.caches[g].blocksPerRegion(),
+                                registerGrants(g));
+                    }
+                }
+            }
             for (int r = 0; r < ctxBlocks.length; r++) {
                 if (ctxBlocks[r] == null) {
                     continue;
@@ -500,11 +606,49 @@ public final class FormatterHarness implements AutoCloseable {
                         deadline, ctxMessages[r]);
                 ctxSessions[r] = s;
                 CacheFormatter f = ctx.formatters[r];
-                tasks.add(() -> {
-                    try (s) {
-                        f.format(s);
-                    }
-                });
+                int rank = r;
+                if (!mode.layered() && !mode.push()) {
+                    tasks.add(() -> {
+                        try (s) {
+                            f.format(s);
+                        }
+                    });
+                } else if (refused) {
+                    tasks.add(() -> {
+                        try (s) {
+                            expectRefusal(mode, rank, ctxState, () -> {
+                                int pp = ctxState.ppRank(rank);
+                                if (mode.push()) {
+                                    f.push(s, ctxState.firstLayer(pp), ctxState.layerCount(pp));
+                                } else {
+                                    f.format(s, ctxState.firstLayer(pp), ctxState.layerCount(pp));
+                                }
+                            });
+                        }
+                    });
+                } else if (mode.push() && !mode.layered()) {
+                    tasks.add(() -> {
+                        try (s) {
+                            int pp = ctxState.ppRank(rank);
+                            f.push(s, ctxState.firstLayer(pp), ctxState.layerCount(pp));
+                        }
+                    });
+                } else {
+                    tasks.add(() -> {
+                        try (s) {
+                            forEachRange(ctxState, rank, (first, n) -> {
+                                if (mode.push()) {
+                                    f.push(s, first, n);
+                                } else {
+                                    f.format(s, first, n);
+                                }
+                            });
+                        }
+                    });
+                }
+            }
+            if (mode.push()) {
+                return; // one-sided: the generation ranks take no part
             }
             for (int g = 0; g < genBlocks.length; g++) {
                 if (genBlocks[g] == null) {
@@ -515,11 +659,193 @@ public final class FormatterHarness implements AutoCloseable {
                         deadline, genMessages[g]);
                 genSessions[g] = s;
                 CacheFormatter f = gen.formatters[g];
-                tasks.add(() -> {
-                    try (s) {
-                        f.unformat(s);
+                int rank = g;
+                if (!mode.layered()) {
+                    tasks.add(() -> {
+                        try (s) {
+                            f.unformat(s);
+                        }
+                    });
+                } else if (refused) {
+                    tasks.add(() -> {
+                        try (s) {
+                            expectRefusal(mode, rank, genState, () -> {
+                                int pp = genState.ppRank(rank);
+                                f.unformat(s, genState.firstLayer(pp), genState.layerCount(pp));
+                            });
+                        }
+                    });
+                } else {
+                    tasks.add(() -> {
+                        try (s) {
+                            forEachRange(genState, rank, (first, n) -> f.unformat(s, first, n));
+                        }
+                    });
+                }
+            }
+        }
+
+        /** The global layer ranges of {@code options.layerStep()} that intersect a rank's layers, ascending. */
+        private void forEachRange(CacheState state, int rank, RangeAction action) {
+            int pp = state.ppRank(rank);
+            int a0 = state.firstLayer(pp);
+            int a1 = a0 + state.layerCount(pp);
+            int step = options.layerStep();
+            int layers = state.numLayers();
+            for (int r0 = 0; r0 < layers; r0 += step) {
+                int r1 = Math.min(layers, r0 + step);
+                if (r0 < a1 && r1 > a0) {
+                    action.run(r0, r1 - r0);
+                }
+            }
+        }
+
+        /** A rank holding layers must refuse the undeclared capability with UnsupportedOperationException. */
+        private void expectRefusal(HarnessOptions.Mode mode, int rank, CacheState state, Runnable call) {
+            if (state.layerCount(state.ppRank(rank)) == 0) {
+                return;
+            }
+            try {
+                call.run();
+            } catch (UnsupportedOperationException expected) {
+                return;
+            }
+            throw new AssertionError(provider.name() + " does not declare " + (mode.push() ? "PUSH" : "LAYER_RANGES")
+                    + " (capabilities " + capabilities + ") but " + (mode.push() ? "push" : "a layer range")
+                    + " on rank " + rank + " did not throw UnsupportedOperationException");
+        }
+
+        /**
+         * Registers, for this request only, the bytes of generation rank {@code g}'s blocks after the reused prefix:
+         * every (layer, kv, segment) plane of each, merged into runs per region (core's
+         * {@code CacheReceiver.registerGrants}).
+         */
+        private List<PeerPool.Grant> registerGrants(int g) {
+            PagedKvCache cache = gen.caches[g];
+            PoolGeometry geo = cache.geometry();
+            BlockLayout bl = cache.layout();
+            int firstGlobal = BlockDistribution.firstGlobalBlock(totalBlocks, genState.contextParallelism(),
+                    genState.cpRank(g));
+            int[] ids = genBlocks[g];
+            List<long[]> ranges = new ArrayList<>();
+            for (int i = 0; i < ids.length; i++) {
+                if (firstGlobal + i < reused) {
+                    continue;
+                }
+                for (int l = 0; l < bl.localLayers(); l++) {
+                    for (int kv = 0; kv < bl.kvFactor(); kv++) {
+                        for (int seg = 0; seg < geo.segments(); seg++) {
+                            ranges.add(new long[] {geo.region(ids[i], l, kv, seg), geo.planeOffset(ids[i], l, kv, seg),
+                                    geo.segmentPlaneBytes(seg)});
+                        }
                     }
-                });
+                }
+            }
+            ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
+            List<PeerPool.Grant> grants = new ArrayList<>();
+            int i = 0;
+            while (i < ranges.size()) {
+                long region = ranges.get(i)[0];
+                long start = ranges.get(i)[1];
+                long end = start + ranges.get(i)[2];
+                i++;
+                while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
+                    end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
+                    i++;
+                }
+                MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
+                RegisteredRegion reg = gen.managers[g].register(mem);
+                registrations.get(g).add(reg);
+                granted.get(g).put(reg.descriptor().regionId(), mem);
+                grants.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
+            }
+            return grants;
+        }
+
+        /**
+         * Push, after every context rank returned: checks what was written as core's receiver does (when
+         * {@code check}), then revokes the grants.
+         */
+        void finishPush(boolean check) {
+            try {
+                if (check) {
+                    for (int g = 0; g < genBlocks.length; g++) {
+                        if (genBlocks[g] != null) {
+                            checkWrites(g);
+                        }
+                    }
+                }
+            } finally {
+                for (List<RegisteredRegion> regs : registrations) {
+                    for (RegisteredRegion r : regs) {
+                        r.close();
+                    }
+                    regs.clear();
+                }
+                for (Map<Long, MemoryBuffer> m : granted) {
+                    m.clear();
+                }
+            }
+        }
+
+        private void checkWrites(int g) {
+            WriteLog log = logs[g];
+            Map<Long, MemoryBuffer> mem = granted.get(g);
+            String who = "request " + requestId + " gen rank " + g;
+            TargetRanks t = RankMapping.targetRanks(ctxState, genState, g);
+            boolean[] picked = new boolean[ctxBlocks.length];
+            for (int p : gen.formatters[g].pickRecvConnections(genState, g, ctxState)) {
+                picked[t.peerRanks().get(p)] = true;
+            }
+            Map<Long, List<long[]>> byRegion = new HashMap<>();
+            long total = 0;
+            int n = log.size();
+            for (int i = 0; i < n; i++) {
+                int writer = log.writer(i);
+                long region = log.region(i);
+                long off = log.offset(i);
+                long len = log.length(i);
+                MemoryBuffer m = mem.get(region);
+                if (m == null || off < 0 || len < 0 || off > m.size() - len) {
+                    violations.add(who + ": ctx rank " + writer + " wrote " + len + " bytes at offset " + off
+                            + " of grant #" + region + ", outside what this request granted");
+                    continue;
+                }
+                if (!picked[writer]) {
+                    violations.add(who + ": ctx rank " + writer + " wrote " + len + " bytes into it, but it does not"
+                            + " receive from that rank (not picked: another rank of a duplicate group is designated)");
+                }
+                if (log.checksums() && WriteLog.crc(m, off, len) != log.crc(i)) {
+                    violations.add(who + ": the " + len + " bytes ctx rank " + writer + " wrote at offset " + off
+                            + " of grant #" + region + " changed after the write (overwritten by a later entry)");
+                }
+                total += len;
+                byRegion.computeIfAbsent(region, k -> new ArrayList<>()).add(new long[] {off, len, writer});
+            }
+            long expected = 0;
+            int first = BlockDistribution.firstGlobalBlock(totalBlocks, genState.contextParallelism(),
+                    genState.cpRank(g));
+            for (int i = 0; i < genBlocks[g].length; i++) {
+                expected += first + i >= reused ? gen.caches[g].layout().blockBytes() : 0;
+            }
+            written[g] = total;
+            writtenEntries[g] = n;
+            if (total != expected) {
+                violations.add(who + ": the ctx ranks wrote " + total + " bytes into its blocks, " + expected
+                        + " were expected (the blocks after the " + reused + " reused: partial or doubled push)");
+            }
+            for (Map.Entry<Long, List<long[]>> e : byRegion.entrySet()) {
+                List<long[]> runs = e.getValue();
+                runs.sort((a, b) -> Long.compare(a[0], b[0]));
+                for (int i = 1; i < runs.size(); i++) {
+                    long[] a = runs.get(i - 1);
+                    long[] b = runs.get(i);
+                    if (b[0] < a[0] + a[1]) {
+                        violations.add(who + ": writes of ctx ranks " + a[2] + " and " + b[2] + " overlap in grant #"
+                                + e.getKey() + " at byte offset " + b[0] + " (a byte written twice)");
+                        break;
+                    }
+                }
             }
         }
 
@@ -537,21 +863,30 @@ public final class FormatterHarness implements AutoCloseable {
             int[] tags = new int[t.size()];
             int[][] peerIds = new int[t.size()][];
             LongAdder bytes = new LongAdder();
+            boolean push = sender && options.mode().push();
+            PeerPool[] pools = push ? new PeerPool[t.size()] : null;
             for (int p = 0; p < conns.length; p++) {
                 int peerRank = t.peerRanks().get(p);
-                conns[p] = new CountingConnection(all.get(peerRank), messages, bytes);
+                conns[p] = push ? new CountingConnection(all.get(peerRank), messages, bytes, logs[peerRank], rank)
+                        : new CountingConnection(all.get(peerRank), messages, bytes);
                 tags[p] = tag;
                 peerIds[p] = peerBlocks[peerRank] == null ? null : peerBlocks[peerRank].clone();
+                if (push) {
+                    pools[p] = genPools[peerRank];
+                }
             }
-            return DefaultTransferSession.builder(requestId, sender)
+            DefaultTransferSession.Builder b = DefaultTransferSession.builder(requestId, sender)
                     .states(new TransceiverState(selfState, self.comm.withSelfIndex(rank)), peerState, t)
                     .blocks(selfBlocks[rank].clone(), totalBlocks)
                     .connections(conns, tags, options.chunkBytes())
                     .resources(self.pools[rank], self.memory, options.parallelPeers() ? executor : null)
                     .deadline(deadline, new TransferTiming(requestId, System.nanoTime()))
                     .reusedBlocks(reused)
-                    .peerBlockIds(options.exchangeBlockIds() ? peerIds : null)
-                    .build();
+                    .peerBlockIds(options.exchangeBlockIds() ? peerIds : null);
+            if (push) {
+                b.push(pools);
+            }
+            return b.build();
         }
 
         PairReport.RequestReport report() {
@@ -583,7 +918,13 @@ public final class FormatterHarness implements AutoCloseable {
                     continue;
                 }
                 genServing[g] = true;
-                DefaultTransferSession s = genSessions[g];
+                DefaultTransferSession s = options.mode().push() ? null : genSessions[g];
+                if (options.mode().push()) {
+                    // One-sided: what the context ranks wrote into this rank (nothing to measure on this side).
+                    received[g] = written[g];
+                    genMeasured[g] = written[g];
+                    genMsgs[g] = writtenEntries[g];
+                }
                 if (s != null) {
                     received[g] = s.movedBytes();
                     genMeasured[g] = s.timing().measuredBytes();
@@ -614,7 +955,7 @@ public final class FormatterHarness implements AutoCloseable {
             }
             return new PairReport.RequestReport(index, requestId, promptLength, totalBlocks, ctxServing, sent,
                     ctxNeedSend.clone(), picked, genServing, received, expected, zeroLayer, verify, ctxMeasured,
-                    genMeasured, reused, ctxMsgs, genMsgs);
+                    genMeasured, reused, ctxMsgs, genMsgs, violations);
         }
 
         @Override
@@ -622,5 +963,11 @@ public final class FormatterHarness implements AutoCloseable {
             return "request " + requestId + " (" + totalBlocks + " blocks, " + reused + " reused) ctx "
                     + Arrays.deepToString(ctxBlocks) + " gen " + Arrays.deepToString(genBlocks);
         }
+    }
+
+    /** One global layer range. */
+    @FunctionalInterface
+    private interface RangeAction {
+        void run(int firstLayer, int layers);
     }
 }

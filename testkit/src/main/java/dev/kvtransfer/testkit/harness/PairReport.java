@@ -1,29 +1,60 @@
 package dev.kvtransfer.testkit.harness;
 
+import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.testkit.KvPattern;
 import dev.kvtransfer.testkit.LayoutPair;
 
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 
 /**
  * What {@link FormatterHarness} observed for one layout pair.
  *
- * @param pair     the pair
- * @param requests one report per request, in run order
- * @param failure  the first failure of the run (a formatter exception, a timeout, a leak), or {@code null}
+ * @param pair         the pair
+ * @param requests     one report per request, in run order
+ * @param failure      the first failure of the run (a formatter exception, a timeout, a leak), or {@code null}
+ * @param mode         how the run moved the requests
+ * @param capabilities what the formatter under test declared (its context rank 0's instance)
  */
-public record PairReport(LayoutPair pair, List<RequestReport> requests, Throwable failure) {
+public record PairReport(LayoutPair pair, List<RequestReport> requests, Throwable failure, HarnessOptions.Mode mode,
+                         Set<FormatterCapability> capabilities) {
     /**
      * Copies.
+     *
+     * @param pair         pair
+     * @param requests     request reports
+     * @param failure      failure or null
+     * @param mode         the run's mode
+     * @param capabilities declared capabilities
+     */
+    public PairReport {
+        Objects.requireNonNull(pair, "pair");
+        Objects.requireNonNull(mode, "mode");
+        requests = List.copyOf(requests);
+        capabilities = Set.copyOf(capabilities);
+    }
+
+    /**
+     * A report of a whole-request pull run whose formatter declared nothing beyond it.
      *
      * @param pair     pair
      * @param requests request reports
      * @param failure  failure or null
      */
-    public PairReport {
-        Objects.requireNonNull(pair, "pair");
-        requests = List.copyOf(requests);
+    public PairReport(LayoutPair pair, List<RequestReport> requests, Throwable failure) {
+        this(pair, requests, failure, HarnessOptions.Mode.PULL, Set.of());
+    }
+
+    /**
+     * Whether the run's mode needs a capability the formatter does not declare: then the harness only checked that
+     * every call of it threw {@link UnsupportedOperationException}, and nothing moved.
+     *
+     * @return whether the mode was refused as it must be
+     */
+    public boolean refusedUndeclared() {
+        return mode.push() && !capabilities.contains(FormatterCapability.PUSH)
+                || !mode.push() && mode.layered() && !capabilities.contains(FormatterCapability.LAYER_RANGES);
     }
 
     /** @return whether the run completed without an exception */
@@ -53,12 +84,24 @@ public record PairReport(LayoutPair pair, List<RequestReport> requests, Throwabl
      * @param reusedBlocks     leading global blocks the generation side already held (never to be written)
      * @param ctxMessages      per context rank: transport messages it sent
      * @param genMessages      per generation rank: transport messages it received
+     * @param writeViolations  push: what core's receiver would refuse in what was written into the generation pools
+     *                         (an entry outside this request's grants, bytes overwritten by a later entry, two entries
+     *                         overlapping, a writer no generation rank picks, more or fewer bytes than the blocks
+     *                         after the reused prefix); empty when the run pulled or nothing was wrong
      */
     public record RequestReport(int index, long requestId, int promptLength, int totalBlocks, boolean[] ctxServing,
                                 long[] ctxSentBytes, boolean[] ctxNeedSend, boolean[] ctxPickedByGen,
                                 boolean[] genServing, long[] genReceivedBytes, long[] genExpectedBytes,
                                 boolean[] genZeroLayer, KvPattern.Result verify, long[] ctxMeasuredBytes,
-                                long[] genMeasuredBytes, int reusedBlocks, long[] ctxMessages, long[] genMessages) {
+                                long[] genMeasuredBytes, int reusedBlocks, long[] ctxMessages, long[] genMessages,
+                                List<String> writeViolations) {
+        /**
+         * Copies the violations.
+         */
+        public RequestReport {
+            writeViolations = List.copyOf(writeViolations);
+        }
+
         /** @return total payload bytes sent by the context ranks */
         public long totalSent() {
             long s = 0;

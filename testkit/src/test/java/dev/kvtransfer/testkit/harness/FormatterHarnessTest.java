@@ -2,7 +2,9 @@ package dev.kvtransfer.testkit.harness;
 
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
+import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.api.format.FormatterProvider;
+import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
@@ -12,11 +14,14 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.testkit.LayoutPair;
 import org.junit.jupiter.api.Test;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 
@@ -29,7 +34,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  */
 class FormatterHarnessTest {
     /** Sends every block of the request, one message each, ignoring reuse; or only the fresh ones. */
-    private static final class WholeBlocks implements CacheFormatter {
+    private static class WholeBlocks implements CacheFormatter {
         private final KvCacheView cache;
         private final boolean honoursReuse;
         private final AtomicInteger stagingCalls;
@@ -41,9 +46,47 @@ class FormatterHarnessTest {
             this.stagingCalls = stagingCalls;
         }
 
+        private boolean pushes;
+        private boolean writeTwice;
+
         WholeBlocks discarding() {
             this.discard = true;
             return this;
+        }
+
+        WholeBlocks pushing(boolean twice) {
+            this.pushes = true;
+            this.writeTwice = twice;
+            return this;
+        }
+
+        @Override
+        public Set<FormatterCapability> capabilities() {
+            return pushes ? Set.of(FormatterCapability.PUSH) : Set.of();
+        }
+
+        /** Writes every fresh block whole into the same block of the peer's pool (block pools, identical layouts). */
+        @Override
+        public void push(TransferSession s, int firstLayer, int layers) {
+            if (!pushes) {
+                CacheFormatter.super.push(s, firstLayer, layers);
+                return;
+            }
+            int[] ids = s.blockIds();
+            PeerPool pool = s.peerPool(0);
+            PoolGeometry g = pool.geometry();
+            long bytes = cache.layout().blockBytes();
+            WriteBatch batch = new WriteBatch();
+            for (int i = first(s); i < ids.length; i++) {
+                int peer = pool.blockId(i);
+                pool.add(batch, cache.block(ids[i]), 0, g.region(peer, 0, 0, 0), g.planeOffset(peer, 0, 0, 0), bytes);
+                if (writeTwice && i == first(s)) {
+                    pool.add(batch, cache.block(ids[i]), 0, g.region(peer, 0, 0, 0), g.planeOffset(peer, 0, 0, 0),
+                            bytes);
+                }
+            }
+            s.write(0, batch);
+            s.recordMeasure(0, 0, 1, batch.totalBytes());
         }
 
         private int first(TransferSession s) {
@@ -117,6 +160,88 @@ class FormatterHarnessTest {
                 return discard ? f.discarding() : f;
             }
         };
+    }
+
+    private static FormatterProvider pusher(boolean twice) {
+        return new FormatterProvider() {
+            @Override
+            public String name() {
+                return "whole-block-pusher";
+            }
+
+            @Override
+            public boolean handles(AttentionType type) {
+                return true;
+            }
+
+            @Override
+            public CacheFormatter create(KvCacheView cache, TransferBufferPool buffers) {
+                return new WholeBlocks(cache, true, new AtomicInteger()).pushing(twice);
+            }
+        };
+    }
+
+    @Test
+    void aPushIsCheckedAsCoresReceiverChecksIt() {
+        HarnessOptions push = HarnessOptions.defaults().withMode(HarnessOptions.Mode.PUSH);
+        PairReport ok = FormatterHarness.run(pusher(false), pair(List.of(1, 0, LayoutPair.ALL_BLOCKS)), push);
+        assertThat(ok.failure()).isNull();
+        assertThat(ok.refusedUndeclared()).isFalse();
+        for (PairReport.RequestReport q : ok.requests()) {
+            assertThat(q.verify().ok()).as("%s", q.verify()).isTrue();
+            assertThat(q.writeViolations()).isEmpty();
+            assertThat(q.genReceivedBytes()[0]).isEqualTo(q.genExpectedBytes()[0]);
+            assertThat(q.messagesSent()).isEqualTo(q.totalBlocks() - q.reusedBlocks());
+        }
+        // Writing the first fresh block twice: the content is right, but core would refuse the overlap and the bytes.
+        PairReport twice = FormatterHarness.run(pusher(true), pair(List.of(1, 0, 0)), push);
+        assertThat(twice.failure()).isNull();
+        assertThat(twice.requests()).allSatisfy(q -> {
+            assertThat(q.verify().ok()).isTrue();
+            assertThat(q.writeViolations()).anySatisfy(v -> assertThat(v).contains("a byte written twice"))
+                    .anySatisfy(v -> assertThat(v).contains("partial or doubled push"));
+        });
+    }
+
+    @Test
+    void aModeTheFormatterDoesNotDeclareMustBeRefused() {
+        for (HarnessOptions.Mode m : new HarnessOptions.Mode[] {HarnessOptions.Mode.PUSH,
+                HarnessOptions.Mode.PUSH_LAYERS, HarnessOptions.Mode.PULL_LAYERS}) {
+            PairReport r = FormatterHarness.run(provider(true, new AtomicInteger()), pair(List.of()),
+                    HarnessOptions.defaults().withMode(m));
+            assertThat(r.failure()).as("%s: the default methods throw UnsupportedOperationException", m).isNull();
+            assertThat(r.refusedUndeclared()).isTrue();
+            assertThat(r.requests()).allSatisfy(q -> assertThat(q.messagesSent()).isZero());
+        }
+        // A formatter that declares PUSH is not refused, and one that declares nothing but pushes anyway fails.
+        assertThat(FormatterHarness.run(pusher(false), pair(List.of()), HarnessOptions.defaults()
+                .withMode(HarnessOptions.Mode.PUSH)).refusedUndeclared()).isFalse();
+        FormatterProvider liar = new FormatterProvider() {
+            @Override
+            public String name() {
+                return "undeclared-pusher";
+            }
+
+            @Override
+            public boolean handles(AttentionType type) {
+                return true;
+            }
+
+            @Override
+            public CacheFormatter create(KvCacheView cache, TransferBufferPool buffers) {
+                WholeBlocks w = new WholeBlocks(cache, true, new AtomicInteger()).pushing(false);
+                return new WholeBlocks(cache, true, new AtomicInteger()) {
+                    @Override
+                    public void push(TransferSession s, int firstLayer, int layers) {
+                        w.push(s, firstLayer, layers);
+                    }
+                };
+            }
+        };
+        PairReport r = FormatterHarness.run(liar, pair(List.of()), HarnessOptions.defaults()
+                .withMode(HarnessOptions.Mode.PUSH));
+        assertThat(r.failure()).isInstanceOf(AssertionError.class)
+                .hasMessageContaining("does not declare PUSH").hasMessageContaining("did not throw");
     }
 
     private static LayoutPair pair(List<Integer> reuse) {
