@@ -135,6 +135,11 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--transport-set", description = "transport property, e.g. --transport-set aeron.ipc=false")
     Map<String, String> transportProperties = new LinkedHashMap<>();
 
+    @Option(names = "--peer", description = "where the transport level's far end runs: thread (another endpoint of "
+            + "this JVM, default) or process (a child JVM with this JVM's flags; backends with CROSS_PROCESS and no "
+            + "launcher); control and transceiver levels always run in this JVM")
+    String peer = "thread";
+
     @Option(names = "--crc-compare", description = "run every transceiver-level configuration with part checksums on "
             + "and off (same run, interleaved) and report the cost")
     boolean crcCompare;
@@ -252,6 +257,9 @@ public final class BenchCommand implements Callable<Integer> {
                 throw new IllegalArgumentException("--level " + l + ": expected one of " + LEVELS);
             }
         }
+        if (!peer.equals("thread") && !peer.equals("process")) {
+            throw new IllegalArgumentException("--peer " + peer + ": expected thread or process");
+        }
         if (modes != null) {
             for (String m : modes) {
                 if (!m.equals("pull") && !m.equals("push")) {
@@ -356,11 +364,17 @@ public final class BenchCommand implements Callable<Integer> {
         String tag = "[bench " + r + "/" + repeat + "] " + backend;
         if (levels.contains("transport")) {
             TransportBench tb = null;
-            if (oursSkipped == null) {
+            String processRefused = peer.equals("process") && oursSkipped == null ? processRefusal(provider) : null;
+            if (processRefused != null) {
+                noteOnce(backend + " peer", backend + ": transport level ours not run: " + processRefused);
+            }
+            if (oursSkipped == null && processRefused == null) {
                 try {
-                    tb = new TransportBench(provider, base, timeout);
+                    tb = peer.equals("process") ? new TransportBench(provider, base, transportProperties, timeout)
+                            : new TransportBench(provider, base, timeout);
                 } catch (RuntimeException e) {
-                    problem("FAILED " + backend + " transport: cannot start two endpoints: " + e);
+                    problem("FAILED " + backend + " transport: cannot start " + (peer.equals("process")
+                            ? "an endpoint here and the peer JVM: " : "two endpoints: ") + e);
                 }
             }
             try {
@@ -419,6 +433,17 @@ public final class BenchCommand implements Callable<Integer> {
                         bytes / Math.min(requestBytes, CopyBaseline.MAX_CHUNK))), r, copied, tag, runs);
             }
         }
+    }
+
+    /** @return why {@code --peer process} cannot run this backend, or null when it can */
+    private static String processRefusal(TransportProvider provider) {
+        if (provider.launcher().isPresent()) {
+            return "--peer process: " + provider.name() + " ranks are started by its launcher, not as child JVMs";
+        }
+        if (!provider.capabilities().contains(dev.kvtransfer.api.transport.TransportCapability.CROSS_PROCESS)) {
+            return "--peer process: " + provider.name() + " does not declare CROSS_PROCESS";
+        }
+        return null;
     }
 
     private void runTransceiver(TransportProvider provider, Plugins plugins, TransportConfig base, Config c,
@@ -562,6 +587,7 @@ public final class BenchCommand implements Callable<Integer> {
         m.put("control_model", controlModel);
         m.put("verify", verify);
         m.put("crc_compare", crcCompare);
+        m.put("peer", peer);
         m.put("properties", new LinkedHashMap<>(properties));
         m.put("transport_properties", new LinkedHashMap<>(transportProperties));
         m.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));

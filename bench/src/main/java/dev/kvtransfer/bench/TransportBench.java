@@ -13,6 +13,7 @@ import dev.kvtransfer.core.pattern.KvPattern;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.time.Duration;
+import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
@@ -31,10 +32,10 @@ import java.util.concurrent.TimeoutException;
  * {@link KvPattern} source (see {@link #run}).
  */
 final class TransportBench implements AutoCloseable {
-    private static final int HELLO = Tags.FIRST_DATA_TAG + 11;
-    private static final int DATA = Tags.FIRST_DATA_TAG + 12;
-    private static final int PING = Tags.FIRST_DATA_TAG + 13;
-    private static final int PONG = Tags.FIRST_DATA_TAG + 14;
+    private static final int HELLO = TransportPeer.HELLO;
+    private static final int DATA = TransportPeer.DATA;
+    private static final int PING = TransportPeer.PING;
+    private static final int PONG = TransportPeer.PONG;
 
     private final TransportProvider provider;
     private final HostBufferManager memory = new HostBufferManager();
@@ -42,14 +43,18 @@ final class TransportBench implements AutoCloseable {
     private final ConnectionManager b;
     private final Connection ab;
     private final Connection ba;
+    /** With {@code --peer process}: the child JVM holding the far end (then {@code b} and {@code ba} are null). */
+    private final PeerProcess child;
     private final ExecutorService peer = Executors.newSingleThreadExecutor(r -> {
         Thread t = new Thread(r, "bench-transport-peer");
         t.setDaemon(true);
         return t;
     });
 
+    /** Two endpoints of this JVM. */
     TransportBench(TransportProvider provider, TransportConfig base, Duration timeout) {
         this.provider = Objects.requireNonNull(provider, "provider");
+        this.child = null;
         ConnectionManager first = null;
         ConnectionManager second = null;
         try {
@@ -78,9 +83,41 @@ final class TransportBench implements AutoCloseable {
         }
     }
 
+    /** One endpoint here, the other in a child JVM ({@link TransportPeer}) started with this JVM's flags. */
+    TransportBench(TransportProvider provider, TransportConfig base, Map<String, String> properties,
+            Duration timeout) {
+        this.provider = Objects.requireNonNull(provider, "provider");
+        this.b = null;
+        this.ba = null;
+        ConnectionManager first = null;
+        PeerProcess p = null;
+        try {
+            p = PeerProcess.start(provider.name(), properties, timeout);
+            first = provider.create(base.toBuilder().name("bench-a").build());
+            this.a = first;
+            this.ab = a.connection(p.address);
+            MemoryBuffer hello = memory.allocate(8, MemoryKind.HOST);
+            try {
+                ab.send(HELLO, hello, 0, 8, timeout);
+            } finally {
+                hello.close();
+            }
+            this.child = p;
+        } catch (RuntimeException e) {
+            peer.shutdownNow();
+            closeQuietly(first);
+            if (p != null) {
+                p.close(Duration.ofSeconds(5));
+            }
+            memory.close();
+            throw e;
+        }
+    }
+
     /** @return what runs, in words */
     String describe() {
-        return "kvtransfer " + provider.name() + " Connection send/recv between two endpoints of this JVM";
+        return "kvtransfer " + provider.name() + " Connection send/recv between "
+                + (child == null ? "two endpoints of this JVM" : "this JVM and a child JVM (--peer process)");
     }
 
     /**
@@ -102,11 +139,18 @@ final class TransportBench implements AutoCloseable {
             long mismatches = 0;
             String firstMismatch = "";
             // Throughput.
-            Future<?> sender = peer.submit(() -> {
-                for (long i = 0; i < warmup + messages; i++) {
-                    ab.send(DATA, src[(int) (i & 1)], 0, size, timeout);
-                }
-            });
+            Future<?> sender = null;
+            Connection in = ba;
+            if (child != null) {
+                command(TransportPeer.OP_SOURCE, size, warmup + messages, seed[0], timeout);
+                in = ab;
+            } else {
+                sender = peer.submit(() -> {
+                    for (long i = 0; i < warmup + messages; i++) {
+                        ab.send(DATA, src[(int) (i & 1)], 0, size, timeout);
+                    }
+                });
+            }
             HeapMeter heap = new HeapMeter();
             long t0 = 0;
             if (warmup == 0) {
@@ -114,7 +158,7 @@ final class TransportBench implements AutoCloseable {
                 t0 = System.nanoTime();
             }
             for (long i = 0; i < warmup + messages; i++) {
-                ba.recv(DATA, dst, 0, size, timeout);
+                in.recv(DATA, dst, 0, size, timeout);
                 if (verify) {
                     long bad = mismatches(dst, seed[(int) (i & 1)]);
                     verified += words(size);
@@ -130,14 +174,23 @@ final class TransportBench implements AutoCloseable {
             }
             long t1 = System.nanoTime();
             long allocated = heap.stop();
-            await(sender, timeout, "sending " + (warmup + messages) + " messages of " + size + " B");
+            if (child != null) {
+                done(timeout, "sending " + (warmup + messages) + " messages of " + size + " B");
+            } else {
+                await(sender, timeout, "sending " + (warmup + messages) + " messages of " + size + " B");
+            }
             // Latency.
-            Future<?> echoer = peer.submit(() -> {
-                for (int i = 0; i < warmupSamples + samples; i++) {
-                    ba.recv(PING, echo, 0, size, timeout);
-                    ba.send(PONG, echo, 0, size, timeout);
-                }
-            });
+            Future<?> echoer = null;
+            if (child != null) {
+                command(TransportPeer.OP_ECHO, size, warmupSamples + samples, 0, timeout);
+            } else {
+                echoer = peer.submit(() -> {
+                    for (int i = 0; i < warmupSamples + samples; i++) {
+                        ba.recv(PING, echo, 0, size, timeout);
+                        ba.send(PONG, echo, 0, size, timeout);
+                    }
+                });
+            }
             Latencies lat = new Latencies();
             for (int i = 0; i < warmupSamples + samples; i++) {
                 long s = System.nanoTime();
@@ -155,9 +208,16 @@ final class TransportBench implements AutoCloseable {
                     }
                 }
             }
-            await(echoer, timeout, "echoing " + (warmupSamples + samples) + " messages of " + size + " B");
+            if (child != null) {
+                done(timeout, "echoing " + (warmupSamples + samples) + " messages of " + size + " B");
+            } else {
+                await(echoer, timeout, "echoing " + (warmupSamples + samples) + " messages of " + size + " B");
+            }
             Latencies.Percentiles p = lat.percentiles();
             String note = verify ? "--verify: throughput timed with the receiver's check of every message" : "";
+            if (child != null) {
+                note = (note.isEmpty() ? "" : note + "; ") + "heap: this JVM (the receiving end) only";
+            }
             if (!firstMismatch.isEmpty()) {
                 note += "; first mismatch: " + firstMismatch;
             }
@@ -169,6 +229,24 @@ final class TransportBench implements AutoCloseable {
             src[1].close();
             dst.close();
             echo.close();
+        }
+    }
+
+    /** Sends the child a command over the measured connection (untimed). */
+    private void command(long op, long size, long count, long seed, Duration timeout) {
+        try (MemoryBuffer c = memory.allocate(32, MemoryKind.HOST)) {
+            ByteBuffer bb = c.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
+            bb.putLong(0, op).putLong(8, size).putLong(16, count).putLong(24, seed);
+            ab.send(TransportPeer.CMD, c, 0, 32, timeout);
+        }
+    }
+
+    /** Waits for the child's DONE after a command; a child that died says why. */
+    private void done(Duration timeout, String what) {
+        try (MemoryBuffer d = memory.allocate(8, MemoryKind.HOST)) {
+            ab.recv(TransportPeer.DONE, d, 0, 8, timeout);
+        } catch (RuntimeException e) {
+            throw new IllegalStateException(what + " in the peer JVM: " + e + child.exitSummary(), e);
         }
     }
 
@@ -244,6 +322,14 @@ final class TransportBench implements AutoCloseable {
 
     @Override
     public void close() {
+        if (child != null) {
+            try {
+                command(TransportPeer.OP_QUIT, 0, 0, 0, Duration.ofSeconds(5));
+            } catch (RuntimeException e) {
+                // it may be gone already: close() below stops it either way
+            }
+            child.close(Duration.ofSeconds(10));
+        }
         peer.shutdownNow();
         try {
             peer.awaitTermination(10, TimeUnit.SECONDS);
