@@ -73,10 +73,15 @@ class DistributionIT {
         assertThat(lib).noneMatch(n -> n.startsWith("kvtransfer-backend-") || n.startsWith("kvtransfer-formatter-")
                 || n.startsWith("kvtransfer-memory-") || n.startsWith("aeron-") || n.startsWith("jucx")
                 || n.startsWith("jcuda") || n.startsWith("kvtransfer-example"));
+        // The host carries production code only: the testkit and its JUnit / AssertJ live in their own plugin.
+        assertThat(lib).noneMatch(n -> n.startsWith("kvtransfer-testkit") || n.startsWith("junit-")
+                || n.startsWith("assertj-") || n.startsWith("awaitility-"));
         // core needs agrona, so does the aeron plugin: a shared library is in both places.
         assertThat(lib).contains("agrona-2.4.1.jar");
         assertThat(names(dist.resolve("plugins"))).containsExactly("backend-aeron", "backend-mpi", "backend-ucx",
-                "formatter-mla", "formatter-standard", "memory-cuda");
+                "formatter-mla", "formatter-standard", "memory-cuda", "testkit");
+        assertThat(names(dist.resolve("plugins/testkit"))).contains("kvtransfer-testkit-0.1.0-SNAPSHOT.jar",
+                "kvtransfer-core-0.1.0-SNAPSHOT.jar").noneMatch(n -> n.startsWith("kvtransfer-api"));
         assertThat(names(dist.resolve("plugins/backend-aeron"))).contains("kvtransfer-backend-aeron-0.1.0-SNAPSHOT.jar",
                 "aeron-client-1.51.0.jar", "aeron-driver-1.51.0.jar", "agrona-2.4.1.jar")
                 .noneMatch(n -> n.startsWith("kvtransfer-api") || n.startsWith("kvtransfer-core"));
@@ -101,7 +106,7 @@ class DistributionIT {
                 .containsPattern("(?m)^  mpi +(available|unavailable: .*) .* from plugins/backend-mpi \\(")
                 .containsPattern("(?m)^  tcp +available +CROSS_PROCESS,ONE_SIDED_WRITE,PEER_FAILURE_DETECTION +from "
                         + java.util.regex.Pattern.quote(extra.resolve("tcp-transport.jar").toString()) + "$")
-                .containsPattern("(?m)^  loopback +available .* from class path lib/kvtransfer-testkit")
+                .containsPattern("(?m)^  loopback +available .* from plugins/testkit")
                 .containsPattern("(?m)^  standard +available +handles DEFAULT +from plugins/formatter-standard")
                 .containsPattern("(?m)^  mla +available +handles MLA +from plugins/formatter-mla")
                 .containsPattern("(?m)^  cuda +(available|unavailable: .*) +DEVICE,PINNED_HOST +from plugins/memory-cuda")
