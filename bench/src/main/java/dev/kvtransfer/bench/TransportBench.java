@@ -139,14 +139,21 @@ final class TransportBench implements AutoCloseable {
             long mismatches = 0;
             String firstMismatch = "";
             // Throughput.
+            // The clock starts at the earlier of: the sender starting the first timed message, this thread
+            // finishing the warm-up (a sender running ahead is timed from its first timed send).
+            java.util.concurrent.atomic.AtomicLong senderStart = new java.util.concurrent.atomic.AtomicLong(
+                    Long.MAX_VALUE);
             Future<?> sender = null;
             Connection in = ba;
             if (child != null) {
-                command(TransportPeer.OP_SOURCE, size, warmup + messages, seed[0], timeout);
+                command(TransportPeer.OP_SOURCE, size, warmup + messages, seed[0], warmup, timeout);
                 in = ab;
             } else {
                 sender = peer.submit(() -> {
                     for (long i = 0; i < warmup + messages; i++) {
+                        if (i == warmup) {
+                            senderStart.set(System.nanoTime());
+                        }
                         ab.send(DATA, src[(int) (i & 1)], 0, size, timeout);
                     }
                 });
@@ -175,14 +182,16 @@ final class TransportBench implements AutoCloseable {
             long t1 = System.nanoTime();
             long allocated = heap.stop();
             if (child != null) {
-                done(timeout, "sending " + (warmup + messages) + " messages of " + size + " B");
+                // The peer's nanoTime: CLOCK_MONOTONIC, the same clock in every process of this host.
+                senderStart.set(done(timeout, "sending " + (warmup + messages) + " messages of " + size + " B"));
             } else {
                 await(sender, timeout, "sending " + (warmup + messages) + " messages of " + size + " B");
             }
+            t0 = Math.min(t0, senderStart.get());
             // Latency.
             Future<?> echoer = null;
             if (child != null) {
-                command(TransportPeer.OP_ECHO, size, warmupSamples + samples, 0, timeout);
+                command(TransportPeer.OP_ECHO, size, warmupSamples + samples, 0, 0, timeout);
             } else {
                 echoer = peer.submit(() -> {
                     for (int i = 0; i < warmupSamples + samples; i++) {
@@ -233,18 +242,23 @@ final class TransportBench implements AutoCloseable {
     }
 
     /** Sends the child a command over the measured connection (untimed). */
-    private void command(long op, long size, long count, long seed, Duration timeout) {
-        try (MemoryBuffer c = memory.allocate(32, MemoryKind.HOST)) {
+    private void command(long op, long size, long count, long seed, long warmup, Duration timeout) {
+        try (MemoryBuffer c = memory.allocate(TransportPeer.CMD_BYTES, MemoryKind.HOST)) {
             ByteBuffer bb = c.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
-            bb.putLong(0, op).putLong(8, size).putLong(16, count).putLong(24, seed);
-            ab.send(TransportPeer.CMD, c, 0, 32, timeout);
+            bb.putLong(0, op).putLong(8, size).putLong(16, count).putLong(24, seed).putLong(32, warmup);
+            ab.send(TransportPeer.CMD, c, 0, TransportPeer.CMD_BYTES, timeout);
         }
     }
 
-    /** Waits for the child's DONE after a command; a child that died says why. */
-    private void done(Duration timeout, String what) {
+    /**
+     * Waits for the child's DONE after a command; a child that died says why.
+     *
+     * @return the child's {@code System.nanoTime()} when it started the first timed message (SOURCE), else 0
+     */
+    private long done(Duration timeout, String what) {
         try (MemoryBuffer d = memory.allocate(8, MemoryKind.HOST)) {
             ab.recv(TransportPeer.DONE, d, 0, 8, timeout);
+            return d.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN).getLong(0);
         } catch (RuntimeException e) {
             throw new IllegalStateException(what + " in the peer JVM: " + e + child.exitSummary(), e);
         }
@@ -324,7 +338,7 @@ final class TransportBench implements AutoCloseable {
     public void close() {
         if (child != null) {
             try {
-                command(TransportPeer.OP_QUIT, 0, 0, 0, Duration.ofSeconds(5));
+                command(TransportPeer.OP_QUIT, 0, 0, 0, 0, Duration.ofSeconds(5));
             } catch (RuntimeException e) {
                 // it may be gone already: close() below stops it either way
             }

@@ -18,10 +18,11 @@ import java.util.Map;
 /**
  * The far end of {@code kvtransfer bench --peer process}: a child JVM with one endpoint of the backend, driven by the
  * bench over the measured connection itself. It prints {@code KVBENCH-PEER <address>}, accepts the bench's hello,
- * then serves commands (32-byte messages: op, size, count, seed) until {@code QUIT}: {@code SOURCE} sends
+ * then serves commands (40-byte messages: op, size, count, seed, warm-up) until {@code QUIT}: {@code SOURCE} sends
  * {@code count} messages of {@code size} from two sources filled with {@code KvPattern} seeds {@code seed} and
  * {@code seed + 1}, alternating (as the in-JVM sender does); {@code ECHO} receives and returns {@code count} round
- * trips. After each command it sends {@code DONE}. Every wait is bounded by the timeout given; when its standard
+ * trips. After each command it sends {@code DONE} with, for {@code SOURCE}, its {@code System.nanoTime()} when it
+ * started the first timed message (the bench's clock: CLOCK_MONOTONIC is shared by the processes of a host). Every wait is bounded by the timeout given; when its standard
  * input ends (the bench went away) it exits.
  */
 public final class TransportPeer {
@@ -35,6 +36,8 @@ public final class TransportPeer {
     static final long OP_ECHO = 2;
     static final long OP_QUIT = 3;
     static final String ADDRESS_PREFIX = "KVBENCH-PEER ";
+    /** A command: op, size, count, seed, warm-up count (little-endian longs). */
+    static final int CMD_BYTES = 40;
 
     private TransportPeer() {
     }
@@ -85,7 +88,7 @@ public final class TransportPeer {
              ConnectionManager m = Plugins.discover().transport(args[0]).create(config)) {
             System.out.println(ADDRESS_PREFIX + m.localAddress());
             System.out.flush();
-            MemoryBuffer cmd = memory.allocate(32, MemoryKind.HOST);
+            MemoryBuffer cmd = memory.allocate(CMD_BYTES, MemoryKind.HOST);
             MemoryBuffer done = memory.allocate(8, MemoryKind.HOST);
             MemoryBuffer[] src = new MemoryBuffer[2];
             MemoryBuffer echo = null;
@@ -93,12 +96,14 @@ public final class TransportPeer {
             try {
                 Connection c = m.recvConnect(HELLO, cmd, 0, 8, timeout);
                 while (true) {
-                    c.recv(CMD, cmd, 0, 32, timeout);
+                    c.recv(CMD, cmd, 0, CMD_BYTES, timeout);
                     ByteBuffer bb = cmd.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
                     long op = bb.getLong(0);
                     long size = bb.getLong(8);
                     long count = bb.getLong(16);
                     long seed = bb.getLong(24);
+                    long warmup = bb.getLong(32);
+                    long timedStart = 0;
                     if (op == OP_QUIT) {
                         return;
                     }
@@ -113,6 +118,9 @@ public final class TransportPeer {
                         TransportBench.fill(src[0], seed);
                         TransportBench.fill(src[1], seed + 1);
                         for (long i = 0; i < count; i++) {
+                            if (i == warmup) {
+                                timedStart = System.nanoTime();
+                            }
                             c.send(DATA, src[(int) (i & 1)], 0, size, timeout);
                         }
                     } else if (op == OP_ECHO) {
@@ -123,6 +131,7 @@ public final class TransportPeer {
                     } else {
                         throw new IllegalArgumentException("unknown command " + op);
                     }
+                    done.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN).putLong(0, timedStart);
                     c.send(DONE, done, 0, 8, timeout);
                 }
             } finally {
