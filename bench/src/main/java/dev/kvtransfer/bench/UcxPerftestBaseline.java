@@ -47,8 +47,13 @@ final class UcxPerftestBaseline implements Baseline {
         double[] bw = run("tag_bw", messageBytes, warmupMessages, messages, timeout);
         double[] lat = run("tag_lat", messageBytes, warmupSamples, samples, timeout);
         double bytesPerSecond = bw[5] * MIB;
+        if (!(bytesPerSecond > 0) || Double.isInfinite(bytesPerSecond)) {
+            throw new TransportException(ErrorCode.MALFORMED, "ucx_perftest tag_bw " + messageBytes + " B reported an "
+                    + "overall bandwidth of " + bw[5] + " MiB/s: no usable figure (rerun with more messages)");
+        }
         long nanos = Math.max(1, (long) (messages * (double) messageBytes / bytesPerSecond * 1e9));
-        Latencies.Percentiles p = new Latencies.Percentiles(2 * lat[1], Double.NaN, Double.NaN, Double.NaN);
+        double p50 = Double.isFinite(lat[1]) && lat[1] > 0 ? 2 * lat[1] : Double.NaN;
+        Latencies.Percentiles p = new Latencies.Percentiles(p50, Double.NaN, Double.NaN, Double.NaN);
         return new Result("ucx_perftest tag_bw/tag_lat (UCX default transports)", messageBytes, messages, nanos, p,
                 "perftest: p50 is twice its one-way median; no p99/p99.9/max");
     }
@@ -88,6 +93,29 @@ final class UcxPerftestBaseline implements Baseline {
         }
     }
 
+    /** perftest prints C's {@code inf} / {@code nan} when an interval took no measurable time. */
+    private static double number(String f) {
+        switch (f.toLowerCase(java.util.Locale.ROOT)) {
+            case "inf", "+inf" -> {
+                return Double.POSITIVE_INFINITY;
+            }
+            case "-inf" -> {
+                return Double.NEGATIVE_INFINITY;
+            }
+            case "nan", "-nan" -> {
+                return Double.NaN;
+            }
+            default -> {
+                try {
+                    return Double.parseDouble(f);
+                } catch (NumberFormatException e) {
+                    throw new TransportException(ErrorCode.MALFORMED, "ucx_perftest Final: line: '" + f
+                            + "' is not a number", e);
+                }
+            }
+        }
+    }
+
     /**
      * @param output the client's output
      * @return the 8 numbers after {@code Final:} (iterations, p50, average and overall latency µs, average and
@@ -103,7 +131,7 @@ final class UcxPerftestBaseline implements Baseline {
                 }
                 double[] v = new double[8];
                 for (int i = 0; i < 8; i++) {
-                    v[i] = Double.parseDouble(f[i]);
+                    v[i] = number(f[i]);
                 }
                 return v;
             }

@@ -93,6 +93,13 @@ class UnitsTest {
         double[] v = UcxPerftestBaseline.parseFinal(out);
         assertThat(v).containsExactly(200, 0.150, 1158.171, 1158.171, 863.43, 863.43, 863, 863);
         assertThatThrownBy(() -> UcxPerftestBaseline.parseFinal("no table")).hasMessageContaining("Final:");
+        // C's inf / nan (an interval that took no measurable time) are read, not a NumberFormatException.
+        double[] odd = UcxPerftestBaseline.parseFinal("Final:  200  0.000  inf  1158.171  nan  863.43  -nan  863\n");
+        assertThat(odd[2]).isInfinite();
+        assertThat(odd[4]).isNaN();
+        assertThat(odd[5]).isEqualTo(863.43);
+        assertThatThrownBy(() -> UcxPerftestBaseline.parseFinal("Final: 1 2 3 4 x 6 7 8\n"))
+                .hasMessageContaining("'x' is not a number");
     }
 
     @Test
