@@ -33,6 +33,9 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     @Mixin
     DemoOptions options = new DemoOptions();
 
+    @Mixin
+    MetricsOptions metrics = new MetricsOptions();
+
     @Option(names = "--requests", description = "number of requests (default 8)")
     int requests = 8;
 
@@ -122,9 +125,11 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                 child ? " (generation instance in a child JVM)" : " (both instances in this JVM)",
                 describe(ctxState));
         long started = System.nanoTime();
-        try (LocalInstance ctx = Instances.start("ctx", ctxState, options, blocksPerRank);
+        try (MetricsOptions.Scope meters = metrics.start(out);
+             LocalInstance ctx = Instances.start("ctx", ctxState, options, blocksPerRank, meters.registry("ctx"));
              GenSide gen = child ? new ChildProcessGen(options, blocksPerRank, timeout)
-                     : new GenRunner(Instances.start("gen", genState, options, blocksPerRank), options);
+                     : new GenRunner(Instances.start("gen", genState, options, blocksPerRank, meters.registry("gen")),
+                             options);
              SimulatedPrefill prefill = new SimulatedPrefill(prefillMsPerLayer)) {
             Result result = run(ctx, gen, window, timeout, prefill);
             Result plain = null;

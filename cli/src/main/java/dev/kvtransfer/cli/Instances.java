@@ -15,6 +15,11 @@ final class Instances {
     }
 
     static LocalInstance start(String name, CacheState state, DemoOptions options, int blocksPerRank) {
+        return start(name, state, options, blocksPerRank, new io.micrometer.core.instrument.simple.SimpleMeterRegistry());
+    }
+
+    static LocalInstance start(String name, CacheState state, DemoOptions options, int blocksPerRank,
+                               io.micrometer.core.instrument.MeterRegistry meters) {
         Plugins plugins = Plugins.discover();
         TransceiverConfig config = options.transceiverConfig();
         TransportProvider transport = plugins.transport(config.backend());
@@ -29,6 +34,7 @@ final class Instances {
                 .config(config)
                 .blocksPerRank(blocksPerRank)
                 .sharedBufferManager(true)
+                .meters(meters)
                 .errorHandler(e -> System.err.println("kvtransfer[" + name + "]: " + e.getMessage()))
                 .start();
     }

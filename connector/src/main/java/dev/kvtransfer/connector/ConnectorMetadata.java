@@ -1,0 +1,108 @@
+package dev.kvtransfer.connector;
+
+import dev.kvtransfer.api.model.ContextPhaseParams;
+
+import java.util.List;
+import java.util.Objects;
+import java.util.Set;
+
+/**
+ * What the scheduler tells every worker for one step (vLLM's {@code KVConnectorMetadata}), built by
+ * {@link SchedulerConnector#buildConnectorMeta()} and bound on each rank with
+ * {@link WorkerConnector#bindConnectorMetadata}: the loads to start, the saves of requests computed in this step,
+ * and the transfers the engine aborted. Immutable; an in-JVM object (an engine whose workers are other processes
+ * sends its parts — ids, block tables, {@link ContextPhaseParams#writeTo} — over its own channel).
+ *
+ * @param step    the scheduler's step number (from 1)
+ * @param loads   requests whose KV the workers load
+ * @param saves   requests whose KV the workers save, layer by layer, while the step computes them
+ * @param cancels request ids whose transfers the engine aborted
+ */
+public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> saves, Set<Long> cancels) {
+    /**
+     * Copies.
+     *
+     * @param step    step number
+     * @param loads   loads
+     * @param saves   saves
+     * @param cancels cancels
+     */
+    public ConnectorMetadata {
+        loads = List.copyOf(Objects.requireNonNull(loads, "loads"));
+        saves = List.copyOf(Objects.requireNonNull(saves, "saves"));
+        cancels = Set.copyOf(Objects.requireNonNull(cancels, "cancels"));
+    }
+
+    /** @return whether there is nothing to do */
+    public boolean isEmpty() {
+        return loads.isEmpty() && saves.isEmpty() && cancels.isEmpty();
+    }
+
+    /**
+     * One load.
+     *
+     * @param requestId    the engine's request id
+     * @param params       where to load from (holds the context request id)
+     * @param promptTokens prompt length
+     * @param blocks       the request's blocks on every rank, reused ones included
+     * @param reusedBlocks leading global blocks this instance already holds (not loaded)
+     * @param reusedHashes prefix-cache keys of the reused blocks
+     * @param async        whether the load is asynchronous (else the worker waits per layer in this step)
+     */
+    public record LoadSpec(long requestId, ContextPhaseParams params, int promptTokens, BlockTable blocks,
+                           int reusedBlocks, long[] reusedHashes, boolean async) {
+        /**
+         * Validates and copies.
+         *
+         * @param requestId    id
+         * @param params       params
+         * @param promptTokens prompt length
+         * @param blocks       blocks
+         * @param reusedBlocks reused blocks
+         * @param reusedHashes their hashes
+         * @param async        asynchronous
+         */
+        public LoadSpec {
+            Objects.requireNonNull(params, "params");
+            Objects.requireNonNull(blocks, "blocks");
+            reusedHashes = Objects.requireNonNull(reusedHashes, "reusedHashes").clone();
+            if (reusedHashes.length != reusedBlocks) {
+                throw new IllegalArgumentException("request " + requestId + ": " + reusedHashes.length
+                        + " hashes for " + reusedBlocks + " reused blocks");
+            }
+        }
+
+        @Override
+        public long[] reusedHashes() {
+            return reusedHashes.clone();
+        }
+    }
+
+    /**
+     * One save.
+     *
+     * @param requestId    the request id (the context request id the decode side names)
+     * @param promptTokens prompt length
+     * @param blocks       the request's blocks on every rank
+     * @param blockHashes  prefix-cache keys of the prompt's full blocks (may be empty)
+     */
+    public record SaveSpec(long requestId, int promptTokens, BlockTable blocks, long[] blockHashes) {
+        /**
+         * Validates and copies.
+         *
+         * @param requestId    id
+         * @param promptTokens prompt length
+         * @param blocks       blocks
+         * @param blockHashes  hashes
+         */
+        public SaveSpec {
+            Objects.requireNonNull(blocks, "blocks");
+            blockHashes = Objects.requireNonNull(blockHashes, "blockHashes").clone();
+        }
+
+        @Override
+        public long[] blockHashes() {
+            return blockHashes.clone();
+        }
+    }
+}

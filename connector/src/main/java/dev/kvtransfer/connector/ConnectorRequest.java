@@ -1,0 +1,109 @@
+package dev.kvtransfer.connector;
+
+import dev.kvtransfer.api.model.ContextPhaseParams;
+
+import java.util.Objects;
+import java.util.Optional;
+
+/**
+ * What the connector needs to know of one engine request (the parts of vLLM's {@code Request} a KV connector
+ * reads): its id, prompt length, the prefix-cache key of each full prompt block, and what to do with its KV — save
+ * it for a remote decode ({@code do_remote_decode}), load it from a remote prefill ({@code kv_transfer_params}), or
+ * neither. Immutable.
+ */
+public final class ConnectorRequest {
+    private final long requestId;
+    private final int promptTokens;
+    private final long[] blockHashes;
+    private final boolean saveForRemote;
+    private final ContextPhaseParams loadFrom;
+
+    private ConnectorRequest(long requestId, int promptTokens, long[] blockHashes, boolean saveForRemote,
+                             ContextPhaseParams loadFrom) {
+        if (promptTokens < 1) {
+            throw new IllegalArgumentException("request " + requestId + ": promptTokens = " + promptTokens
+                    + ": must be >= 1");
+        }
+        this.requestId = requestId;
+        this.promptTokens = promptTokens;
+        this.blockHashes = Objects.requireNonNull(blockHashes, "blockHashes").clone();
+        this.saveForRemote = saveForRemote;
+        this.loadFrom = loadFrom;
+    }
+
+    /**
+     * A prefill request whose KV a remote decode instance will load. Its id is the context request id the decode
+     * side names.
+     *
+     * @param requestId    the request id
+     * @param promptTokens prompt length
+     * @param blockHashes  prefix-cache key of each full block of the prompt, in order (may be empty; a decode side
+     *                     that reuses a prefix is checked against them)
+     * @return the request
+     */
+    public static ConnectorRequest prefill(long requestId, int promptTokens, long[] blockHashes) {
+        return new ConnectorRequest(requestId, promptTokens, blockHashes, true, null);
+    }
+
+    /**
+     * A decode request whose prompt KV is loaded from the prefill instance named by {@code kvTransferParams}.
+     *
+     * @param requestId        this engine's id of the request (may differ from the context request id)
+     * @param promptTokens     prompt length (as on the prefill side)
+     * @param blockHashes      prefix-cache key of each full block of the prompt, in order: those of the blocks this
+     *                         instance already holds are sent along so the prefill side can check them
+     * @param kvTransferParams what the prefill instance handed out
+     * @return the request
+     */
+    public static ConnectorRequest decode(long requestId, int promptTokens, long[] blockHashes,
+                                          ContextPhaseParams kvTransferParams) {
+        return new ConnectorRequest(requestId, promptTokens, blockHashes, false,
+                Objects.requireNonNull(kvTransferParams, "kvTransferParams"));
+    }
+
+    /**
+     * A request the connector has nothing to do for (computed and kept locally).
+     *
+     * @param requestId    the request id
+     * @param promptTokens prompt length
+     * @return the request
+     */
+    public static ConnectorRequest local(long requestId, int promptTokens) {
+        return new ConnectorRequest(requestId, promptTokens, new long[0], false, null);
+    }
+
+    /** @return the engine's request id */
+    public long requestId() {
+        return requestId;
+    }
+
+    /** @return prompt length in tokens */
+    public int promptTokens() {
+        return promptTokens;
+    }
+
+    /** @return a copy of the prompt blocks' prefix-cache keys */
+    public long[] blockHashes() {
+        return blockHashes.clone();
+    }
+
+    long[] blockHashesView() {
+        return blockHashes;
+    }
+
+    /** @return whether the KV is saved for a remote decode instance */
+    public boolean saveForRemote() {
+        return saveForRemote;
+    }
+
+    /** @return where the KV is loaded from, for a decode request */
+    public Optional<ContextPhaseParams> kvTransferParams() {
+        return Optional.ofNullable(loadFrom);
+    }
+
+    @Override
+    public String toString() {
+        return "ConnectorRequest{" + requestId + " prompt=" + promptTokens + (saveForRemote ? " save" : "")
+                + (loadFrom != null ? " load from context request " + loadFrom.requestId() : "") + "}";
+    }
+}
