@@ -2,6 +2,7 @@ package dev.kvtransfer.aeron;
 
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RawBaseline;
 import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.api.transport.TransportCapability;
 import dev.kvtransfer.api.transport.TransportConfig;
@@ -9,6 +10,7 @@ import dev.kvtransfer.api.transport.TransportProvider;
 
 import java.util.EnumSet;
 import java.util.Objects;
+import java.util.Optional;
 import java.util.Set;
 
 /**
@@ -74,6 +76,17 @@ public final class AeronTransportProvider implements TransportProvider {
             return null;
         }
         return AeronHostSupport.start(config.properties());
+    }
+
+    /**
+     * Plain Aeron on the channel our managers use ({@link AeronRawBaseline}: {@code aeron:ipc} on the same driver,
+     * or UDP with {@code aeron.ipc=false}; both ends threads of the calling JVM).
+     *
+     * @return the baseline
+     */
+    @Override
+    public Optional<RawBaseline> rawBaseline() {
+        return Optional.of(new AeronRawBaseline());
     }
 
     @Override

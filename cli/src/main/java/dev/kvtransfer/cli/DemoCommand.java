@@ -2,6 +2,7 @@ package dev.kvtransfer.cli;
 
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.bench.CopyBaseline;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.TransceiverConfig;

@@ -23,7 +23,8 @@ import java.util.stream.Collectors;
 @Command(name = "kvtransfer", mixinStandardHelpOptions = true, version = "kvtransfer 0.1.0",
         description = "KV-cache transfer for disaggregated LLM serving on the JVM.",
         subcommands = {DemoCommand.class, DemoWorkerCommand.class, MpiDemoRankCommand.class,
-                dev.kvtransfer.cli.journal.JournalCommand.class, PluginsCommand.class})
+                dev.kvtransfer.cli.journal.JournalCommand.class, PluginsCommand.class,
+                dev.kvtransfer.bench.BenchCommand.class})
 public final class KvTransferCli implements Runnable {
     /** The plugin directories this JVM was started with (the launcher's), before any {@code --plugin-dir}. */
     private static final String STARTUP_PLUGIN_DIRS = System.getProperty(Plugins.PLUGIN_DIRS_PROPERTY);

@@ -50,4 +50,14 @@ public interface TransportProvider {
     default HostSupport startHostSupport(TransportConfig config) {
         return null;
     }
+
+    /**
+     * What this transport's own library does on the same channel without kvtransfer's protocol, for benchmarks
+     * ({@code kvtransfer bench}) to report ours beside it. Like the provider, obtaining it starts nothing.
+     *
+     * @return the baseline, or empty when the transport offers none (the default)
+     */
+    default Optional<RawBaseline> rawBaseline() {
+        return Optional.empty();
+    }
 }

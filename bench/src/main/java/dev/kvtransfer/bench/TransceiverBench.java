@@ -1,0 +1,358 @@
+package dev.kvtransfer.bench;
+
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.RequestState;
+import dev.kvtransfer.core.TransceiverConfig;
+import dev.kvtransfer.core.TransferRequest;
+import dev.kvtransfer.core.local.LocalInstance;
+import dev.kvtransfer.core.pattern.KvPattern;
+import dev.kvtransfer.core.plugin.Plugins;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import java.util.OptionalInt;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
+
+/**
+ * Transceiver level: a context and a generation {@link LocalInstance} in this JVM over one transport (found through
+ * the SPI), {@code CacheTransceiver} pairs moving whole requests: the context ranks {@code respondAndSendAsync},
+ * the generation ranks {@code requestAndReceiveAsync} with the context side's {@code ContextPhaseParams}. Requests
+ * go in windows of {@code inflight}: their blocks are allocated (and filled with {@link KvPattern} under
+ * {@code --verify}) before the window, then the window is timed from the first submit to the last generation
+ * completion, then (untimed) the status agreement runs on every rank, every element is verified and the blocks are
+ * freed. Latency per request: its generation submit to its completion. Heap: bytes allocated by all threads during
+ * the timed part of each window, per request.
+ */
+final class TransceiverBench implements AutoCloseable {
+    private final String level;
+    private final TransportProvider provider;
+    private final String mode;
+    private final String checksums;
+    private final int blocks;
+    private final int inflight;
+    private final Duration timeout;
+    private final LocalInstance ctx;
+    private final LocalInstance gen;
+    private final long requestBytes;
+    private final ExecutorService sync;
+    private final AtomicLong backgroundErrors = new AtomicLong();
+    private volatile String firstBackgroundError = "";
+    private long nextId = 1;
+
+    TransceiverBench(String level, TransportProvider provider, Plugins plugins, TransportConfig base,
+            TransceiverConfig config, CacheState ctxState, CacheState genState, int blocks, int inflight,
+            Duration timeout) {
+        this.level = Objects.requireNonNull(level, "level");
+        this.provider = Objects.requireNonNull(provider, "provider");
+        this.mode = config.transferMode().toString().toLowerCase(java.util.Locale.ROOT);
+        this.checksums = config.partChecksums() ? "on" : "off";
+        this.blocks = blocks;
+        this.inflight = inflight;
+        this.timeout = timeout;
+        int perRank = Math.multiplyExact(blocks, inflight);
+        LocalInstance c = null;
+        try {
+            c = start("bench-ctx", ctxState, provider, plugins, base, config, perRank);
+            this.ctx = c;
+            this.gen = start("bench-gen", genState, provider, plugins, base, config, perRank);
+        } catch (RuntimeException e) {
+            if (c != null) {
+                c.close();
+            }
+            throw e;
+        }
+        this.requestBytes = (long) blocks * ctxState.tokensPerBlock() * kvBytesPerToken(ctxState);
+        int threads = ctx.ranks() + gen.ranks();
+        this.sync = Executors.newFixedThreadPool(threads, r -> {
+            Thread t = new Thread(r, "bench-status-sync");
+            t.setDaemon(true);
+            return t;
+        });
+    }
+
+    private LocalInstance start(String name, CacheState state, TransportProvider provider, Plugins plugins,
+            TransportConfig base, TransceiverConfig config, int blocksPerRank) {
+        return LocalInstance.builder(name, state)
+                .transport(provider, base.toBuilder().name(name).build())
+                .plugins(plugins)
+                .config(config)
+                .blocksPerRank(blocksPerRank)
+                .sharedBufferManager(true)
+                .errorHandler(e -> {
+                    if (backgroundErrors.getAndIncrement() == 0) {
+                        firstBackgroundError = name + ": " + e.getMessage();
+                    }
+                })
+                .start();
+    }
+
+    /** KV bytes of one token over all layers and heads of the model. */
+    static long kvBytesPerToken(CacheState s) {
+        long perLayer = (long) s.kvFactor() * s.sizePerHead() * s.dataType().bytes();
+        long sum = 0;
+        for (int h : s.kvHeadsPerLayer()) {
+            sum += h * perLayer;
+        }
+        return sum;
+    }
+
+    /** @return bytes of one request over all ranks */
+    long requestBytes() {
+        return requestBytes;
+    }
+
+    String describe() {
+        return "kvtransfer CacheTransceiver pair over " + provider.name() + " (LocalInstance ctx " + layout(ctx)
+                + " -> gen " + layout(gen) + ", " + mode + ", part checksums " + checksums + ")";
+    }
+
+    private static String layout(LocalInstance i) {
+        CacheState s = i.cacheState();
+        return "TP" + s.tensorParallelism() + " PP" + s.pipelineParallelism();
+    }
+
+    private final class Window {
+        final List<Long> ids = new ArrayList<>();
+        final List<TransferRequest[]> ctxRequests = new ArrayList<>();
+        final List<TransferRequest[]> genRequests = new ArrayList<>();
+        final List<int[][]> genBlocks = new ArrayList<>();
+    }
+
+    /** The totals of the requests run so far. */
+    private static final class Totals {
+        long requests;
+        long bytes;
+        long nanos;
+        long allocated;
+        long verified;
+        long mismatches;
+        long failures;
+        long pushed;
+        String firstError = "";
+        final Latencies latency = new Latencies();
+    }
+
+    /**
+     * @param requests timed requests (rounded up to whole windows)
+     * @param warmup   untimed requests first (rounded up to whole windows; verified too)
+     * @param verify   fill and check every element
+     * @param repeat   repeat index for the row
+     * @return the row
+     */
+    Measurement run(int requests, int warmup, boolean verify, int repeat) {
+        Totals warm = new Totals();
+        for (int done = 0; done < warmup; done += inflight) {
+            window(warm, verify);
+        }
+        Totals t = new Totals();
+        for (int done = 0; done < requests; done += inflight) {
+            window(t, verify);
+        }
+        Latencies.Percentiles p = t.latency.percentiles();
+        String note = t.firstError.isEmpty() ? warm.firstError : t.firstError;
+        if (backgroundErrors.get() > 0) {
+            note = (note.isEmpty() ? "" : note + "; ") + backgroundErrors.get() + " background errors, first: "
+                    + firstBackgroundError;
+        }
+        if (mode.equals("push") && t.pushed + warm.pushed < t.requests + warm.requests - t.failures - warm.failures) {
+            // Push asked, but the transport or the formatter could not: those requests were pulled.
+            note = (note.isEmpty() ? "" : note + "; ") + "push asked: " + (t.pushed + warm.pushed) + " of "
+                    + (t.requests + warm.requests - t.failures - warm.failures) + " requests pushed, the rest pulled";
+        }
+        return new Measurement(level, provider.name(), "ours", describe(), mode, checksums, requestBytes, blocks,
+                inflight, repeat, t.requests, t.bytes, Math.max(1, t.nanos), p.p50Us(), p.p99Us(), p.p999Us(),
+                p.maxUs(), t.allocated < 0 || t.requests == 0 ? Double.NaN : t.allocated / (double) t.requests,
+                t.verified + warm.verified, t.mismatches + warm.mismatches, t.failures + warm.failures, note);
+    }
+
+    private void window(Totals totals, boolean verify) {
+        CacheState cs = ctx.cacheState();
+        int isl = blocks * cs.tokensPerBlock();
+        Window w = new Window();
+        // Untimed: allocate (and fill) both sides' blocks.
+        for (int i = 0; i < inflight; i++) {
+            long id = nextId++;
+            w.ids.add(id);
+            TransferRequest[] cr = new TransferRequest[ctx.ranks()];
+            for (int r = 0; r < ctx.ranks(); r++) {
+                int[] b = ctx.cache(r).allocate(id, blocks);
+                if (verify) {
+                    KvPattern.fill(ctx.cache(r), b, ctx.cacheState(r), r, id, blocks);
+                }
+                cr[r] = TransferRequest.context(id, isl, b);
+            }
+            int[][] gb = new int[gen.ranks()][];
+            for (int r = 0; r < gen.ranks(); r++) {
+                gb[r] = gen.cache(r).allocate(id, blocks);
+            }
+            w.ctxRequests.add(cr);
+            w.genBlocks.add(gb);
+        }
+        // Timed: the window's transfers.
+        HeapMeter heap = new HeapMeter();
+        heap.start();
+        long t0 = System.nanoTime();
+        List<CompletableFuture<Long>> genDone = new ArrayList<>();
+        List<CompletableFuture<?>> ctxDone = new ArrayList<>();
+        long[] submitted = new long[inflight];
+        for (int i = 0; i < inflight; i++) {
+            long id = w.ids.get(i);
+            TransferRequest[] cr = w.ctxRequests.get(i);
+            for (int r = 0; r < cr.length; r++) {
+                ctx.transceiver(r).respondAndSendAsync(cr[r]);
+                ctxDone.add(cr[r].completion().toCompletableFuture());
+            }
+            ContextPhaseParams params = ctx.contextPhaseParams(id, 0);
+            TransferRequest[] gr = new TransferRequest[gen.ranks()];
+            CompletableFuture<?>[] parts = new CompletableFuture<?>[gen.ranks()];
+            submitted[i] = System.nanoTime();
+            for (int r = 0; r < gr.length; r++) {
+                gr[r] = TransferRequest.generation(params, isl, w.genBlocks.get(i)[r]);
+                gen.transceiver(r).requestAndReceiveAsync(gr[r]);
+                parts[r] = gr[r].completion().toCompletableFuture();
+            }
+            w.genRequests.add(gr);
+            genDone.add(CompletableFuture.allOf(parts).handle((v, e) -> System.nanoTime()));
+        }
+        long deadline = System.nanoTime() + timeout.plusSeconds(30).toNanos();
+        long last = t0;
+        for (int i = 0; i < inflight; i++) {
+            Long end = await(genDone.get(i), deadline);
+            if (end != null) {
+                last = Math.max(last, end);
+            }
+        }
+        for (CompletableFuture<?> f : ctxDone) {
+            await(f, deadline);
+        }
+        if (genDone.stream().anyMatch(f -> !f.isDone()) || ctxDone.stream().anyMatch(f -> !f.isDone())) {
+            // Freeing blocks under a transfer still running would be wrong: give up on this configuration.
+            throw new IllegalStateException(level + " over " + provider.name() + ": requests " + w.ids
+                    + " did not finish within " + timeout.plusSeconds(30).toSeconds() + " s");
+        }
+        long allocated = heap.stop();
+        long nanos = Math.max(1, last - t0);
+        // Untimed: status agreement, verification, release.
+        statusSync();
+        for (int i = 0; i < inflight; i++) {
+            long id = w.ids.get(i);
+            TransferRequest[] gr = w.genRequests.get(i);
+            boolean ok = true;
+            long bytes = 0;
+            for (int r = 0; r < gr.length; r++) {
+                if (gr[r].state() != RequestState.GENERATION_TRANS_COMPLETE) {
+                    ok = false;
+                    if (totals.firstError.isEmpty()) {
+                        totals.firstError = "request " + id + " gen rank " + r + ": " + gr[r].state()
+                                + gr[r].error().map(e -> " " + e.getMessage()).orElse("");
+                    }
+                }
+                bytes += gr[r].kvCacheSize();
+            }
+            for (TransferRequest c : w.ctxRequests.get(i)) {
+                if (c.state() != RequestState.CONTEXT_COMPLETE && totals.firstError.isEmpty()) {
+                    totals.firstError = "request " + id + " context side: " + c.state()
+                            + c.error().map(e -> " " + e.getMessage()).orElse("");
+                }
+            }
+            if (ok) {
+                totals.bytes += bytes;
+                boolean pushed = true;
+                for (TransferRequest g : gr) {
+                    pushed &= g.wasPushed();
+                }
+                totals.pushed += pushed ? 1 : 0;
+                totals.latency.record(genDone.get(i).getNow(submitted[i]) - submitted[i]);
+                if (verify) {
+                    for (int r = 0; r < gen.ranks(); r++) {
+                        KvPattern.Result v = KvPattern.verify(gen.cache(r), w.genBlocks.get(i)[r], gen.cacheState(r), r,
+                                id, blocks);
+                        totals.verified += v.checkedElements();
+                        totals.mismatches += v.mismatches();
+                        if (!v.ok() && totals.firstError.isEmpty()) {
+                            totals.firstError = "request " + id + " gen rank " + r + ": " + v.firstMismatch();
+                        }
+                    }
+                }
+            } else {
+                totals.failures++;
+            }
+            for (int r = 0; r < ctx.ranks(); r++) {
+                ctx.cache(r).free(id);
+            }
+            for (int r = 0; r < gen.ranks(); r++) {
+                gen.cache(r).free(id);
+            }
+        }
+        totals.requests += inflight;
+        totals.nanos += nanos;
+        totals.allocated = allocated < 0 || totals.allocated < 0 ? -1 : totals.allocated + allocated;
+    }
+
+    /** Runs the collective status checks on every rank of both instances at once. */
+    private void statusSync() {
+        List<Future<?>> fs = new ArrayList<>();
+        for (int r = 0; r < ctx.ranks(); r++) {
+            int rank = r;
+            fs.add(sync.submit(() -> ctx.transceiver(rank).checkContextTransferStatus(OptionalInt.empty())));
+        }
+        for (int r = 0; r < gen.ranks(); r++) {
+            int rank = r;
+            fs.add(sync.submit(() -> gen.transceiver(rank).checkGenTransferStatus(OptionalInt.empty())));
+        }
+        long deadline = System.nanoTime() + timeout.toNanos();
+        for (Future<?> f : fs) {
+            try {
+                f.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+            } catch (Exception e) {
+                throw new IllegalStateException("status agreement failed: " + e, e);
+            }
+        }
+    }
+
+    private static <T> T await(CompletableFuture<T> f, long deadline) {
+        try {
+            return f.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+        } catch (java.util.concurrent.TimeoutException e) {
+            return null;
+        } catch (java.util.concurrent.ExecutionException e) {
+            return null; // the request's state says why
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted", e);
+        }
+    }
+
+    @Override
+    public void close() {
+        sync.shutdownNow();
+        RuntimeException failure = null;
+        try {
+            gen.close();
+        } catch (RuntimeException e) {
+            failure = e;
+        }
+        try {
+            ctx.close();
+        } catch (RuntimeException e) {
+            if (failure == null) {
+                failure = e;
+            } else {
+                failure.addSuppressed(e);
+            }
+        }
+        if (failure != null) {
+            throw failure;
+        }
+    }
+}
