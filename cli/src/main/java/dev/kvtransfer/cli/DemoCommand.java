@@ -53,7 +53,7 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     boolean copyBaseline = true;
 
     @Option(names = "--raw-baseline",
-            description = "aeron: also time plain Aeron (publication -> subscription, a child JVM sending) for the same total bytes and message size, and print the ratio")
+            description = "also time the backend's raw library in this run (plain Aeron on the same channel through the transport SPI, ucx_perftest, or the C MPI loop) at this run's message size and total bytes, and print our ratio to it")
     boolean rawBaseline;
 
     @Option(names = "--in-process", description = "run the generation instance in this JVM even with a network backend")
@@ -256,9 +256,34 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
      * Plain Aeron between this process and a child JVM, same total bytes, message size = the largest message the
      * transfer used (one block, capped by the chunk size).
      */
+    /**
+     * The backend's raw library in the same run (kvtransfer bench's baselines: plain Aeron on the same channel
+     * through the transport SPI, {@code ucx_perftest}, the C MPI loop), at this run's average message size and
+     * the same total bytes (bounded), and our ratio to it.
+     */
     private void printRawBaseline(Result result, CacheState ctxState) {
-        // Interim: the raw baselines move behind the transport SPI (kvtransfer bench); until then none is run.
-        out.printf(Locale.ROOT, "%-18s not available in this build (moving to the transport SPI)%n", "raw baseline");
+        dev.kvtransfer.api.transport.TransportConfig cfg = dev.kvtransfer.api.transport.TransportConfig.builder()
+                .name("demo-raw").defaultTimeout(Duration.ofSeconds(options.timeoutSeconds))
+                .properties(options.transportProperties).build();
+        dev.kvtransfer.bench.Baselines.Found found = dev.kvtransfer.bench.Baselines.find(options.backend,
+                dev.kvtransfer.core.plugin.Plugins.discover(), cfg);
+        if (found.baseline().isEmpty()) {
+            out.printf(Locale.ROOT, "%-18s none for %s: %s%n", "raw baseline", options.backend, found.missing());
+            return;
+        }
+        long msg = Math.max(1, Math.min(64L << 20, result.messages > 0 ? result.bytes / result.messages
+                : result.bytes));
+        long n = Math.max(16, Math.min(20_000, (result.bytes + msg - 1) / msg));
+        try (dev.kvtransfer.bench.Baseline b = found.baseline().get()) {
+            dev.kvtransfer.bench.Baseline.Result r = b.measure(msg, Math.max(2, n / 10), n, 2, 16,
+                    Duration.ofSeconds(options.timeoutSeconds));
+            double raw = r.messages() * (double) msg / r.nanos();
+            double ours = result.bytes / (double) Math.max(1, result.transferNanos);
+            out.printf(Locale.ROOT, "%-18s %.2f GB/s (%s, %d messages of %d B); ratio %.2f%n", "raw baseline", raw,
+                    r.source(), r.messages(), msg, ours / raw);
+        } catch (Exception e) {
+            out.printf(Locale.ROOT, "%-18s failed: %s%n", "raw baseline", e.getMessage());
+        }
     }
 
     private static long perRankBytes(CacheState s, int rank, int totalBlocks) {
