@@ -76,6 +76,9 @@ final class AbandonedSends {
     private int receivesOutstanding;
     /** For tests: a receiver that ignores announcements (as a peer without this protocol would). */
     volatile boolean ignoreAnnouncements;
+    /** For tests: a receiver that keeps its DISCARD_ENDED answers until {@link #releaseWithheld()}. */
+    boolean withholdEnded;
+    private final List<Runnable> withheld = new ArrayList<>(0);
     private long discardedMessages;
     private long fallbacks;
 
@@ -466,7 +469,23 @@ final class AbandonedSends {
     private void sendEnded(UcxConnection c, long id, int tag, int taken) {
         ByteBuffer b = BootstrapFrames.buffer(16);
         b.putLong(id).putInt(tag).putInt(taken).flip();
-        bootstrap.execute(() -> bootstrap.sendControl(c, BootstrapFrames.DISCARD_ENDED, b));
+        Runnable send = () -> bootstrap.execute(() -> bootstrap.sendControl(c, BootstrapFrames.DISCARD_ENDED, b));
+        if (withholdEnded) {
+            withheld.add(send);
+            return;
+        }
+        send.run();
+    }
+
+    /** For tests: sends the withheld DISCARD_ENDED answers and stops withholding. */
+    int releaseWithheld() {
+        withholdEnded = false;
+        int n = withheld.size();
+        for (Runnable r : withheld) {
+            r.run();
+        }
+        withheld.clear();
+        return n;
     }
 
     /** A caller's receive ended: announcements waiting for it may go on. */

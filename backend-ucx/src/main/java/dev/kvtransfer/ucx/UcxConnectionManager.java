@@ -661,6 +661,16 @@ public final class UcxConnectionManager implements ConnectionManager {
         matcher.abandoned.ignoreAnnouncements = ignore;
     }
 
+    /** For tests: keep this side's DISCARD_ENDED answers (so a peer's sends of the tag stay held). */
+    void withholdDiscardEndedForTest() {
+        callOnAgent("withhold", () -> matcher.abandoned.withholdEnded = true);
+    }
+
+    /** For tests: send the withheld DISCARD_ENDED answers; returns how many. */
+    int releaseDiscardEndedForTest() {
+        return callOnAgent("release", matcher.abandoned::releaseWithheld);
+    }
+
     /** For tests: the connections currently in the map. */
     List<UcxConnection> connectionsForTest() {
         return List.copyOf(connections.values());

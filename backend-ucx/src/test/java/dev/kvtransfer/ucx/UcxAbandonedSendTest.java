@@ -138,6 +138,41 @@ class UcxAbandonedSendTest {
     }
 
     @Test
+    void aSendOfTheTagWhileTheDiscardRunsIsHeldAndGoesAfterIt() throws Exception {
+        UcxConnectionManager a = manager("ab3-a", "shm");
+        UcxConnectionManager b = manager("ab3-b", "shm");
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        move(ab, ba, 100, 256, 1);
+        b.withholdDiscardEndedForTest();
+        int tag = 7000;
+        MemoryBuffer big = buf(BIG);
+        fill(big, 0, BIG, 40);
+        assertThatThrownBy(() -> ab.send(tag, big, 0, BIG, Duration.ofMillis(300)))
+                .isInstanceOfSatisfying(TransportException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+        // The exchange is not over (b keeps its answer): the next send of the tag waits, other tags move.
+        fill(big, 0, BIG, 41);
+        Future<?> held = pool.submit(() -> ab.send(tag, big, 0, BIG, Duration.ofSeconds(20)));
+        move(ab, ba, tag + 1, BIG, 42);
+        await("the held send stays held").during(Duration.ofMillis(300)).atMost(Duration.ofSeconds(2))
+                .until(() -> !held.isDone());
+        long[] sa = a.abandonedStateForTest();
+        assertThat(sa[2]).as("exchanges in progress at a").isEqualTo(1);
+        assertThat(sa[5] + sa[6]).as("operations posted at a: the held send is not").isZero();
+        assertThat(b.releaseDiscardEndedForTest()).isEqualTo(1);
+        MemoryBuffer in = buf(BIG);
+        ba.recv(tag, in, 0, BIG, Duration.ofSeconds(20));
+        held.get(20, TimeUnit.SECONDS);
+        verify(in, 0, BIG, 41);
+        awaitQuiet(a);
+        awaitQuiet(b);
+        assertThat(b.abandonedStateForTest()[0]).isEqualTo(1);
+        assertThat(a.abandonedStateForTest()[1]).isZero();
+        assertThat(errors).isEmpty();
+    }
+
+    @Test
     void abandonedSendsOnSeveralTagsAtOnceEachEndAndEveryTagMovesAfterwards() throws Exception {
         UcxConnectionManager a = manager("ab2-a", "shm");
         UcxConnectionManager b = manager("ab2-b", "shm");
