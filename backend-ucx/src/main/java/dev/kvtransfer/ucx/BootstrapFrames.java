@@ -22,7 +22,8 @@ import java.nio.charset.StandardCharsets;
  *                                          READY    the final sender id (or REFUSE code, reason — at any step)
  * </pre>
  *
- * then PING / BYE / VALIDATE / VALIDATED / REVOKE / REVOKED, each followed (with a secret) by a 16-byte tag.
+ * then PING / BYE / VALIDATE / VALIDATED / REVOKE / REVOKED / DISCARD / DISCARD_END / DISCARD_ENDED
+ * ({@link AbandonedSends}), each followed (with a secret) by a 16-byte tag.
  * Every field is bounded before anything is sized from it; any violation is a {@link Violation} and the
  * connection is closed (nothing is ever allocated in proportion to a length a peer chose beyond these bounds).
  */
@@ -46,6 +47,9 @@ final class BootstrapFrames {
     static final int VALIDATED = 9;
     static final int REVOKE = 10;
     static final int REVOKED = 11;
+    static final int DISCARD = 12;
+    static final int DISCARD_END = 13;
+    static final int DISCARD_ENDED = 14;
 
     static final int MODE_SHM = 0;
     static final int MODE_NET = 1;

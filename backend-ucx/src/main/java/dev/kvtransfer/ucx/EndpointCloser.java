@@ -95,6 +95,14 @@ final class EndpointCloser {
             if (r != null && !r.isCompleted()) {
                 closing.add(r);
             }
+        } catch (org.openucx.jucx.UcxException e) {
+            if (TagMatcher.isPeerStatus(e.getStatus())) {
+                // The endpoint had failed already (its peer died; UCX's keepalive saw it before our control
+                // connection did): UCX releases it and returns why, which jucx throws. Nothing is left to close.
+                return;
+            }
+            errors.report("endpoint-close", new TransportException(dev.kvtransfer.api.ErrorCode.NETWORK,
+                    "UCX endpoint close failed: " + e.getMessage(), e));
         } catch (RuntimeException e) {
             errors.report("endpoint-close", new TransportException(dev.kvtransfer.api.ErrorCode.NETWORK,
                     "UCX endpoint close failed: " + e.getMessage(), e));

@@ -28,6 +28,7 @@ final class ProgressAgent implements Agent {
     private final CommandQueue commands = new CommandQueue(QUEUE_CAPACITY);
     private final ProgressIdleStrategy idle;
     private EndpointCloser endpoints;
+    private AbandonedSends abandoned;
     private Runnable shutdown;
     private volatile Thread thread;
 
@@ -41,8 +42,9 @@ final class ProgressAgent implements Agent {
     }
 
     /** Completes the wiring (the closer and the shutdown sequence need the agent's queue themselves). */
-    void wire(EndpointCloser endpoints, Runnable shutdown) {
+    void wire(EndpointCloser endpoints, AbandonedSends abandoned, Runnable shutdown) {
         this.endpoints = endpoints;
+        this.abandoned = abandoned;
         this.shutdown = shutdown;
     }
 
@@ -134,6 +136,9 @@ final class ProgressAgent implements Agent {
             work++;
         }
         work += endpoints.closeQueued();
+        if (abandoned.outgoingActive() > 0) {
+            work += abandoned.expire(System.nanoTime());
+        }
         return work;
     }
 

@@ -65,7 +65,8 @@ final class ShutdownSequence implements Runnable {
             }
             endpoints.closeQueued();
             long deadline = System.nanoTime() + graceNanos;
-            while (System.nanoTime() - deadline < 0 && (!matcher.posted.isEmpty() || !endpoints.allClosed())) {
+            while (System.nanoTime() - deadline < 0 && (!matcher.posted.isEmpty() || !endpoints.allClosed()
+                    || matcher.abandoned.receivesOutstanding() > 0)) {
                 if (worker.progress() == 0 && endpoints.closeQueued() == 0) {
                     Thread.onSpinWait();
                 }

@@ -52,6 +52,8 @@ final class TagMatcher {
     int sendsInFlight;
     private final LinkedHashMap<Long, UcpMemory> registrations;
     private ConnectionHook hook;
+    /** Sends a caller gave up on, ended with the receiver's help instead of closing the connection. */
+    final AbandonedSends abandoned;
 
     /** What the rest of the manager hears about a connection (agent thread). */
     interface ConnectionHook {
@@ -70,6 +72,7 @@ final class TagMatcher {
         this.worker = worker;
         this.endpoints = endpoints;
         this.localAddress = localAddress;
+        this.abandoned = new AbandonedSends(this, worker, errors, settings.closeGraceNanos());
         int maxRegs = settings.registrationMaxEntries();
         this.registrations = new LinkedHashMap<>(16, 0.75f, true) {
             private static final long serialVersionUID = 1L;
@@ -166,6 +169,9 @@ final class TagMatcher {
             return;
         }
         UcxConnection c = op.conn;
+        if (c.outgoing != null && !c.outgoing.isEmpty() && abandoned.holds(op)) {
+            return; // an abandoned send of this tag is being discarded: this one goes after it
+        }
         register(op);
         posted.add(op);
         sendsInFlight++;
@@ -180,6 +186,26 @@ final class TagMatcher {
         } finally {
             op.endPost();
         }
+    }
+
+    /** Posts a send that waited for its tag's discard to end. */
+    void postHeld(UcxOp op) {
+        postSend(op);
+    }
+
+    /** @return whether a caller's receive that could take a message of this (connection, tag) is posted */
+    boolean receivePosted(UcxConnection c, int tag) {
+        for (UcxOp op : c.pending) {
+            if (op.kind == UcxOp.RECV && op.tag == tag && !op.done) {
+                return true;
+            }
+        }
+        for (UcxOp op : posted) {
+            if (op.kind == UcxOp.RECV_ANY && op.tag == tag && !op.done) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** A write batch: implicit puts, then one flush whose completion is remote completion. */
@@ -287,7 +313,8 @@ final class TagMatcher {
             return;
         }
         if (op.kind == UcxOp.SEND || op.kind == UcxOp.PUTS) {
-            finish(op, null);
+            // An abandoned send completes when the receiver discarded it: its caller gets why it was abandoned.
+            finish(op, op.abandoned ? op.cancelReason : null);
             return;
         }
         long size = op.probed ? op.probedLength : r.getRecvSize();
@@ -348,7 +375,14 @@ final class TagMatcher {
         if (op.conn != null) {
             op.conn.pending.remove(op);
         }
+        boolean receive = op.kind == UcxOp.RECV || op.kind == UcxOp.RECV_ANY;
+        if (op.abandoned) {
+            abandoned.markedFinished(op);
+        }
         op.complete(f);
+        if (receive && abandoned.incomingActive() > 0) {
+            abandoned.receiveFinished(); // a discard may have waited for this receive to end
+        }
     }
 
     /**
@@ -364,6 +398,7 @@ final class TagMatcher {
         if (!op.posted) {
             if (op.conn != null) {
                 op.conn.waitingSends.remove(op);
+                abandoned.unhold(op);
             }
             finish(op, reason);
             return;
@@ -373,8 +408,13 @@ final class TagMatcher {
             cancelRecv(op);
             return;
         }
-        // UCX cannot cancel a posted send or put and may read the buffer until it completes, so the only way to
-        // give the buffer back by the deadline is to close the endpoint: the connection is broken after this.
+        // UCX cannot cancel a posted send and may read the buffer until it completes: the receiver is asked to
+        // take it into a scratch buffer (AbandonedSends), which completes it and keeps the connection.
+        if (op.kind == UcxOp.SEND && abandoned.abandon(op, reason)) {
+            return;
+        }
+        // A put cannot be ended from the other side: the only way to give the buffer back by the deadline is to
+        // close the endpoint; the connection is broken after this.
         failConnection(op.conn, UcxFailure.of(ErrorCode.NETWORK, "connection to " + op.conn.peer + " was closed"
                 + " because a " + (op.kind == UcxOp.PUTS ? "write" : "send") + " missed its deadline (UCX cannot"
                 + " cancel it)"));
@@ -402,6 +442,7 @@ final class TagMatcher {
         while (!c.waitingSends.isEmpty()) {
             finish(c.waitingSends.poll(), f);
         }
+        abandoned.connectionFailed(c, f);
         hook.onFailed(c);
         synchronized (c.writerTargets) {
             for (RmaWriter.Target t : c.writerTargets.values()) {

@@ -42,6 +42,10 @@ final class UcxConnection implements Connection {
     final ArrayDeque<UcxOp> waitingSends = new ArrayDeque<>();
     /** Posted operations, to fail when the peer is lost. */
     final Set<UcxOp> pending = Collections.newSetFromMap(new IdentityHashMap<>());
+    /** Abandoned sends to this peer being discarded, per tag (null until the first). */
+    List<AbandonedSends.Outgoing> outgoing;
+    /** The peer's abandoned sends this side is discarding (null until the first). */
+    List<AbandonedSends.Incoming> incoming;
 
     // ---- bootstrap agent only ----
     /** Established control sessions (two when both sides dialed at once). */

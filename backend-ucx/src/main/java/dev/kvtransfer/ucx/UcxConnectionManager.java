@@ -148,8 +148,10 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.matcher = new TagMatcher(settings, errors, ctx, w, closer, localAddress);
         closer.wire(matcher);
         TagMatcher m = matcher;
-        this.agent = new ProgressAgent(name, w, life, errors, settings.spinNanos(), () -> m.sendsInFlight);
-        agent.wire(closer, new ShutdownSequence(this, agent, matcher, closer, life, errors, closeGraceNanos, w, ctx));
+        // While an abandoned send's exchange runs the agent polls too: its fallback deadline must be seen.
+        this.agent = new ProgressAgent(name, w, life, errors, settings.spinNanos(),
+                () -> m.sendsInFlight + m.abandoned.outgoingActive());
+        agent.wire(closer, matcher.abandoned, new ShutdownSequence(this, agent, matcher, closer, life, errors, closeGraceNanos, w, ctx));
         BootstrapAgent.Identity me = new BootstrapAgent.Identity(nonZero(random.nextLong()), HostIdentity.id(),
                 settings.sharedMemory() ? BootstrapFrames.MODE_SHM : BootstrapFrames.MODE_NET, workerAddress);
         this.bootstrap = new BootstrapAgent(this, settings, errors, life, new BootstrapAuth(config.authSecret(),
@@ -158,12 +160,15 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.writer = new RmaWriter(this);
         regions.wire(bootstrap);
         writer.wire(bootstrap);
+        matcher.abandoned.wire(bootstrap, agent);
         bootstrap.control((c, type, body) -> {
             switch (type) {
                 case BootstrapFrames.VALIDATE -> regions.onValidate(c, body);
                 case BootstrapFrames.VALIDATED -> writer.onValidated(c, body);
                 case BootstrapFrames.REVOKE -> writer.onRevoke(c, body);
                 case BootstrapFrames.REVOKED -> regions.onRevoked(c, body);
+                case BootstrapFrames.DISCARD, BootstrapFrames.DISCARD_END, BootstrapFrames.DISCARD_ENDED ->
+                        matcher.abandoned.onFrame(c, type, body);
                 default -> {
                     return false;
                 }
@@ -636,6 +641,34 @@ public final class UcxConnectionManager implements ConnectionManager {
             e.initCause(pf);
         }
         return e;
+    }
+
+    /**
+     * For tests: the abandoned-send state, read on the progress agent: messages discarded for peers, exchanges
+     * that fell back to closing, exchanges and announcements in progress, discard receives outstanding, posted
+     * operations, sends in flight.
+     */
+    long[] abandonedStateForTest() {
+        return callOnAgent("abandoned-send state", () -> {
+            AbandonedSends a = matcher.abandoned;
+            return new long[] {a.discardedMessages(), a.fallbacks(), a.outgoingActive(), a.incomingActive(),
+                a.receivesOutstanding(), matcher.posted.size(), matcher.sendsInFlight};
+        });
+    }
+
+    /** For tests: ignore peers' announcements of abandoned sends, as a peer without the protocol would. */
+    void ignoreAbandonedSendAnnouncementsForTest(boolean ignore) {
+        matcher.abandoned.ignoreAnnouncements = ignore;
+    }
+
+    /** For tests: keep this side's DISCARD_ENDED answers (so a peer's sends of the tag stay held). */
+    void withholdDiscardEndedForTest() {
+        callOnAgent("withhold", () -> matcher.abandoned.withholdEnded = true);
+    }
+
+    /** For tests: send the withheld DISCARD_ENDED answers; returns how many. */
+    int releaseDiscardEndedForTest() {
+        return callOnAgent("release", matcher.abandoned::releaseWithheld);
     }
 
     /** For tests: the connections currently in the map. */

@@ -40,6 +40,10 @@ final class UcxOp extends UcxCallback implements UcxCommand {
     /** PUTS: the batch and its validated targets (index = entry). */
     dev.kvtransfer.api.transport.WriteBatch batch;
     RmaWriter.Target[] targets;
+    /** A send its caller gave up on, being discarded by the receiver ({@link AbandonedSends}); agent thread. */
+    boolean abandoned;
+    /** The exchange that discards it. */
+    Object discard;
 
     /** Buffered sends only: the slot the payload was copied into, and the pool it returns to. */
     java.nio.ByteBuffer slot;
@@ -92,6 +96,8 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         this.pollOnce = false;
         this.batch = null;
         this.targets = null;
+        this.abandoned = false;
+        this.discard = null;
         this.request = null;
         this.posted = false;
         this.probed = false;
