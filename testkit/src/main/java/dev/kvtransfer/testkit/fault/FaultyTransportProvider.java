@@ -119,7 +119,17 @@ public final class FaultyTransportProvider implements TransportProvider {
         }
 
         private Conn wrap(Connection c) {
-            return conns.computeIfAbsent(c.peer(), k -> new Conn(this, c));
+            // A transport may replace its connection object for a peer (after a peer loss, or a connection it
+            // closed): the wrapper follows the real object, dropping what the old one held back.
+            return conns.compute(c.peer(), (k, old) -> {
+                if (old != null && old.real == c) {
+                    return old;
+                }
+                if (old != null) {
+                    old.releaseHeld();
+                }
+                return new Conn(this, c);
+            });
         }
 
         @Override
