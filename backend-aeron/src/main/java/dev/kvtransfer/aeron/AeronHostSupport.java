@@ -37,6 +37,26 @@ public final class AeronHostSupport implements HostSupport {
         this.directory = directory;
     }
 
+    /**
+     * The driver JVM's class path: this plugin's own jars when it was loaded from a plugin directory (its class
+     * loader's URLs: the cli's class path then lacks Aeron), then this JVM's class path (the api).
+     */
+    static String classPath() {
+        List<String> parts = new ArrayList<>();
+        ClassLoader l = AeronHostSupport.class.getClassLoader();
+        if (l instanceof java.net.URLClassLoader u && l != ClassLoader.getSystemClassLoader()) {
+            for (java.net.URL url : u.getURLs()) {
+                try {
+                    parts.add(new File(url.toURI()).getPath());
+                } catch (java.net.URISyntaxException | IllegalArgumentException e) {
+                    // not a file URL: nothing a child JVM could use
+                }
+            }
+        }
+        parts.add(System.getProperty("java.class.path"));
+        return String.join(File.pathSeparator, parts);
+    }
+
     /** Starts the driver with these driver properties ({@code aeron.*}, no {@code aeron.dir}). */
     static AeronHostSupport start(Map<String, String> properties) {
         List<String> cmd = new ArrayList<>();
@@ -52,7 +72,7 @@ public final class AeronHostSupport implements HostSupport {
         cmd.add("-Xmx128m");
         cmd.add("-XX:+UseSerialGC");
         cmd.add("-cp");
-        cmd.add(System.getProperty("java.class.path"));
+        cmd.add(classPath());
         cmd.add(SharedDriverMain.class.getName());
         properties.forEach((k, v) -> {
             if (k.startsWith(AeronSettings.PREFIX) && !k.equals(AeronSettings.DIR)) {

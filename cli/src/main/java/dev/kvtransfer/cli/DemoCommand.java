@@ -56,6 +56,12 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             description = "also time the backend's raw library in this run (plain Aeron on the same channel through the transport SPI, ucx_perftest, or the C MPI loop) at this run's message size and total bytes, and print our ratio to it")
     boolean rawBaseline;
 
+    @Option(names = "--host-driver", negatable = true, defaultValue = "true", fallbackValue = "true",
+            description = "with a child JVM: start what the transport's processes of one host share (Aeron: one "
+                    + "standalone media driver, so the two processes talk aeron:ipc through shared memory) and give "
+                    + "it to both; --no-host-driver keeps a driver embedded in each process (UDP between them)")
+    boolean hostDriver;
+
     @Option(names = "--in-process", description = "run the generation instance in this JVM even with a network backend")
     boolean inProcess;
 
@@ -124,8 +130,10 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         out.printf(Locale.ROOT, "kvtransfer demo: backend %s%s, %s%n", options.backend,
                 child ? " (generation instance in a child JVM)" : " (both instances in this JVM)",
                 describe(ctxState));
+        dev.kvtransfer.api.transport.HostSupport host = child && hostDriver ? startHostSupport() : null;
         long started = System.nanoTime();
-        try (MetricsOptions.Scope meters = metrics.start(out);
+        try (HostScope hostScope = new HostScope(host);
+             MetricsOptions.Scope meters = metrics.start(out);
              LocalInstance ctx = Instances.start("ctx", ctxState, options, blocksPerRank, meters.registry("ctx"));
              GenSide gen = child ? new ChildProcessGen(options, blocksPerRank, timeout)
                      : new GenRunner(Instances.start("gen", genState, options, blocksPerRank, meters.registry("gen")),
@@ -211,6 +219,33 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
      * MPI: every rank of both instances is one process of one {@code mpirun} job (context ranks first); world
      * rank 0 prints the report.
      */
+    /** Closes the host support after everything that used it (the instances) closed. */
+    private record HostScope(dev.kvtransfer.api.transport.HostSupport host) implements AutoCloseable {
+        @Override
+        public void close() {
+            if (host != null) {
+                host.close();
+            }
+        }
+    }
+
+    /**
+     * Starts the transport's host support, if it has one, and adds its properties to the transport properties
+     * both processes get; prints what was started.
+     */
+    private dev.kvtransfer.api.transport.HostSupport startHostSupport() {
+        dev.kvtransfer.api.transport.TransportProvider p = dev.kvtransfer.core.plugin.Plugins.discover()
+                .transport(options.backend);
+        dev.kvtransfer.api.transport.HostSupport h = p.startHostSupport(dev.kvtransfer.api.transport.TransportConfig
+                .builder().name("demo-host").properties(options.transportProperties).build());
+        if (h == null) {
+            return null;
+        }
+        options.transportProperties.putAll(h.properties());
+        out.printf(Locale.ROOT, "%-18s %s%n", "host support", h.describe());
+        return h;
+    }
+
     /**
      * The launcher of a transport whose ranks its own launcher starts (the api's
      * {@link dev.kvtransfer.api.transport.TransportProvider#launcher()}: MPI's is {@code mpirun}); reached through

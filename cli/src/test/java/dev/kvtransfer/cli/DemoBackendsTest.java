@@ -52,6 +52,8 @@ class DemoBackendsTest {
         String report = run(0, "demo", "--backend=aeron", "--requests=4", "--isl=50", "--ctx-tp=2", "--gen-pp=2",
                 "--dump-dir=" + dir, "--timing-dir=" + dir.resolve("timing"));
         assertThat(report).contains("child JVM").contains("0 failed").contains("verify             OK");
+        // By default both processes use one shared media driver (IPC through shared memory), and it says so.
+        assertThat(report).containsPattern("host support +aeron media driver \\(pid \\d+\\) in \\S+, shared by");
         try (Stream<Path> files = Files.list(dir.resolve("gen-rank-1"))) {
             assertThat(files.map(p -> p.getFileName().toString()))
                     .containsExactlyInAnyOrder("request-1.bin", "request-2.bin", "request-3.bin", "request-4.bin");
