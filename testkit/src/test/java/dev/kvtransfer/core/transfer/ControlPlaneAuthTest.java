@@ -182,4 +182,30 @@ class ControlPlaneAuthTest {
         gen.cache(0).free(710);
         ctx.cache(0).free(710);
     }
+
+    @Test
+    void aSecondRequesterOfARequestAlreadyServedIsRefusedNotLeftToTimeOut() throws Exception {
+        Path deployment = secret("deployment.key");
+        LocalInstance ctx = start("ctx", deployment, new SimpleMeterRegistry(), true);
+        LocalInstance gen = start("gen", deployment, new SimpleMeterRegistry(), false);
+        LocalInstance late = start("late", deployment, new SimpleMeterRegistry(), false);
+        int prompt = 8 * 3;
+        TransferRequest served = respond(ctx, 720, prompt);
+        ContextPhaseParams params = ctx.contextPhaseParams(720, 0);
+        TransferRequest first = ask(gen, params, prompt);
+        assertServed(gen, first, served, prompt);
+
+        // The same params (token included) presented again by another instance of the deployment.
+        TransferRequest second = ask(late, params, prompt);
+        await().atMost(BOUND).until(second::isDone);
+        KvTransferException e = second.error().orElseThrow();
+        assertThat(e.code()).as("%s", e.getMessage()).isNotEqualTo(ErrorCode.TIMEOUT);
+        assertThat(e.getMessage()).contains("already served");
+        KvPattern.verify(late.cache(0), second.blockIds(), STATE, 0, -1,
+                BlockDistribution.blocksFor(prompt, STATE.tokensPerBlock())).assertOk();
+        late.cache(0).free(720);
+        gen.cache(0).free(720);
+        ctx.cache(0).free(720);
+        ctxErrors.clear();
+    }
 }
