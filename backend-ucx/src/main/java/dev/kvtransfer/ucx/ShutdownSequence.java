@@ -16,6 +16,11 @@ import java.util.concurrent.TimeUnit;
  * endpoints (flush where nothing is outstanding so peers see it at once, force otherwise); progress until UCX
  * gave everything back or {@code ucx.closeGraceMillis} passed; release registrations; destroy worker and
  * context under the lifecycle's write lock (no signal can hit them after); fail commands that raced in.
+ *
+ * <p>The worker is destroyed only once every endpoint close UCX handed back has completed: destroying it with
+ * a close request in flight aborts the process inside UCX 1.13.1 ({@code ucp_ep.c:382}). When a close is still
+ * in flight after the grace (a peer that stopped progressing), worker and context are left undestroyed and the
+ * error handler is told; a leak is the lesser evil.
  */
 final class ShutdownSequence implements Runnable {
     private final UcxConnectionManager manager;
@@ -45,6 +50,7 @@ final class ShutdownSequence implements Runnable {
     public void run() {
         life.beginClose(() -> { });
         UcxFailure closed = manager.closedFailure();
+        boolean destroy = true;
         try {
             UcxCommand c;
             while ((c = agent.pollCommand()) != null) {
@@ -74,9 +80,13 @@ final class ShutdownSequence implements Runnable {
                 matcher.finish(op, op.cancelReason);
             }
             if (!endpoints.allClosed()) {
+                // ucp_worker_destroy would complete these close requests itself and UCX 1.13.1 then aborts the
+                // process (ucp_ep.c:382, the request was never released): leave worker and context alive.
+                destroy = false;
                 errors.report("close", new TransportException(ErrorCode.NETWORK, "UCX manager '" + manager.name()
-                        + "': endpoints still closing after " + TimeUnit.NANOSECONDS.toMillis(graceNanos)
-                        + " ms; destroying the worker anyway"));
+                        + "': " + endpoints.inFlight() + " endpoint close(s) still in flight after "
+                        + TimeUnit.NANOSECONDS.toMillis(graceNanos) + " ms (a peer that does not progress); the UCX"
+                        + " worker and context are left undestroyed, destroying them now would abort the process"));
             }
         } catch (Throwable t) {
             errors.report("close", new TransportException(ErrorCode.INTERNAL, "UCX manager '" + manager.name()
@@ -84,12 +94,15 @@ final class ShutdownSequence implements Runnable {
             for (UcxOp op : new ArrayList<>(matcher.posted)) {
                 op.complete(closed);
             }
+            destroy = endpoints.allClosed();
         } finally {
             matcher.deregisterAll();
             manager.unmapRegions();
             life.writeLock().lock();
             try {
-                closeQuietly(worker, context);
+                if (destroy) {
+                    closeQuietly(worker, context);
+                }
                 life.closed();
             } finally {
                 life.writeLock().unlock();
