@@ -12,10 +12,13 @@ import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.api.wire.WireReader;
 import dev.kvtransfer.api.wire.WireWriter;
 import dev.kvtransfer.testkit.process.ChildJvm;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.HexFormat;
 import java.util.List;
@@ -50,6 +53,27 @@ class UcxKilledWriterCloseTest {
     @Test
     void shmOwnerClosesCleanlyAfterAWriterWasKilledMidPut() throws Exception {
         ownerSurvives("shm");
+    }
+
+    /**
+     * The fallback: the owner closes while its writer is stopped (SIGSTOP) mid-batch, so the writer is not yet
+     * lost and its endpoint is flush-closed; when the flush cannot finish (the stopped process drains no FIFO)
+     * within {@code ucx.closeGraceMillis}, the shutdown reports it and leaves the worker undestroyed instead of
+     * letting {@code ucp_worker_destroy} abort the process. Either way the owner exits 0.
+     */
+    @Test
+    void ownerClosingWhileItsWriterIsStoppedMidPutExitsCleanly() throws Exception {
+        Assumptions.assumeTrue(Files.isExecutable(Path.of("/bin/kill")) || Files.isExecutable(Path.of("/usr/bin/kill")),
+                "needs kill(1) for SIGSTOP");
+        try (ChildJvm owner = ChildJvm.start(OwnerMain.class, "256m", List.of("shm", "stop"))) {
+            String closed = owner.awaitLine("CLOSED", Duration.ofSeconds(120));
+            int code = owner.awaitExit(Duration.ofSeconds(30));
+            boolean stuck = owner.seen().stream().anyMatch(l -> l.contains("still in flight"));
+            System.out.println("stopped writer: owner closed " + closed + "; a close was "
+                    + (stuck ? "stuck (worker left undestroyed)" : "not stuck") + "; exit " + code);
+            assertThat(code).as("owner JVM exit code (134 = SIGABRT inside UCX); printed %s", owner.seen())
+                    .isZero();
+        }
     }
 
     private static void ownerSurvives(String transports) throws Exception {
@@ -88,6 +112,10 @@ class UcxKilledWriterCloseTest {
          */
         public static void main(String[] args) throws Exception {
             long t0;
+            if (args.length > 1 && args[1].equals("stop")) {
+                closeWithAStoppedWriter(args[0]);
+                return;
+            }
             try (ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name("owner")
                     .defaultTimeout(Duration.ofSeconds(10)).property(UcxSettings.TRANSPORTS, args[0])
                     .errorHandler(e -> System.out.println("BACKGROUND " + e)).build())) {
@@ -99,6 +127,39 @@ class UcxKilledWriterCloseTest {
                 t0 = System.nanoTime();
             }
             // A leading newline: UCX (stdio, block-buffered into the pipe) may have flushed half a warning line.
+            System.out.println("\nCLOSED in " + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) + " ms");
+            System.out.flush();
+            System.exit(0);
+        }
+
+        private static void closeWithAStoppedWriter(String transports) throws Exception {
+            ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name("owner")
+                    .defaultTimeout(Duration.ofSeconds(10)).property(UcxSettings.TRANSPORTS, transports)
+                    .property(UcxSettings.CLOSE_GRACE, "1000")
+                    .errorHandler(e -> System.out.println("\nBACKGROUND " + e)).build());
+            MemoryBuffer target = UcxTestSupport.buffer(REGION_BYTES);
+            RegisteredRegion region = m.register(target);
+            WireWriter w = WireWriter.raw();
+            region.descriptor().writeTo(w);
+            String hex = HexFormat.of().formatHex(w.toByteArray());
+            long t0;
+            try (ChildJvm writer = ChildJvm.start(WriterMain.class, "256m", List.of(m.localAddress(), hex,
+                    transports))) {
+                MemoryBuffer hello = UcxTestSupport.buffer(8);
+                m.recvConnect(HELLO, hello, 0, 8, Duration.ofSeconds(60));
+                writer.awaitLine("WRITING", Duration.ofSeconds(60));
+                UcxTestSupport.verify(target, 0, REGION_BYTES, SEED);
+                Process kill = new ProcessBuilder("kill", "-STOP", Long.toString(writer.process().pid()))
+                        .inheritIO().start();
+                if (!kill.waitFor(10, TimeUnit.SECONDS) || kill.exitValue() != 0) {
+                    throw new IllegalStateException("kill -STOP failed");
+                }
+                // Close at once, long before the liveness timeout declares the stopped writer lost. The region
+                // closes with the manager (peers hear BYE).
+                t0 = System.nanoTime();
+                m.close();
+            } // the stopped writer is killed here
+            UcxTestSupport.verify(target, 0, REGION_BYTES, SEED);
             System.out.println("\nCLOSED in " + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) + " ms");
             System.out.flush();
             System.exit(0);
