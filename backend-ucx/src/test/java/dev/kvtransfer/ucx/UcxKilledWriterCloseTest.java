@@ -12,13 +12,10 @@ import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.api.wire.WireReader;
 import dev.kvtransfer.api.wire.WireWriter;
 import dev.kvtransfer.testkit.process.ChildJvm;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.HexFormat;
 import java.util.List;
@@ -44,8 +41,9 @@ class UcxKilledWriterCloseTest {
     static final int ROUNDS = 2;
 
     /**
-     * shm mode (the loopback default): the lost writer's endpoint cannot be force-closed and is left to
-     * {@code ucp_worker_destroy}. (net mode is not run here: there UCX 1.13.1 itself aborts the owner about 1 run
+     * shm mode (the loopback default): the lost writer's endpoint cannot be force-closed; its flush close may never
+     * finish (the owner's software-RMA completions fill the dead writer's FIFO), and then the shutdown must leave
+     * the worker undestroyed rather than let {@code ucp_worker_destroy} abort. (net mode is not run here: there UCX 1.13.1 itself aborts the owner about 1 run
      * in 5, before any close, when a software-RMA put from the killed writer is handled after its endpoint failed:
      * {@code ucp_request.inl:346 Fatal: unexpected error: Endpoint timeout} from {@code ucp_put_handler}; see the
      * README.)
@@ -53,27 +51,6 @@ class UcxKilledWriterCloseTest {
     @Test
     void shmOwnerClosesCleanlyAfterAWriterWasKilledMidPut() throws Exception {
         ownerSurvives("shm");
-    }
-
-    /**
-     * The fallback: the owner closes while its writer is stopped (SIGSTOP) mid-batch, so the writer is not yet
-     * lost and its endpoint is flush-closed; when the flush cannot finish (the stopped process drains no FIFO)
-     * within {@code ucx.closeGraceMillis}, the shutdown reports it and leaves the worker undestroyed instead of
-     * letting {@code ucp_worker_destroy} abort the process. Either way the owner exits 0.
-     */
-    @Test
-    void ownerClosingWhileItsWriterIsStoppedMidPutExitsCleanly() throws Exception {
-        Assumptions.assumeTrue(Files.isExecutable(Path.of("/bin/kill")) || Files.isExecutable(Path.of("/usr/bin/kill")),
-                "needs kill(1) for SIGSTOP");
-        try (ChildJvm owner = ChildJvm.start(OwnerMain.class, "256m", List.of("shm", "stop"))) {
-            String closed = owner.awaitLine("CLOSED", Duration.ofSeconds(120));
-            int code = owner.awaitExit(Duration.ofSeconds(30));
-            boolean stuck = owner.seen().stream().anyMatch(l -> l.contains("still in flight"));
-            System.out.println("stopped writer: owner closed " + closed + "; a close was "
-                    + (stuck ? "stuck (worker left undestroyed)" : "not stuck") + "; exit " + code);
-            assertThat(code).as("owner JVM exit code (134 = SIGABRT inside UCX); printed %s", owner.seen())
-                    .isZero();
-        }
     }
 
     private static void ownerSurvives(String transports) throws Exception {
@@ -91,8 +68,9 @@ class UcxKilledWriterCloseTest {
                 assertThat(l.split(" ")[0]).as("the owner's receive from a killed writer: %s", l).isIn(
                         ErrorCode.PEER_LOST.name(), ErrorCode.TIMEOUT.name());
             }
-            // The close neither hung nor left the worker undestroyed (the fallback that avoids the abort).
-            assertThat(owner.seen()).as("owner's background errors").noneMatch(l -> l.contains("still in flight"));
+            // No background error: the killed writers' loss surfaced as the receive's PEER_LOST; a close to them
+            // that can never finish is not waited for (the close is quick) and not reported again.
+            assertThat(owner.seen()).as("owner's background errors").noneMatch(l -> l.startsWith("BACKGROUND"));
         }
     }
 
@@ -112,13 +90,9 @@ class UcxKilledWriterCloseTest {
          */
         public static void main(String[] args) throws Exception {
             long t0;
-            if (args.length > 1 && args[1].equals("stop")) {
-                closeWithAStoppedWriter(args[0]);
-                return;
-            }
             try (ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name("owner")
                     .defaultTimeout(Duration.ofSeconds(10)).property(UcxSettings.TRANSPORTS, args[0])
-                    .errorHandler(e -> System.out.println("BACKGROUND " + e)).build())) {
+                    .errorHandler(e -> System.out.println("\nBACKGROUND " + e)).build())) {
                 // Two writers in turn, each killed mid-batch (one kill left the close stuck 3 runs in 4 before
                 // the fix; two, nearly always).
                 for (int round = 0; round < ROUNDS; round++) {
@@ -127,39 +101,6 @@ class UcxKilledWriterCloseTest {
                 t0 = System.nanoTime();
             }
             // A leading newline: UCX (stdio, block-buffered into the pipe) may have flushed half a warning line.
-            System.out.println("\nCLOSED in " + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) + " ms");
-            System.out.flush();
-            System.exit(0);
-        }
-
-        private static void closeWithAStoppedWriter(String transports) throws Exception {
-            ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name("owner")
-                    .defaultTimeout(Duration.ofSeconds(10)).property(UcxSettings.TRANSPORTS, transports)
-                    .property(UcxSettings.CLOSE_GRACE, "1000")
-                    .errorHandler(e -> System.out.println("\nBACKGROUND " + e)).build());
-            MemoryBuffer target = UcxTestSupport.buffer(REGION_BYTES);
-            RegisteredRegion region = m.register(target);
-            WireWriter w = WireWriter.raw();
-            region.descriptor().writeTo(w);
-            String hex = HexFormat.of().formatHex(w.toByteArray());
-            long t0;
-            try (ChildJvm writer = ChildJvm.start(WriterMain.class, "256m", List.of(m.localAddress(), hex,
-                    transports))) {
-                MemoryBuffer hello = UcxTestSupport.buffer(8);
-                m.recvConnect(HELLO, hello, 0, 8, Duration.ofSeconds(60));
-                writer.awaitLine("WRITING", Duration.ofSeconds(60));
-                UcxTestSupport.verify(target, 0, REGION_BYTES, SEED);
-                Process kill = new ProcessBuilder("kill", "-STOP", Long.toString(writer.process().pid()))
-                        .inheritIO().start();
-                if (!kill.waitFor(10, TimeUnit.SECONDS) || kill.exitValue() != 0) {
-                    throw new IllegalStateException("kill -STOP failed");
-                }
-                // Close at once, long before the liveness timeout declares the stopped writer lost. The region
-                // closes with the manager (peers hear BYE).
-                t0 = System.nanoTime();
-                m.close();
-            } // the stopped writer is killed here
-            UcxTestSupport.verify(target, 0, REGION_BYTES, SEED);
             System.out.println("\nCLOSED in " + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0) + " ms");
             System.out.flush();
             System.exit(0);
