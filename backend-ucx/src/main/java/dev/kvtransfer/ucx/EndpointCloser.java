@@ -1,13 +1,16 @@
 package dev.kvtransfer.ucx;
 
+import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.transport.TransportException;
 import org.openucx.jucx.ucp.UcpEndpoint;
 import org.openucx.jucx.ucp.UcpRequest;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;
-import java.util.Iterator;
+import java.util.Collections;
+import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Set;
 
 /**
  * Closes endpoints outside UCX callbacks (closing one from inside UCX's error callback crashed Debian's UCX
@@ -15,36 +18,76 @@ import java.util.List;
  * flight. A graceful (flush) close tells the peer at once; a forced one purges the endpoint's outstanding sends,
  * whose callbacks then run with an error status. Sends torn out this way are finished right after the close was
  * started. Agent thread only.
+ *
+ * <p>Every close request UCX hands back must complete before the worker is destroyed: {@code ucp_worker_destroy}
+ * completes a flush close still in flight itself, and UCX 1.13.1 then aborts the process
+ * ({@code ucp_ep.c:382 Assertion `req->flags & UCP_REQUEST_FLAG_RELEASED' failed}, jucx never releases a
+ * request early). A flush close to a peer that is gone can stay in flight forever (a shared-memory FIFO the dead
+ * process no longer drains), so an endpoint to a lost peer is force-closed where the endpoint has UCX's peer
+ * error mode (net mode; completes inline). In shm mode UCX refuses a forced close, and leaving such endpoints
+ * unclosed for {@code ucp_worker_destroy} to destroy was tried and crashed once in the module suite
+ * ({@code SIGSEGV} in {@code uct_md_mem_dereg} inside {@code ucp_worker_destroy}), so they are flush-closed like
+ * any other; {@link #allClosed()} then tells the shutdown whether destroying the worker is safe (if not, the
+ * shutdown leaves it undestroyed and reports it). An endpoint is closed at
+ * most once (jucx keeps the native pointer after a close: a second close is a use after free).
  */
 final class EndpointCloser {
-    private final ArrayDeque<UcpEndpoint> toForceClose = new ArrayDeque<>();
-    private final ArrayDeque<UcpEndpoint> toFlushClose = new ArrayDeque<>();
-    private final List<UcpRequest> closing = new ArrayList<>();
+    /** One close: queued, then (if UCX did not finish it inline) in flight. */
+    private static final class Close {
+        final UcpEndpoint ep;
+        final String peer;
+        final boolean lost;
+        UcpRequest request;
+
+        Close(UcpEndpoint ep, String peer, boolean lost) {
+            this.ep = ep;
+            this.peer = peer;
+            this.lost = lost;
+        }
+    }
+
+    private final ArrayDeque<Close> toForceClose = new ArrayDeque<>();
+    private final ArrayDeque<Close> toFlushClose = new ArrayDeque<>();
+    private final List<Close> closing = new ArrayList<>();
     private final List<UcxOp> sendsAwaitingClose = new ArrayList<>();
     private final List<Runnable> afterClose = new ArrayList<>();
+    /** Endpoints queued or closed: each at most once. */
+    private final Set<UcpEndpoint> handled = Collections.newSetFromMap(new IdentityHashMap<>());
     private final UcxErrors errors;
+    private final boolean peerErrorMode;
     private TagMatcher matcher;
 
-    EndpointCloser(UcxErrors errors) {
+    /**
+     * @param errors        where close failures go
+     * @param peerErrorMode whether endpoints are created with UCX's peer error mode (net mode), so a forced
+     *                      close is allowed
+     */
+    EndpointCloser(UcxErrors errors, boolean peerErrorMode) {
         this.errors = errors;
+        this.peerErrorMode = peerErrorMode;
     }
 
     void wire(TagMatcher matcher) {
         this.matcher = matcher;
     }
 
-    /** Queues every endpoint of a connection: flush when nothing of ours is outstanding on it, else force. */
+    /**
+     * Queues every endpoint of a failed connection: flush when nothing of ours is outstanding on it and the peer
+     * was not lost, else force (without peer error mode: flush, the only close UCX allows).
+     */
     void closeEndpoints(UcxConnection c) {
-        boolean flush = c.pending.isEmpty();
+        UcxFailure f = c.failure;
+        boolean lost = f != null && !f.closed() && f.code() == ErrorCode.PEER_LOST;
+        boolean flush = c.pending.isEmpty() && !lost;
         for (UcpEndpoint ep : c.endpoints) {
-            (flush ? toFlushClose : toForceClose).add(ep);
+            if (!handled.add(ep)) {
+                continue; // already closing or closed
+            }
+            Close close = new Close(ep, c.peer, lost);
+            (flush || !peerErrorMode ? toFlushClose : toForceClose).add(close);
         }
         c.endpoints.clear();
         c.sendEp = null;
-    }
-
-    void forceClose(UcpEndpoint ep) {
-        toForceClose.add(ep);
     }
 
     /** A send to finish (with its cancel reason) once its endpoint's forced close has started. */
@@ -60,14 +103,14 @@ final class EndpointCloser {
     /** Starts the queued closes; returns how many things it did. */
     int closeQueued() {
         int n = 0;
-        UcpEndpoint ep;
-        while ((ep = toForceClose.poll()) != null) {
+        Close c;
+        while ((c = toForceClose.poll()) != null) {
             n++;
-            start(ep, true);
+            start(c, true);
         }
-        while ((ep = toFlushClose.poll()) != null) {
+        while ((c = toFlushClose.poll()) != null) {
             n++;
-            start(ep, false);
+            start(c, false);
         }
         if (!sendsAwaitingClose.isEmpty()) {
             n++;
@@ -86,14 +129,18 @@ final class EndpointCloser {
                 r.run();
             }
         }
+        if (n > 0) {
+            pruneCompleted();
+        }
         return n;
     }
 
-    private void start(UcpEndpoint ep, boolean force) {
+    private void start(Close c, boolean force) {
         try {
-            UcpRequest r = force ? ep.closeNonBlockingForce() : ep.closeNonBlockingFlush();
+            UcpRequest r = force ? c.ep.closeNonBlockingForce() : c.ep.closeNonBlockingFlush();
             if (r != null && !r.isCompleted()) {
-                closing.add(r);
+                c.request = r;
+                closing.add(c);
             }
         } catch (org.openucx.jucx.UcxException e) {
             if (TagMatcher.isPeerStatus(e.getStatus())) {
@@ -104,18 +151,56 @@ final class EndpointCloser {
             errors.report("endpoint-close", new TransportException(dev.kvtransfer.api.ErrorCode.NETWORK,
                     "UCX endpoint close failed: " + e.getMessage(), e));
         } catch (RuntimeException e) {
-            errors.report("endpoint-close", new TransportException(dev.kvtransfer.api.ErrorCode.NETWORK,
-                    "UCX endpoint close failed: " + e.getMessage(), e));
+            errors.report("endpoint-close", new TransportException(ErrorCode.NETWORK,
+                    "UCX endpoint close to " + c.peer + " failed: " + e.getMessage(), e));
         }
     }
 
-    /** @return whether every close started so far has completed */
+    private void pruneCompleted() {
+        closing.removeIf(c -> c.request.isCompleted());
+    }
+
+    /** @return whether every close started so far has completed (so the worker may be destroyed) */
     boolean allClosed() {
-        for (Iterator<UcpRequest> it = closing.iterator(); it.hasNext(); ) {
-            if (it.next().isCompleted()) {
-                it.remove();
+        pruneCompleted();
+        return closing.isEmpty() && toForceClose.isEmpty() && toFlushClose.isEmpty();
+    }
+
+    /**
+     * @return whether a close to a peer that was not lost is queued or in flight (worth waiting for: a live peer
+     * drains its FIFO; a lost one never will)
+     */
+    boolean closingLivePeers() {
+        pruneCompleted();
+        if (!toForceClose.isEmpty() || !toFlushClose.isEmpty()) {
+            return true;
+        }
+        for (Close c : closing) {
+            if (!c.lost) {
+                return true;
             }
         }
-        return closing.isEmpty() && toForceClose.isEmpty() && toFlushClose.isEmpty();
+        return false;
+    }
+
+    /** @return whether every close still in flight is to a lost peer */
+    boolean onlyLostInFlight() {
+        pruneCompleted();
+        for (Close c : closing) {
+            if (!c.lost) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** @return the peers of the closes still in flight (for reports) */
+    List<String> inFlightPeers() {
+        pruneCompleted();
+        List<String> peers = new ArrayList<>();
+        for (Close c : closing) {
+            peers.add(c.peer + (c.lost ? " (lost)" : ""));
+        }
+        return peers;
     }
 }

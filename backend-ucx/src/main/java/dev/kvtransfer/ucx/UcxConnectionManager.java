@@ -144,7 +144,7 @@ public final class UcxConnectionManager implements ConnectionManager {
                     + config.host() + ":" + config.port() + ": " + e.getMessage(), e);
         }
         this.context = ctx;
-        EndpointCloser closer = new EndpointCloser(errors);
+        EndpointCloser closer = new EndpointCloser(errors, !settings.sharedMemory());
         this.matcher = new TagMatcher(settings, errors, ctx, w, closer, localAddress);
         closer.wire(matcher);
         TagMatcher m = matcher;

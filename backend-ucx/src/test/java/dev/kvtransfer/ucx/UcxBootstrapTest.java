@@ -87,7 +87,8 @@ class UcxBootstrapTest {
             if (!Files.exists(p)) {
                 continue;
             }
-            for (String line : Files.readAllLines(p).subList(1, Files.readAllLines(p).size())) {
+            List<String> lines = Files.readAllLines(p); // read once: other processes change it meanwhile
+            for (String line : lines.subList(Math.min(1, lines.size()), lines.size())) {
                 String[] f = line.trim().split("\\s+");
                 if (f.length > 9 && f[3].equals("0A") && inodes.contains(f[9])) {
                     out.add(decode(f[1]));
