@@ -1,6 +1,7 @@
 package dev.kvtransfer.aeron;
 
 import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.testkit.TransceiverCrossProcessTest;
 
 import java.util.Map;
@@ -18,5 +19,11 @@ class AeronTransceiverCrossProcessTest extends TransceiverCrossProcessTest {
     @Override
     protected Map<String, String> transportProperties() {
         return Map.of(AeronSettings.PEER_TIMEOUT_MS, "2000");
+    }
+
+    /** The context process killed mid-push (emulated one-sided writes): fails in bound, a fresh one is pushed. */
+    @org.junit.jupiter.api.Test
+    void contextKilledMidPushFailsTheRequestInBoundAndAFreshOneIsServed() throws Exception {
+        killedContext(TransceiverConfig.TransferMode.PUSH, 7100);
     }
 }
