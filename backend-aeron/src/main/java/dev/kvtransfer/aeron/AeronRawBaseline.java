@@ -224,11 +224,16 @@ public final class AeronRawBaseline implements RawBaseline {
         }
     }
 
+    /** The code of a worker thread's failure: its own when it is ours (a deadline stays TIMEOUT), else NETWORK. */
+    private static ErrorCode codeOf(Throwable f) {
+        return f instanceof dev.kvtransfer.api.KvTransferException k ? k.code() : ErrorCode.NETWORK;
+    }
+
     /** The error for a wait that ended: the other thread's failure, else the deadline. */
     private static TransportException failed(Worker other, Duration timeout, String what) {
         Throwable f = other.failure.get();
         if (f != null) {
-            return new TransportException(ErrorCode.NETWORK, "aeron raw baseline: " + other.thread.getName()
+            return new TransportException(codeOf(f), "aeron raw baseline: " + other.thread.getName()
                     + " failed: " + f, f);
         }
         return new TransportException(ErrorCode.TIMEOUT, "aeron raw baseline: " + what + " after "
@@ -362,7 +367,7 @@ public final class AeronRawBaseline implements RawBaseline {
             }
             Throwable f = failure.get();
             if (f != null) {
-                throw new TransportException(ErrorCode.NETWORK, "aeron raw baseline: " + thread.getName()
+                throw new TransportException(codeOf(f), "aeron raw baseline: " + thread.getName()
                         + " failed: " + f, f);
             }
             if (thread.isAlive()) {

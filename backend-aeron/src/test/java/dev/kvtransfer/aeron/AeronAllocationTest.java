@@ -39,7 +39,7 @@ class AeronAllocationTest {
             TestPattern.fill(src, 0, size, 9);
             Connection ab = a.connection(b.localAddress());
             CompletableFuture<Void> sender = CompletableFuture.runAsync(() -> {
-                for (int i = 0; i < 2 * n; i++) {
+                for (int i = 0; i < 4 * n; i++) {
                     ab.send(5000, src, 0, size);
                 }
             });
@@ -47,20 +47,26 @@ class AeronAllocationTest {
             for (int i = 1; i < n; i++) { // warm-up: JIT, lazily created state
                 ba.recv(5000, dst, 0, size);
             }
-            Map<Long, Long> before = allocatedByThread(tmx);
-            for (int i = 0; i < n; i++) {
-                ba.recv(5000, dst, 0, size);
+            // Three windows of n messages; the least one counts: what other threads of this JVM (other test
+            // classes' leftovers, JMX, the JIT's Java threads) allocate meanwhile only ever adds.
+            long bytes = Long.MAX_VALUE;
+            for (int w = 0; w < 3; w++) {
+                Map<Long, Long> before = allocatedByThread(tmx);
+                for (int i = 0; i < n; i++) {
+                    ba.recv(5000, dst, 0, size);
+                }
+                Map<Long, Long> after = allocatedByThread(tmx);
+                long window = 0;
+                for (Map.Entry<Long, Long> e : before.entrySet()) {
+                    Long v = after.get(e.getKey());
+                    if (v != null) {
+                        window += v - e.getValue();
+                    }
+                }
+                bytes = Math.min(bytes, window);
             }
-            Map<Long, Long> after = allocatedByThread(tmx);
             sender.get(60, TimeUnit.SECONDS);
             TestPattern.assertPattern(dst, 0, size, 9);
-            long bytes = 0;
-            for (Map.Entry<Long, Long> e : before.entrySet()) {
-                Long v = after.get(e.getKey());
-                if (v != null) {
-                    bytes += v - e.getValue();
-                }
-            }
             double perMessage = (double) bytes / n;
             System.out.printf("allocated per %d B message, all threads: %.0f B%n", size, perMessage);
             assertThat(perMessage).as("bytes allocated per 16 MiB message").isLessThan(4096);
