@@ -828,6 +828,10 @@ final class BootstrapAgent implements Agent {
 
     /** Refuses a handshake (or ends a session that broke the protocol): tells the peer why, counts, reports. */
     private void refuse(BootstrapSession s, ErrorCode code, String why, boolean report) {
+        boolean counted = !(s.dialer || s.established());
+        if (counted) {
+            refusedHandshakes.incrementAndGet(); // before the peer can read the refusal
+        }
         if (s.state != CLOSED && !s.established()) {
             ByteBuffer r = BootstrapFrames.buffer(4 + BootstrapFrames.MAX_REASON);
             byte[] reason = why.getBytes(StandardCharsets.UTF_8);
@@ -841,7 +845,6 @@ final class BootstrapAgent implements Agent {
         if (s.dialer || s.established()) {
             close(s, code, why);
         } else {
-            refusedHandshakes.incrementAndGet();
             closeChannel(s, why);
         }
         if (report) {
