@@ -87,6 +87,24 @@ public interface CacheFormatter {
     }
 
     /**
+     * Checks a layer range given to {@link #format(TransferSession, int, int)}, {@link #unformat(TransferSession,
+     * int, int)} or a push against the model's layer count, for every formatter alike.
+     *
+     * @param session    the transfer
+     * @param firstLayer first global layer
+     * @param layers     number of layers
+     * @throws dev.kvtransfer.api.KvTransferException {@code INTERNAL} naming the request when outside the model
+     */
+    static void checkLayerRange(TransferSession session, int firstLayer, int layers) {
+        int total = session.selfState().cacheState().numLayers();
+        if (firstLayer < 0 || layers < 0 || (long) firstLayer + layers > total) {
+            throw new dev.kvtransfer.api.KvTransferException(dev.kvtransfer.api.ErrorCode.INTERNAL,
+                    session.requestId(), "layer range [" + firstLayer + ", " + firstLayer + "+" + layers
+                    + ") outside the model's " + total + " layers", null);
+        }
+    }
+
+    /**
      * Layer-wise, generation side: receives global layers {@code [firstLayer, firstLayer + layers)}.
      *
      * @param session    the transfer

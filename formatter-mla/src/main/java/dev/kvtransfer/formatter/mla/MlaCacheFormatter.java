@@ -158,7 +158,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
     @Override
     public void format(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
-        checkRange(session, firstLayer, layers);
+        CacheFormatter.checkLayerRange(session, firstLayer, layers);
         send(session, firstLayer, firstLayer + layers);
     }
 
@@ -171,16 +171,8 @@ public final class MlaCacheFormatter implements CacheFormatter {
     @Override
     public void unformat(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
-        checkRange(session, firstLayer, layers);
+        CacheFormatter.checkLayerRange(session, firstLayer, layers);
         receive(session, firstLayer, firstLayer + layers);
-    }
-
-    private static void checkRange(TransferSession session, int firstLayer, int layers) {
-        int total = session.selfState().cacheState().numLayers();
-        if (firstLayer < 0 || layers < 0 || (long) firstLayer + layers > total) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "layer range [" + firstLayer + ", "
-                    + firstLayer + "+" + layers + ") outside the model's " + total + " layers", null);
-        }
     }
 
     /** Sends this rank's parts of global layers {@code [g0, g1)}. */
@@ -250,7 +242,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push on a session that is not a"
                     + " push session (no peer pools)", null);
         }
-        checkRange(session, firstLayer, layers);
+        CacheFormatter.checkLayerRange(session, firstLayer, layers);
         CacheState self = session.selfState().cacheState();
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
