@@ -69,10 +69,26 @@ class NetnsPairTest {
     void required_04_withoutRootTheProbeSaysWhyTheTestsSkip() throws Exception {
         assumeTrue(Files.isExecutable(Path.of("/usr/bin/setpriv")),
                 "needs util-linux's setpriv to run the probe as an unprivileged user");
-        // The probe the cross-host classes' assumptions use, in a JVM that runs as nobody (uid 65534); it needs
-        // nothing but this module's test classes (the local Maven repository may be unreadable to nobody).
-        String classes = Path.of(InNamespaceMain.class.getProtectionDomain().getCodeSource().getLocation().toURI())
-                .toString();
+        // The probe the cross-host classes' assumptions use, in a JVM that runs as nobody (uid 65534). It needs
+        // only this module's classes (JDK otherwise), copied to a directory uid 65534 can read: the checkout, like the local
+        // Maven repository, may sit below a directory only root may enter (a fresh clone in `mktemp -d`).
+        Path built = Path.of(InNamespaceMain.class.getProtectionDomain().getCodeSource().getLocation().toURI());
+        Path readable = Files.createTempDirectory("kvt-probe");
+        readable.toFile().deleteOnExit();
+        Path pkg = Files.createDirectories(readable.resolve("dev/kvtransfer/crosshost"));
+        try (var classFiles = Files.list(built.resolve("dev/kvtransfer/crosshost"))) {
+            for (Path f : (Iterable<Path>) classFiles.filter(f -> f.getFileName().toString()
+                    .endsWith(".class"))::iterator) {
+                Files.copy(f, pkg.resolve(f.getFileName()));
+            }
+        }
+        try (var all = Files.walk(readable)) {
+            for (Path f : (Iterable<Path>) all::iterator) {
+                Files.setPosixFilePermissions(f, java.nio.file.attribute.PosixFilePermissions.fromString(
+                        Files.isDirectory(f) ? "rwxr-xr-x" : "rw-r--r--"));
+            }
+        }
+        String classes = readable.toString();
         List<String> cmd = List.of("/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                 System.getProperty("java.home") + "/bin/java", "-cp", classes, InNamespaceMain.class.getName(),
                 "probe");
