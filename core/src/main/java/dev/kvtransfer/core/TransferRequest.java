@@ -223,6 +223,7 @@ public final class TransferRequest {
      * @throws IllegalArgumentException when the index is negative
      */
     public void layerReady(int localLayer) {
+        dev.kvtransfer.core.transfer.PushTrace.at("eng", requestId(), "mark", localLayer);
         markLayer(localLayer);
     }
 

@@ -236,10 +236,13 @@ public final class CacheReceiver implements AutoCloseable {
     }
 
     /**
-     * Push, generation side: from every picked counterpart, its layer notices (each layer is complete when every
-     * picked writer holding it said so) and its done notice with the list of what it wrote; every entry must lie
-     * in this request's grants, match its CRC32C over the memory as it is now, and together the entries must
-     * cover this rank's non-reused blocks exactly once.
+     * Push, generation side: from every picked counterpart, its layer notices and its done notice, each followed by
+     * the list of what it wrote since its previous notice. Each list is checked on arrival — every entry must lie
+     * in this request's grants and match its CRC32C over the memory as it is now — on that counterpart's receive
+     * thread, while the counterpart writes the next layer: the check hides behind the prefill instead of running
+     * over the whole request after the last layer. A layer is complete when every picked writer holding it
+     * announced it and its entries checked. At the end the entries together must cover this rank's non-reused
+     * blocks exactly once.
      */
     private void awaitPush(Job job, DefaultTransferSession session) {
         long id = job.handle.requestId();
@@ -259,12 +262,13 @@ public final class CacheReceiver implements AutoCloseable {
             }
         }
         int[] noticed = new int[layers];
-        long[][] entries = new long[t.size()][];
-        int[][] crcs = new int[t.size()][];
+        Written[] written = new Written[t.size()];
         int[] picked = picks.stream().mapToInt(Integer::intValue).toArray();
+        boolean checksums = env.config().partChecksums();
         session.forEachPeer(picked, k -> {
             Connection c = session.peerConnection(k);
             int peerRank = t.peerRanks().get(k);
+            Written w = written[k] = new Written();
             try (MemoryBuffer notice = env.buffers().allocate(PushNotice.BYTES, MemoryKind.HOST)) {
                 ByteBuffer nb = notice.asByteBuffer();
                 while (true) {
@@ -278,6 +282,14 @@ public final class CacheReceiver implements AutoCloseable {
                     int type = nb.getInt(0);
                     int layer = nb.getInt(4);
                     long value = nb.getLong(8);
+                    PushTrace.at("gen", id, "notice" + type, layer);
+                    if (type == PushNotice.LAYER || type == PushNotice.DONE) {
+                        if (value < 0 || value > MAX_PUSH_ENTRIES - w.count) {
+                            throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
+                                    + " announced " + value + " written entries", null);
+                        }
+                        receiveWritten(job, session, k, c, w, (int) value, checksums);
+                    }
                     if (type == PushNotice.LAYER) {
                         int l = layer - first;
                         if (l < 0 || l >= layers) {
@@ -292,30 +304,6 @@ public final class CacheReceiver implements AutoCloseable {
                             job.handle.layerArrived(l);
                         }
                     } else if (type == PushNotice.DONE) {
-                        if (value < 0 || value > MAX_PUSH_ENTRIES) {
-                            throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
-                                    + " announced " + value + " written entries", null);
-                        }
-                        int n = (int) value;
-                        long[] e = new long[3 * n];
-                        int[] cr = new int[n];
-                        if (n > 0) {
-                            try (MemoryBuffer list = env.buffers().allocate((long) PushNotice.ENTRY_BYTES * n,
-                                    MemoryKind.HOST)) {
-                                c.recv(session.peerTag(k), list, 0, (long) PushNotice.ENTRY_BYTES * n,
-                                        remaining(job, "receiving what context rank " + peerRank + " wrote"));
-                                ByteBuffer lb = list.asByteBuffer();
-                                for (int i = 0; i < n; i++) {
-                                    int at = PushNotice.ENTRY_BYTES * i;
-                                    e[3 * i] = lb.getLong(at);
-                                    e[3 * i + 1] = lb.getLong(at + 8);
-                                    e[3 * i + 2] = lb.getLong(at + 16);
-                                    cr[i] = lb.getInt(at + 24);
-                                }
-                            }
-                        }
-                        entries[k] = e;
-                        crcs[k] = cr;
                         return;
                     } else if (type == PushNotice.ABORT) {
                         ErrorCode code = value >= 0 && value < ErrorCode.values().length
@@ -329,27 +317,54 @@ public final class CacheReceiver implements AutoCloseable {
                 }
             }
         });
-        checkWritten(job, session, picked, entries, crcs);
+        PushTrace.at("gen", id, "all-done", -1);
+        checkWritten(job, session, picked, written);
+        PushTrace.at("gen", id, "checked", -1);
     }
 
     /** Most written entries one counterpart may report. */
     static final int MAX_PUSH_ENTRIES = 1 << 24;
 
-    private void checkWritten(Job job, DefaultTransferSession session, int[] picked, long[][] entries, int[][] crcs) {
+    /** Push: what one counterpart reported writing (region id, offset, length per entry), checked on arrival. */
+    private static final class Written {
+        long[] entries = new long[3 * 8];
+        int count;
+        long bytes;
+
+        void add(long region, long offset, long length) {
+            if (3 * count == entries.length) {
+                entries = java.util.Arrays.copyOf(entries, entries.length * 2);
+            }
+            entries[3 * count] = region;
+            entries[3 * count + 1] = offset;
+            entries[3 * count + 2] = length;
+            count++;
+            bytes += length;
+        }
+    }
+
+    /**
+     * Receives the list of {@code n} entries that follows a notice and checks each at once: inside what this
+     * request granted, and (with checksums on) its CRC32C over the memory as it is now equal to the writer's.
+     */
+    private void receiveWritten(Job job, DefaultTransferSession session, int k, Connection c, Written w, int n,
+                                boolean checksums) {
+        if (n == 0) {
+            return;
+        }
         long id = job.handle.requestId();
-        boolean checksums = env.config().partChecksums();
-        long total = 0;
-        Map<Long, List<long[]>> byRegion = new java.util.HashMap<>();
-        long[] perPeer = new long[session.targets().size()];
-        job.pushedPeerBytes = perPeer;
-        for (int k : picked) {
-            long[] e = entries[k];
-            int peerRank = session.targets().peerRanks().get(k);
-            for (int i = 0; i < e.length / 3; i++) {
-                long region = e[3 * i];
-                long off = e[3 * i + 1];
-                long len = e[3 * i + 2];
-                MemoryBuffer mem = job.granted.get(region);
+        int peerRank = session.targets().peerRanks().get(k);
+        try (MemoryBuffer list = env.buffers().allocate((long) PushNotice.ENTRY_BYTES * n, MemoryKind.HOST)) {
+            c.recv(session.peerTag(k), list, 0, (long) PushNotice.ENTRY_BYTES * n,
+                    remaining(job, "receiving what context rank " + peerRank + " wrote"));
+            ByteBuffer lb = list.asByteBuffer();
+            for (int i = 0; i < n; i++) {
+                int at = PushNotice.ENTRY_BYTES * i;
+                long region = lb.getLong(at);
+                long off = lb.getLong(at + 8);
+                long len = lb.getLong(at + 16);
+                int want = lb.getInt(at + 24);
+                MemoryBuffer mem = job.granted.get(region); // filled before the request was sent, only read now
                 if (mem == null || off < 0 || len < 0 || off > mem.size() - len) {
                     throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank + " reports "
                             + len + " bytes written at offset " + off + " of grant #" + region
@@ -357,24 +372,38 @@ public final class CacheReceiver implements AutoCloseable {
                 }
                 if (checksums) {
                     int crc = (int) dev.kvtransfer.core.journal.Checksums.crc32c(mem, off, len);
-                    if (crc != crcs[k][i]) {
-                        throw new KvTransferException(ErrorCode.MALFORMED, id, "corrupted part: write " + i + " of "
-                                + (e.length / 3) + " by context rank " + peerRank + " (grant #" + region + ", byte "
-                                + "offset " + off + ", " + len + " bytes): CRC32C " + Integer.toHexString(crc)
-                                + " in memory, the writer's is " + Integer.toHexString(crcs[k][i]), null);
+                    if (crc != want) {
+                        throw new KvTransferException(ErrorCode.MALFORMED, id, "corrupted part: write " + w.count
+                                + " by context rank " + peerRank + " (grant #" + region + ", byte offset " + off
+                                + ", " + len + " bytes): CRC32C " + Integer.toHexString(crc) + " in memory, the "
+                                + "writer's is " + Integer.toHexString(want), null);
                     }
                 }
-                total += len;
-                perPeer[k] += len;
-                byRegion.computeIfAbsent(region, r -> new ArrayList<>()).add(new long[] {off, len});
+                w.add(region, off, len);
             }
+        }
+    }
+
+    /** The entries every counterpart reported (each checked on arrival) cover this rank's blocks exactly once. */
+    private void checkWritten(Job job, DefaultTransferSession session, int[] picked, Written[] written) {
+        long id = job.handle.requestId();
+        long total = 0;
+        int n = 0;
+        Map<Long, List<long[]>> byRegion = new java.util.HashMap<>();
+        long[] perPeer = new long[session.targets().size()];
+        job.pushedPeerBytes = perPeer;
+        for (int k : picked) {
+            Written w = written[k];
+            for (int i = 0; i < w.count; i++) {
+                byRegion.computeIfAbsent(w.entries[3 * i], r -> new ArrayList<>())
+                        .add(new long[] {w.entries[3 * i + 1], w.entries[3 * i + 2]});
+            }
+            total += w.bytes;
+            perPeer[k] = w.bytes;
+            n += w.count;
         }
         long expected = expectedPushBytes(job, session);
         job.pushedBytes = total;
-        int n = 0;
-        for (int k : picked) {
-            n += entries[k].length / 3;
-        }
         job.pushedEntries = n;
         if (total != expected) {
             throw new KvTransferException(ErrorCode.MALFORMED, id, "the context ranks wrote " + total + " bytes into"

@@ -923,9 +923,11 @@ public final class CacheSender implements AutoCloseable {
             // The formatter moves whole requests only: wait for the last layer, then move all of them.
             throw layersNotReady(h, count);
         }
+        PushTrace.at("ctx", h.requestId(), "move", layered ? 1 : 0);
         if (!layered) {
             if (push) {
                 env.formatter().push(session, first, count);
+                PushTrace.at("ctx", h.requestId(), "pushed-all", -1);
             } else {
                 env.formatter().format(session);
             }
@@ -936,11 +938,13 @@ public final class CacheSender implements AutoCloseable {
                     throw layersNotReady(h, l + 1);
                 }
                 int g = first + l;
+                PushTrace.at("ctx", h.requestId(), "ready-seen", l);
                 if (push) {
                     env.formatter().push(session, g, 1);
+                    PushTrace.at("ctx", h.requestId(), "pushed", l);
                     for (int k = 0; k < t.size(); k++) {
                         if (holds(session.peerCacheState(), t.peerRanks().get(k), g)) {
-                            session.sendNotice(k, PushNotice.LAYER, g, 0);
+                            session.sendLayerWritten(k, g);
                         }
                     }
                 } else {
@@ -949,9 +953,11 @@ public final class CacheSender implements AutoCloseable {
             }
         }
         if (push) {
+            PushTrace.at("ctx", h.requestId(), "before-done", -1);
             for (int k = 0; k < session.targets().size(); k++) {
                 session.sendPushDone(k);
             }
+            PushTrace.at("ctx", h.requestId(), "done-sent", -1);
         } else {
             session.sendChecksums();
         }

@@ -62,6 +62,8 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     /** Push: per peer, the entries written: region id, offset, length (3 longs each) and their CRC32C. */
     private final long[][] written;
     private final int[][] writtenCrc;
+    /** Push: per peer, the entries already reported to it (in a layer notice). */
+    private final int[] reportedCount;
     private final int[] writtenCount;
     /** Per peer position: CRC32C of every message moved, in order (null when checksums are off). */
     private final int[][] crcs;
@@ -107,6 +109,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         }
         this.written = peerPools == null ? null : new long[targets.size()][];
         this.writtenCrc = peerPools == null ? null : new int[targets.size()][];
+        this.reportedCount = peerPools == null ? null : new int[targets.size()];
         this.writtenCount = peerPools == null ? null : new int[targets.size()];
         this.crcs = b.checksums ? new int[targets.size()][] : null;
         this.starts = b.checksums ? new long[targets.size()][] : null;
@@ -392,33 +395,52 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     }
 
     /**
-     * Push, context side: sends a peer the done notification and the list of what was written into its pool
-     * (region id, offset, length, CRC32C of each entry), which the peer checks before it completes.
+     * Push, context side: sends a peer the done notification and the list of what was written into its pool since
+     * the last {@link #sendLayerWritten} (region id, offset, length, CRC32C of each entry), which the peer checks
+     * before it completes.
      *
      * @param peerIndex the peer
      */
     public void sendPushDone(int peerIndex) {
-        int n = writtenCount == null ? 0 : writtenCount[peerIndex];
+        sendWritten(peerIndex, PushNotice.DONE, 0, "that the push is done");
+    }
+
+    /**
+     * Push, context side, layer-wise: tells a peer that a global layer was written, with the list of what was
+     * written into its pool since the previous notice, so the peer checks those entries while this rank writes the
+     * next layer (not all of them after the last one).
+     *
+     * @param peerIndex the peer
+     * @param layer     the global layer
+     */
+    public void sendLayerWritten(int peerIndex, int layer) {
+        sendWritten(peerIndex, PushNotice.LAYER, layer, "that layer " + layer + " was written");
+    }
+
+    private void sendWritten(int peerIndex, int type, int layer, String what) {
+        int from = reportedCount == null ? 0 : reportedCount[peerIndex];
+        int n = writtenCount == null ? 0 : writtenCount[peerIndex] - from;
         Connection conn = connection(peerIndex);
         try (MemoryBuffer m = bufferManager.allocate(PushNotice.BYTES + (long) PushNotice.ENTRY_BYTES * n,
                 dev.kvtransfer.api.memory.MemoryKind.HOST)) {
             java.nio.ByteBuffer bb = m.asByteBuffer();
-            PushNotice.put(bb, 0, PushNotice.DONE, 0, n);
+            PushNotice.put(bb, 0, type, layer, n);
             for (int i = 0; i < n; i++) {
                 int at = PushNotice.BYTES + PushNotice.ENTRY_BYTES * i;
-                bb.putLong(at, written[peerIndex][3 * i]);
-                bb.putLong(at + 8, written[peerIndex][3 * i + 1]);
-                bb.putLong(at + 16, written[peerIndex][3 * i + 2]);
-                bb.putInt(at + 24, writtenCrc[peerIndex][i]);
+                bb.putLong(at, written[peerIndex][3 * (from + i)]);
+                bb.putLong(at + 8, written[peerIndex][3 * (from + i) + 1]);
+                bb.putLong(at + 16, written[peerIndex][3 * (from + i) + 2]);
+                bb.putInt(at + 24, writtenCrc[peerIndex][from + i]);
             }
-            conn.send(tags[peerIndex], m, 0, PushNotice.BYTES, remaining("sending the done notification"));
+            conn.send(tags[peerIndex], m, 0, PushNotice.BYTES, remaining("sending a push notice"));
             if (n > 0) {
                 conn.send(tags[peerIndex], m, PushNotice.BYTES, (long) PushNotice.ENTRY_BYTES * n,
                         remaining("sending what was written"));
+                reportedCount[peerIndex] += n;
             }
         } catch (KvTransferException e) {
             throw new KvTransferException(e.code(), requestId, "telling peer rank " + targets.peerRanks().get(peerIndex)
-                    + " (" + conn.peer() + ") that the push is done failed: " + e.getMessage(), e);
+                    + " (" + conn.peer() + ") " + what + " failed: " + e.getMessage(), e);
         }
     }
 

@@ -179,6 +179,41 @@ class PushAndLayerWiseTest {
     }
 
     @Test
+    void layerWisePushChecksEachLayersWritesWhenItsNoticeArrivesNotAfterTheLastLayer() throws Exception {
+        Faults faults = new Faults();
+        LocalInstance ctx = start("ctx", new FaultyTransportProvider(new LoopbackTransportProvider(), faults),
+                TransceiverConfig.TransferMode.PULL, Duration.ofSeconds(30));
+        LocalInstance gen = start("gen", new LoopbackTransportProvider(), TransceiverConfig.TransferMode.PUSH,
+                Duration.ofSeconds(30));
+        // One byte flipped in the first list of written entries (28 bytes each) that follows a layer notice on a
+        // data tag: the receiver must refuse it while later layers are still being computed.
+        faults.inject(Fault.once(Fault.Kind.CORRUPT, m -> m.tag() >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG
+                && m.length() >= PushNotice.ENTRY_BYTES && m.length() % PushNotice.ENTRY_BYTES == 0
+                && m.length() != PushNotice.BYTES));
+        Req q = prepare(ctx, gen, 650, 8 * 9, 0);
+        for (int r = 0; r < 2; r++) {
+            ctx.transceiver(r).respondAndSendLayerWise(q.ctx[r]);
+            gen.transceiver(r).requestAndReceiveAsync(q.gen[r]);
+        }
+        // Only the first layer of each rank is computed; the others never are during this test's bound.
+        for (int r = 0; r < 2; r++) {
+            q.ctx[r].layerReady(0);
+        }
+        await().atMost(BOUND).until(() -> q.gen[0].isDone() || q.gen[1].isDone());
+        TransferRequest failed = q.gen[0].isDone() ? q.gen[0] : q.gen[1];
+        assertThat(failed.state()).as("%s", failed).isEqualTo(RequestState.TRANS_ERROR);
+        assertThat(failed.error().orElseThrow().code()).isEqualTo(ErrorCode.MALFORMED);
+        assertThat(faults.injected(Fault.Kind.CORRUPT)).isEqualTo(1);
+        // Caught before the done notice could be sent: that needs every layer, and these come only now.
+        for (int r = 0; r < 2; r++) {
+            q.ctx[r].layerReady(1);
+            q.ctx[r].layerReady(2);
+        }
+        awaitDone(q);
+        free(ctx, gen, q);
+    }
+
+    @Test
     void aFailedPushRevokesItsGrantsSoAStalledWriterNeverReachesReusedBlocks() throws Exception {
         Faults faults = new Faults();
         LocalInstance ctx = start("ctx", new FaultyTransportProvider(new LoopbackTransportProvider(), faults),
