@@ -80,6 +80,8 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final ThreadLocal<RmaWriter.Target[][]> targetScratch = ThreadLocal.withInitial(
             () -> new RmaWriter.Target[][] {new RmaWriter.Target[16]});
     private volatile Throwable agentFailure;
+    /** One-sided writes over tagged messages ({@code ucx.oneSided=emulated}), else null (native RMA). */
+    private final dev.kvtransfer.api.transport.support.EmulatedOneSided emulated;
 
     /**
      * Starts a manager: context, worker, listener and progress agent.
@@ -96,6 +98,9 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.defaultTimeout = settings.defaultTimeout();
         this.closeGraceNanos = settings.closeGraceNanos();
         this.callerSpinNanos = settings.callerSpinNanos();
+        // Starts nothing before the first register (only stores this manager).
+        this.emulated = settings.emulatedOneSided() ? new dev.kvtransfer.api.transport.support.EmulatedOneSided(
+                this, new ControlMemory(), e -> errors.report("one-sided", e), defaultTimeout, "ucx-" + name) : null;
         InetSocketAddress bind = new InetSocketAddress(config.host(), config.port());
         if (bind.isUnresolved()) {
             throw new TransportException(ErrorCode.NETWORK, "UCX manager '" + name + "': host '" + config.host()
@@ -302,6 +307,9 @@ public final class UcxConnectionManager implements ConnectionManager {
         if (!life.running()) {
             throw closedException("register at " + localAddress);
         }
+        if (emulated != null) {
+            return emulated.register(memory);
+        }
         return regions.register(memory);
     }
 
@@ -312,6 +320,9 @@ public final class UcxConnectionManager implements ConnectionManager {
 
     @Override
     public void close() {
+        if (emulated != null) {
+            emulated.close(); // first: its agent receives through this manager
+        }
         life.beginClose(this::wakeAgents);
         regions.closeAll();
         if (agent.onAgentThread() || Thread.currentThread() == bootstrapRunner.thread()) {
@@ -418,6 +429,10 @@ public final class UcxConnectionManager implements ConnectionManager {
         }
         if (c.failure != null) {
             throw c.failure.toException("write to " + c.peer);
+        }
+        if (emulated != null) {
+            emulated.write(c, batch, timeout);
+            return;
         }
         writer.write(c, batch, timeout);
     }

@@ -47,6 +47,14 @@ public final class UcxSettings {
      * {@code PEER_LOST} (see README). {@code false} leaves sysv/posix copies only.
      */
     public static final String CMA = "ucx.cma";
+    /**
+     * Property: how {@code Connection.write} moves bytes. {@code native} (default): UCX RMA ({@code ucp_put} +
+     * flush into {@code ucp_mem_map}ped memory); {@code emulated}: the api's {@code EmulatedOneSided} over this
+     * transport's tagged messages (the owner's agent receives each entry straight into the registered memory —
+     * a CMA rendezvous in shm mode). UCX 1.13 carries puts into caller-allocated memory in software RMA here
+     * (~0.3 GB/s), tagged messages at ~1.5 GB/s: see the README.
+     */
+    public static final String ONE_SIDED = "ucx.oneSided";
     /** Property: milliseconds between heartbeats on an idle control connection. */
     public static final String LIVENESS_INTERVAL = "ucx.livenessIntervalMillis";
     /** Property: milliseconds of silence on a control connection after which its peer is lost. */
@@ -85,7 +93,7 @@ public final class UcxSettings {
     public static final String SHM_TLS = "self,sysv,posix";
 
     private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS,
-            CALLER_SPIN_MICROS, BUFFERED_SEND_BYTES, BUFFERED_SEND_SLOTS, TRANSPORTS, CMA, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
+            CALLER_SPIN_MICROS, BUFFERED_SEND_BYTES, BUFFERED_SEND_SLOTS, TRANSPORTS, CMA, ONE_SIDED, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
             AUTH_MAX_SKEW);
     private static final Pattern UCX_NAME = Pattern.compile("[A-Z][A-Z0-9_]{0,63}");
 
@@ -101,6 +109,7 @@ public final class UcxSettings {
     private final Map<String, String> ucxConfig;
     private final boolean sharedMemory;
     private final boolean cma;
+    private final boolean emulatedOneSided;
     private final long livenessIntervalMillis;
     private final long livenessTimeoutMillis;
     private final long handshakeTimeoutMillis;
@@ -153,6 +162,11 @@ public final class UcxSettings {
             throw bad(CMA, cmaValue, "must be 'true' or 'false'");
         }
         this.cma = cmaValue.equals("true");
+        String oneSided = config.property(ONE_SIDED, "native").trim();
+        if (!oneSided.equals("native") && !oneSided.equals("emulated")) {
+            throw bad(ONE_SIDED, oneSided, "must be 'native' or 'emulated'");
+        }
+        this.emulatedOneSided = oneSided.equals("emulated");
         this.livenessIntervalMillis = range(config, LIVENESS_INTERVAL, 1000, 10, 600_000);
         this.livenessTimeoutMillis = range(config, LIVENESS_TIMEOUT, 10_000, 50, 3_600_000);
         if (livenessTimeoutMillis <= livenessIntervalMillis) {
@@ -264,6 +278,11 @@ public final class UcxSettings {
     /** @return whether this manager runs in shared-memory mode (see {@value #TRANSPORTS}) */
     public boolean sharedMemory() {
         return sharedMemory;
+    }
+
+    /** @return whether one-sided writes are emulated over tagged messages ({@value #ONE_SIDED}) */
+    public boolean emulatedOneSided() {
+        return emulatedOneSided;
     }
 
     /** @return whether shared-memory mode also uses CMA */

@@ -358,6 +358,9 @@ class UcxConnectionManagerTest {
                 .property(UcxSettings.SPIN_MICROS, "-1").build()))
                 .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.spinMicros = '-1'");
         assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
+                .property(UcxSettings.ONE_SIDED, "software").build()))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.oneSided = 'software'");
+        assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
                 .property("ucx.spinMicro", "5").build()))
                 .isInstanceOf(IllegalArgumentException.class)
                 .hasMessage("unknown transport property ucx.spinMicro = '5'; known: " + String.join(", ",
