@@ -80,6 +80,8 @@ public final class AeronSettings {
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
+    /** Smallest {@code aeron.mtu}: Aeron's default, a datagram that fits a 1500-byte Ethernet frame. */
+    static final long MIN_MTU = 1408;
     static final long DEFAULT_CHUNK = 1L << 20;
     static final long DEFAULT_SOCKET_BUFFER = 4L << 20;
     static final long DEFAULT_PEER_TIMEOUT_MS = 3000;
@@ -153,9 +155,10 @@ public final class AeronSettings {
         }
         this.termLength = (int) term;
         long m = config.longProperty(MTU, DEFAULT_MTU);
-        if (m < 4096 || m > 65504 || m % 32 != 0) {
+        // From Aeron's own default (1408: one datagram per Ethernet frame, no IP fragmentation) to its maximum.
+        if (m < MIN_MTU || m > 65504 || m % 32 != 0) {
             throw new IllegalArgumentException("transport property " + MTU + " = " + m
-                    + ": must be a multiple of 32 in [4096, 65504]");
+                    + ": must be a multiple of 32 in [" + MIN_MTU + ", 65504]");
         }
         this.mtu = (int) m;
         long maxBody = maxMessageLength(termLength) - Wire.HEADER_LENGTH;

@@ -144,8 +144,9 @@ class AeronTransportTest {
     @Test
     void congestionControlIsCubicByDefaultAndStaticOnRequestAndBothCarryMessagesOverUdp() throws Exception {
         assertThat(((AeronConnectionManager) a).udpChannel()).endsWith("|cc=cubic");
+        // c sends with Aeron's default MTU (1408: no IP fragmentation on a 1500-byte network), the smallest accepted
         ConnectionManager c = manager("c", TransportConfig.builder().property(AeronSettings.IPC, "false")
-                .property(AeronSettings.CONGESTION_CONTROL, "STATIC"));
+                .property(AeronSettings.CONGESTION_CONTROL, "STATIC").property(AeronSettings.MTU, "1408"));
         ConnectionManager d = manager("d", TransportConfig.builder().property(AeronSettings.IPC, "false"));
         assertThat(((AeronConnectionManager) c).udpChannel()).endsWith("|cc=static");
         long size = (16L << 20) + 5;
@@ -162,6 +163,9 @@ class AeronTransportTest {
                 .property(AeronSettings.CONGESTION_CONTROL, "bbr").build()))
                 .isInstanceOf(IllegalArgumentException.class)
                 .hasMessageContaining("aeron.congestionControl = 'bbr'").hasMessageContaining("static or cubic");
+        assertThatThrownBy(() -> AeronSettings.from(TransportConfig.builder().property(AeronSettings.MTU, "1376")
+                .build())).isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("aeron.mtu = 1376: must be a multiple of 32 in [1408, 65504]");
     }
 
     @Test
