@@ -676,9 +676,24 @@ public final class CacheReceiver implements AutoCloseable {
         return auth.mac("READY", idTag, nonce, utf8(ctxAddress), utf8(genAddress), body);
     }
 
+    /**
+     * The UTF-8 bytes of an address, for a MAC. Remembered (addresses repeat in every request); callers only read
+     * the array.
+     */
     static byte[] utf8(String s) {
-        return s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        byte[] b = UTF8.get(s);
+        if (b == null) {
+            b = s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+            if (UTF8.size() >= MAX_UTF8) {
+                UTF8.clear();
+            }
+            UTF8.put(s, b);
+        }
+        return b;
     }
+
+    private static final int MAX_UTF8 = 4096;
+    private static final Map<String, byte[]> UTF8 = new java.util.concurrent.ConcurrentHashMap<>();
 
     /**
      * The layouts cannot be converted, so there are no counterparts to compute: the request info goes to every
