@@ -56,6 +56,8 @@ public final class CacheReceiver implements AutoCloseable {
     private final AtomicInteger instanceCount = new AtomicInteger();
     private final Object lifecycle = new Object();
     private volatile boolean closing;
+    /** Reused HOST buffers of the handshakes (request header, info and ready signals). */
+    private final ControlBuffers control;
 
     /**
      * Creates the receiver; threads start per context instance on first use.
@@ -64,6 +66,7 @@ public final class CacheReceiver implements AutoCloseable {
      */
     public CacheReceiver(TransferEnv env) {
         this.env = Objects.requireNonNull(env, "env");
+        this.control = new ControlBuffers(env.buffers());
         // With authentication on, data tags start at a random point: another process cannot guess the next one.
         this.tags = new DataTags(env.auth().enabled() ? env.auth().randomInt() : 0);
     }
@@ -109,7 +112,10 @@ public final class CacheReceiver implements AutoCloseable {
                 return;
             }
             jobs.put(h, job);
-            ThreadPoolExecutor pool = workers.computeIfAbsent(ctx, this::newPool);
+            ThreadPoolExecutor pool = workers.get(ctx);
+            if (pool == null) {
+                pool = workers.computeIfAbsent(ctx, this::newPool);
+            }
             try {
                 pool.execute(() -> run(job));
             } catch (RejectedExecutionException e) {
@@ -557,8 +563,9 @@ public final class CacheReceiver implements AutoCloseable {
         int[][] peerIds = new int[targets.size()][];
         int[] peerBpr = new int[targets.size()];
         String selfAddress = env.connections().localAddress();
-        try (MemoryBuffer ctl = env.buffers().allocate(end, MemoryKind.HOST)) {
-            ByteBuffer bb = ctl.asByteBuffer();
+        try (ControlBuffers.Lease lease = control.acquire(end)) {
+            MemoryBuffer ctl = lease.buffer();
+            ByteBuffer bb = lease.bytes();
             bb.putLong(0, Tags.REQUEST_SEND);
             bb.putLong(8, bytes.length + mac);
             bb.putLong(16, id);
@@ -630,6 +637,7 @@ public final class CacheReceiver implements AutoCloseable {
                 peerIds[positions[k]] = ids;
                 peerBpr[positions[k]] = Math.max(1, bb.getInt(at + 8));
             }
+            lease.reusable();
         }
         job.timing.preparation(System.nanoTime());
         int[] tagArr = new int[targets.size()];
@@ -641,7 +649,7 @@ public final class CacheReceiver implements AutoCloseable {
                 .blocks(h.blockIds(), totalBlocks).connections(conns, tagArr, env.config().chunkBytes())
                 .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(job.deadlineNanos, job.timing)
                 .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds).peerBlocksPerRegion(peerBpr)
-                .checksums(env.config().partChecksums()).build();
+                .checksums(env.config().partChecksums()).controlBuffers(control).build();
     }
 
     /** Bytes of the request header on {@link Tags#ID_TAG}: kind, info bytes, request id. */
@@ -802,6 +810,12 @@ public final class CacheReceiver implements AutoCloseable {
     public void close() {
         shutdown();
         awaitTermination(Duration.ofSeconds(5));
+        releaseControlBuffers();
+    }
+
+    /** Frees the reused control buffers (after the threads stopped; a buffer still out is freed when returned). */
+    public void releaseControlBuffers() {
+        control.close();
     }
 
     /** @return data tags held by in-flight requests (tests and diagnostics) */
