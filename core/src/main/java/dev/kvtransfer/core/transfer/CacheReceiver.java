@@ -518,18 +518,19 @@ public final class CacheReceiver implements AutoCloseable {
             h.started(EpochClock.nowNanos());
             return null;
         }
-        List<Connection> all = env.connections().getConnections(params.contextState().commState());
+        // Only the counterparts' connections (no list of every rank's per request).
+        List<String> addresses = params.contextState().commState().addresses();
         Connection[] conns = new Connection[targets.size()];
         int[] positions = new int[counterparts.size()];
         for (int k = 0; k < counterparts.size(); k++) {
             int rank = counterparts.get(k);
             int pos = targets.peerRanks().indexOf(rank);
-            if (pos < 0 || rank >= all.size()) {
+            if (pos < 0 || rank >= addresses.size()) {
                 throw new KvTransferException(ErrorCode.INTERNAL, id, "formatter counterpart rank " + rank
                         + " is not among the target ranks " + targets.peerRanks() + " of the context instance", null);
             }
             positions[k] = pos;
-            conns[pos] = all.get(rank);
+            conns[pos] = env.connections().connection(addresses.get(rank));
         }
         int totalBlocks = BlockDistribution.blocksFor(h.promptLength(), ctx.tokensPerBlock());
         int reused = h.reusedBlocks();
