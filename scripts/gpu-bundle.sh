@@ -13,7 +13,9 @@
 # Usage: scripts/gpu-bundle.sh [--no-build] [--check] [--out DIR] [-- MAVEN_ARGS...]
 #   --no-build  use the artifacts already built (cli/target, memory-cuda/target); default: mvn install -DskipTests
 #   --check     afterwards, unpack the runtime and run java -version, the memory-cuda tests through the console
-#               launcher (GPU tests are reported skipped here) and `kvtransfer --help`
+#               launcher (GPU tests are reported skipped here), a host-pool `kvtransfer demo --model tiny` and
+#               `demo --pool-memory device` with the bundle's cuda plugin on the cli's class path (as gpu-check.sh
+#               runs it): refused with the plugin's cause where there is no GPU, verified where there is one
 #   MAVEN_ARGS  e.g. -o for an offline build
 set -euo pipefail
 export LC_ALL=C # sort and comm must agree on the order
@@ -172,17 +174,35 @@ if [ "$CHECK" = 1 ]; then
     if [ "$rc" = 0 ]; then grep -vE '^\|[ |] [+'"'"']--' "$WORK/tests.out"; else cat "$WORK/tests.out"; fi
     [ "$rc" = 0 ] || { say "check: the test launcher failed (exit $rc)"; exit 1; }
     grep -q "tests skipped" "$WORK/tests.out" || { say "check: no skipped line in the launcher output"; exit 1; }
-    # The cli on the same runtime: Chronicle, Aeron and Guice need nothing that jdeps missed.
-    "$JAVA" -Djava.io.tmpdir="$WORK" --add-opens=java.base/java.lang=ALL-UNNAMED \
-        --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED \
-        --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED \
-        --add-opens=java.base/java.io=ALL-UNNAMED --add-exports=java.base/jdk.internal.ref=ALL-UNNAMED \
-        --add-exports=java.base/sun.nio.ch=ALL-UNNAMED --add-exports=jdk.unsupported/sun.misc=ALL-UNNAMED \
-        --add-exports=java.base/jdk.internal.misc=ALL-UNNAMED -Dchronicle.analytics.disable=true \
-        -jar "$OUT/cli/$(basename "$CLI_JAR")" demo --model tiny --requests 2 --warmup 1 --in-process \
+    # The cli on the same runtime: Chronicle, Aeron and Guice need nothing that jdeps missed. With the cuda plugin
+    # (memory-cuda and JCuda from lib/) on its class path, as gpu-check.sh runs it.
+    CUDA_CP="$(grep -E '^lib/(kvtransfer-memory-cuda-[0-9][^/]*|jcuda-[^/]*)\.jar$' "$OUT/classpath.txt" \
+        | sed "s#^#$OUT/#" | paste -sd: -)"
+    [ -n "$CUDA_CP" ] || { say "check: classpath.txt names no memory-cuda / JCuda jar"; exit 1; }
+    KVT=("$JAVA" -Djava.io.tmpdir="$WORK" --add-opens=java.base/java.lang=ALL-UNNAMED
+        --add-opens=java.base/java.lang.reflect=ALL-UNNAMED --add-opens=java.base/java.nio=ALL-UNNAMED
+        --add-opens=java.base/sun.nio.ch=ALL-UNNAMED --add-opens=java.base/java.util=ALL-UNNAMED
+        --add-opens=java.base/java.io=ALL-UNNAMED --add-exports=java.base/jdk.internal.ref=ALL-UNNAMED
+        --add-exports=java.base/sun.nio.ch=ALL-UNNAMED --add-exports=jdk.unsupported/sun.misc=ALL-UNNAMED
+        --add-exports=java.base/jdk.internal.misc=ALL-UNNAMED -Dchronicle.analytics.disable=true
+        -cp "$OUT/cli/$(basename "$CLI_JAR"):$CUDA_CP" dev.kvtransfer.cli.KvTransferCli)
+    "${KVT[@]}" demo --model tiny --requests 2 --warmup 1 --in-process \
         > "$WORK/demo.out" 2>&1 || { cat "$WORK/demo.out"; say "check: the cli demo failed"; exit 1; }
     grep -q '^verify *OK' "$WORK/demo.out" || { cat "$WORK/demo.out"; say "check: no verify OK"; exit 1; }
+    set +e
+    "${KVT[@]}" demo --model tiny --requests 2 --warmup 1 --in-process --pool-memory device > "$WORK/device.out" 2>&1
+    rc=$?
+    set -e
+    if [ "$rc" = 0 ] && grep -q '^verify *OK' "$WORK/device.out"; then
+        DEVICE_LINE="device pool: $(grep '^verify' "$WORK/device.out" | tr -s ' ')"
+    elif [ "$rc" = 1 ] && grep -q 'CUDA is not usable here' "$WORK/device.out"; then
+        DEVICE_LINE="--pool-memory device refused: $(grep -o 'CUDA is not usable here: [^(]*([^)]*)' \
+            "$WORK/device.out" | head -1)"
+    else
+        cat "$WORK/device.out"; say "check: demo --pool-memory device neither verified nor was refused (exit $rc)"
+        exit 1
+    fi
     say "check: OK: java -version; $(grep -o '[0-9]* tests successful' "$WORK/tests.out"),"\
 " $(grep -o '[0-9]* tests skipped' "$WORK/tests.out") (GPU tests, reason above); kvtransfer demo --model tiny:"\
-" $(grep '^verify' "$WORK/demo.out" | tr -s ' ')"
+" $(grep '^verify' "$WORK/demo.out" | tr -s ' '); $DEVICE_LINE"
 fi

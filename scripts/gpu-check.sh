@@ -6,8 +6,10 @@
 #   2. unpacks the bundle's Java runtime and runs the memory-cuda tests with the JUnit console launcher
 #      (-Dkvtransfer.cuda.required=true: a GPU test that cannot reach CUDA fails instead of skipping),
 #   3. prints device-to-device, host-to-device and device-to-host copy rates measured by CudaBufferManager,
-#   4. runs the cli: a host-pool demo as a baseline, then the device-pool demos and grid -- these only once the
-#      cli has a --pool-memory option (until then they are reported SKIP, saying why),
+#   4. runs the cli (with the bundle's cuda memory plugin on its class path): a host-pool demo as a baseline, then
+#      the device-pool demos (llama3-8b over loopback and over Aeron with the generation instance in a second
+#      process, and a small TP/PP/MLA grid), verify on, each printing its GB/s next to the D2D and D2H copy rates
+#      of step 3; without a GPU it checks instead that --pool-memory device is refused with the plugin's cause,
 # and prints a summary. Exit codes: 0 all passed (skips allowed), 1 a step failed, 3 no GPU here, 4 no bundle.
 #
 # Usage: scripts/gpu-check.sh [--without-gpu]
@@ -141,6 +143,8 @@ if [ -n "$GPU_INFO" ]; then
     rc=$?
     cat "$WORK/rates.out"
     if [ "$rc" = 0 ]; then
+        D2D_RATE="$(sed -nE 's#^copy-rate D2D +([0-9.]+) GB/s.*#\1#p' "$WORK/rates.out" | head -1)"
+        D2H_RATE="$(sed -nE 's#^copy-rate D2H pinned +([0-9.]+) GB/s.*#\1#p' "$WORK/rates.out" | head -1)"
         record "copy rates" PASS "$(grep -E '^copy-rate (D2D|H2D pinned|D2H pinned) ' "$WORK/rates.out" \
             | sed -E 's#^copy-rate ([A-Za-z0-9 ]*[A-Za-z0-9]) +([0-9.]+) GB/s.*#\1 \2 GB/s#' | paste -sd, -)"
     else
@@ -159,7 +163,18 @@ CLI_FLAGS=(
     --add-exports=jdk.unsupported/sun.misc=ALL-UNNAMED --add-exports=java.base/jdk.internal.misc=ALL-UNNAMED
     -Dchronicle.analytics.disable=true
 )
-KVTRANSFER=("$JAVA" "${JOPTS[@]}" "${CLI_FLAGS[@]}" -Dkvtransfer.jar="$CLI_JAR" -jar "$CLI_JAR")
+# The cuda memory plugin (memory-cuda and JCuda, which the cli jar does not hold) and the testkit (the loopback
+# transport) next to the cli jar: the cli finds them through the SPI as it finds every plugin, and its child JVM
+# inherits the class path.
+CUDA_CP="$(grep -E '^lib/(kvtransfer-memory-cuda-[0-9][^/]*|jcuda-[^/]*)\.jar$' "$BUNDLE/classpath.txt" \
+    | sed "s#^#$BUNDLE/#" | paste -sd: -)"
+LOOPBACK_CP="$(grep -E '^lib/kvtransfer-testkit-[0-9][^/]*\.jar$' "$BUNDLE/classpath.txt" | sed "s#^#$BUNDLE/#" \
+    | paste -sd: -)"
+KVTRANSFER=("$JAVA" "${JOPTS[@]}" "${CLI_FLAGS[@]}" -Dkvtransfer.jar="$CLI_JAR"
+    -cp "$CLI_JAR${CUDA_CP:+:$CUDA_CP}${LOOPBACK_CP:+:$LOOPBACK_CP}" dev.kvtransfer.cli.KvTransferCli)
+# The copy rates of step 3, printed next to each device demo's GB/s.
+RATES=""
+[ -n "${D2D_RATE:-}" ] && RATES=" | copy rates this run: D2D ${D2D_RATE} GB/s, D2H pinned ${D2H_RATE:-?} GB/s"
 demo_step() { # NAME SECONDS ARGS...
     local name="$1" secs="$2"; shift 2
     say "$name: kvtransfer $*"
@@ -167,7 +182,12 @@ demo_step() { # NAME SECONDS ARGS...
     local rc=$?
     cat "$WORK/demo.out"
     if [ "$rc" = 0 ] && grep -q '^verify *OK' "$WORK/demo.out"; then
-        record "$name" PASS "$(grep -E '^throughput' "$WORK/demo.out" | sed 's/^throughput *//' | head -1)"
+        local gbps
+        gbps="$(grep -E '^throughput' "$WORK/demo.out" | sed -E 's/^throughput +([0-9.]+ GB\/s).*/\1/' | head -1)"
+        case " $* " in
+            *" --pool-memory device "*) say "$name: $gbps$RATES" ;;
+        esac
+        record "$name" PASS "$gbps$(case " $* " in *" --pool-memory device "*) echo "$RATES" ;; esac)"
     else
         record "$name" FAIL "exit $rc$([ "$rc" = 124 ] && echo ' (timed out)')$(grep -q '^verify *OK' \
             "$WORK/demo.out" || echo ', no "verify OK" line')"
@@ -180,18 +200,35 @@ else
     record "cli" PASS "kvtransfer demo --help"
     # Host pool (what the cli does today): a baseline on this machine and a check of the runtime image.
     demo_step "demo host pool llama3-8b" 120 demo --model llama3-8b --requests 8 --in-process
-    # ---- device-pool demos and grid (need the cli's --pool-memory option, issue 17 cli part) ----
+    demo_step "demo host pool llama3-8b loopback" 60 demo --model llama3-8b --requests 8 --backend loopback
+    # ---- device-pool demos and grid (the cli's --pool-memory option, issue 17) ----
     if grep -q -- '--pool-memory' "$WORK/demo-help.out"; then
-        if [ -n "$GPU_INFO" ]; then
-            demo_step "demo device pool llama3-8b" 120 demo --model llama3-8b --pool-memory device --requests 8 \
-                --in-process
-            demo_step "grid device TP2->TP1" 60 demo --model tiny --pool-memory device --ctx-tp 2 --gen-tp 1 \
-                --requests 4
-            demo_step "grid device PP2->TP2" 60 demo --model tiny --pool-memory device --ctx-pp 2 --gen-tp 2 \
-                --requests 4
-            demo_step "grid device MLA TP2->DP2" 60 demo --model deepseek-v3 --attention mla \
-                --pool-memory device --ctx-tp 2 --gen-tp 2 --gen-attention-dp --layers 4 --requests 4
+        if [ -z "$CUDA_CP" ]; then
+            record "device-pool demos" FAIL "the bundle's classpath.txt names no memory-cuda / JCuda jar"
+        elif [ -n "$GPU_INFO" ]; then
+            demo_step "demo device pool llama3-8b loopback" 90 demo --model llama3-8b --pool-memory device \
+                --backend loopback --requests 8
+            demo_step "demo device pool llama3-8b aeron 2 proc" 120 demo --model llama3-8b --pool-memory device \
+                --requests 8
+            demo_step "grid device TP2->TP1" 45 demo --model tiny --pool-memory device --ctx-tp 2 --gen-tp 1 \
+                --requests 4 --in-process
+            demo_step "grid device PP2->TP2 nhd->hnd" 45 demo --model tiny --pool-memory device --ctx-pp 2 \
+                --gen-tp 2 --ctx-pool-layout layer-nhd --gen-pool-layout layer-hnd --requests 4 --in-process
+            demo_step "grid device MLA TP2->DP2" 45 demo --model deepseek-v3 --attention mla \
+                --pool-memory device --ctx-tp 2 --gen-tp 2 --gen-attention-dp --layers 4 --requests 4 --in-process
         else
+            # No GPU: the option must reach the plugin and be refused with its cause (exit 1, one line).
+            say "demo device pool without a GPU: kvtransfer demo --pool-memory device (must be refused)"
+            run_for 60 "${KVTRANSFER[@]}" demo --model tiny --backend loopback --pool-memory device --requests 1 \
+                --warmup 0 > "$WORK/demo.out" 2>&1
+            rc=$?
+            cat "$WORK/demo.out"
+            if [ "$rc" = 1 ] && grep -q 'CUDA is not usable here' "$WORK/demo.out"; then
+                record "device-pool refusal" PASS "$(grep -o 'CUDA is not usable here: [^(]*([^)]*)' \
+                    "$WORK/demo.out" | head -1)"
+            else
+                record "device-pool refusal" FAIL "exit $rc, no 'CUDA is not usable here' line"
+            fi
             record "device-pool demos" SKIP "no GPU"
         fi
     else

@@ -99,7 +99,7 @@ public final class AeronConnectionManager implements ConnectionManager {
             TransportAgent ag = a;
             Aeron client = rt.client();
             String channel = "aeron:udp?endpoint=" + host + ":" + config.port() + "|so-rcvbuf=" + settings.socketBuffer
-                    + "|rcv-wnd=" + settings.receiverWindow();
+                    + "|rcv-wnd=" + settings.receiverWindow() + "|cc=" + settings.congestionControl;
             udp = client.addSubscription(channel, AeronSettings.STREAM_ID, image -> ag.onAvailable(image, false),
                     image -> ag.onUnavailable(image, false));
             this.port = resolvePort(udp, config.port());
@@ -506,7 +506,7 @@ public final class AeronConnectionManager implements ConnectionManager {
 
     String udpChannel() {
         return "aeron:udp?endpoint=" + host + ":" + port + "|so-rcvbuf=" + settings.socketBuffer + "|rcv-wnd="
-                + settings.receiverWindow();
+                + settings.receiverWindow() + "|cc=" + settings.congestionControl;
     }
 
     Address addressOf(Peer p) {

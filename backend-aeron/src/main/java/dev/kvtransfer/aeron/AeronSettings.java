@@ -64,14 +64,24 @@ public final class AeronSettings {
     public static final String SPIN_MICROS = "aeron.spinMicros";
     /** How long a blocked caller spins before it parks (µs); 0 on a small host, where spinning callers starve the agents. */
     public static final String CALLER_SPIN_MICROS = "aeron.callerSpinMicros";
+    /**
+     * Congestion control of the UDP streams this manager receives: {@code cubic} (default: Aeron's CUBIC, the
+     * subscription channel's {@code cc=cubic}; the window shrinks on loss, so a bottleneck whose queue is smaller
+     * than the receiver window does not turn into a NAK storm) or {@code static} (Aeron's own default: the full
+     * receiver window is always open). IPC streams have no congestion control.
+     */
+    public static final String CONGESTION_CONTROL = "aeron.congestionControl";
 
     /** Every property this transport reads; any other {@code aeron.*} key is refused at create. */
     public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
             PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
-            IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS);
+            IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS,
+            CONGESTION_CONTROL);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
+    /** Smallest {@code aeron.mtu}: Aeron's default, a datagram that fits a 1500-byte Ethernet frame. */
+    static final long MIN_MTU = 1408;
     static final long DEFAULT_CHUNK = 1L << 20;
     static final long DEFAULT_SOCKET_BUFFER = 4L << 20;
     static final long DEFAULT_PEER_TIMEOUT_MS = 3000;
@@ -83,6 +93,7 @@ public final class AeronSettings {
     static final long DEFAULT_MAX_IMAGES = 4096;
     static final long DEFAULT_AUTH_WINDOW_MS = 120_000;
     static final long DEFAULT_SPIN_MICROS = 100;
+    static final String DEFAULT_CONGESTION_CONTROL = "cubic";
 
     /** The stream id every manager's UDP subscription listens on. */
     static final int STREAM_ID = 0x4B56;
@@ -112,6 +123,8 @@ public final class AeronSettings {
     final long authWindowMs;
     final long spinNs;
     final long callerSpinNs;
+    /** {@code static} or {@code cubic}: the {@code cc} parameter of the UDP subscription channel. */
+    final String congestionControl;
 
     private AeronSettings(TransportConfig config) {
         config.checkKnownProperties(PREFIX, KNOWN);
@@ -120,6 +133,12 @@ public final class AeronSettings {
         this.idle = config.property(IDLE, "backoff").trim().toLowerCase(Locale.ROOT);
         this.spinNs = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 100_000));
         this.callerSpinNs = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_SPIN_MICROS, 0, 0, 100_000));
+        this.congestionControl = config.property(CONGESTION_CONTROL, DEFAULT_CONGESTION_CONTROL).trim()
+                .toLowerCase(Locale.ROOT);
+        if (!congestionControl.equals("static") && !congestionControl.equals("cubic")) {
+            throw new IllegalArgumentException("transport property " + CONGESTION_CONTROL + " = '"
+                    + config.property(CONGESTION_CONTROL, "") + "': must be static or cubic");
+        }
         newIdleStrategy(idle, spinNs); // validates
         String tm = config.property(THREADING, "shared").trim().toUpperCase(Locale.ROOT);
         try {
@@ -136,9 +155,10 @@ public final class AeronSettings {
         }
         this.termLength = (int) term;
         long m = config.longProperty(MTU, DEFAULT_MTU);
-        if (m < 4096 || m > 65504 || m % 32 != 0) {
+        // From Aeron's own default (1408: one datagram per Ethernet frame, no IP fragmentation) to its maximum.
+        if (m < MIN_MTU || m > 65504 || m % 32 != 0) {
             throw new IllegalArgumentException("transport property " + MTU + " = " + m
-                    + ": must be a multiple of 32 in [4096, 65504]");
+                    + ": must be a multiple of 32 in [" + MIN_MTU + ", 65504]");
         }
         this.mtu = (int) m;
         long maxBody = maxMessageLength(termLength) - Wire.HEADER_LENGTH;
@@ -307,6 +327,7 @@ public final class AeronSettings {
                 + TimeUnit.NANOSECONDS.toMillis(peerTimeoutNs) + ", connectTimeoutMs="
                 + TimeUnit.NANOSECONDS.toMillis(connectTimeoutNs) + ", clientTimeoutMs="
                 + TimeUnit.NANOSECONDS.toMillis(clientTimeoutNs) + ", earlyBufferBytes=" + earlyBufferBytes
-                + ", earlyMessages=" + earlyMessages + ", ipc=" + ipc + ", agents=" + agents + "}";
+                + ", earlyMessages=" + earlyMessages + ", ipc=" + ipc + ", agents=" + agents + ", congestionControl="
+                + congestionControl + "}";
     }
 }

@@ -58,27 +58,34 @@ class AeronFuzzTest {
             AtomicBoolean fuzzing = new AtomicBoolean(true);
             AtomicLong verified = new AtomicLong();
             long[] sizes = {0, 1, 100, 4096, 65_536, 65_537, 1 << 20, (4 << 20) - 7};
-            // The genuine peer's traffic, all through the fuzzing.
+            // The genuine peer's traffic, all through the fuzzing. The receiver alone decides when it ends (its ack
+            // byte says whether another message follows), so both loops stop after the same message.
             Connection out = genuine.connection(target.localAddress());
             Connection in = target.connection(genuine.localAddress());
             Future<?> sender = pool.submit(() -> {
-                for (int i = 0; fuzzing.get() || i < 20; i++) {
+                for (int i = 0; ; i++) {
                     long n = sizes[i % sizes.length];
                     TestPattern.fill(src, 0, n, i);
                     out.send(9000, src, 0, n, T);
                     out.recv(9001, src, 0, 1, T); // one-byte ack: the receiver verified message i
+                    if (src.asByteBuffer().get(0) == 0) {
+                        return null;
+                    }
                 }
-                return null;
             });
             Future<?> receiver = pool.submit(() -> {
-                for (int i = 0; fuzzing.get() || i < 20; i++) {
+                for (int i = 0; ; i++) {
                     long n = sizes[i % sizes.length];
                     in.recv(9000, dst, 0, n, T);
                     TestPattern.assertPattern(dst, 0, n, i);
                     verified.incrementAndGet();
+                    boolean more = fuzzing.get() || i + 1 < 20;
+                    dst.asByteBuffer().put(0, (byte) (more ? 1 : 0));
                     in.send(9001, dst, 0, 1, T);
+                    if (!more) {
+                        return null;
+                    }
                 }
-                return null;
             });
 
             long t0 = System.nanoTime();

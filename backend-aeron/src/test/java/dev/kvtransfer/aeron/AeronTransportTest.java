@@ -136,6 +136,38 @@ class AeronTransportTest {
         TestPattern.assertPattern(src, 5, size, size + 1);
     }
 
+    /**
+     * {@code aeron.congestionControl} puts {@code cc=cubic} (the default: Aeron's CUBIC, for links whose bottleneck
+     * queue is smaller than the window) or {@code cc=static} on the UDP subscription, and messages arrive whole
+     * over UDP with either; another value is refused naming the key.
+     */
+    @Test
+    void congestionControlIsCubicByDefaultAndStaticOnRequestAndBothCarryMessagesOverUdp() throws Exception {
+        assertThat(((AeronConnectionManager) a).udpChannel()).endsWith("|cc=cubic");
+        // c sends with Aeron's default MTU (1408: no IP fragmentation on a 1500-byte network), the smallest accepted
+        ConnectionManager c = manager("c", TransportConfig.builder().property(AeronSettings.IPC, "false")
+                .property(AeronSettings.CONGESTION_CONTROL, "STATIC").property(AeronSettings.MTU, "1408"));
+        ConnectionManager d = manager("d", TransportConfig.builder().property(AeronSettings.IPC, "false"));
+        assertThat(((AeronConnectionManager) c).udpChannel()).endsWith("|cc=static");
+        long size = (16L << 20) + 5;
+        OffHeapBuffer src = buffer(size);
+        OffHeapBuffer dst = buffer(size);
+        TestPattern.fill(src, 0, size, 77);
+        TestPattern.clear(dst, 0, size);
+        Connection cd = c.connection(d.localAddress());
+        Future<Connection> r = pool.submit(() -> d.recvConnect(2002, dst, 0, size, T));
+        cd.send(2002, src, 0, size, T);
+        assertThat(get(r).peer()).isEqualTo(c.localAddress());
+        TestPattern.assertPattern(dst, 0, size, 77);
+        assertThatThrownBy(() -> AeronSettings.from(TransportConfig.builder()
+                .property(AeronSettings.CONGESTION_CONTROL, "bbr").build()))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("aeron.congestionControl = 'bbr'").hasMessageContaining("static or cubic");
+        assertThatThrownBy(() -> AeronSettings.from(TransportConfig.builder().property(AeronSettings.MTU, "1376")
+                .build())).isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("aeron.mtu = 1376: must be a multiple of 32 in [1408, 65504]");
+    }
+
     @Test
     void messagesSentBeforeTheReceiveIsPostedAreKeptInOrder() {
         OffHeapBuffer src = buffer(4 << 20);

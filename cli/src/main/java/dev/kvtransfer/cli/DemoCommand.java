@@ -94,6 +94,9 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     public Integer call() {
         CacheState ctxState = options.contextState();
         CacheState genState = options.generationState();
+        // Before anything starts: a device pool without a usable CUDA is refused (one line, exit 1, as a transport
+        // that is missing or cannot run), with the plugin's own cause.
+        PoolMemory.resolve(options, dev.kvtransfer.core.plugin.Plugins.discover());
         if (requests < 1 || isl < 1) {
             throw new IllegalArgumentException("--requests and --isl must be positive");
         }
@@ -409,7 +412,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             for (int r : DemoRanks.serving(ctxState, i)) {
                 int[] blocks = ctx.cache(r).allocate(id, DemoRanks.blocksOnRank(ctxState, r, totalBlocks));
                 if (options.verify || options.dumpDir != null) {
-                    KvPattern.fill(ctx.cache(r), blocks, ctx.cacheState(r), r, id, totalBlocks);
+                    KvPattern.fill(ctx.cache(r), ctx.bufferManager(r), blocks, ctx.cacheState(r), r, id,
+                            totalBlocks);
                 }
                 reqs.add(TransferRequest.context(id, isl, blocks, hashes));
             }

@@ -71,6 +71,14 @@ public final class DemoOptions {
     @Option(names = "--gen-pool-layout", description = "generation KV pool layout: block (default), layer-nhd, layer-hnd")
     String genPoolLayout = "block";
 
+    @Option(names = "--pool-memory", description = "where both instances' KV pools live: host (default) or device "
+            + "(GPU memory through the cuda memory plugin; staging is pinned host memory, filled and drained by "
+            + "device copies; refused with the plugin's reason where CUDA is not usable)")
+    String poolMemory = "host";
+
+    @Option(names = "--cuda-device", description = "with --pool-memory device: the CUDA device ordinal (default 0)")
+    int cudaDevice;
+
     @Option(names = "--mla-rope-dim", description = "MLA with a layer pool: store each latent row split into nope "
             + "[0, D-R) and rope [D-R, D) segments in separate regions (default 0: not split)")
     int mlaRopeDim;
@@ -281,6 +289,8 @@ public final class DemoOptions {
         a.add("--ctx-pool-layout=" + ctxPoolLayout);
         a.add("--gen-pool-layout=" + genPoolLayout);
         a.add("--mla-rope-dim=" + mlaRopeDim);
+        a.add("--pool-memory=" + poolMemory);
+        a.add("--cuda-device=" + cudaDevice);
         a.add("--gen-reuse-blocks=" + genReuseBlocks);
         a.add("--mode=" + mode);
         a.add(verify ? "--verify" : "--no-verify");
@@ -311,11 +321,27 @@ public final class DemoOptions {
         return sb.toString();
     }
 
+    /** @return where the KV pools live ({@code --pool-memory}) */
+    dev.kvtransfer.api.memory.MemoryKind poolKind() {
+        switch (poolMemory.toLowerCase(Locale.ROOT)) {
+            case "host":
+                return dev.kvtransfer.api.memory.MemoryKind.HOST;
+            case "device":
+            case "gpu":
+            case "cuda":
+                return dev.kvtransfer.api.memory.MemoryKind.DEVICE;
+            default:
+                throw new IllegalArgumentException("--pool-memory " + poolMemory + ": expected host or device");
+        }
+    }
+
     /** @return a one-line description of the two layouts */
     String layoutLabel() {
         return "ctx TP" + ctxTp + " PP" + ctxPp + (ctxCp > 1 ? " CP" + ctxCp : "") + (ctxAttentionDp ? " DP" : "")
                 + pool(ctxPoolLayout) + " -> gen TP" + genTp + " PP" + genPp + (genCp > 1 ? " CP" + genCp : "")
-                + (genAttentionDp ? " DP" : "") + pool(genPoolLayout) + (push() ? ", push" : "");
+                + (genAttentionDp ? " DP" : "") + pool(genPoolLayout) + (push() ? ", push" : "")
+                + (poolKind() == dev.kvtransfer.api.memory.MemoryKind.DEVICE ? ", pools on CUDA device " + cudaDevice
+                : "");
     }
 
     private String pool(String name) {

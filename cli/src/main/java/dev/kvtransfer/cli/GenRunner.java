@@ -68,7 +68,8 @@ final class GenRunner implements GenSide {
                 parts.add(new RankPart(r, blocks, new TransferRequest[1]));
                 if (reused > 0) {
                     // The prefix-cache hit: the leading blocks already hold this prompt's KV.
-                    KvPattern.fill(gen.cache(r), blocks, gen.cacheState(r), r, requestId, total, 0, reused);
+                    KvPattern.fill(gen.cache(r), gen.bufferManager(r), blocks, gen.cacheState(r), r, requestId, total,
+                            0, reused);
                 }
             }
         } catch (RuntimeException e) {
@@ -150,8 +151,8 @@ final class GenRunner implements GenSide {
                 PagedKvCache cache = gen.cache(part.rank);
                 if (verify) {
                     // Every block, reused ones included.
-                    KvPattern.Result r = KvPattern.verify(cache, part.blocks, gen.cacheState(part.rank), part.rank,
-                            requestId, p.totalBlocks);
+                    KvPattern.Result r = KvPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
+                            gen.cacheState(part.rank), part.rank, requestId, p.totalBlocks);
                     checked += r.checkedElements();
                     mismatches += r.mismatches();
                     if (first.isEmpty() && !r.ok()) {

@@ -21,6 +21,7 @@ final class Instances {
     static LocalInstance start(String name, CacheState state, DemoOptions options, int blocksPerRank,
                                io.micrometer.core.instrument.MeterRegistry meters) {
         Plugins plugins = Plugins.discover();
+        PoolMemory memory = PoolMemory.resolve(options, plugins);
         TransceiverConfig config = options.transceiverConfig();
         TransportProvider transport = plugins.transport(config.backend());
         TransportConfig base = TransportConfig.builder()
@@ -34,6 +35,7 @@ final class Instances {
                 .config(config)
                 .blocksPerRank(blocksPerRank)
                 .sharedBufferManager(true)
+                .memory(memory.factory(), memory.kind())
                 .meters(meters)
                 .errorHandler(e -> System.err.println("kvtransfer[" + name + "]: " + e.getMessage()))
                 .start();

@@ -167,8 +167,11 @@ public final class RankAssembly {
         require(contextGroup != null, "groups(...)");
         FormatterProvider fp = formatterProvider();
         long slot = Math.max(config.slotBytes(cache.layout()), HostBufferManager.PAGE_SIZE);
+        // A device pool stages through pinned memory: device copies at DMA speed, and every transport sends it.
+        dev.kvtransfer.api.memory.MemoryKind poolKind = cache.regionCount() > 0 ? cache.region(0).kind()
+                : dev.kvtransfer.api.memory.MemoryKind.HOST;
         DefaultTransferBufferPool pool = new DefaultTransferBufferPool(buffers, slot, config.sendConcurrency(),
-                config.recvSlots(), config.allowDynamicBuffers());
+                config.recvSlots(), config.allowDynamicBuffers(), DefaultTransferBufferPool.stagingKindFor(poolKind));
         TransferJournal journal = TransferJournal.NOOP;
         try {
             CacheFormatter f = fp.create(cache, pool);

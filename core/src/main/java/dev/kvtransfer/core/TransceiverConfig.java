@@ -60,6 +60,11 @@ public final class TransceiverConfig {
     public static final String P_AUTH_SECRET_FILE = PREFIX + "authSecretFile";
     /** Whether every part carries an end-to-end CRC32C that the receiver checks before it completes. */
     public static final String P_PART_CHECKSUMS = PREFIX + "partChecksums";
+    /**
+     * Whether a pull coalesces blocks consecutive on both sides into one message (default {@code true}); the
+     * requester decides for both sides ({@code RequestInfo.FLAG_NO_COALESCE}). Push always coalesces.
+     */
+    public static final String P_COALESCE = PREFIX + "coalesce";
     /** {@code pull} (default: the generation side asks, the context side sends) or {@code push}. */
     public static final String P_TRANSFER_MODE = PREFIX + "transferMode";
 
@@ -101,6 +106,8 @@ public final class TransceiverConfig {
     public static final boolean DEFAULT_AUTH = true;
     /** Default: end-to-end part checksums on. */
     public static final boolean DEFAULT_PART_CHECKSUMS = true;
+    /** Default: coalesce runs of blocks. */
+    public static final boolean DEFAULT_COALESCE = true;
     /** Default transfer mode. */
     public static final String DEFAULT_TRANSFER_MODE = "pull";
 
@@ -128,6 +135,7 @@ public final class TransceiverConfig {
     private final Path authSecretFile;
     private final byte[] authSecret;
     private final boolean partChecksums;
+    private final boolean coalesce;
     private final TransferMode transferMode;
 
     /** Who starts a transfer. */
@@ -160,6 +168,7 @@ public final class TransceiverConfig {
         this.authSecretFile = b.authSecretFile;
         this.authSecret = secret;
         this.partChecksums = b.partChecksums;
+        this.coalesce = b.coalesce;
         this.transferMode = b.transferMode;
     }
 
@@ -217,6 +226,7 @@ public final class TransceiverConfig {
                 case P_AUTH -> b.auth(parseAuth(key, v));
                 case P_AUTH_SECRET_FILE -> b.authSecretFile(v.isEmpty() ? null : Path.of(v));
                 case P_PART_CHECKSUMS -> b.partChecksums(parseBool(key, v));
+                case P_COALESCE -> b.coalesce(parseBool(key, v));
                 case P_TRANSFER_MODE -> b.transferMode(parseMode(key, v));
                 default -> throw new IllegalArgumentException("unknown property " + key + " = '" + v
                         + "'; known: " + String.join(", ", defaults().toProperties().keySet()));
@@ -248,6 +258,7 @@ public final class TransceiverConfig {
         m.put(P_AUTH, auth ? "required" : "off");
         m.put(P_AUTH_SECRET_FILE, authSecretFile == null ? "" : authSecretFile.toString());
         m.put(P_PART_CHECKSUMS, Boolean.toString(partChecksums));
+        m.put(P_COALESCE, Boolean.toString(coalesce));
         m.put(P_TRANSFER_MODE, transferMode.name().toLowerCase(java.util.Locale.ROOT));
         return m;
     }
@@ -417,6 +428,11 @@ public final class TransceiverConfig {
         return partChecksums;
     }
 
+    /** @return whether a pull this side requests coalesces runs of blocks ({@link #P_COALESCE}) */
+    public boolean coalesce() {
+        return coalesce;
+    }
+
     /** @return who starts a transfer */
     public TransferMode transferMode() {
         return transferMode;
@@ -492,6 +508,7 @@ public final class TransceiverConfig {
         b.auth = auth;
         b.authSecretFile = authSecretFile;
         b.partChecksums = partChecksums;
+        b.coalesce = coalesce;
         b.transferMode = transferMode;
         return b;
     }
@@ -533,6 +550,7 @@ public final class TransceiverConfig {
         private boolean auth = DEFAULT_AUTH;
         private Path authSecretFile;
         private boolean partChecksums = DEFAULT_PART_CHECKSUMS;
+        private boolean coalesce = DEFAULT_COALESCE;
         private TransferMode transferMode = TransferMode.PULL;
 
         private Builder() {
@@ -664,6 +682,15 @@ public final class TransceiverConfig {
          */
         public Builder partChecksums(boolean v) {
             this.partChecksums = v;
+            return this;
+        }
+
+        /**
+         * @param v whether a pull coalesces runs of blocks consecutive on both sides
+         * @return this builder
+         */
+        public Builder coalesce(boolean v) {
+            this.coalesce = v;
             return this;
         }
 

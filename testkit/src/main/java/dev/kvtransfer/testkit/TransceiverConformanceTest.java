@@ -537,4 +537,41 @@ public abstract class TransceiverConformanceTest {
             closeInstances();
         }
     }
+
+    /**
+     * Rule 11: with {@code kvtransfer.coalesce=false} on the requester a pull plans one message per block on both
+     * sides (the requester's flag reaches the context side), moves every element exactly, and needs more messages
+     * than the default, which coalesces blocks consecutive on both sides (layer-nhd pools on both sides here).
+     */
+    @Test
+    public void required_11_pullWithoutCoalescingMovesEveryElementInMoreMessages() {
+        LayoutPair p = LayoutGrid.of(List.of(workhorsePair())).everyPoolLayoutPair(List.of(
+                dev.kvtransfer.api.layout.PoolLayout.LAYER_NHD)).supported().get(0);
+        int[] prompts = {97, 64};
+        long[] messages = new long[2];
+        for (int run = 0; run < 2; run++) {
+            boolean coalesce = run == 0;
+            LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
+            LocalInstance gen = start("gen", p.gen(), transceiverConfig().coalesce(coalesce).build());
+            List<Transfer> ts = new ArrayList<>();
+            for (int prompt : prompts) {
+                Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), prompt, prompt, 0);
+                ts.add(t);
+                respond(ctx, t);
+                request(gen, t);
+            }
+            awaitEnded(ts);
+            for (Transfer t : ts) {
+                assertExact(gen, t);
+                for (TransferRequest r : t.gen) {
+                    messages[run] += r.messageCount();
+                }
+                free(ctx, gen, t);
+            }
+            assertThat(backgroundErrors).isEmpty();
+            closeInstances();
+        }
+        assertThat(messages[1]).as("messages without coalescing (%s) vs with it (%s) on %s", messages[1],
+                messages[0], p.name()).isGreaterThan(messages[0]);
+    }
 }

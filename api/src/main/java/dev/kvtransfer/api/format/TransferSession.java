@@ -3,9 +3,11 @@ package dev.kvtransfer.api.format;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.TransceiverState;
 
+import java.util.Objects;
 import java.util.function.IntConsumer;
 
 /**
@@ -110,6 +112,23 @@ public interface TransferSession {
 
     /** @return the manager to copy between cache and staging memory */
     BufferManager bufferManager();
+
+    /**
+     * Whether this session's transport sends, receives and writes buffers of a memory kind as they are. A formatter
+     * hands the transport pool memory of a kind it does not accept never: it stages that side through
+     * {@link #stagingBuffers} (host or pinned host memory) instead, with the same messages, so the peer, which
+     * cannot know this rank's memory, plans the same part.
+     *
+     * <p>The default accepts host memory ({@link MemoryKind#HOST}, {@link MemoryKind#PINNED_HOST}) and refuses
+     * {@link MemoryKind#DEVICE}, which only a transport declaring
+     * {@link dev.kvtransfer.api.transport.TransportCapability#DEVICE_MEMORY} takes.
+     *
+     * @param kind a memory kind
+     * @return whether buffers of that kind may go to {@link #send}, {@link #recv} and {@link #write} directly
+     */
+    default boolean transportAccepts(MemoryKind kind) {
+        return Objects.requireNonNull(kind, "kind") != MemoryKind.DEVICE;
+    }
 
     /**
      * Sends one part to a peer on the request's data tag.

@@ -675,7 +675,9 @@ public final class PartPlan {
 
         /**
          * Copies the current message's bytes between this rank's pool and a buffer holding them at
-         * {@code bufOffset}: a gather on the sender ({@code toPool == false}), a scatter on the receiver.
+         * {@code bufOffset}: a gather on the sender ({@code toPool == false}), a scatter on the receiver. Works for
+         * every plan: where this rank is direct the message is one run of its pool and one {@code copy} moves it
+         * (how a rank whose transport cannot take its pool's memory, e.g. a device pool, stages a direct part).
          *
          * @param bm        the copies' manager
          * @param regions   this rank's regions by index
@@ -685,6 +687,17 @@ public final class PartPlan {
          */
         public void copy(BufferManager bm, IntFunction<MemoryBuffer> regions, MemoryBuffer buf, long bufOffset,
                          boolean toPool) {
+            if (msgRunLen >= 0 && selfDirect()) {
+                // A direct message is one contiguous run of this rank's pool in wire order: one copy (a rank whose
+                // transport cannot take its pool's memory kind bounces its direct messages through staging).
+                MemoryBuffer region = regions.apply(region());
+                if (toPool) {
+                    bm.copy(buf, bufOffset, region, offset(), msgLength);
+                } else {
+                    bm.copy(region, offset(), buf, bufOffset, msgLength);
+                }
+                return;
+            }
             if (msgRunLen < 0) {
                 // The whole part: every run, every unit.
                 int i = 0;

@@ -32,7 +32,8 @@ import java.util.function.IntFunction;
  * written ({@link Sink#flush()}) and refilled.
  *
  * <p><b>Policy.</b> Direct when its entries average at least {@code minDirectEntryBytes} or it needs no more
- * entries than staging; staged otherwise (an extra copy of the bytes against fewer, larger entries).
+ * entries than staging; staged otherwise (an extra copy of the bytes against fewer, larger entries). Always staged
+ * when the builder says the source may not be written directly ({@link Builder#sourceDirect}).
  *
  * <p>Created once per peer and layer range (O(1) objects); {@link #write} allocates nothing but one small helper.
  * Immutable; {@link #write} may run on several threads at once with different sinks and staging buffers.
@@ -176,8 +177,8 @@ public final class WritePlan {
         Emitter counter = new Emitter(null);
         counter.limit = limit;
         int direct = walkDirect(counter, null);
-        boolean directOk = !counter.exceeded && (b.minDirectEntryBytes <= 0 || direct <= stagedEntries
-                || (double) bytes / direct >= b.minDirectEntryBytes);
+        boolean directOk = b.sourceDirect && !counter.exceeded && (b.minDirectEntryBytes <= 0
+                || direct <= stagedEntries || (double) bytes / direct >= b.minDirectEntryBytes);
         if (directOk) {
             this.mode = Mode.DIRECT;
             this.entries = direct;
@@ -218,8 +219,22 @@ public final class WritePlan {
         private int heads = 1;
         private long minDirectEntryBytes;
         private long chunk = DEFAULT_STAGING_CHUNK;
+        private boolean sourceDirect = true;
 
         private Builder() {
+        }
+
+        /**
+         * Whether entries may be written straight from the sender's pool (default true). False where the transport
+         * cannot read the pool's memory (a {@code DEVICE} pool without {@code DEVICE_MEMORY}): the part is then
+         * always staged, gathered through the {@link BufferManager} into a staging buffer the transport can read.
+         *
+         * @param allowed whether a direct plan may be chosen
+         * @return this builder
+         */
+        public Builder sourceDirect(boolean allowed) {
+            this.sourceDirect = allowed;
+            return this;
         }
 
         /**

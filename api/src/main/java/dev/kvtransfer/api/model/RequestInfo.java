@@ -31,7 +31,8 @@ import java.util.Objects;
  * @param requestToken      the token from the request's {@code ContextPhaseParams} (empty without auth)
  * @param nonce             16 fresh random bytes (empty without auth)
  * @param timestampMillis   the requester's wall clock when it sent the info (epoch milliseconds)
- * @param flags             options the requester chose for this transfer ({@link #FLAG_PART_CHECKSUMS})
+ * @param flags             options the requester chose for this transfer ({@link #FLAG_PART_CHECKSUMS},
+ *                          {@link #FLAG_NO_COALESCE})
  * @param blocksPerRegion   blocks per region of the requester's pool (lets both sides coalesce across blocks)
  * @param grants            for a push: what the requester registered for this request's blocks (empty for pull)
  */
@@ -43,8 +44,13 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     public static final int NONCE_BYTES = 16;
     /** Flag: every message carries an end-to-end CRC32C, checked by the receiver before it completes. */
     public static final int FLAG_PART_CHECKSUMS = 1;
+    /**
+     * Flag: plan one message per block (no coalescing of blocks consecutive on both sides) for a pull. Both sides
+     * then plan without the peer's block ids; for comparisons and for peers whose pools must not be read in runs.
+     */
+    public static final int FLAG_NO_COALESCE = 2;
     /** Flags this version knows. */
-    public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS;
+    public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS | FLAG_NO_COALESCE;
     private static final int WIRE_TAG = 0x52; // 'R'
 
     /**
@@ -111,6 +117,11 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         if ((flags & ~KNOWN_FLAGS) != 0) {
             throw new IllegalArgumentException("flags = " + flags + ": unknown bits");
         }
+    }
+
+    /** @return whether a pull may coalesce blocks consecutive on both sides (no {@link #FLAG_NO_COALESCE}) */
+    public boolean coalesce() {
+        return (flags & FLAG_NO_COALESCE) == 0;
     }
 
     /** @return whether the requester asked for end-to-end part checksums */

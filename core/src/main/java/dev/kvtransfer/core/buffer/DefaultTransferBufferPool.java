@@ -24,7 +24,8 @@ import java.util.concurrent.locks.ReentrantLock;
 
 /**
  * The staging pool of reference §4 (TensorRT-LLM's CacheTransBufferManager): {@code sendSlots} +
- * {@code recvSlots} host buffers of {@code slotBytes} each, allocated up front.
+ * {@code recvSlots} host buffers of {@code slotBytes} each, allocated up front ({@link MemoryKind#HOST}, or
+ * {@link MemoryKind#PINNED_HOST} for a rank whose KV pool is on the device).
  *
  * <ul>
  *   <li>{@link #acquire} takes the lowest free slot of a direction, or waits for one until its deadline
@@ -46,6 +47,7 @@ import java.util.concurrent.locks.ReentrantLock;
  */
 public final class DefaultTransferBufferPool implements TransferBufferPool, AutoCloseable {
     private final BufferManager buffers;
+    private final MemoryKind stagingKind;
     private final long slotBytes;
     private final boolean allowDynamic;
     private final ReentrantLock lock = new ReentrantLock();
@@ -67,7 +69,30 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
      */
     public DefaultTransferBufferPool(BufferManager buffers, long slotBytes, int sendSlots, int recvSlots,
                                      boolean allowDynamic) {
+        this(buffers, slotBytes, sendSlots, recvSlots, allowDynamic, MemoryKind.HOST);
+    }
+
+    /**
+     * Allocates the slots in a given memory kind: {@link MemoryKind#PINNED_HOST} for a rank whose KV pool is on the
+     * device ({@link #stagingKindFor}), so that staged parts are gathered / scattered by device copies into memory
+     * every transport can send and the copies run at DMA speed.
+     *
+     * @param buffers      where slots and dynamic buffers come from (must allocate {@code stagingKind})
+     * @param slotBytes    bytes per slot, 0 for dynamic-only mode
+     * @param sendSlots    send slots (at least 1 unless dynamic-only)
+     * @param recvSlots    receive slots (at least 1 unless dynamic-only)
+     * @param allowDynamic whether parts that do not fit get dynamically allocated buffers
+     * @param stagingKind  {@link MemoryKind#HOST} or {@link MemoryKind#PINNED_HOST} (a transport without
+     *                     {@code DEVICE_MEMORY} must be able to send staging)
+     */
+    public DefaultTransferBufferPool(BufferManager buffers, long slotBytes, int sendSlots, int recvSlots,
+                                     boolean allowDynamic, MemoryKind stagingKind) {
         this.buffers = Objects.requireNonNull(buffers, "buffers");
+        this.stagingKind = Objects.requireNonNull(stagingKind, "stagingKind");
+        if (stagingKind == MemoryKind.DEVICE) {
+            throw new IllegalArgumentException("stagingKind = DEVICE: staging is what transports without "
+                    + "DEVICE_MEMORY send, so it must be HOST or PINNED_HOST");
+        }
         if (slotBytes < 0) {
             throw new IllegalArgumentException("slotBytes = " + slotBytes + ": must be at least 0");
         }
@@ -96,7 +121,7 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
     private MemoryBuffer[] allocate(int n, List<MemoryBuffer> made) {
         MemoryBuffer[] out = new MemoryBuffer[n];
         for (int i = 0; i < n; i++) {
-            out[i] = buffers.allocate(slotBytes, MemoryKind.HOST);
+            out[i] = buffers.allocate(slotBytes, stagingKind);
             made.add(out[i]);
             // Pre-allocated slots are reused for every transfer: take their page faults now, not in the first.
             MemoryAccess.preTouch(out[i].address(), out[i].size());
@@ -107,6 +132,23 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
     @Override
     public long slotBytes() {
         return slotBytes;
+    }
+
+    /** @return the memory kind of slots and dynamic buffers */
+    public MemoryKind stagingKind() {
+        return stagingKind;
+    }
+
+    /**
+     * The staging kind for a KV pool's memory kind: {@link MemoryKind#PINNED_HOST} for a {@link MemoryKind#DEVICE}
+     * pool (device copies into page-locked memory, which every transport sends), else {@link MemoryKind#HOST}.
+     *
+     * @param poolKind where the rank's KV pool lives
+     * @return the kind its staging should have
+     */
+    public static MemoryKind stagingKindFor(MemoryKind poolKind) {
+        return Objects.requireNonNull(poolKind, "poolKind") == MemoryKind.DEVICE ? MemoryKind.PINNED_HOST
+                : MemoryKind.HOST;
     }
 
     /** @return whether parts that do not fit get dynamic buffers */
@@ -297,7 +339,7 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
 
     @Override
     public String toString() {
-        return "DefaultTransferBufferPool{slotBytes=" + slotBytes + ", send=" + slotCount(Direction.SEND) + ", recv="
+        return "DefaultTransferBufferPool{slotBytes=" + slotBytes + ", kind=" + stagingKind + ", send=" + slotCount(Direction.SEND) + ", recv="
                 + slotCount(Direction.RECV) + ", dynamic=" + allowDynamic + ", held=" + heldSlots() + "}";
     }
 
@@ -368,7 +410,7 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
                         + " B left) and dynamic buffers are off");
             }
             for (int i = n; i < sizes.length; i++) {
-                out[i] = buffers.allocate(sizes[i], MemoryKind.HOST);
+                out[i] = buffers.allocate(sizes[i], stagingKind);
                 dynamic.add(out[i]);
             }
             covered = n;

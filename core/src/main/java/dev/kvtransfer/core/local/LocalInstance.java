@@ -297,6 +297,8 @@ public final class LocalInstance implements AutoCloseable {
         private TransceiverConfig config = TransceiverConfig.defaults();
         private int blocksPerRank = 64;
         private boolean sharedBuffers;
+        private java.util.function.Supplier<BufferManager> bufferFactory = HostBufferManager::new;
+        private dev.kvtransfer.api.memory.MemoryKind poolKind = dev.kvtransfer.api.memory.MemoryKind.HOST;
         private ErrorHandler errors = e -> { };
         private MeterRegistry meters;
 
@@ -366,6 +368,22 @@ public final class LocalInstance implements AutoCloseable {
         }
 
         /**
+         * Where the ranks' memory comes from (default: a {@link HostBufferManager} each, host pools).
+         *
+         * @param factory  makes a rank's (or, shared, the instance's) buffer manager, closed with the instance; it
+         *                 must allocate {@code poolKind}, {@code HOST} (control buffers) and, for a device pool,
+         *                 {@code PINNED_HOST} (staging)
+         * @param poolKind where the KV pools live ({@code DEVICE}: a GPU-resident pool, never touched by the CPU)
+         * @return this builder
+         */
+        public Builder memory(java.util.function.Supplier<BufferManager> factory,
+                              dev.kvtransfer.api.memory.MemoryKind poolKind) {
+            this.bufferFactory = Objects.requireNonNull(factory, "factory");
+            this.poolKind = Objects.requireNonNull(poolKind, "poolKind");
+            return this;
+        }
+
+        /**
          * @param v background error handler of every rank
          * @return this builder
          */
@@ -409,15 +427,15 @@ public final class LocalInstance implements AutoCloseable {
             List<CacheTransceiver> transceivers = new ArrayList<>();
             List<InProcessGroup> groups = new ArrayList<>();
             try {
-                BufferManager shared = sharedBuffers ? add(bms, new HostBufferManager()) : null;
+                BufferManager shared = sharedBuffers ? add(bms, bufferFactory.get()) : null;
                 List<CacheState> states = new ArrayList<>();
                 List<String> addresses = new ArrayList<>();
                 for (int r = 0; r < n; r++) {
                     CacheState s = state.attentionDpEnabled()
                             ? state.withDpRank(state.tpRank(r) / state.tpPerDpGroup()) : state;
                     states.add(s);
-                    BufferManager bm = shared != null ? shared : add(bms, new HostBufferManager());
-                    caches.add(PagedKvCache.of(bm, s, r, blocksPerRank));
+                    BufferManager bm = shared != null ? shared : add(bms, bufferFactory.get());
+                    caches.add(PagedKvCache.of(bm, s, r, blocksPerRank, poolKind));
                     TransportConfig tc = TransportConfig.builder().name(name + "-rank-" + r)
                             .host(baseTransport.host())
                             .port(baseTransport.port() == 0 ? 0 : baseTransport.port() + r)

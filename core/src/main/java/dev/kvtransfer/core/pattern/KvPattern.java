@@ -5,8 +5,12 @@ import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.PoolLayout;
+import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.core.cache.PagedKvCache;
+import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.memory.MemoryAccess;
 
 import java.util.Objects;
@@ -36,6 +40,13 @@ import java.util.Objects;
  * {@code [token][dim]} in block and layer-hnd pools ({@code tab} precomputed per block), one token's
  * {@code [head][dim]} in layer-nhd pools ({@code tab} precomputed once); the inner loop is an add, the mix and one
  * 64-bit store (or load and compare) per word of elements. Measured numbers are in testkit/README.md.
+ *
+ * <p>Device pools ({@link MemoryKind#DEVICE} regions, never read by the CPU): the overloads taking a
+ * {@link BufferManager} fill and verify through a host mirror of the request's blocks (a host {@link PagedKvCache} in
+ * the same block and pool layout, block {@code i} of the mirror standing for {@code blockIds[i]}): verify copies the
+ * blocks device-to-host, fill host-to-device, one {@code copy} per run of blocks adjacent in both pools (block pools:
+ * whole blocks; layer pools: per (layer, kv, segment) plane), then {@code synchronize()}. Mismatch reports name the
+ * device block id and the mirror's byte. The overloads without a manager refuse a device pool.
  *
  * <p>It lives in core so that tools (the cli's demo and bench) verify without the testkit on their class path;
  * test code keeps using {@code dev.kvtransfer.testkit.KvPattern}, which is this class under the testkit's name.
@@ -133,8 +144,9 @@ public class KvPattern {
     public static void fill(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
                             int totalBlocks, int fromGlobal, int toGlobal) {
         Objects.requireNonNull(cache, "cache");
+        requireHost(cache);
         Walk w = Walk.main(cache, blockIds, state, rank, requestId, totalBlocks);
-        w.run(cache, blockIds, null, fromGlobal, toGlobal);
+        w.run(cache, blockIds, blockIds, null, fromGlobal, toGlobal);
     }
 
     /**
@@ -169,10 +181,191 @@ public class KvPattern {
     public static Result verify(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
                                 int totalBlocks, int fromGlobal, int toGlobal) {
         Objects.requireNonNull(cache, "cache");
+        requireHost(cache);
         Walk w = Walk.main(cache, blockIds, state, rank, requestId, totalBlocks);
         Result r = new Result();
-        w.run(cache, blockIds, r, fromGlobal, toGlobal);
+        w.run(cache, blockIds, blockIds, r, fromGlobal, toGlobal);
         return r;
+    }
+
+    /**
+     * {@link #fill(KvCacheView, int[], CacheState, int, long, int)} for a pool in any memory: a device pool through
+     * a host mirror and {@code copier} (see the class comment), host memory directly.
+     *
+     * @param cache       the rank's KV pool
+     * @param copier      a manager that copies between the pool's memory and host memory (the rank's)
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id
+     * @param totalBlocks blocks of the whole request (all CP ranks)
+     */
+    public static void fill(KvCacheView cache, BufferManager copier, int[] blockIds, CacheState state, int rank,
+                            long requestId, int totalBlocks) {
+        fill(cache, copier, blockIds, state, rank, requestId, totalBlocks, 0, Integer.MAX_VALUE);
+    }
+
+    /**
+     * {@link #fill(KvCacheView, int[], CacheState, int, long, int, int, int)} for a pool in any memory; only the
+     * blocks in {@code [fromGlobal, toGlobal)} are copied to the device.
+     *
+     * @param cache       the rank's KV pool
+     * @param copier      a manager that copies between the pool's memory and host memory
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id whose pattern is written
+     * @param totalBlocks blocks of the whole request (all CP ranks)
+     * @param fromGlobal  first global block to write
+     * @param toGlobal    global block after the last to write
+     */
+    public static void fill(KvCacheView cache, BufferManager copier, int[] blockIds, CacheState state, int rank,
+                            long requestId, int totalBlocks, int fromGlobal, int toGlobal) {
+        Objects.requireNonNull(cache, "cache");
+        Objects.requireNonNull(copier, "copier");
+        if (!onDevice(cache)) {
+            fill(cache, blockIds, state, rank, requestId, totalBlocks, fromGlobal, toGlobal);
+            return;
+        }
+        Walk w = Walk.main(cache, blockIds, state, rank, requestId, totalBlocks);
+        mirrored(cache, copier, blockIds, w, null, fromGlobal, toGlobal);
+    }
+
+    /**
+     * {@link #verify(KvCacheView, int[], CacheState, int, long, int)} for a pool in any memory.
+     *
+     * @param cache       the rank's KV pool
+     * @param copier      a manager that copies between the pool's memory and host memory
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id
+     * @param totalBlocks blocks of the whole request (all CP ranks)
+     * @return what was found
+     */
+    public static Result verify(KvCacheView cache, BufferManager copier, int[] blockIds, CacheState state, int rank,
+                                long requestId, int totalBlocks) {
+        return verify(cache, copier, blockIds, state, rank, requestId, totalBlocks, 0, Integer.MAX_VALUE);
+    }
+
+    /**
+     * {@link #verify(KvCacheView, int[], CacheState, int, long, int, int, int)} for a pool in any memory; only the
+     * blocks in {@code [fromGlobal, toGlobal)} are copied from the device.
+     *
+     * @param cache       the rank's KV pool
+     * @param copier      a manager that copies between the pool's memory and host memory
+     * @param blockIds    the rank's blocks of the request, in order
+     * @param state       the rank's instance cache state
+     * @param rank        the rank index in its instance
+     * @param requestId   the request id whose pattern is expected
+     * @param totalBlocks blocks of the whole request (all CP ranks)
+     * @param fromGlobal  first global block to check
+     * @param toGlobal    global block after the last to check
+     * @return what was found
+     */
+    public static Result verify(KvCacheView cache, BufferManager copier, int[] blockIds, CacheState state, int rank,
+                                long requestId, int totalBlocks, int fromGlobal, int toGlobal) {
+        Objects.requireNonNull(cache, "cache");
+        Objects.requireNonNull(copier, "copier");
+        if (!onDevice(cache)) {
+            return verify(cache, blockIds, state, rank, requestId, totalBlocks, fromGlobal, toGlobal);
+        }
+        Walk w = Walk.main(cache, blockIds, state, rank, requestId, totalBlocks);
+        Result r = new Result();
+        mirrored(cache, copier, blockIds, w, r, fromGlobal, toGlobal);
+        return r;
+    }
+
+    /** @return whether the pool's memory is on the device (the CPU must not touch it) */
+    private static boolean onDevice(KvCacheView cache) {
+        return cache.regionCount() > 0 && cache.region(0).kind() == MemoryKind.DEVICE;
+    }
+
+    private static void requireHost(KvCacheView cache) {
+        if (onDevice(cache)) {
+            throw new IllegalArgumentException("the pool " + cache + " is DEVICE memory, which the CPU cannot read"
+                    + " or write: use the KvPattern overload that takes the pool's BufferManager (host mirror)");
+        }
+    }
+
+    /**
+     * Runs a walk on a host mirror of the blocks: device to mirror first when verifying, mirror to device after
+     * filling; only the blocks of global index {@code [from, to)} travel.
+     */
+    private static void mirrored(KvCacheView device, BufferManager copier, int[] blockIds, Walk w, Result result,
+                                 int from, int to) {
+        int n = blockIds.length;
+        boolean[] sel = new boolean[n];
+        int selected = 0;
+        for (int i = 0; i < n; i++) {
+            Objects.checkIndex(blockIds[i], device.blockCount());
+            int global = w.firstBlock + i;
+            sel[i] = global >= from && global < to;
+            selected += sel[i] ? 1 : 0;
+        }
+        if (selected == 0) {
+            return;
+        }
+        int[] positions = new int[n];
+        for (int i = 0; i < n; i++) {
+            positions[i] = i;
+        }
+        try (HostBufferManager host = new HostBufferManager();
+             PagedKvCache mirror = new PagedKvCache(host, device.layout(), device.poolLayout(), MemoryKind.HOST, n)) {
+            if (result != null) {
+                copyRuns(device, mirror, copier, blockIds, sel, false);
+            }
+            w.run(mirror, positions, blockIds, result, from, to);
+            if (result == null) {
+                copyRuns(device, mirror, copier, blockIds, sel, true);
+            }
+        }
+    }
+
+    /**
+     * Copies the selected blocks between the device pool ({@code ids[i]}) and the mirror (block {@code i}): one copy
+     * per run adjacent in both pools, per whole block (block pools) or per (layer, kv, segment) plane (layer pools).
+     */
+    private static void copyRuns(KvCacheView device, KvCacheView mirror, BufferManager copier, int[] ids,
+                                 boolean[] sel, boolean toDevice) {
+        PoolGeometry dg = device.geometry();
+        PoolGeometry mg = mirror.geometry();
+        BlockLayout l = device.layout();
+        boolean layer = dg.layerKind();
+        int layers = layer ? l.localLayers() : 1;
+        int kvs = layer ? l.kvFactor() : 1;
+        int segs = layer ? dg.segments() : 1;
+        int n = ids.length;
+        for (int layerIndex = 0; layerIndex < layers; layerIndex++) {
+            for (int kv = 0; kv < kvs; kv++) {
+                for (int s = 0; s < segs; s++) {
+                    long unit = layer ? dg.segmentPlaneBytes(s) : l.blockBytes();
+                    int i = 0;
+                    while (i < n) {
+                        if (!sel[i]) {
+                            i++;
+                            continue;
+                        }
+                        int j = i + 1;
+                        while (j < n && sel[j] && dg.adjacent(ids[j - 1], ids[j]) && mg.adjacent(j - 1, j)) {
+                            j++;
+                        }
+                        MemoryBuffer dr = device.region(dg.region(ids[i], layerIndex, kv, s));
+                        long doff = dg.planeOffset(ids[i], layerIndex, kv, s);
+                        MemoryBuffer mr = mirror.region(mg.region(i, layerIndex, kv, s));
+                        long moff = mg.planeOffset(i, layerIndex, kv, s);
+                        long bytes = unit * (j - i);
+                        if (toDevice) {
+                            copier.copy(mr, moff, dr, doff, bytes);
+                        } else {
+                            copier.copy(dr, doff, mr, moff, bytes);
+                        }
+                        i = j;
+                    }
+                }
+            }
+        }
+        copier.synchronize();
     }
 
     /**
@@ -206,8 +399,9 @@ public class KvPattern {
     public static void fillIndexer(KvCacheView cache, int[] blockIds, CacheState state, int rank, long requestId,
                                    int totalBlocks, int fromGlobal, int toGlobal) {
         KvCacheView pool = indexerPool(cache);
-        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, null, fromGlobal,
-                toGlobal);
+        requireHost(pool);
+        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, blockIds, null,
+                fromGlobal, toGlobal);
     }
 
     /**
@@ -224,8 +418,9 @@ public class KvPattern {
     public static Result verifyIndexer(KvCacheView cache, int[] blockIds, CacheState state, int rank,
                                        long requestId, int totalBlocks) {
         KvCacheView pool = indexerPool(cache);
+        requireHost(pool);
         Result r = new Result();
-        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, r, 0,
+        Walk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, blockIds, r, 0,
                 Integer.MAX_VALUE);
         return r;
     }
@@ -369,16 +564,20 @@ public class KvPattern {
                     rank);
         }
 
-        /** Fills when {@code result} is null, else verifies into it; only global blocks in [from, to). */
-        void run(KvCacheView cache, int[] blockIds, Result result, int from, int to) {
+        /**
+         * Fills when {@code result} is null, else verifies into it; only global blocks in [from, to). Block
+         * {@code blockIds[i]} of {@code cache} is reported as {@code names[i]} (a mirror's positions stand for the
+         * device pool's ids).
+         */
+        void run(KvCacheView cache, int[] blockIds, int[] names, Result result, int from, int to) {
             if (cache.poolLayout().kind() == PoolLayout.Kind.BLOCK) {
-                runBlocks(cache, blockIds, result, from, to);
+                runBlocks(cache, blockIds, names, result, from, to);
             } else {
-                runLayers(cache, blockIds, result, from, to);
+                runLayers(cache, blockIds, names, result, from, to);
             }
         }
 
-        private void runBlocks(KvCacheView cache, int[] blockIds, Result result, int from, int to) {
+        private void runBlocks(KvCacheView cache, int[] blockIds, int[] names, Result result, int from, int to) {
             int tpb = layout.tokensPerBlock();
             int dim = layout.sizePerHead();
             int eb = layout.elementBytes();
@@ -419,7 +618,7 @@ public class KvPattern {
                             } else {
                                 result.checked += run;
                                 if (verifyRun(addr, base, td, eb)) {
-                                    report(result, addr, base, td, eb, null, blockIds[i], i, layer, kv, head, -1,
+                                    report(result, addr, base, td, eb, null, names[i], i, layer, kv, head, -1,
                                             token0, 0, dim, "block pool, block byte " + off);
                                 }
                             }
@@ -434,7 +633,7 @@ public class KvPattern {
          * contiguous runs are one head's {@code [token][w]} (layer-hnd) or one token's {@code [head][w]}
          * (layer-nhd); the varying part of the key is precomputed per run shape, as for block pools.
          */
-        private void runLayers(KvCacheView cache, int[] blockIds, Result result, int from, int to) {
+        private void runLayers(KvCacheView cache, int[] blockIds, int[] names, Result result, int from, int to) {
             PoolGeometry g = cache.geometry();
             int tpb = layout.tokensPerBlock();
             int heads = layout.localHeads();
@@ -502,7 +701,7 @@ public class KvPattern {
                                 } else {
                                     result.checked += runLen;
                                     if (verifyRun(addr, base, tab[s], eb)) {
-                                        report(result, addr, base, tab[s], eb, g, b, i, layer, kv, nhd ? -1 : o,
+                                        report(result, addr, base, tab[s], eb, g, names[i], i, layer, kv, nhd ? -1 : o,
                                                 nhd ? o : -1, token0, g.segmentFirstDim(s), g.segmentDims(s),
                                                 g.poolLayout() + " pool, region " + regionIndex + " byte "
                                                         + (plane + o * stride));

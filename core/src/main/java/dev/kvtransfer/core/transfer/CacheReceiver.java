@@ -542,7 +542,8 @@ public final class CacheReceiver implements AutoCloseable {
         h.started(EpochClock.nowNanos());
         ControlAuth auth = env.auth();
         byte[] nonce = auth.nonce();
-        int flags = env.config().partChecksums() ? RequestInfo.FLAG_PART_CHECKSUMS : 0;
+        int flags = (env.config().partChecksums() ? RequestInfo.FLAG_PART_CHECKSUMS : 0)
+                | (env.config().coalesce() ? 0 : RequestInfo.FLAG_NO_COALESCE);
         List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
                 == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
                 ? registerGrants(job, totalBlocks, reused) : List.of();
@@ -649,7 +650,9 @@ public final class CacheReceiver implements AutoCloseable {
         return DefaultTransferSession.builder(id, false).states(env.selfState(), ctx, targets)
                 .blocks(h.blockIds(), totalBlocks).connections(conns, tagArr, env.config().chunkBytes())
                 .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(job.deadlineNanos, job.timing)
-                .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds).peerBlocksPerRegion(peerBpr)
+                .journal(env.journal()).reusedBlocks(reused)
+                // Without coalescing both sides plan without the peer's ids: one message per block.
+                .peerBlockIds(job.push || env.config().coalesce() ? peerIds : null).peerBlocksPerRegion(peerBpr)
                 .checksums(env.config().partChecksums()).controlBuffers(control).build();
     }
 

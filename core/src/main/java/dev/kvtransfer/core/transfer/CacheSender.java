@@ -817,6 +817,7 @@ public final class CacheSender implements AutoCloseable {
             }
             int reused = checkReuse(p, h, totalBlocks);
             boolean checksums = p.asked[0].info.partChecksums();
+            boolean coalesce = p.asked[0].info.coalesce();
             int[][] peerIds = new int[n][];
             int[] peerBpr = new int[n];
             for (int i = 0; i < n; i++) {
@@ -825,6 +826,10 @@ public final class CacheSender implements AutoCloseable {
                 if (p.asked[i].info.partChecksums() != checksums) {
                     throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
                             + " disagree on part checksums", null);
+                }
+                if (p.asked[i].info.coalesce() != coalesce) {
+                    throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
+                            + " disagree on coalescing (" + dev.kvtransfer.core.TransceiverConfig.P_COALESCE + ")", null);
                 }
             }
             boolean push = p.asked[0].info.push() && canPush();
@@ -847,7 +852,9 @@ public final class CacheSender implements AutoCloseable {
             session = DefaultTransferSession.builder(id, true).states(env.selfState(), p.peerCache, p.targets)
                     .blocks(h.blockIds(), totalBlocks).connections(conns, tags, chunk)
                     .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(p.deadlineNanos, p.timing)
-                    .journal(env.journal()).reusedBlocks(reused).peerBlockIds(peerIds).peerBlocksPerRegion(peerBpr)
+                    .journal(env.journal()).reusedBlocks(reused)
+                    // Without coalescing both sides plan without the peer's ids: one message per block.
+                    .peerBlockIds(push || coalesce ? peerIds : null).peerBlocksPerRegion(peerBpr)
                     .checksums(checksums).push(pools).controlBuffers(control).build();
             for (int i = 0; i < n; i++) {
                 try {

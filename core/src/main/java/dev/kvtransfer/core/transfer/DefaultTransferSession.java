@@ -71,6 +71,8 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     private final long[][] starts;
     private final int[] messages;
     private final long[] peerBytes;
+    /** Whether the transport declared DEVICE_MEMORY ({@link Builder#transportCapabilities}). */
+    private final boolean deviceMemory;
 
     private DefaultTransferSession(Builder b) {
         this.journal = Objects.requireNonNull(b.journal, "journal");
@@ -115,6 +117,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         this.starts = b.checksums ? new long[targets.size()][] : null;
         this.messages = new int[targets.size()];
         this.peerBytes = new long[targets.size()];
+        this.deviceMemory = b.deviceMemory;
     }
 
     /**
@@ -152,6 +155,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         private dev.kvtransfer.api.format.PeerPool[] peerPools;
         private boolean checksums;
         private ControlBuffers control;
+        private boolean deviceMemory;
 
         private Builder(long requestId, boolean sender) {
             this.requestId = requestId;
@@ -280,6 +284,18 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
          */
         Builder controlBuffers(ControlBuffers buffers) {
             this.control = buffers;
+            return this;
+        }
+
+        /**
+         * @param caps the capabilities of the connections' transport (default none): with
+         *             {@link dev.kvtransfer.api.transport.TransportCapability#DEVICE_MEMORY} the formatter may hand it
+         *             {@code DEVICE} buffers ({@link DefaultTransferSession#transportAccepts}), else it stages device pools
+         * @return this builder
+         */
+        public Builder transportCapabilities(java.util.Set<dev.kvtransfer.api.transport.TransportCapability> caps) {
+            this.deviceMemory = Objects.requireNonNull(caps, "caps").contains(
+                    dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY);
             return this;
         }
 
@@ -470,6 +486,11 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     public int peerBlocksPerRegion(int peerIndex) {
         Objects.checkIndex(peerIndex, targets.size());
         return peerBlocksPerRegion == null ? 1 : Math.max(1, peerBlocksPerRegion[peerIndex]);
+    }
+
+    @Override
+    public boolean transportAccepts(dev.kvtransfer.api.memory.MemoryKind kind) {
+        return Objects.requireNonNull(kind, "kind") != dev.kvtransfer.api.memory.MemoryKind.DEVICE || deviceMemory;
     }
 
     @Override

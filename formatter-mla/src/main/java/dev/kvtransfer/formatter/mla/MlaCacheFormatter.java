@@ -19,6 +19,7 @@ import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.WriteBatch;
 
@@ -59,6 +60,12 @@ import java.util.function.IntFunction;
  * the destination's order where that needs fewer, larger entries); reused blocks are not written. A rank with an
  * indexer-K pool does not declare PUSH: the api's peer pool and core's grants cover the main pool only, so core pulls
  * such requests (see the README).
+ *
+ * <p>Device pools: where the session's transport does not accept a pool's memory kind
+ * ({@link TransferSession#transportAccepts}: {@code DEVICE} without {@code DEVICE_MEMORY}) every part of that pool is
+ * staged, direct messages as one copy each through staging (pinned host memory from core for a device pool), in the
+ * plan's messages, so the peer plans as before; pushes from it are always staged. Zero copy where the transport
+ * declares device memory.
  *
  * <p>Thread-safe: per-transfer state lives on the stack; the only shared state is a cache of region views and one
  * reusable write batch per thread.
@@ -292,7 +299,8 @@ public final class MlaCacheFormatter implements CacheFormatter {
             try {
                 plans[p] = WritePlan.builder().sender(main.geometry, blocks, b0, l0 - cl0, 0)
                         .receiver(pool.geometry(), pool.blockIds(), b0 - q0, l0 - gl0, 0)
-                        .shape(q1 - b0, l1 - l0, 1).policy(minDirectEntryBytes, stagingChunk).build();
+                        .shape(q1 - b0, l1 - l0, 1).policy(minDirectEntryBytes, stagingChunk)
+                        .sourceDirect(session.transportAccepts(main.kind)).build();
             } catch (IllegalArgumentException e) {
                 throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the writes into "
                         + "generation rank " + genIndex + ": " + e.getMessage(), e);
@@ -443,11 +451,12 @@ public final class MlaCacheFormatter implements CacheFormatter {
         int staged = 0;
         for (int p = 0; p < peers; p++) {
             rep[p] = p;
-            if (plans[p] == null || plans[p].selfDirect()) {
+            if (plans[p] == null || !pool.staged(session, plans[p])) {
                 continue;
             }
             for (int q = 0; q < p; q++) {
-                if (rep[q] == q && plans[q] != null && !plans[q].selfDirect() && plans[q].sameStream(plans[p])) {
+                if (rep[q] == q && plans[q] != null && pool.staged(session, plans[q])
+                        && plans[q].sameStream(plans[p])) {
                     rep[p] = q;
                     break;
                 }
@@ -459,7 +468,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
             long[] sizes = new long[staged];
             int j = 0;
             for (int p = 0; p < peers; p++) {
-                if (plans[p] != null && !plans[p].selfDirect() && rep[p] == p) {
+                if (plans[p] != null && pool.staged(session, plans[p]) && rep[p] == p) {
                     sizes[j++] = plans[p].bytes();
                 }
             }
@@ -467,7 +476,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
             j = 0;
             BufferManager copier = session.bufferManager();
             for (int p = 0; p < peers; p++) {
-                if (plans[p] != null && !plans[p].selfDirect() && rep[p] == p) {
+                if (plans[p] != null && pool.staged(session, plans[p]) && rep[p] == p) {
                     staging[p] = got[j++];
                     // The whole part is one message when staged: fill it before the sends start.
                     PartPlan.Cursor c = plans[p].cursor();
@@ -489,7 +498,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
             PartPlan pp = plans[p];
             long start = System.nanoTime();
             PartPlan.Cursor c = pp.cursor();
-            if (pp.selfDirect()) {
+            if (!pool.staged(session, pp)) {
                 while (c.next()) {
                     session.send(p, pool.region(c.region()), c.offset(), c.length());
                 }
@@ -515,7 +524,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
                     session.peerBlockIds(p), blocks, reused, peerPool, g0, g1);
             if (plans[p] != null) {
                 active++;
-                staged += plans[p].selfDirect() ? 0 : 1;
+                staged += pool.staged(session, plans[p]) ? 1 : 0;
             }
         }
         if (active == 0) {
@@ -526,14 +535,14 @@ public final class MlaCacheFormatter implements CacheFormatter {
             long[] sizes = new long[staged];
             int j = 0;
             for (int p : pick) {
-                if (plans[p] != null && !plans[p].selfDirect()) {
+                if (plans[p] != null && pool.staged(session, plans[p])) {
                     sizes[j++] = plans[p].bytes();
                 }
             }
             MemoryBuffer[] got = session.stagingBuffers(sizes);
             j = 0;
             for (int p : pick) {
-                if (plans[p] != null && !plans[p].selfDirect()) {
+                if (plans[p] != null && pool.staged(session, plans[p])) {
                     staging[p] = got[j++];
                 }
             }
@@ -550,7 +559,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
             PartPlan pp = plans[p];
             long start = System.nanoTime();
             PartPlan.Cursor c = pp.cursor();
-            if (pp.selfDirect()) {
+            if (!pool.staged(session, pp)) {
                 while (c.next()) {
                     session.recv(p, pool.region(c.region()), c.offset(), c.length());
                 }
@@ -578,6 +587,8 @@ public final class MlaCacheFormatter implements CacheFormatter {
         private final PoolGeometry geometry;
         private final AtomicReferenceArray<MemoryBuffer> regionViews;
         private final IntFunction<MemoryBuffer> regions = this::region;
+        /** Where the pool lives. */
+        private final MemoryKind kind;
 
         Pool(String name, KvCacheView view) {
             this.name = name;
@@ -585,6 +596,16 @@ public final class MlaCacheFormatter implements CacheFormatter {
             this.layout = Objects.requireNonNull(view.layout(), name + " layout");
             this.geometry = view.geometry();
             this.regionViews = new AtomicReferenceArray<>(view.regionCount());
+            this.kind = view.regionCount() > 0 ? view.region(0).kind() : MemoryKind.HOST;
+        }
+
+        /**
+         * Whether this rank moves a part of this pool through staging: its plan stages, or the session's transport
+         * does not accept the pool's memory (a device pool without DEVICE_MEMORY; each direct message is then one
+         * copy through staging, the messages stay the plan's).
+         */
+        boolean staged(TransferSession session, PartPlan pp) {
+            return !pp.selfDirect() || !session.transportAccepts(kind);
         }
 
         MemoryBuffer region(int index) {

@@ -63,7 +63,8 @@ final class ScatterPipeline implements Runnable {
      *
      * @param session the transfer
      * @param peer    peer position
-     * @param plan    the part's plan (this rank staged)
+     * @param plan    the part's plan (this rank stages: its plan does, or its pool's memory cannot reach the
+     *                transport and each direct message is bounced through {@code staging})
      * @param bm      copies
      * @param regions this rank's regions
      * @param staging the part's staging buffer

@@ -20,6 +20,7 @@ import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.WriteBatch;
@@ -48,6 +49,13 @@ import java.util.function.IntFunction;
  * gathers / scatters it with strided copies through the session's {@link BufferManager}
  * ({@code copy} / {@code copy2d}: one {@code cudaMemcpy2DAsync} each on a device manager). See
  * formatter-standard/README.md for the formulas and the policy.
+ *
+ * <p>Device pools: where the session's transport does not accept the pool's memory kind
+ * ({@link TransferSession#transportAccepts}: a {@code DEVICE} pool over a transport without {@code DEVICE_MEMORY})
+ * this rank stages every part, also those the plan moves directly: each direct message is one copy of a pool run
+ * into (out of) staging, which core allocates as pinned host memory for a device pool; the messages are the plan's,
+ * so the peer plans exactly as before. Pushes from such a pool are always staged ({@link WritePlan.Builder#sourceDirect}).
+ * A transport that declares device memory gets the pool's runs as they are (zero copy on the device).
  *
  * <p>Layer-wise ({@link FormatterCapability#LAYER_RANGES}): {@link #format(TransferSession, int, int)} and
  * {@link #unformat(TransferSession, int, int)} move the parts restricted to a global layer range (each side skips
@@ -91,6 +99,8 @@ public final class StandardCacheFormatter implements CacheFormatter {
     /** Region views by index, fetched once: the hot loops then allocate nothing. */
     private final AtomicReferenceArray<MemoryBuffer> regionViews;
     private final IntFunction<MemoryBuffer> regions = this::region;
+    /** Where the pool lives: a transport that does not accept it ({@link TransferSession#transportAccepts}) never sees it. */
+    private final MemoryKind poolKind;
 
     /**
      * A formatter over one rank's KV pool.
@@ -132,6 +142,7 @@ public final class StandardCacheFormatter implements CacheFormatter {
         this.stagingChunk = stagingChunk;
         this.geometry = cache.geometry();
         this.regionViews = new AtomicReferenceArray<>(cache.regionCount());
+        this.poolKind = cache.regionCount() > 0 ? cache.region(0).kind() : MemoryKind.HOST;
     }
 
     /** @return the staging pool this formatter was created with */
@@ -190,13 +201,16 @@ public final class StandardCacheFormatter implements CacheFormatter {
         SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
         int[] active = partPlans(session, plan, peer, ids, true, plans);
+        // A pool the transport cannot take (device memory without DEVICE_MEMORY) is staged even where the plan is
+        // direct: the messages stay the plan's (the peer cannot know our memory), each copied through staging.
+        boolean poolOk = session.transportAccepts(poolKind);
         // Peers that get the same staged bytes (duplicated heads on their side) share one gather.
-        int[][] groups = sharedStaging(active, plans);
+        int[][] groups = sharedStaging(active, plans, poolOk);
         int[] reps = new int[groups.length];
         for (int i = 0; i < reps.length; i++) {
             reps[i] = groups[i][0];
         }
-        MemoryBuffer[] staging = staging(session, reps, plans, t.size());
+        MemoryBuffer[] staging = staging(session, reps, plans, t.size(), poolOk);
         int[][] membersOf = new int[t.size()][];
         for (int[] g : groups) {
             membersOf[g[0]] = g;
@@ -207,7 +221,7 @@ public final class StandardCacheFormatter implements CacheFormatter {
             int[] members = membersOf[rep];
             long start = System.nanoTime();
             PartPlan.Cursor c = pp.cursor();
-            if (pp.selfDirect()) {
+            if (pp.selfDirect() && poolOk) {
                 // Straight from the pool: each message is one contiguous run of a region (zero copy).
                 while (c.next()) {
                     session.send(rep, region(c.region()), c.offset(), c.length());
@@ -234,15 +248,15 @@ public final class StandardCacheFormatter implements CacheFormatter {
      * Groups the active peers: a staged part whose stream equals an earlier peer's ({@link PartPlan#sameStream})
      * joins that peer's group; every other peer is its own group. O(peers²) plan comparisons, no per-block object.
      */
-    private static int[][] sharedStaging(int[] active, PartPlan[] plans) {
+    private static int[][] sharedStaging(int[] active, PartPlan[] plans, boolean poolOk) {
         int[] rep = new int[active.length];
         int groups = 0;
         for (int i = 0; i < active.length; i++) {
             rep[i] = i;
             PartPlan pp = plans[active[i]];
-            if (!pp.selfDirect()) {
+            if (staged(pp, poolOk)) {
                 for (int j = 0; j < i; j++) {
-                    if (rep[j] == j && !plans[active[j]].selfDirect() && plans[active[j]].sameStream(pp)) {
+                    if (rep[j] == j && staged(plans[active[j]], poolOk) && plans[active[j]].sameStream(pp)) {
                         rep[i] = j;
                         break;
                     }
@@ -289,13 +303,14 @@ public final class StandardCacheFormatter implements CacheFormatter {
         SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
         int[] active = partPlans(session, plan, peer, ids, false, plans);
-        MemoryBuffer[] staging = staging(session, active, plans, t.size());
+        boolean poolOk = session.transportAccepts(poolKind);
+        MemoryBuffer[] staging = staging(session, active, plans, t.size(), poolOk);
         BufferManager bm = session.bufferManager();
         session.forEachPeer(active, p -> {
             PartPlan pp = plans[p];
             long start = System.nanoTime();
             PartPlan.Cursor c = pp.cursor();
-            if (pp.selfDirect()) {
+            if (pp.selfDirect() && poolOk) {
                 // Straight into the pool (zero copy).
                 while (c.next()) {
                     session.recv(p, region(c.region()), c.offset(), c.length());
@@ -338,6 +353,8 @@ public final class StandardCacheFormatter implements CacheFormatter {
         SplitPlan plan = clipped(whole, self, selfIndex, firstLayer, firstLayer + layers);
         WritePlan[] plans = new WritePlan[t.size()];
         PeerPool[] pools = new PeerPool[t.size()];
+        // A pool the transport cannot read (device memory without DEVICE_MEMORY) is gathered into staging first.
+        boolean poolOk = session.transportAccepts(poolKind);
         int active = 0;
         int staged = 0;
         for (SplitPlan.Part part : plan.parts) {
@@ -351,7 +368,7 @@ public final class StandardCacheFormatter implements CacheFormatter {
                         .receiver(pool.geometry(), pool.blockIds(), part.peerFirstBlock, part.peerFirstLayer,
                                 part.peerFirstHead)
                         .shape(part.blockCount, part.layerCount, part.headCount)
-                        .policy(minDirectEntryBytes, stagingChunk).build();
+                        .policy(minDirectEntryBytes, stagingChunk).sourceDirect(poolOk).build();
             } catch (IllegalArgumentException e) {
                 throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the writes into "
                         + "generation rank " + pool.rank() + " (" + part + "): " + e.getMessage(), e);
@@ -512,10 +529,11 @@ public final class StandardCacheFormatter implements CacheFormatter {
     }
 
     /** One staging buffer per part this rank stages (a whole part), from one call; null where direct. */
-    private static MemoryBuffer[] staging(TransferSession session, int[] active, PartPlan[] plans, int peers) {
+    private static MemoryBuffer[] staging(TransferSession session, int[] active, PartPlan[] plans, int peers,
+                                          boolean poolOk) {
         int staged = 0;
         for (int p : active) {
-            if (!plans[p].selfDirect()) {
+            if (staged(plans[p], poolOk)) {
                 staged++;
             }
         }
@@ -526,18 +544,23 @@ public final class StandardCacheFormatter implements CacheFormatter {
         long[] sizes = new long[staged];
         int j = 0;
         for (int p : active) {
-            if (!plans[p].selfDirect()) {
+            if (staged(plans[p], poolOk)) {
                 sizes[j++] = plans[p].bytes();
             }
         }
         MemoryBuffer[] got = session.stagingBuffers(sizes);
         j = 0;
         for (int p : active) {
-            if (!plans[p].selfDirect()) {
+            if (staged(plans[p], poolOk)) {
                 out[p] = got[j++];
             }
         }
         return out;
+    }
+
+    /** Whether this rank moves a part through staging: its plan stages, or its pool may not reach the transport. */
+    private static boolean staged(PartPlan pp, boolean poolOk) {
+        return !pp.selfDirect() || !poolOk;
     }
 
     private MemoryBuffer region(int index) {

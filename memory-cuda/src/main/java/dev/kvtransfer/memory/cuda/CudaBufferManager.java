@@ -20,7 +20,11 @@ import java.util.concurrent.locks.LockSupport;
  * A {@link BufferManager} over the CUDA runtime (JCuda) for one device: allocates {@link MemoryKind#DEVICE}
  * ({@code cudaMalloc}) and {@link MemoryKind#PINNED_HOST} (portable {@code cudaHostAlloc}) memory, and copies
  * between any two buffers that have an address: its own, and {@link MemoryKind#HOST} (or any other) buffers of
- * other managers. {@link MemoryKind#HOST} allocations are refused: plain host memory comes from a host manager.
+ * other managers. It also serves {@link MemoryKind#HOST}: page-aligned, pageable host memory (never pinned, never
+ * touched by the stream after a copy returns), with the same accounting, so one manager serves a whole rank whose
+ * KV pool is on the device: the pool ({@code DEVICE}), its staging ({@code PINNED_HOST}) and core's control buffers
+ * ({@code HOST}). Copies between two {@code HOST} buffers run on the calling thread (a memcpy, as CUDA's own
+ * host-to-host copy is synchronous anyway); every other copy goes on the stream.
  *
  * <p>Copies are {@code cudaMemcpyAsync} (and {@link #copy2d} one {@code cudaMemcpy2DAsync}) on the manager's own
  * non-blocking stream, so they run in issue order, asynchronously to the caller; {@link #synchronize()} waits,
@@ -128,27 +132,30 @@ public final class CudaBufferManager implements BufferManager {
     }
 
     /**
-     * Allocates device or pinned host memory (contents undefined).
+     * Allocates device, pinned host or (pageable, page-aligned) host memory (contents undefined).
      *
-     * @throws UnsupportedOperationException for {@link MemoryKind#HOST}
-     * @throws CudaCallException             when CUDA refuses (e.g. out of memory)
+     * @throws CudaCallException when CUDA refuses (e.g. out of memory)
+     * @throws OutOfMemoryError  when host memory cannot be had
      */
     @Override
     public MemoryBuffer allocate(long bytes, MemoryKind kind) {
         Objects.requireNonNull(kind, "kind");
-        if (kind == MemoryKind.HOST) {
-            throw new UnsupportedOperationException("CudaBufferManager allocates DEVICE and PINNED_HOST memory;"
-                    + " HOST memory comes from a host BufferManager (core's HostBufferManager), and this manager"
-                    + " copies to and from it");
-        }
         if (bytes < 0) {
             throw new IllegalArgumentException("bytes = " + bytes + ": must be at least 0");
         }
         checkOpen();
-        cuda.bindThread();
         long size = Math.max(bytes, 1); // a stable, non-null address even for an empty buffer
         Throwable site = debug ? new Throwable("allocated here") : null;
         Owned b;
+        if (kind == MemoryKind.HOST) {
+            // No CUDA call: core allocates small control buffers per request; they must stay cheap.
+            long raw = HostMemory.allocateForAlignment(size);
+            b = new Owned(NEXT_ID.incrementAndGet(), kind, HostMemory.align(raw), raw, bytes, Release.FREE_RAW, site);
+            outstanding.put(b.id, b);
+            outstandingBytes.addAndGet(bytes);
+            return b;
+        }
+        cuda.bindThread();
         if (kind == MemoryKind.DEVICE) {
             b = new Owned(NEXT_ID.incrementAndGet(), kind, cuda.malloc(size), 0, bytes, Release.CUDA_FREE, site);
         } else if (size <= hostAllocLimit) {
@@ -191,8 +198,17 @@ public final class CudaBufferManager implements BufferManager {
         long s = src.address() + srcOffset;
         long d = dst.address() + dstOffset;
         checkDisjoint(direction, s, bytes, d, bytes);
+        if (pageable(src, dst)) {
+            HostMemory.copy(s, d, bytes); // the stream never holds pageable memory: no order to keep
+            return;
+        }
         cuda.bindThread();
         cuda.memcpyAsync(d, s, bytes, direction);
+    }
+
+    /** Whether both buffers are pageable host memory: CUDA would copy them synchronously on the CPU anyway. */
+    private static boolean pageable(MemoryBuffer src, MemoryBuffer dst) {
+        return src.kind() == MemoryKind.HOST && dst.kind() == MemoryKind.HOST;
     }
 
     /**
@@ -227,6 +243,12 @@ public final class CudaBufferManager implements BufferManager {
         long s = src.address() + srcOffset;
         long d = dst.address() + dstOffset;
         checkDisjoint(direction, s, srcSpan, d, dstSpan);
+        if (pageable(src, dst)) {
+            for (long i = 0; i < rows; i++) {
+                HostMemory.copy(s + i * srcPitch, d + i * dstPitch, rowBytes);
+            }
+            return;
+        }
         cuda.bindThread();
         if (rows == 1) {
             cuda.memcpyAsync(d, s, rowBytes, direction);
@@ -403,7 +425,7 @@ public final class CudaBufferManager implements BufferManager {
 
     /** How an owning buffer gives its memory back. */
     private enum Release {
-        CUDA_FREE, FREE_HOST, UNREGISTER
+        CUDA_FREE, FREE_HOST, UNREGISTER, FREE_RAW
     }
 
     /** An owning allocation. */
@@ -478,13 +500,20 @@ public final class CudaBufferManager implements BufferManager {
                 if (!open.get()) {
                     return;
                 }
-                cuda.bindThread();
-                awaitStream("close " + this);
+                if (release != Release.FREE_RAW) {
+                    // Pageable memory is never referenced by the stream once a copy call returned (CUDA copies it
+                    // synchronously or through its own staging): only device and pinned memory wait.
+                    cuda.bindThread();
+                    awaitStream("close " + this);
+                }
                 open.set(false);
             }
             outstanding.remove(id);
             outstandingBytes.addAndGet(-size);
             switch (release) {
+                case FREE_RAW:
+                    HostMemory.free(raw);
+                    break;
                 case CUDA_FREE:
                     cuda.free(address);
                     break;

@@ -64,7 +64,7 @@ public final class CudaMemoryProvider implements MemoryProvider {
 
     @Override
     public Set<MemoryKind> kinds() {
-        return EnumSet.of(MemoryKind.DEVICE, MemoryKind.PINNED_HOST);
+        return EnumSet.of(MemoryKind.DEVICE, MemoryKind.PINNED_HOST, MemoryKind.HOST);
     }
 
     /**

@@ -55,6 +55,11 @@ final class HostMemory {
         UNSAFE.freeMemory(raw);
     }
 
+    /** Copies between two host addresses on this thread (ranges checked and disjoint). */
+    static void copy(long src, long dst, long bytes) {
+        UNSAFE.copyMemory(src, dst, bytes);
+    }
+
     /**
      * A direct little-endian buffer over existing memory, valid as long as that memory is.
      *

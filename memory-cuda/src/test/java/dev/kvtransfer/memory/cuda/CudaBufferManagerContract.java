@@ -114,9 +114,29 @@ abstract class CudaBufferManagerContract {
     }
 
     @Test
-    void required_1_4_hostAllocationsAreLeftToHostManagers() {
-        assertThatThrownBy(() -> cuda.allocate(16, MemoryKind.HOST))
-                .isInstanceOf(UnsupportedOperationException.class).hasMessageContaining("HostBufferManager");
+    void required_1_4_hostAllocationsServeARankWhosePoolIsOnTheDevice() {
+        try (MemoryBuffer h = cuda.allocate(8192 + 3, MemoryKind.HOST);
+             MemoryBuffer h2 = cuda.allocate(8192 + 3, MemoryKind.HOST);
+             MemoryBuffer d = cuda.allocate(8192 + 3, MemoryKind.DEVICE)) {
+            assertThat(h.kind()).isEqualTo(MemoryKind.HOST);
+            assertThat(h.address() % 4096).isZero();
+            assertThat(cuda.outstandingBuffers()).isEqualTo(3);
+            java.nio.ByteBuffer bb = h.asByteBuffer();
+            for (int i = 0; i < bb.capacity(); i++) {
+                bb.put(i, (byte) (i * 7 + 1));
+            }
+            cuda.copy(h, 0, d, 0, h.size());      // host to device on the stream
+            cuda.copy2d(h, 0, 4096, h2, 0, 4096, 4096, 2); // host to host on the CPU
+            cuda.synchronize();
+            cuda.copy(d, 1, h2, 8192, 2);
+            cuda.synchronize();
+            java.nio.ByteBuffer back = h2.asByteBuffer();
+            for (int i = 0; i < 8192; i++) {
+                assertThat(back.get(i)).as("byte %d", i).isEqualTo((byte) (i * 7 + 1));
+            }
+            assertThat(back.get(8192)).isEqualTo((byte) 8);
+            assertThat(back.get(8193)).isEqualTo((byte) 15);
+        }
         assertThatThrownBy(() -> cuda.allocate(-1, MemoryKind.DEVICE)).isInstanceOf(IllegalArgumentException.class);
         assertThat(cuda.outstandingBuffers()).isZero();
     }

@@ -29,7 +29,7 @@ class CudaMemoryProviderTest {
                 .map(ServiceLoader.Provider::get).collect(Collectors.toList());
         assertThat(found).filteredOn(p -> p.name().equals("cuda")).singleElement()
                 .isInstanceOf(CudaMemoryProvider.class)
-                .satisfies(p -> assertThat(p.kinds()).containsExactlyInAnyOrder(MemoryKind.DEVICE,
+                .satisfies(p -> assertThat(p.kinds()).containsExactlyInAnyOrder(MemoryKind.DEVICE, MemoryKind.HOST,
                         MemoryKind.PINNED_HOST));
     }
 

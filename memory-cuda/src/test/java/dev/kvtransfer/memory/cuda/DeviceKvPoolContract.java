@@ -12,6 +12,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
  * Device-resident KV pools carry DESIGN §6's pattern: filled and verified through a host mirror, corrupted bytes
@@ -106,6 +107,29 @@ abstract class DeviceKvPoolContract {
             KvPattern.Result r = DeviceKvPattern.verify(cuda, target, genBlocks, gen, 0, REQUEST, 3);
             assertThat(r.ok()).as(r.toString()).isTrue();
             assertThat(r.checkedElements()).isEqualTo(3 * genLayout.blockBytes() / 2);
+        }
+    }
+
+    @Test
+    void required_4_aPartialFillCopiesOnlyItsBlocksAndHostOverloadsRefuseTheDevice() {
+        CacheState s = state(1);
+        BlockLayout layout = BlockLayout.of(s, 0);
+        int[] blocks = {4, 5, 0, 1};
+        try (DeviceKvPool pool = new DeviceKvPool(cuda, layout, 6)) {
+            KvPattern.fill(pool, cuda, blocks, s, 0, REQUEST, 4);
+            // A prefix-cache style fill of global blocks [1, 3) with another request: the others keep theirs.
+            KvPattern.fill(pool, cuda, blocks, s, 0, REQUEST + 1, 4, 1, 3);
+            assertThat(KvPattern.verify(pool, cuda, blocks, s, 0, REQUEST, 4, 0, 1).ok()).isTrue();
+            assertThat(KvPattern.verify(pool, cuda, blocks, s, 0, REQUEST + 1, 4, 1, 3).ok()).isTrue();
+            KvPattern.Result last = KvPattern.verify(pool, cuda, blocks, s, 0, REQUEST, 4, 3, 4);
+            assertThat(last.ok()).as(last.toString()).isTrue();
+            assertThat(last.checkedElements()).isEqualTo(layout.blockBytes() / 2);
+            // The CPU must never touch device memory: the host-only overloads say which one to use.
+            assertThatThrownBy(() -> KvPattern.fill(pool, blocks, s, 0, REQUEST, 4))
+                    .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("DEVICE memory")
+                    .hasMessageContaining("BufferManager");
+            assertThatThrownBy(() -> KvPattern.verify(pool, blocks, s, 0, REQUEST, 4))
+                    .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("DEVICE memory");
         }
     }
 }
