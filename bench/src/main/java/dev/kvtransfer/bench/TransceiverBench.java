@@ -235,12 +235,19 @@ final class TransceiverBench implements AutoCloseable {
         for (CompletableFuture<?> f : ctxDone) {
             await(f, deadline);
         }
-        if (genDone.stream().anyMatch(f -> !f.isDone()) || ctxDone.stream().anyMatch(f -> !f.isDone())) {
+        long allocated = heap.stop();
+        boolean allDone = true;
+        for (int i = 0; i < genDone.size(); i++) {
+            allDone &= genDone.get(i).isDone();
+        }
+        for (int i = 0; i < ctxDone.size(); i++) {
+            allDone &= ctxDone.get(i).isDone();
+        }
+        if (!allDone) {
             // Freeing blocks under a transfer still running would be wrong: give up on this configuration.
             throw new IllegalStateException(level + " over " + provider.name() + ": requests " + w.ids
                     + " did not finish within " + timeout.plusSeconds(30).toSeconds() + " s");
         }
-        long allocated = heap.stop();
         long nanos = Math.max(1, last - t0);
         // Untimed: status agreement, verification, release.
         statusSync();

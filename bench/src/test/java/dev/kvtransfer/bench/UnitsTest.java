@@ -171,4 +171,24 @@ class UnitsTest {
         assertThat(ucx.baseline()).isEmpty();
         assertThat(ucx.missing()).contains("no-such-ucx_perftest not installed");
     }
+
+    /** Sink for the allocation the meter must see (kept reachable so the JIT cannot drop it). */
+    static volatile byte[] sink;
+
+    @Test
+    void heapMeterDoesNotCountItself() {
+        org.junit.jupiter.api.Assumptions.assumeTrue(HeapMeter.supported(), "no per-thread allocation counters");
+        long least = Long.MAX_VALUE;
+        for (int i = 0; i < 5; i++) {
+            HeapMeter m = new HeapMeter();
+            m.start();
+            least = Math.min(least, m.stop());
+        }
+        // An empty interval: nothing of the meter's own snapshots (the least of 5, in case another thread allocated).
+        assertThat(least).isBetween(0L, 256L);
+        HeapMeter m = new HeapMeter();
+        m.start();
+        sink = new byte[1 << 20];
+        assertThat(m.stop()).isGreaterThanOrEqualTo(1 << 20);
+    }
 }

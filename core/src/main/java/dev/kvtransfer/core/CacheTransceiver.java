@@ -528,6 +528,9 @@ public final class CacheTransceiver implements AutoCloseable {
             throw new IllegalStateException("transceiver of rank " + selfState.selfIndex() + ": threads still "
                     + "running after " + CLOSE_WAIT.toSeconds() + " s; close its connection manager to wake them");
         }
+        // The threads are done with them: free the reused control buffers before the buffer manager closes.
+        sender.releaseControlBuffers();
+        receiver.releaseControlBuffers();
         RuntimeException failure = null;
         synchronized (owned) {
             while (!owned.isEmpty()) {

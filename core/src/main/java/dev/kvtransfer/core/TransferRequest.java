@@ -202,8 +202,16 @@ public final class TransferRequest {
 
     /** @return completes (normally, whatever the outcome) when the request reaches a terminal state */
     public CompletionStage<TransferRequest> completion() {
-        return done.thenApply(v -> this).minimalCompletionStage();
+        // One stage per request, made on first use (it cannot be completed from outside, so sharing it is safe).
+        CompletionStage<TransferRequest> c = completion;
+        if (c == null) {
+            c = done.thenApply(v -> this).minimalCompletionStage();
+            completion = c;
+        }
+        return c;
     }
+
+    private volatile CompletionStage<TransferRequest> completion;
 
     /** @return whether the request reached a terminal state */
     public boolean isDone() {

@@ -32,6 +32,27 @@ public final class RankMapping {
     public static TargetRanks targetRanks(CacheState peer, CacheState self, int selfIndex) {
         Objects.requireNonNull(peer, "peer");
         Objects.requireNonNull(self, "self");
+        // Memo by identity: the control plane asks for the same (peer, self, rank) in every request, with the
+        // same state instances (a decoded peer state is reused for identical bytes, see TransceiverState).
+        int slot = (System.identityHashCode(peer) * 31 + System.identityHashCode(self) + selfIndex) & (MEMO - 1);
+        Memo m = MEMOS.get(slot);
+        if (m != null && m.peer == peer && m.self == self && m.selfIndex == selfIndex) {
+            return m.ranks;
+        }
+        TargetRanks t = compute(peer, self, selfIndex);
+        MEMOS.set(slot, new Memo(peer, self, selfIndex, t));
+        return t;
+    }
+
+    private static final int MEMO = 64;
+    private static final java.util.concurrent.atomic.AtomicReferenceArray<Memo> MEMOS =
+            new java.util.concurrent.atomic.AtomicReferenceArray<>(MEMO);
+
+    /** One remembered answer (the states are immutable, so is the answer). */
+    private record Memo(CacheState peer, CacheState self, int selfIndex, TargetRanks ranks) {
+    }
+
+    private static TargetRanks compute(CacheState peer, CacheState self, int selfIndex) {
         if (selfIndex < 0 || selfIndex >= self.worldSize()) {
             throw new IllegalArgumentException("selfIndex " + selfIndex + " outside [0, " + self.worldSize() + ")");
         }

@@ -190,7 +190,12 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * @return the encoded bytes
      */
     public byte[] toBytes() {
-        WireWriter w = WireWriter.message();
+        // Sized up front (the requester's state is one cached encoding): the buffer never grows.
+        byte[] state = StateCodecCache.encoded(requesterState);
+        long size = 96L + (state == null ? 512 : state.length) + 8L * lastBlockKey.length
+                + 8L * reusedBlockHashes.length + 4L * blockIds.length + requestToken.length + nonce.length
+                + 128L * grants.size();
+        WireWriter w = WireWriter.message((int) Math.min(size, 1 << 20));
         writeTo(w);
         return w.toByteArray();
     }

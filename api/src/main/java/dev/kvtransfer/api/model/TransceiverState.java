@@ -69,9 +69,17 @@ public record TransceiverState(CacheState cacheState, CommState commState) {
      * @param w the writer
      */
     public void writeTo(WireWriter w) {
-        w.writeByte(WIRE_TAG);
-        cacheState.writeTo(w);
-        commState.writeTo(w);
+        byte[] encoded = StateCodecCache.encoded(this);
+        if (encoded == null) {
+            // Once per state instance (the control plane sends the same one in every request info).
+            WireWriter raw = WireWriter.raw();
+            raw.writeByte(WIRE_TAG);
+            cacheState.writeTo(raw);
+            commState.writeTo(raw);
+            encoded = raw.toByteArray();
+            StateCodecCache.rememberEncoded(this, encoded);
+        }
+        w.writeRaw(encoded);
     }
 
     /**
@@ -82,6 +90,10 @@ public record TransceiverState(CacheState cacheState, CommState commState) {
      * @throws MalformedMessageException on any bad byte
      */
     public static TransceiverState readFrom(WireReader r) {
+        TransceiverState seen = StateCodecCache.decoded(r);
+        if (seen != null) {
+            return seen; // exactly the bytes decoded (and validated) before
+        }
         int start = r.offset();
         int tag = r.readByte("TransceiverState tag");
         if (tag != WIRE_TAG) {
@@ -90,7 +102,9 @@ public record TransceiverState(CacheState cacheState, CommState commState) {
         CacheState cache = CacheState.readFrom(r);
         CommState comm = CommState.readFrom(r);
         try {
-            return new TransceiverState(cache, comm);
+            TransceiverState state = new TransceiverState(cache, comm);
+            StateCodecCache.rememberDecoded(r.version(), r.copyRange(start, r.offset()), state);
+            return state;
         } catch (IllegalArgumentException e) {
             throw new MalformedMessageException(start, "invalid TransceiverState: " + e.getMessage());
         }

@@ -303,4 +303,63 @@ public final class WireReader {
             throw new MalformedMessageException(at, what + ": invalid UTF-8");
         }
     }
+
+    /**
+     * Consumes the next bytes if they equal {@code expected} exactly; allocates nothing. Lets a decoder reuse what
+     * it decoded from the same bytes before (e.g. a peer's {@code TransceiverState}, identical in every request).
+     *
+     * @param expected the bytes
+     * @return true (and the bytes consumed) when they match; false (nothing consumed) otherwise
+     */
+    public boolean skipIfNext(byte[] expected) {
+        int n = expected.length;
+        if (buffer.remaining() < n) {
+            return false;
+        }
+        int at = buffer.position();
+        if (buffer.hasArray()) {
+            int base = buffer.arrayOffset() + at;
+            if (!java.util.Arrays.equals(buffer.array(), base, base + n, expected, 0, n)) {
+                return false;
+            }
+        } else {
+            for (int i = 0; i < n; i++) {
+                if (buffer.get(at + i) != expected[i]) {
+                    return false;
+                }
+            }
+        }
+        buffer.position(at + n);
+        return true;
+    }
+
+    /**
+     * Whether the 8 bytes {@code ahead} bytes past the current position hold {@code value} little-endian; false
+     * when they lie beyond the end. Consumes and allocates nothing (a cheap test before {@link #skipIfNext}).
+     *
+     * @param ahead bytes past the current position, {@code >= 0}
+     * @param value the expected value
+     * @return whether they match
+     */
+    public boolean longAhead(int ahead, long value) {
+        return ahead >= 0 && ahead <= buffer.remaining() - 8 && buffer.getLong(buffer.position() + ahead) == value;
+    }
+
+    /**
+     * A copy of the bytes between two offsets already read ({@link #offset()} values), e.g. what one
+     * {@code readFrom} consumed.
+     *
+     * @param from first offset
+     * @param to   end offset (exclusive), at most {@link #offset()}
+     * @return the bytes
+     */
+    public byte[] copyRange(int from, int to) {
+        if (from < 0 || to < from || to > offset()) {
+            throw new IndexOutOfBoundsException("range [" + from + ", " + to + ") of the " + offset()
+                    + " bytes read");
+        }
+        byte[] out = new byte[to - from];
+        buffer.get(start + from, out);
+        return out;
+    }
 }

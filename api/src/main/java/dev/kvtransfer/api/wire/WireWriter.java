@@ -235,4 +235,32 @@ public final class WireWriter {
     public ByteBuffer toByteBuffer() {
         return ByteBuffer.wrap(toByteArray()).order(ByteOrder.LITTLE_ENDIAN);
     }
+
+    /**
+     * A writer for a whole message (magic and version first) whose buffer starts at {@code capacity} bytes: a
+     * caller that knows the size never grows the buffer.
+     *
+     * @param capacity expected size of the whole message
+     * @return the writer
+     */
+    public static WireWriter message(int capacity) {
+        WireWriter w = new WireWriter(capacity);
+        w.writeInt(MAGIC);
+        w.writeShort(FORMAT_VERSION);
+        return w;
+    }
+
+    /**
+     * Writes bytes as they are (no length prefix): an encoding made before by the same writer methods, e.g. a
+     * cached {@code TransceiverState}.
+     *
+     * @param b the bytes
+     * @return this writer
+     */
+    public WireWriter writeRaw(byte[] b) {
+        ensure(b.length);
+        System.arraycopy(b, 0, bytes, position, b.length);
+        position += b.length;
+        return this;
+    }
 }

@@ -128,31 +128,60 @@ public final class StatusAgreement {
      * @return the agreed outcomes
      */
     public static Outcome agree(List<long[]> gatheredPairs) {
-        Map<Long, int[]> counts = new HashMap<>();
+        // Primitive arrays, no boxing (issue 14 item 3): the distinct ids sorted, then per id how many members
+        // finished it and how many of those failed it, found by binary search.
+        int total = 0;
         for (long[] pairs : gatheredPairs) {
-            Set<Long> seen = new java.util.HashSet<>();
+            total += pairs.length / 2;
+        }
+        long[] ids = new long[total];
+        int n = 0;
+        for (long[] pairs : gatheredPairs) {
             for (int i = 0; i + 1 < pairs.length; i += 2) {
-                long id = pairs[i];
-                if (!seen.add(id)) {
+                ids[n++] = pairs[i];
+            }
+        }
+        java.util.Arrays.sort(ids, 0, n);
+        int distinct = 0;
+        for (int i = 0; i < n; i++) {
+            if (i == 0 || ids[i] != ids[i - 1]) {
+                ids[distinct++] = ids[i];
+            }
+        }
+        int[] finished = new int[distinct];
+        int[] failed = new int[distinct];
+        int[] lastMember = new int[distinct];
+        int member = 0;
+        for (long[] pairs : gatheredPairs) {
+            member++;
+            for (int i = 0; i + 1 < pairs.length; i += 2) {
+                int k = java.util.Arrays.binarySearch(ids, 0, distinct, pairs[i]);
+                if (lastMember[k] == member) {
                     continue; // a member lists an id once; never count a buggy member twice
                 }
-                int[] c = counts.computeIfAbsent(id, k -> new int[2]);
-                c[0]++;
+                lastMember[k] = member;
+                finished[k]++;
                 if (pairs[i + 1] == 0) {
-                    c[1]++;
+                    failed[k]++;
                 }
             }
         }
-        return new Outcome(counts, gatheredPairs.size());
+        return new Outcome(ids, distinct, finished, failed, gatheredPairs.size());
     }
 
     /** The agreed outcomes of one status check. */
     public static final class Outcome {
-        private final Map<Long, int[]> counts;
+        private final long[] ids;
+        private final int distinct;
+        private final int[] finished;
+        private final int[] failed;
         private final int members;
 
-        private Outcome(Map<Long, int[]> counts, int members) {
-            this.counts = counts;
+        private Outcome(long[] ids, int distinct, int[] finished, int[] failed, int members) {
+            this.ids = ids;
+            this.distinct = distinct;
+            this.finished = finished;
+            this.failed = failed;
             this.members = members;
         }
 
@@ -162,11 +191,11 @@ public final class StatusAgreement {
          *         false when any failed
          */
         public Boolean outcome(long id) {
-            int[] c = counts.get(id);
-            if (c == null || c[0] < members) {
+            int k = java.util.Arrays.binarySearch(ids, 0, distinct, id);
+            if (k < 0 || finished[k] < members) {
                 return null;
             }
-            return c[1] == 0;
+            return failed[k] == 0;
         }
     }
 }

@@ -56,6 +56,8 @@ public final class CacheReceiver implements AutoCloseable {
     private final AtomicInteger instanceCount = new AtomicInteger();
     private final Object lifecycle = new Object();
     private volatile boolean closing;
+    /** Reused HOST buffers of the handshakes (request header, info and ready signals). */
+    private final ControlBuffers control;
 
     /**
      * Creates the receiver; threads start per context instance on first use.
@@ -64,6 +66,7 @@ public final class CacheReceiver implements AutoCloseable {
      */
     public CacheReceiver(TransferEnv env) {
         this.env = Objects.requireNonNull(env, "env");
+        this.control = new ControlBuffers(env.buffers());
         // With authentication on, data tags start at a random point: another process cannot guess the next one.
         this.tags = new DataTags(env.auth().enabled() ? env.auth().randomInt() : 0);
     }
@@ -109,7 +112,10 @@ public final class CacheReceiver implements AutoCloseable {
                 return;
             }
             jobs.put(h, job);
-            ThreadPoolExecutor pool = workers.computeIfAbsent(ctx, this::newPool);
+            ThreadPoolExecutor pool = workers.get(ctx);
+            if (pool == null) {
+                pool = workers.computeIfAbsent(ctx, this::newPool);
+            }
             try {
                 pool.execute(() -> run(job));
             } catch (RejectedExecutionException e) {
@@ -541,18 +547,19 @@ public final class CacheReceiver implements AutoCloseable {
             h.started(EpochClock.nowNanos());
             return null;
         }
-        List<Connection> all = env.connections().getConnections(params.contextState().commState());
+        // Only the counterparts' connections (no list of every rank's per request).
+        List<String> addresses = params.contextState().commState().addresses();
         Connection[] conns = new Connection[targets.size()];
         int[] positions = new int[counterparts.size()];
         for (int k = 0; k < counterparts.size(); k++) {
             int rank = counterparts.get(k);
             int pos = targets.peerRanks().indexOf(rank);
-            if (pos < 0 || rank >= all.size()) {
+            if (pos < 0 || rank >= addresses.size()) {
                 throw new KvTransferException(ErrorCode.INTERNAL, id, "formatter counterpart rank " + rank
                         + " is not among the target ranks " + targets.peerRanks() + " of the context instance", null);
             }
             positions[k] = pos;
-            conns[pos] = all.get(rank);
+            conns[pos] = env.connections().connection(addresses.get(rank));
         }
         int totalBlocks = BlockDistribution.blocksFor(h.promptLength(), ctx.tokensPerBlock());
         int reused = h.reusedBlocks();
@@ -587,8 +594,9 @@ public final class CacheReceiver implements AutoCloseable {
         int[][] peerIds = new int[targets.size()][];
         int[] peerBpr = new int[targets.size()];
         String selfAddress = env.connections().localAddress();
-        try (MemoryBuffer ctl = env.buffers().allocate(end, MemoryKind.HOST)) {
-            ByteBuffer bb = ctl.asByteBuffer();
+        try (ControlBuffers.Lease lease = control.acquire(end)) {
+            MemoryBuffer ctl = lease.buffer();
+            ByteBuffer bb = lease.bytes();
             bb.putLong(0, Tags.REQUEST_SEND);
             bb.putLong(8, bytes.length + mac);
             bb.putLong(16, id);
@@ -660,6 +668,7 @@ public final class CacheReceiver implements AutoCloseable {
                 peerIds[positions[k]] = ids;
                 peerBpr[positions[k]] = Math.max(1, bb.getInt(at + 8));
             }
+            lease.reusable();
         }
         job.timing.preparation(System.nanoTime());
         int[] tagArr = new int[targets.size()];
@@ -673,7 +682,7 @@ public final class CacheReceiver implements AutoCloseable {
                 .journal(env.journal()).reusedBlocks(reused)
                 // Without coalescing both sides plan without the peer's ids: one message per block.
                 .peerBlockIds(job.push || env.config().coalesce() ? peerIds : null).peerBlocksPerRegion(peerBpr)
-                .checksums(env.config().partChecksums()).build();
+                .checksums(env.config().partChecksums()).controlBuffers(control).build();
     }
 
     /** Bytes of the request header on {@link Tags#ID_TAG}: kind, info bytes, request id. */
@@ -708,9 +717,24 @@ public final class CacheReceiver implements AutoCloseable {
         return auth.mac("READY", idTag, nonce, utf8(ctxAddress), utf8(genAddress), body);
     }
 
+    /**
+     * The UTF-8 bytes of an address, for a MAC. Remembered (addresses repeat in every request); callers only read
+     * the array.
+     */
     static byte[] utf8(String s) {
-        return s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        byte[] b = UTF8.get(s);
+        if (b == null) {
+            b = s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+            if (UTF8.size() >= MAX_UTF8) {
+                UTF8.clear();
+            }
+            UTF8.put(s, b);
+        }
+        return b;
     }
+
+    private static final int MAX_UTF8 = 4096;
+    private static final Map<String, byte[]> UTF8 = new java.util.concurrent.ConcurrentHashMap<>();
 
     /**
      * The layouts cannot be converted, so there are no counterparts to compute: the request info goes to every
@@ -819,6 +843,12 @@ public final class CacheReceiver implements AutoCloseable {
     public void close() {
         shutdown();
         awaitTermination(Duration.ofSeconds(5));
+        releaseControlBuffers();
+    }
+
+    /** Frees the reused control buffers (after the threads stopped; a buffer still out is freed when returned). */
+    public void releaseControlBuffers() {
+        control.close();
     }
 
     /** @return data tags held by in-flight requests (tests and diagnostics) */

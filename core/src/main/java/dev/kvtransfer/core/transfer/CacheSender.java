@@ -56,6 +56,8 @@ public final class CacheSender implements AutoCloseable {
     static final int MAX_QUEUED_PER_CONNECTION = 1024;
 
     private final TransferEnv env;
+    /** Reused HOST buffers of request infos and ready signals. */
+    private final ControlBuffers control;
     private final Object lock = new Object();
     private final Map<Long, Pending> pending = new HashMap<>();
     private final AtomicInteger senderThreads = new AtomicInteger();
@@ -79,6 +81,7 @@ public final class CacheSender implements AutoCloseable {
      */
     public CacheSender(TransferEnv env) {
         this.env = Objects.requireNonNull(env, "env");
+        this.control = new ControlBuffers(env.buffers());
     }
 
     /** What one counterpart asked. */
@@ -424,7 +427,8 @@ public final class CacheSender implements AutoCloseable {
         int mac = env.auth().macBytes();
         byte[] bytes;
         byte[] claimed;
-        try (MemoryBuffer buf = env.buffers().allocate(size, MemoryKind.HOST)) {
+        try (ControlBuffers.Lease lease = control.acquire(size)) {
+            MemoryBuffer buf = lease.buffer();
             long deadline = System.nanoTime() + env.controlTimeout().toNanos();
             for (int attempt = 0; ; attempt++) {
                 try {
@@ -441,11 +445,12 @@ public final class CacheSender implements AutoCloseable {
                             + Texts.peer(conn.peer()) + ": " + e.getMessage(), e));
                 }
             }
-            ByteBuffer bb = buf.asByteBuffer();
+            ByteBuffer bb = lease.bytes();
             bytes = new byte[size - mac];
             bb.get(0, bytes);
             claimed = new byte[mac];
             bb.get(size - mac, claimed);
+            lease.reusable();
         } catch (KvTransferException e) {
             throw new KvTransferException(e.code(), headerId, "rank " + env.selfIndex() + ": the info of request "
                     + headerId + " announced by " + Texts.peer(conn.peer()) + " did not arrive: " + e.getMessage(), e);
@@ -756,8 +761,9 @@ public final class CacheSender implements AutoCloseable {
         ControlAuth auth = env.auth();
         int mac = auth.macBytes();
         int len = CacheReceiver.readyBytes(n, mac);
-        try (MemoryBuffer buf = env.buffers().allocate(len, MemoryKind.HOST)) {
-            ByteBuffer bb = buf.asByteBuffer();
+        try (ControlBuffers.Lease lease = control.acquire(len)) {
+            MemoryBuffer buf = lease.buffer();
+            ByteBuffer bb = lease.bytes();
             bb.put(0, !ok ? CacheReceiver.READY_REFUSED : (byte) ((push ? CacheReceiver.READY_PUSH
                     : CacheReceiver.READY_PULL) | (layered ? CacheReceiver.READY_LAYERS : 0)));
             bb.putInt(4, n);
@@ -772,6 +778,7 @@ public final class CacheSender implements AutoCloseable {
                         env.connections().localAddress(), conn.peer(), body));
             }
             conn.send(info.dataTag(), buf, 0, len, timeout);
+            lease.reusable();
         }
     }
 
@@ -848,7 +855,7 @@ public final class CacheSender implements AutoCloseable {
                     .journal(env.journal()).reusedBlocks(reused)
                     // Without coalescing both sides plan without the peer's ids: one message per block.
                     .peerBlockIds(push || coalesce ? peerIds : null).peerBlocksPerRegion(peerBpr)
-                    .checksums(checksums).push(pools).build();
+                    .checksums(checksums).push(pools).controlBuffers(control).build();
             for (int i = 0; i < n; i++) {
                 try {
                     sendReady(conns[i], p.asked[i].info, true, h.blockIds(),
@@ -1128,6 +1135,12 @@ public final class CacheSender implements AutoCloseable {
     public void close() {
         shutdown();
         awaitTermination(Duration.ofSeconds(5));
+        releaseControlBuffers();
+    }
+
+    /** Frees the reused control buffers (after the threads stopped; a buffer still out is freed when returned). */
+    public void releaseControlBuffers() {
+        control.close();
     }
 
     /** @return the number of requests tracked but not dispatched (tests and diagnostics) */

@@ -7,7 +7,6 @@ import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
 import java.security.SecureRandom;
 import java.util.Arrays;
-import java.util.HexFormat;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
@@ -42,7 +41,7 @@ public final class ControlAuth {
     private final ThreadLocal<Mac> macs;
     private final ThreadLocal<Mac> tokens;
     private final SecureRandom random = new SecureRandom();
-    private final Map<String, Long> seen = new ConcurrentHashMap<>();
+    private final Map<Nonce, Long> seen = new ConcurrentHashMap<>();
     private volatile long nextPurge;
 
     private ControlAuth(byte[] secret) {
@@ -131,7 +130,7 @@ public final class ControlAuth {
             return new byte[0];
         }
         Mac m = macs.get();
-        update(m, domain.getBytes(StandardCharsets.US_ASCII));
+        updateAscii(m, domain);
         for (byte[] p : parts) {
             update(m, p);
         }
@@ -170,7 +169,7 @@ public final class ControlAuth {
         if (seen.size() >= MAX_NONCES) {
             return "too many requests within the replay window (" + MAX_NONCES + ")";
         }
-        Long before = seen.putIfAbsent(HexFormat.of().formatHex(nonce), now + WINDOW_MILLIS);
+        Long before = seen.putIfAbsent(new Nonce(longAt(nonce, 0), longAt(nonce, 8)), now + WINDOW_MILLIS);
         return before == null ? null : "nonce already used: a replayed message";
     }
 
@@ -183,9 +182,25 @@ public final class ControlAuth {
     }
 
     private static void update(Mac m, byte[] b) {
-        int n = b.length;
-        m.update(new byte[] {(byte) n, (byte) (n >>> 8), (byte) (n >>> 16), (byte) (n >>> 24)});
+        updateLength(m, b.length);
         m.update(b);
+    }
+
+    /** The same bytes as {@code update(m, s.getBytes(US_ASCII))} for an ASCII domain name, without the array. */
+    private static void updateAscii(Mac m, String s) {
+        int n = s.length();
+        updateLength(m, n);
+        for (int i = 0; i < n; i++) {
+            char c = s.charAt(i);
+            m.update(c < 0x80 ? (byte) c : (byte) '?');
+        }
+    }
+
+    private static void updateLength(Mac m, int n) {
+        m.update((byte) n);
+        m.update((byte) (n >>> 8));
+        m.update((byte) (n >>> 16));
+        m.update((byte) (n >>> 24));
     }
 
     private static byte[] hmac(byte[] key, byte[] data) {
@@ -201,5 +216,17 @@ public final class ControlAuth {
         } catch (GeneralSecurityException e) {
             throw new IllegalStateException("HmacSHA256 is not available in this JDK", e);
         }
+    }
+
+    /** A nonce seen in the replay window: its 16 bytes as two longs (a smaller key than its hex string). */
+    private record Nonce(long high, long low) {
+    }
+
+    private static long longAt(byte[] b, int at) {
+        long v = 0;
+        for (int i = 0; i < 8; i++) {
+            v |= (b[at + i] & 0xFFL) << (8 * i);
+        }
+        return v;
     }
 }

@@ -47,6 +47,8 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     private final long chunkBytes;
     private final TransferBufferPool pool;
     private final BufferManager bufferManager;
+    /** Reused buffers for the checksum lists, or null (allocated per list). */
+    private final ControlBuffers control;
     private final ExecutorService peerExecutor;
     private final long deadlineNanos;
     private final TransferTiming timing;
@@ -99,6 +101,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         this.chunkBytes = b.chunkBytes;
         this.pool = b.pool;
         this.bufferManager = Objects.requireNonNull(b.bufferManager, "bufferManager");
+        this.control = b.control;
         this.peerExecutor = b.peerExecutor;
         this.deadlineNanos = b.deadlineNanos;
         this.timing = Objects.requireNonNull(b.timing, "timing");
@@ -154,6 +157,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         private int[] peerBlocksPerRegion;
         private dev.kvtransfer.api.format.PeerPool[] peerPools;
         private boolean checksums;
+        private ControlBuffers control;
         private boolean deviceMemory;
 
         private Builder(long requestId, boolean sender) {
@@ -274,6 +278,15 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
          */
         public Builder checksums(boolean on) {
             this.checksums = on;
+            return this;
+        }
+
+        /**
+         * @param buffers reused HOST buffers for the checksum lists (the sender's / receiver's), or null
+         * @return this builder
+         */
+        Builder controlBuffers(ControlBuffers buffers) {
+            this.control = buffers;
             return this;
         }
 
@@ -598,6 +611,11 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         return n;
     }
 
+    /** A buffer for a checksum list: a reused one when the session has {@link ControlBuffers}. */
+    private ControlBuffers.Lease checksumBuffer(long bytes) {
+        return (control != null ? control : ControlBuffers.unpooled(bufferManager)).acquire(bytes);
+    }
+
     /**
      * Sender, after the formatter returned: sends each peer it sent messages to the CRC32C of every one of them
      * ({@code [count u32][crc u32 ...]} on the peer's data tag), so the receiver can check every byte end to end.
@@ -612,8 +630,9 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
             if (n == 0) {
                 continue;
             }
-            try (MemoryBuffer t = bufferManager.allocate(4L + 4L * n, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
-                java.nio.ByteBuffer bb = t.asByteBuffer();
+            try (ControlBuffers.Lease lease = checksumBuffer(4L + 4L * n)) {
+                MemoryBuffer t = lease.buffer();
+                java.nio.ByteBuffer bb = lease.bytes();
                 bb.putInt(0, n);
                 for (int i = 0; i < n; i++) {
                     bb.putInt(4 + 4 * i, crcs[p][i]);
@@ -625,6 +644,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
                     throw new KvTransferException(e.code(), requestId, "sending the part checksums to peer rank "
                             + targets.peerRanks().get(p) + " (" + conn.peer() + ") failed: " + e.getMessage(), e);
                 }
+                lease.reusable();
             }
         }
     }
@@ -645,14 +665,16 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
             }
             Connection conn = connection(p);
             int peerRank = targets.peerRanks().get(p);
-            try (MemoryBuffer t = bufferManager.allocate(4L + 4L * n, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+            try (ControlBuffers.Lease lease = checksumBuffer(4L + 4L * n)) {
+                MemoryBuffer t = lease.buffer();
                 try {
                     conn.recv(tags[p], t, 0, 4L + 4L * n, remaining("receiving part checksums"));
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), requestId, "the part checksums of peer rank " + peerRank
                             + " (" + conn.peer() + ") did not arrive: " + e.getMessage(), e);
                 }
-                java.nio.ByteBuffer bb = t.asByteBuffer();
+                lease.reusable(); // received in full: whatever the check below finds, the buffer may be reused
+                java.nio.ByteBuffer bb = lease.bytes();
                 if (bb.getInt(0) != n) {
                     throw new KvTransferException(ErrorCode.MALFORMED, requestId, "peer rank " + peerRank + " ("
                             + conn.peer() + ") sent " + bb.getInt(0) + " messages, " + n + " arrived", null);

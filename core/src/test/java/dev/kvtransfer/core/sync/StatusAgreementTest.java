@@ -38,4 +38,23 @@ class StatusAgreementTest {
         assertThat(StatusAgreement.selectGeneration(PENDING, List.of(new long[] {2, 2}, new long[] {}),
                 OptionalInt.of(0))).isEmpty();
     }
+
+    @Test
+    void agreeReportsOnlyWhatEveryMemberFinishedFailedWhenAnyFailedAndCountsAMemberOnce() {
+        // Member pairs: (id, 1 = ok / 0 = failed). Negative and large ids, a member listing an id twice.
+        List<long[]> gathered = List.of(
+                new long[] {7, 1, -3, 1, Long.MAX_VALUE, 0, 7, 0},
+                new long[] {Long.MAX_VALUE, 1, 7, 1, -3, 1, 8, 1},
+                new long[] {-3, 1, 7, 1, Long.MAX_VALUE, 1});
+        StatusAgreement.Outcome o = StatusAgreement.agree(gathered);
+        assertThat(o.outcome(7)).isTrue(); // the duplicate (7, failed) of member 0 is not counted
+        assertThat(o.outcome(-3)).isTrue();
+        assertThat(o.outcome(Long.MAX_VALUE)).isFalse();
+        assertThat(o.outcome(8)).isNull(); // one member of three
+        assertThat(o.outcome(99)).isNull();
+        // A member listing an id twice does not make up for a member that never listed it.
+        StatusAgreement.Outcome twice = StatusAgreement.agree(List.of(new long[] {5, 1, 5, 1}, new long[] {}));
+        assertThat(twice.outcome(5)).isNull();
+        assertThat(StatusAgreement.agree(List.of()).outcome(1)).isNull();
+    }
 }

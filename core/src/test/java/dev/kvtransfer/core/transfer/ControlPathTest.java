@@ -1,0 +1,85 @@
+package dev.kvtransfer.core.transfer;
+
+import dev.kvtransfer.api.transport.Tags;
+import dev.kvtransfer.core.memory.HostBufferManager;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Random;
+import java.util.Set;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/** The control path's reusable pieces (issue 14 item 3): data tags without boxing, reused control buffers. */
+class ControlPathTest {
+    @Test
+    void dataTagsStayUniqueWhileHeldAndAreFreedInAnyOrder() {
+        DataTags tags = new DataTags(Integer.MAX_VALUE - 100L); // wraps around past Integer.MAX_VALUE
+        Random random = new Random(42);
+        List<Integer> held = new ArrayList<>();
+        Set<Integer> heldSet = new HashSet<>();
+        for (int round = 0; round < 20_000; round++) {
+            if (held.isEmpty() || random.nextInt(3) != 0) {
+                int t = tags.acquire();
+                assertThat(t).isGreaterThanOrEqualTo(Tags.FIRST_DATA_TAG);
+                assertThat(heldSet.add(t)).as("tag %d handed out twice", t).isTrue();
+                held.add(t);
+            } else {
+                int t = held.remove(random.nextInt(held.size()));
+                heldSet.remove(t);
+                tags.release(t);
+            }
+            assertThat(tags.inUse()).isEqualTo(held.size());
+        }
+        Collections.shuffle(held, random);
+        for (int t : held) {
+            tags.release(t);
+        }
+        assertThat(tags.inUse()).isZero();
+        tags.release(12345); // unknown: nothing happens
+        assertThat(tags.inUse()).isZero();
+    }
+
+    @Test
+    void controlBuffersAreReusedOnlyAfterACompleteExchangeAndAllFreedOnClose() {
+        try (HostBufferManager memory = new HostBufferManager()) {
+            ControlBuffers control = new ControlBuffers(memory);
+            ControlBuffers.Lease a = control.acquire(100);
+            a.bytes().putLong(0, 7);
+            a.reusable();
+            a.close();
+            a.close(); // idempotent
+            assertThat(control.freeCount()).isEqualTo(1);
+            ControlBuffers.Lease b = control.acquire(ControlBuffers.SLOT_BYTES);
+            assertThat(b.buffer()).isSameAs(a.buffer());
+            assertThat(b.buffer().size()).isGreaterThanOrEqualTo(ControlBuffers.SLOT_BYTES);
+            // Closed without reusable(): a failed or timed-out exchange frees the buffer instead.
+            b.close();
+            assertThat(control.freeCount()).isZero();
+            ControlBuffers.Lease big = control.acquire(ControlBuffers.SLOT_BYTES + 1L);
+            assertThat(big.buffer().size()).isEqualTo(ControlBuffers.SLOT_BYTES + 1L);
+            big.reusable();
+            big.close();
+            assertThat(control.freeCount()).isZero();
+            ControlBuffers.Lease c = control.acquire(8);
+            ControlBuffers.Lease d = control.acquire(8);
+            c.reusable();
+            c.close();
+            control.close();
+            d.reusable();
+            d.close(); // after close: freed, not pooled
+            assertThat(control.freeCount()).isZero();
+            assertThat(memory.outstandingBuffers()).isZero();
+            // Unpooled: every lease is its own buffer.
+            ControlBuffers once = ControlBuffers.unpooled(memory);
+            ControlBuffers.Lease e = once.acquire(16);
+            e.reusable();
+            e.close();
+            assertThat(once.freeCount()).isZero();
+            assertThat(memory.outstandingBuffers()).isZero();
+        }
+    }
+}
