@@ -81,8 +81,35 @@ class DeviceRankTransceiverTest {
         }
     }
 
-    private static void transfer(LocalInstance ctx, LocalInstance gen, CacheState ctxState, CacheState genState,
-                                 int prompt) {
+    /**
+     * A generation instance configured for push whose pool is on the device asks for a pull (no grants: nothing
+     * registers device memory for one-sided writes here), and the request moves every element, not pushed.
+     */
+    @org.junit.jupiter.api.Test
+    void required_2_aPushAskedIntoADevicePoolIsPulled() {
+        CacheState.Builder std = CacheState.builder().uniformKvHeads(4, 4).sizePerHead(32).tokensPerBlock(8)
+                .dataType(DataType.FLOAT16).poolLayout(PoolLayout.LAYER_NHD);
+        CacheState cs = std.tensorParallelism(2).build();
+        CacheState gs = std.tensorParallelism(1).build();
+        String fabric = "device-rank-" + FABRICS.incrementAndGet();
+        TransportConfig base = TransportConfig.builder().defaultTimeout(Duration.ofSeconds(20))
+                .property(LoopbackTransportProvider.FABRIC_PROPERTY, fabric).build();
+        dev.kvtransfer.core.TransceiverConfig push = dev.kvtransfer.core.TransceiverConfig.builder()
+                .backend("loopback").transferMode(dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH).build();
+        try (LocalInstance ctx = LocalInstance.builder("ctx", cs).transport(new LoopbackTransportProvider(), base)
+                .memory(DeviceRankTransceiverTest::fake, MemoryKind.DEVICE).blocksPerRank(40).start();
+             LocalInstance gen = LocalInstance.builder("gen", gs).transport(new LoopbackTransportProvider(), base)
+                     .memory(DeviceRankTransceiverTest::fake, MemoryKind.DEVICE).config(push).blocksPerRank(40)
+                     .start()) {
+            List<TransferRequest> genReqs = transfer(ctx, gen, cs, gs, 77);
+            for (TransferRequest r : genReqs) {
+                assertThat(r.wasPushed()).as("%s into a device pool", r).isFalse();
+            }
+        }
+    }
+
+    private static List<TransferRequest> transfer(LocalInstance ctx, LocalInstance gen, CacheState ctxState,
+                                                  CacheState genState, int prompt) {
         long id = IDS.incrementAndGet();
         CacheState cs = ctxState.attentionDpEnabled() ? ctxState.withDpRank(0) : ctxState;
         CacheState gs = genState.attentionDpEnabled() ? genState.withDpRank((int) (id % genState.dpSize()))
@@ -143,5 +170,6 @@ class DeviceRankTransceiverTest {
         for (int r : genRanks) {
             gen.cache(r).free(id);
         }
+        return genReqs;
     }
 }
