@@ -82,6 +82,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     private volatile Throwable agentFailure;
     /** One-sided writes over tagged messages ({@code ucx.oneSided=emulated}), else null (native RMA). */
     private final dev.kvtransfer.api.transport.support.EmulatedOneSided emulated;
+    private volatile java.util.Set<dev.kvtransfer.api.transport.TransportCapability> capabilities;
 
     /**
      * Starts a manager: context, worker, listener and progress agent.
@@ -244,6 +245,30 @@ public final class UcxConnectionManager implements ConnectionManager {
     /** @return whether UCX here accepts CUDA memory (then DEVICE buffers are passed as UCS_MEMORY_TYPE_CUDA) */
     public boolean supportsDeviceMemory() {
         return cudaMemory;
+    }
+
+    /**
+     * @return cross-process, peer-failure detection and one-sided writes (native unless {@code ucx.oneSided=emulated}),
+     *         plus {@code DEVICE_MEMORY} where this UCX accepts CUDA memory
+     */
+    @Override
+    public java.util.Set<dev.kvtransfer.api.transport.TransportCapability> capabilities() {
+        java.util.Set<dev.kvtransfer.api.transport.TransportCapability> known = capabilities;
+        if (known != null) {
+            return known; // asked once per request by core: made once
+        }
+        java.util.EnumSet<dev.kvtransfer.api.transport.TransportCapability> c = java.util.EnumSet.of(
+                dev.kvtransfer.api.transport.TransportCapability.CROSS_PROCESS,
+                dev.kvtransfer.api.transport.TransportCapability.PEER_FAILURE_DETECTION,
+                dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE);
+        if (emulated == null) {
+            c.add(dev.kvtransfer.api.transport.TransportCapability.NATIVE_ONE_SIDED_WRITE);
+        }
+        if (cudaMemory) {
+            c.add(dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY);
+        }
+        capabilities = java.util.Collections.unmodifiableSet(c);
+        return capabilities;
     }
 
     /** @return background errors reported to the configuration's error handler so far */

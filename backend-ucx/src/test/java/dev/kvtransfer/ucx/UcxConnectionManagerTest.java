@@ -481,6 +481,27 @@ class UcxConnectionManagerTest {
                 .doesNotContain(dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY);
     }
 
+    /**
+     * The manager's capabilities (what core asks per request) follow its settings: one-sided writes native unless
+     * {@code ucx.oneSided=emulated}; {@code DEVICE_MEMORY} exactly where this UCX accepts CUDA memory.
+     */
+    @Test
+    void managerCapabilitiesFollowItsSettings() {
+        UcxConnectionManager nat = manager("caps-native");
+        UcxConnectionManager emu = manager(TransportConfig.builder().name("caps-emulated")
+                .defaultTimeout(java.time.Duration.ofSeconds(20)).property(UcxSettings.ONE_SIDED, "emulated").build());
+        assertThat(nat.capabilities()).contains(dev.kvtransfer.api.transport.TransportCapability.CROSS_PROCESS,
+                dev.kvtransfer.api.transport.TransportCapability.PEER_FAILURE_DETECTION,
+                dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE,
+                dev.kvtransfer.api.transport.TransportCapability.NATIVE_ONE_SIDED_WRITE);
+        assertThat(emu.capabilities()).contains(dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE)
+                .doesNotContain(dev.kvtransfer.api.transport.TransportCapability.NATIVE_ONE_SIDED_WRITE);
+        assertThat(nat.capabilities().contains(dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY))
+                .isEqualTo(nat.supportsDeviceMemory());
+        assertThat(new UcxTransportProvider().capabilities()).containsAll(nat.capabilities());
+        assertThat(nat.capabilities()).isSameAs(nat.capabilities());
+    }
+
     @Test
     void deviceMemoryMovesAsCudaMemoryType() throws Exception {
         UcxConnectionManager a = manager("gpu-a");

@@ -129,6 +129,17 @@ public interface ConnectionManager extends AutoCloseable {
                 + "registered for one-sided writes at " + localAddress());
     }
 
+    /**
+     * What this manager can do as configured: a subset of its provider's {@link TransportProvider#capabilities()}
+     * (e.g. {@link TransportCapability#DEVICE_MEMORY} only where the native library found here supports it). Core
+     * asks it per request whether the formatter may hand {@code DEVICE} buffers to the connections.
+     *
+     * @return the capabilities; the default declares none (device pools are then staged through host memory)
+     */
+    default java.util.Set<TransportCapability> capabilities() {
+        return java.util.Set.of();
+    }
+
     /** @return false once closed (or once the transport found itself unable to serve: then an error was reported) */
     boolean isRunning();
 

@@ -682,7 +682,8 @@ public final class CacheReceiver implements AutoCloseable {
                 .journal(env.journal()).reusedBlocks(reused)
                 // Without coalescing both sides plan without the peer's ids: one message per block.
                 .peerBlockIds(job.push || env.config().coalesce() ? peerIds : null).peerBlocksPerRegion(peerBpr)
-                .checksums(env.config().partChecksums()).controlBuffers(control).build();
+                .checksums(env.config().partChecksums()).controlBuffers(control)
+                .transportCapabilities(env.connections().capabilities()).build();
     }
 
     /** Bytes of the request header on {@link Tags#ID_TAG}: kind, info bytes, request id. */

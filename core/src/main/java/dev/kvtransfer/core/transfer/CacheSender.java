@@ -855,7 +855,8 @@ public final class CacheSender implements AutoCloseable {
                     .journal(env.journal()).reusedBlocks(reused)
                     // Without coalescing both sides plan without the peer's ids: one message per block.
                     .peerBlockIds(push || coalesce ? peerIds : null).peerBlocksPerRegion(peerBpr)
-                    .checksums(checksums).push(pools).controlBuffers(control).build();
+                    .checksums(checksums).push(pools).controlBuffers(control)
+                    .transportCapabilities(env.connections().capabilities()).build();
             for (int i = 0; i < n; i++) {
                 try {
                     sendReady(conns[i], p.asked[i].info, true, h.blockIds(),
