@@ -110,7 +110,7 @@ class DistributionIT {
                 .containsPattern("(?m)^  loopback +available .* from plugins/testkit")
                 .containsPattern("(?m)^  standard +available +handles DEFAULT +from plugins/formatter-standard")
                 .containsPattern("(?m)^  mla +available +handles MLA +from plugins/formatter-mla")
-                .containsPattern("(?m)^  cuda +(available|unavailable: .*) +DEVICE,PINNED_HOST +from plugins/memory-cuda")
+                .containsPattern("(?m)^  cuda +(available|unavailable: .*) +DEVICE,HOST,PINNED_HOST +from plugins/memory-cuda")
                 .containsPattern("(?m)^  host +available +HOST,PINNED_HOST +from class path lib/kvtransfer-core")
                 .contains("failed to load (1)")
                 .containsPattern("(?m)^  " + java.util.regex.Pattern.quote(extra.resolve("broken").toString())
