@@ -101,7 +101,9 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.callerSpinNanos = settings.callerSpinNanos();
         // Starts nothing before the first register (only stores this manager).
         this.emulated = settings.emulatedOneSided() ? new dev.kvtransfer.api.transport.support.EmulatedOneSided(
-                this, new ControlMemory(), e -> errors.report("one-sided", e), defaultTimeout, "ucx-" + name) : null;
+                this, dev.kvtransfer.api.transport.support.ControlMemory.withAddresses("UCX",
+                        org.openucx.jucx.UcxUtils::getAddress), e -> errors.report("one-sided", e), defaultTimeout,
+                "ucx-" + name) : null;
         InetSocketAddress bind = new InetSocketAddress(config.host(), config.port());
         if (bind.isUnresolved()) {
             throw new TransportException(ErrorCode.NETWORK, "UCX manager '" + name + "': host '" + config.host()

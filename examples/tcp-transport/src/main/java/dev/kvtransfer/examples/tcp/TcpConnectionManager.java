@@ -125,7 +125,8 @@ final class TcpConnectionManager implements ConnectionManager {
         String host = bound.getAddress().isAnyLocalAddress() ? InetAddress.getLocalHost().getHostAddress()
                 : config.host();
         this.localAddress = TcpAddress.format(host, bound.getPort());
-        this.oneSided = new EmulatedOneSided(this, new ControlMemory(), errors, defaultTimeout, "tcp-" + name);
+        this.oneSided = new EmulatedOneSided(this, new dev.kvtransfer.api.transport.support.ControlMemory("tcp"),
+                errors, defaultTimeout, "tcp-" + name);
         this.io = new Thread(this::runIo, "tcp-io-" + name);
         io.setDaemon(true);
         io.start();
