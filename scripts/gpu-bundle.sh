@@ -67,9 +67,14 @@ mvn -q -B -ntp "${MVN_ARGS[@]}" -pl memory-cuda dependency:build-classpath -Dmde
 tr ':' '\n' < "$WORK/test.cp" | grep -v '^$' > "$WORK/test.jars"
 PLATFORM_VERSION="$(sed -n 's#.*/junit-platform-engine-\([0-9][^/]*\)\.jar$#\1#p' "$WORK/test.jars" | head -1)"
 [ -n "$PLATFORM_VERSION" ] || { say "no junit-platform-engine on the test class path"; exit 2; }
-mvn -q -B -ntp "${MVN_ARGS[@]}" dependency:copy \
+if ! mvn -q -B -ntp "${MVN_ARGS[@]}" dependency:copy \
     -Dartifact="org.junit.platform:junit-platform-console-standalone:$PLATFORM_VERSION" \
-    -DoutputDirectory="$WORK/console" >/dev/null
+    -DoutputDirectory="$WORK/console" > "$WORK/console.log" 2>&1; then
+    say "could not fetch junit-platform-console-standalone:$PLATFORM_VERSION (offline with -o and not in the local"\
+" repository? run once without -o):"
+    grep -E 'ERROR' "$WORK/console.log" | head -5 >&2
+    exit 2
+fi
 CONSOLE_JAR="$WORK/console/junit-platform-console-standalone-$PLATFORM_VERSION.jar"
 
 entries() { jar tf "$1" | grep '\.class$' | grep -v 'module-info\.class$' | sort -u || true; }
