@@ -15,7 +15,6 @@ import dev.kvtransfer.testkit.process.ChildJvm;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 
-import java.io.IOException;
 import java.time.Duration;
 import java.util.HexFormat;
 import java.util.List;
@@ -148,18 +147,7 @@ class UcxKilledWriterCloseTest {
          * @throws Exception any failure (exit code 1)
          */
         public static void main(String[] args) throws Exception {
-            Thread watchdog = new Thread(() -> {
-                try {
-                    while (System.in.read() >= 0) {
-                        // Parent alive.
-                    }
-                } catch (IOException e) {
-                    // Treated as EOF.
-                }
-                Runtime.getRuntime().halt(3);
-            }, "parent-watchdog");
-            watchdog.setDaemon(true);
-            watchdog.start();
+            dev.kvtransfer.testkit.process.ChildJvm.haltWhenStdinEnds();
             RegionDescriptor d = RegionDescriptor.readFrom(WireReader.raw(HexFormat.of().parseHex(args[1])));
             try (ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name("writer")
                     .defaultTimeout(Duration.ofSeconds(30)).property(UcxSettings.TRANSPORTS, args[2]).build())) {

@@ -14,7 +14,6 @@ import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.testkit.process.ChildJvm;
 
-import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.List;
@@ -62,18 +61,7 @@ public final class UcxPeerMain {
      * @throws Exception on any failure (exit code 1)
      */
     public static void main(String[] args) throws Exception {
-        Thread watchdog = new Thread(() -> {
-            try {
-                while (System.in.read() >= 0) {
-                    // Parent alive.
-                }
-            } catch (IOException e) {
-                // Treated as EOF.
-            }
-            Runtime.getRuntime().halt(3);
-        }, "parent-watchdog");
-        watchdog.setDaemon(true);
-        watchdog.start();
+        dev.kvtransfer.testkit.process.ChildJvm.haltWhenStdinEnds();
         String name = args.length > 0 ? args[0] : "peer";
         try (ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name(name)
                 .defaultTimeout(Duration.ofSeconds(60)).build())) {

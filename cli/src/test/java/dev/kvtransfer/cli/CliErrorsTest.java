@@ -5,15 +5,9 @@ import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.core.plugin.Plugins;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
-import picocli.CommandLine;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
-import java.io.PrintStream;
-import java.io.PrintWriter;
-import java.io.StringWriter;
 import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.concurrent.CompletionException;
@@ -46,19 +40,7 @@ class CliErrorsTest {
     }
 
     private static String[] run(String... args) {
-        StringWriter err = new StringWriter();
-        ByteArrayOutputStream out = new ByteArrayOutputStream();
-        PrintStream old = System.out;
-        System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));
-        int code;
-        try {
-            CommandLine cl = KvTransferCli.commandLine();
-            cl.setErr(new PrintWriter(err, true));
-            code = cl.execute(args);
-        } finally {
-            System.setOut(old);
-        }
-        return new String[] {Integer.toString(code), out.toString(StandardCharsets.UTF_8), err.toString()};
+        return CliRun.run(args);
     }
 
     @Test

@@ -4,13 +4,7 @@ import dev.kvtransfer.api.memory.MemoryProvider;
 import dev.kvtransfer.core.plugin.Plugins;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
-import picocli.CommandLine;
 
-import java.io.ByteArrayOutputStream;
-import java.io.PrintStream;
-import java.io.PrintWriter;
-import java.io.StringWriter;
-import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.ServiceLoader;
 
@@ -20,19 +14,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 /** {@code demo --pool-memory}: the cuda plugin is found through the SPI and a machine without CUDA is refused. */
 class DemoPoolMemoryTest {
     private static String[] run(String... args) {
-        StringWriter err = new StringWriter();
-        ByteArrayOutputStream out = new ByteArrayOutputStream();
-        PrintStream old = System.out;
-        System.setOut(new PrintStream(out, true, StandardCharsets.UTF_8));
-        int code;
-        try {
-            CommandLine cl = KvTransferCli.commandLine();
-            cl.setErr(new PrintWriter(err, true));
-            code = cl.execute(args);
-        } finally {
-            System.setOut(old);
-        }
-        return new String[] {Integer.toString(code), out.toString(StandardCharsets.UTF_8), err.toString()};
+        return CliRun.run(args);
     }
 
     private static MemoryProvider cuda() {

@@ -1,6 +1,5 @@
 package dev.kvtransfer.crosshost;
 
-import java.io.IOException;
 import java.net.NetworkInterface;
 import java.util.Collections;
 import java.util.concurrent.CountDownLatch;
@@ -36,7 +35,7 @@ public final class InNamespaceMain {
                         .map(NetworkInterface::getName).sorted().collect(Collectors.joining(","));
                 System.out.println("STARTED " + names);
                 System.out.flush();
-                haltWhenStdinEnds();
+                dev.kvtransfer.testkit.process.ChildJvm.haltWhenStdinEnds();
                 new CountDownLatch(1).await();
             }
             case "exit-without-close" -> {
@@ -49,7 +48,7 @@ public final class InNamespaceMain {
                 NetnsPair p = NetnsPair.create();
                 System.out.println("CREATED " + p.a().namespace() + " " + p.b().namespace());
                 System.out.flush();
-                haltWhenStdinEnds();
+                dev.kvtransfer.testkit.process.ChildJvm.haltWhenStdinEnds();
                 new CountDownLatch(1).await(); // until killed: SIGKILL runs no shutdown hook
             }
             case "probe" -> {
@@ -59,20 +58,5 @@ public final class InNamespaceMain {
             }
             default -> throw new IllegalArgumentException("unknown mode " + args[0]);
         }
-    }
-
-    private static void haltWhenStdinEnds() {
-        Thread watcher = new Thread(() -> {
-            try {
-                while (System.in.read() >= 0) {
-                    // ignore whatever comes: these helpers take no commands on stdin
-                }
-            } catch (IOException e) {
-                // stdin gone: the same as its end
-            }
-            Runtime.getRuntime().halt(3);
-        }, "stdin-watch");
-        watcher.setDaemon(true);
-        watcher.start();
     }
 }

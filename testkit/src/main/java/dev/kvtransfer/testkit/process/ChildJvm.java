@@ -43,6 +43,26 @@ public final class ChildJvm implements AutoCloseable {
     }
 
     /**
+     * For a child's {@code main}: halts the process (exit 3) as soon as its stdin ends, i.e. when the parent test
+     * JVM that holds the other end died, so no child outlives a test run. Whatever arrives on stdin is ignored; a
+     * child that reads commands from stdin watches for its end itself.
+     */
+    public static void haltWhenStdinEnds() {
+        Thread watcher = new Thread(() -> {
+            try {
+                while (System.in.read() >= 0) {
+                    // Parent alive.
+                }
+            } catch (IOException e) {
+                // stdin gone: the same as its end
+            }
+            Runtime.getRuntime().halt(3);
+        }, "parent-watchdog");
+        watcher.setDaemon(true);
+        watcher.start();
+    }
+
+    /**
      * Starts {@code java <flags> -cp <our class path> mainClass args...}. The child gets the module flags
      * ({@code --add-opens}/{@code --add-exports}) and Chronicle settings this JVM was started with.
      *
