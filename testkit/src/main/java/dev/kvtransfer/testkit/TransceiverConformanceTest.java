@@ -549,10 +549,12 @@ public abstract class TransceiverConformanceTest {
                 dev.kvtransfer.api.layout.PoolLayout.LAYER_NHD)).supported().get(0);
         int[] prompts = {97, 64};
         long[] messages = new long[2];
+        // One context instance serves both requesters: the choice travels with each request.
+        LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
+        LocalInstance[] gens = {start("gen", p.gen(), transceiverConfig().coalesce(true).build()),
+                start("gen-nc", p.gen(), transceiverConfig().coalesce(false).build())};
         for (int run = 0; run < 2; run++) {
-            boolean coalesce = run == 0;
-            LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
-            LocalInstance gen = start("gen", p.gen(), transceiverConfig().coalesce(coalesce).build());
+            LocalInstance gen = gens[run];
             List<Transfer> ts = new ArrayList<>();
             for (int prompt : prompts) {
                 Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), prompt, prompt, 0);
@@ -568,9 +570,8 @@ public abstract class TransceiverConformanceTest {
                 }
                 free(ctx, gen, t);
             }
-            assertThat(backgroundErrors).isEmpty();
-            closeInstances();
         }
+        assertThat(backgroundErrors).isEmpty();
         assertThat(messages[1]).as("messages without coalescing (%s) vs with it (%s) on %s", messages[1],
                 messages[0], p.name()).isGreaterThan(messages[0]);
     }
