@@ -27,4 +27,9 @@ class AeronTransceiverConformanceTest extends TransceiverConformanceTest {
     protected TransportConfig baseConfig() {
         return TransportConfig.builder().build();
     }
+
+    @org.junit.jupiter.api.Test
+    void required_11_pullWithoutCoalescingMovesEveryElementInMoreMessages() {
+        pullWithoutCoalescingMovesEveryElementInMoreMessages();
+    }
 }

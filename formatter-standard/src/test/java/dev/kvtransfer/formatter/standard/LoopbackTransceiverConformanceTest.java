@@ -29,4 +29,9 @@ class LoopbackTransceiverConformanceTest extends TransceiverConformanceTest {
         return TransportConfig.builder().property(LoopbackTransportProvider.FABRIC_PROPERTY, "transceiver-conformance")
                 .build();
     }
+
+    @org.junit.jupiter.api.Test
+    void required_11_pullWithoutCoalescingMovesEveryElementInMoreMessages() {
+        pullWithoutCoalescingMovesEveryElementInMoreMessages();
+    }
 }
