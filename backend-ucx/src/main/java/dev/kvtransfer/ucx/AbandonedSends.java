@@ -501,8 +501,11 @@ final class AbandonedSends {
 
     /** The connection failed: held sends fail with it, discard receives are cancelled, exchanges forgotten. */
     void connectionFailed(UcxConnection c, UcxFailure f) {
+        // Copies: finishing an op or cancelling a scratch receive calls back into this class (UCX completes a
+        // cancelled receive inside cancelRequest, whose callback ends the Incoming and removes it from the list);
+        // iterating the live list threw ConcurrentModificationException there and left failConnection half done.
         if (c.outgoing != null) {
-            for (Outgoing o : c.outgoing) {
+            for (Outgoing o : new ArrayList<>(c.outgoing)) {
                 outgoing.remove(o);
                 UcxOp op;
                 while ((op = o.held.poll()) != null) {
@@ -512,7 +515,7 @@ final class AbandonedSends {
             c.outgoing.clear();
         }
         if (c.incoming != null) {
-            for (Incoming in : c.incoming) {
+            for (Incoming in : new ArrayList<>(c.incoming)) {
                 incoming.remove(in);
                 in.ending = true;
                 if (in.current != null && in.current.request != null) {

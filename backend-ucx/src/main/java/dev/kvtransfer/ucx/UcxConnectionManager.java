@@ -250,8 +250,9 @@ public final class UcxConnectionManager implements ConnectionManager {
     }
 
     /**
-     * @return cross-process, peer-failure detection and one-sided writes (native unless {@code ucx.oneSided=emulated}),
-     *         plus {@code DEVICE_MEMORY} where this UCX accepts CUDA memory
+     * @return cross-process, peer-failure detection and one-sided writes, {@code NATIVE_ONE_SIDED_WRITE} when this
+     *         manager writes by UCX RMA ({@code ucx.oneSided=native}, or {@code auto} resolved to native: see
+     *         {@link UcxSettings#oneSidedReason()}), plus {@code DEVICE_MEMORY} where this UCX accepts CUDA memory
      */
     @Override
     public java.util.Set<dev.kvtransfer.api.transport.TransportCapability> capabilities() {

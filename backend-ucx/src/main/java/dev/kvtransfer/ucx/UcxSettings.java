@@ -48,11 +48,15 @@ public final class UcxSettings {
      */
     public static final String CMA = "ucx.cma";
     /**
-     * Property: how {@code Connection.write} moves bytes. {@code native} (default): UCX RMA ({@code ucp_put} +
-     * flush into {@code ucp_mem_map}ped memory); {@code emulated}: the api's {@code EmulatedOneSided} over this
-     * transport's tagged messages (the owner's agent receives each entry straight into the registered memory —
-     * a CMA rendezvous in shm mode). UCX 1.13 carries puts into caller-allocated memory in software RMA here
-     * (~0.3 GB/s), tagged messages at ~1.5 GB/s: see the README.
+     * Property: how {@code Connection.write} moves bytes. {@code auto} (default): {@code native} where UCX can
+     * carry puts in hardware (net mode, an RDMA device under {@code /sys/class/infiniband} and a {@code TLS} that
+     * admits {@code rc}/{@code dc}/{@code ib}), else {@code emulated} (shm mode; TCP; no RDMA device): UCX 1.13
+     * carries puts into caller-allocated memory as software RMA over sysv/posix/tcp, copied by the owner's
+     * progress agent (~0.3 GB/s, bimodal under load, and a killed writer leaves completions queued to it on the
+     * owner's worker; see the README). {@code native}: UCX RMA ({@code ucp_put} + flush into {@code ucp_mem_map}ped
+     * memory) whatever the transports; {@code emulated}: the api's {@code EmulatedOneSided} over this transport's
+     * tagged messages (the owner's agent receives each entry straight into the registered memory — a CMA
+     * rendezvous in shm mode, ~1.5 GB/s).
      */
     public static final String ONE_SIDED = "ucx.oneSided";
     /** Property: milliseconds between heartbeats on an idle control connection. */
@@ -110,6 +114,8 @@ public final class UcxSettings {
     private final boolean sharedMemory;
     private final boolean cma;
     private final boolean emulatedOneSided;
+    private final String oneSidedRequested;
+    private final String oneSidedReason;
     private final long livenessIntervalMillis;
     private final long livenessTimeoutMillis;
     private final long handshakeTimeoutMillis;
@@ -162,11 +168,19 @@ public final class UcxSettings {
             throw bad(CMA, cmaValue, "must be 'true' or 'false'");
         }
         this.cma = cmaValue.equals("true");
-        String oneSided = config.property(ONE_SIDED, "native").trim();
-        if (!oneSided.equals("native") && !oneSided.equals("emulated")) {
-            throw bad(ONE_SIDED, oneSided, "must be 'native' or 'emulated'");
+        String oneSided = config.property(ONE_SIDED, "auto").trim();
+        if (!oneSided.equals("auto") && !oneSided.equals("native") && !oneSided.equals("emulated")) {
+            throw bad(ONE_SIDED, oneSided, "must be 'auto', 'native' or 'emulated'");
         }
-        this.emulatedOneSided = oneSided.equals("emulated");
+        this.oneSidedRequested = oneSided;
+        if (oneSided.equals("auto")) {
+            String tls = ucx.containsKey("TLS") ? ucx.get("TLS") : System.getenv("UCX_TLS");
+            this.oneSidedReason = autoOneSided(sharedMemory, tls, rdmaDevices(RDMA_DEVICES));
+            this.emulatedOneSided = !oneSidedReason.startsWith("native");
+        } else {
+            this.emulatedOneSided = oneSided.equals("emulated");
+            this.oneSidedReason = oneSided + " (" + ONE_SIDED + "=" + oneSided + ")";
+        }
         this.livenessIntervalMillis = range(config, LIVENESS_INTERVAL, 1000, 10, 600_000);
         this.livenessTimeoutMillis = range(config, LIVENESS_TIMEOUT, 10_000, 50, 3_600_000);
         if (livenessTimeoutMillis <= livenessIntervalMillis) {
@@ -180,6 +194,65 @@ public final class UcxSettings {
             ucx.put("TLS", SHM_TLS + (cma ? ",cma" : ""));
         }
         this.ucxConfig = Collections.unmodifiableMap(ucx);
+    }
+
+    /** Where Linux lists RDMA devices (InfiniBand, RoCE, iWARP: anything {@code rc}/{@code dc} can use). */
+    static final java.nio.file.Path RDMA_DEVICES = java.nio.file.Path.of("/sys/class/infiniband");
+    /** UCX transport names that carry RMA in hardware (reliable / dynamically connected verbs, and their alias). */
+    private static final Set<String> RDMA_RMA_TLS = Set.of("ib", "rc", "rc_v", "rc_x", "rc_verbs", "rc_mlx5", "dc",
+            "dc_x", "dc_mlx5");
+
+    /**
+     * The {@code auto} decision of {@value #ONE_SIDED}, with its reason.
+     *
+     * @param sharedMemory whether the manager runs in shm mode
+     * @param tls          the UCX {@code TLS} in effect ({@code ucx.config.TLS}, else {@code UCX_TLS}), or null
+     * @param rdmaDevices  RDMA devices of this host
+     * @return {@code "native: …"} or {@code "emulated: …"}
+     */
+    static String autoOneSided(boolean sharedMemory, String tls, java.util.List<String> rdmaDevices) {
+        if (sharedMemory) {
+            return "emulated: shm mode (UCX 1.13 puts into caller memory over sysv/posix are software RMA)";
+        }
+        if (rdmaDevices.isEmpty()) {
+            return "emulated: net mode without an RDMA device (puts would be software RMA over tcp)";
+        }
+        if (!tlsAdmitsRdma(tls)) {
+            return "emulated: net mode, UCX TLS '" + tls + "' admits no RDMA transport (rc, dc, ib)";
+        }
+        return "native: net mode with RDMA device(s) " + rdmaDevices + " (TLS " + (tls == null ? "UCX default" : "'"
+                + tls + "'") + ")";
+    }
+
+    /** Whether a UCX {@code TLS} value (a list, {@code all}, or a {@code ^} exclusion list) admits rc, dc or ib. */
+    static boolean tlsAdmitsRdma(String tls) {
+        if (tls == null || tls.isBlank()) {
+            return true;
+        }
+        String t = tls.trim();
+        boolean exclude = t.startsWith("^");
+        Set<String> names = new TreeSet<>();
+        for (String n : (exclude ? t.substring(1) : t).split(",")) {
+            names.add(n.trim().toLowerCase(java.util.Locale.ROOT));
+        }
+        if (!exclude) {
+            return names.contains("all") || names.stream().anyMatch(RDMA_RMA_TLS::contains);
+        }
+        if (names.contains("ib")) {
+            return false;
+        }
+        boolean rcOut = names.contains("rc") || names.containsAll(Set.of("rc_verbs", "rc_mlx5"));
+        boolean dcOut = names.contains("dc") || names.contains("dc_mlx5");
+        return !(rcOut && dcOut);
+    }
+
+    /** @return the RDMA devices listed under {@code dir} (empty when there is none or it cannot be read) */
+    static java.util.List<String> rdmaDevices(java.nio.file.Path dir) {
+        try (java.util.stream.Stream<java.nio.file.Path> s = java.nio.file.Files.list(dir)) {
+            return s.map(p -> p.getFileName().toString()).sorted().toList();
+        } catch (java.io.IOException | SecurityException e) {
+            return java.util.List.of();
+        }
     }
 
     private static boolean isLoopback(String host) {
@@ -280,9 +353,19 @@ public final class UcxSettings {
         return sharedMemory;
     }
 
-    /** @return whether one-sided writes are emulated over tagged messages ({@value #ONE_SIDED}) */
+    /** @return whether one-sided writes are emulated over tagged messages ({@value #ONE_SIDED}, resolved) */
     public boolean emulatedOneSided() {
         return emulatedOneSided;
+    }
+
+    /** @return the {@value #ONE_SIDED} value asked for: {@code auto}, {@code native} or {@code emulated} */
+    public String oneSidedRequested() {
+        return oneSidedRequested;
+    }
+
+    /** @return which one-sided path this manager uses and why, e.g. {@code "emulated: shm mode (…)"} */
+    public String oneSidedReason() {
+        return oneSidedReason;
     }
 
     /** @return whether shared-memory mode also uses CMA */
@@ -326,7 +409,7 @@ public final class UcxSettings {
     @Override
     public String toString() {
         return "UcxSettings{" + name + ", " + (sharedMemory ? "shm" + (cma ? "+cma" : "") : "net")
-                + ", liveness " + livenessIntervalMillis + "/" + livenessTimeoutMillis + " ms, registration=" + (explicitRegistration ? "explicit" : "rcache")
+                + ", oneSided " + oneSidedReason + ", liveness " + livenessIntervalMillis + "/" + livenessTimeoutMillis + " ms, registration=" + (explicitRegistration ? "explicit" : "rcache")
                 + ", closeGrace=" + TimeUnit.NANOSECONDS.toMillis(closeGraceNanos) + " ms, spin="
                 + TimeUnit.NANOSECONDS.toMicros(spinNanos) + " µs, ucx=" + ucxConfig + "}";
     }

@@ -6,6 +6,7 @@ import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportClosedException;
+import dev.kvtransfer.api.transport.TransportCapability;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
 import org.junit.jupiter.api.AfterEach;
@@ -359,7 +360,8 @@ class UcxConnectionManagerTest {
                 .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.spinMicros = '-1'");
         assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
                 .property(UcxSettings.ONE_SIDED, "software").build()))
-                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.oneSided = 'software'");
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("ucx.oneSided = 'software'")
+                .hasMessageContaining("'auto', 'native' or 'emulated'");
         assertThatThrownBy(() -> new UcxConnectionManager(TransportConfig.builder()
                 .property("ucx.spinMicro", "5").build()))
                 .isInstanceOf(IllegalArgumentException.class)
@@ -482,24 +484,76 @@ class UcxConnectionManagerTest {
     }
 
     /**
-     * The manager's capabilities (what core asks per request) follow its settings: one-sided writes native unless
-     * {@code ucx.oneSided=emulated}; {@code DEVICE_MEMORY} exactly where this UCX accepts CUDA memory.
+     * The manager's capabilities (what core asks per request) follow its settings: {@code NATIVE_ONE_SIDED_WRITE}
+     * with {@code ucx.oneSided=native}, never with {@code emulated}, and with the default {@code auto} only where it
+     * resolved to native (never in shm mode: UCX 1.13's puts into caller memory there are software RMA);
+     * {@code DEVICE_MEMORY} exactly where this UCX accepts CUDA memory.
      */
     @Test
     void managerCapabilitiesFollowItsSettings() {
-        UcxConnectionManager nat = manager("caps-native");
+        TransportCapability nativeWrite = TransportCapability.NATIVE_ONE_SIDED_WRITE;
+        UcxConnectionManager dflt = manager("caps-default");
+        UcxConnectionManager nat = manager(TransportConfig.builder().name("caps-native")
+                .defaultTimeout(java.time.Duration.ofSeconds(20)).property(UcxSettings.ONE_SIDED, "native").build());
         UcxConnectionManager emu = manager(TransportConfig.builder().name("caps-emulated")
                 .defaultTimeout(java.time.Duration.ofSeconds(20)).property(UcxSettings.ONE_SIDED, "emulated").build());
-        assertThat(nat.capabilities()).contains(dev.kvtransfer.api.transport.TransportCapability.CROSS_PROCESS,
-                dev.kvtransfer.api.transport.TransportCapability.PEER_FAILURE_DETECTION,
-                dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE,
-                dev.kvtransfer.api.transport.TransportCapability.NATIVE_ONE_SIDED_WRITE);
-        assertThat(emu.capabilities()).contains(dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE)
-                .doesNotContain(dev.kvtransfer.api.transport.TransportCapability.NATIVE_ONE_SIDED_WRITE);
-        assertThat(nat.capabilities().contains(dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY))
+        assertThat(dflt.settings().sharedMemory()).isTrue();
+        assertThat(dflt.settings().oneSidedRequested()).isEqualTo("auto");
+        assertThat(dflt.settings().emulatedOneSided()).as(dflt.settings().oneSidedReason()).isTrue();
+        assertThat(dflt.settings().oneSidedReason()).startsWith("emulated: shm mode");
+        assertThat(dflt.capabilities()).contains(TransportCapability.CROSS_PROCESS,
+                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE)
+                .doesNotContain(nativeWrite);
+        assertThat(nat.capabilities()).contains(TransportCapability.ONE_SIDED_WRITE, nativeWrite);
+        assertThat(nat.settings().oneSidedReason()).startsWith("native");
+        assertThat(emu.capabilities()).contains(TransportCapability.ONE_SIDED_WRITE).doesNotContain(nativeWrite);
+        assertThat(nat.capabilities().contains(TransportCapability.DEVICE_MEMORY))
                 .isEqualTo(nat.supportsDeviceMemory());
-        assertThat(new UcxTransportProvider().capabilities()).containsAll(nat.capabilities());
+        // The provider declares what a default manager does here (native only on a host with an RDMA device).
+        assertThat(new UcxTransportProvider().capabilities().contains(nativeWrite))
+                .isEqualTo(!UcxSettings.rdmaDevices(UcxSettings.RDMA_DEVICES).isEmpty());
+        assertThat(new UcxTransportProvider().capabilities()).containsAll(dflt.capabilities());
         assertThat(nat.capabilities()).isSameAs(nat.capabilities());
+        // A descriptor of one path is refused, clearly, by a writer of the other (both sides must agree).
+        UcxConnectionManager emuOwner = manager(TransportConfig.builder().name("caps-emu-owner")
+                .defaultTimeout(java.time.Duration.ofSeconds(20)).property(UcxSettings.ONE_SIDED, "emulated").build());
+        dev.kvtransfer.api.memory.MemoryBuffer target = UcxTestSupport.buffer(4096);
+        dev.kvtransfer.api.memory.MemoryBuffer src = UcxTestSupport.buffer(4096);
+        try (dev.kvtransfer.api.transport.RegisteredRegion r = emuOwner.register(target)) {
+            dev.kvtransfer.api.transport.WriteBatch b = new dev.kvtransfer.api.transport.WriteBatch()
+                    .add(src, 0, r.descriptor(), 0, 4096);
+            assertThatThrownBy(() -> nat.connection(emuOwner.localAddress()).write(b, java.time.Duration.ofSeconds(10)))
+                    .isInstanceOfSatisfying(dev.kvtransfer.api.transport.TransportException.class, e -> assertThat(
+                            e.code()).isEqualTo(dev.kvtransfer.api.ErrorCode.UNAUTHORIZED))
+                    .hasMessageContaining("ucx.oneSided");
+        }
+        target.close();
+        src.close();
+    }
+
+    /** The {@code auto} decision: native only in net mode with an RDMA device and a TLS that admits rc/dc/ib. */
+    @Test
+    void autoOneSidedIsNativeOnlyWhereUcxPutsInHardware() {
+        List<String> ib = List.of("mlx5_0");
+        assertThat(UcxSettings.autoOneSided(true, null, ib)).startsWith("emulated: shm mode");
+        assertThat(UcxSettings.autoOneSided(false, null, List.of())).startsWith("emulated: net mode without");
+        assertThat(UcxSettings.autoOneSided(false, null, ib)).startsWith("native: net mode").contains("mlx5_0");
+        assertThat(UcxSettings.autoOneSided(false, "tcp", ib)).startsWith("emulated").contains("'tcp'");
+        assertThat(UcxSettings.autoOneSided(false, "rc,tcp", ib)).startsWith("native");
+        assertThat(UcxSettings.autoOneSided(false, "all", ib)).startsWith("native");
+        for (String admits : new String[] {"dc_x,self", "rc_verbs", "ib", "^tcp", "^rc", "^dc_mlx5", " RC_X "}) {
+            assertThat(UcxSettings.tlsAdmitsRdma(admits)).as(admits).isTrue();
+        }
+        for (String refuses : new String[] {"tcp", "self,sysv,posix,cma", "ud_v", "^ib", "^rc,dc", "^rc_verbs,rc_mlx5,dc"}) {
+            assertThat(UcxSettings.tlsAdmitsRdma(refuses)).as(refuses).isFalse();
+        }
+        assertThat(UcxSettings.rdmaDevices(java.nio.file.Path.of("/nonexistent/infiniband"))).isEmpty();
+        // net mode on this host: no RDMA device here, so the default emulates (the reason names why).
+        UcxSettings net = UcxSettings.from(TransportConfig.builder().name("auto-net").property(UcxSettings.TRANSPORTS,
+                "net").build());
+        assertThat(net.emulatedOneSided()).isEqualTo(UcxSettings.rdmaDevices(UcxSettings.RDMA_DEVICES).isEmpty()
+                || !UcxSettings.tlsAdmitsRdma(System.getenv("UCX_TLS")));
+        assertThat(net.toString()).contains("oneSided " + net.oneSidedReason());
     }
 
     @Test

@@ -57,14 +57,48 @@ public final class UcxPeerMain {
     /**
      * Runs the peer.
      *
-     * @param args optional: the manager name
+     * @param args optional: the manager name, then the {@code ucx.oneSided} value (default: the transport's)
      * @throws Exception on any failure (exit code 1)
      */
     public static void main(String[] args) throws Exception {
         dev.kvtransfer.testkit.process.ChildJvm.haltWhenStdinEnds();
+        try {
+            run(args);
+        } catch (Throwable t) {
+            // On stdout, which the parent reads (stderr is inherited, and lost inside surefire's forked JVM).
+            System.out.println(failure(t));
+            System.out.flush();
+            System.exit(1);
+        }
+        System.exit(0);
+    }
+
+    /**
+     * One line describing a failure and its stack, for a child's stdout.
+     *
+     * @param t the failure
+     * @return {@code FAILED <exception> | at …}
+     */
+    static String failure(Throwable t) {
+        StringBuilder b = new StringBuilder("FAILED ").append(t);
+        for (Throwable c = t; c != null; c = c.getCause() == c ? null : c.getCause()) {
+            if (c != t) {
+                b.append(" | caused by ").append(c);
+            }
+            for (StackTraceElement f : c.getStackTrace()) {
+                b.append(" | at ").append(f);
+            }
+        }
+        return b.toString();
+    }
+
+    private static void run(String[] args) throws Exception {
         String name = args.length > 0 ? args[0] : "peer";
-        try (ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name(name)
-                .defaultTimeout(Duration.ofSeconds(60)).build())) {
+        TransportConfig.Builder b = TransportConfig.builder().name(name).defaultTimeout(Duration.ofSeconds(60));
+        if (args.length > 1) {
+            b.property(UcxSettings.ONE_SIDED, args[1]);
+        }
+        try (ConnectionManager m = new UcxTransportProvider().create(b.build())) {
             System.out.println("ADDRESS " + m.localAddress());
             System.out.flush();
             MemoryBuffer ctrl = MEMORY.allocate(32, MemoryKind.HOST);
@@ -135,7 +169,6 @@ public final class UcxPeerMain {
                 parent.recv(CTRL_TAG, ctrl, 0, 32, Duration.ofMinutes(5));
             }
         }
-        System.exit(0);
     }
 
     /** A forked peer: its process and address. */
@@ -148,6 +181,23 @@ public final class UcxPeerMain {
             this.jvm = jvm;
             this.process = jvm.process();
             this.address = address;
+        }
+
+        /**
+         * What the child said and how it stands, for a failed exchange's message: alive or its exit code, and its
+         * {@code FAILED} line if it printed one within a second.
+         *
+         * @return a description
+         */
+        String diagnose() {
+            String said;
+            try {
+                said = jvm.awaitLine("FAILED", Duration.ofSeconds(1));
+            } catch (IllegalStateException e) {
+                said = "no FAILED line (" + e.getMessage() + ")";
+            }
+            return "child " + process.pid() + " " + (process.isAlive() ? "alive" : "exited " + process.exitValue())
+                    + ": " + said;
         }
 
         @Override
@@ -164,7 +214,18 @@ public final class UcxPeerMain {
      * @throws Exception if it did not report an address within 60 s
      */
     static Child fork() throws Exception {
-        ChildJvm jvm = ChildJvm.start(UcxPeerMain.class, "256m", List.of("child"));
+        return fork("auto");
+    }
+
+    /**
+     * Like {@link #fork()} with a {@code ucx.oneSided} value for the child's manager.
+     *
+     * @param oneSided {@code auto}, {@code native} or {@code emulated}
+     * @return the running child
+     * @throws Exception if it did not report an address within 60 s
+     */
+    static Child fork(String oneSided) throws Exception {
+        ChildJvm jvm = ChildJvm.start(UcxPeerMain.class, "256m", List.of("child", oneSided));
         try {
             return new Child(jvm, jvm.awaitLine("ADDRESS ", Duration.ofSeconds(60)));
         } catch (RuntimeException e) {
