@@ -468,4 +468,87 @@ class MetricsEndpointTest {
         // Closed with the demo.
         assertThatThrownBy(() -> get(uri)).isInstanceOf(ConnectException.class);
     }
+
+    @Test
+    void aDemoWithTheGenerationInstanceInAChildJvmServesItsMetersOnTheNextPort() throws Exception {
+        int port = twoFreePorts();
+        URI ctxUri = URI.create("http://127.0.0.1:" + port + MetricsEndpoint.PATH);
+        URI genUri = URI.create("http://127.0.0.1:" + (port + 1) + MetricsEndpoint.PATH);
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        PrintStream old = System.out;
+        java.util.concurrent.atomic.AtomicInteger exit = new java.util.concurrent.atomic.AtomicInteger(-1);
+        Thread demo = new Thread(() -> exit.set(new CommandLine(new KvTransferCli()).execute("demo",
+                "--backend=aeron", "--metrics-port=" + port, "--requests=4", "--max-inflight=1", "--warmup=0",
+                "--isl=32", "--layers=4", "--kv-heads=4", "--size-per-head=8", "--tokens-per-block=16",
+                "--gen-tp=2", "--prefill-ms-per-layer=100", "--no-copy-baseline")), "demo-child-under-scrape");
+        System.setOut(new PrintStream(captured, true, StandardCharsets.UTF_8));
+        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> gen =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> ctx =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        try {
+            demo.start();
+            await().atMost(Duration.ofSeconds(90)).pollInterval(Duration.ofMillis(20)).until(() -> {
+                if (exit.get() >= 0) {
+                    return true; // ended before the scrapes saw a transfer: the assertions below say so
+                }
+                try {
+                    Map<String, Double> g = samples(get(genUri).body());
+                    Map<String, Double> c = samples(get(ctxUri).body());
+                    if (completedOn(g, "gen", "generation") && completedOn(c, "ctx", "context")) {
+                        gen.set(g);
+                        ctx.set(c);
+                        return true;
+                    }
+                } catch (ConnectException notYet) {
+                    // an endpoint is not bound yet
+                }
+                return false;
+            });
+            demo.join(Duration.ofSeconds(90).toMillis());
+        } finally {
+            System.setOut(old);
+        }
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(exit.get()).as(report).isZero();
+        assertThat(report).contains(ctxUri.toString()).contains("metrics (gen)").contains(genUri.toString());
+        assertThat(gen.get()).as("scrapes of both JVMs while the demo ran saw a completed transfer; output:%n%s",
+                report).isNotNull();
+        // Each JVM serves its own instance: the generation ranks only on the child's port, the context's on ours.
+        for (int r = 0; r < 2; r++) {
+            assertThat(sample(gen.get(), "kvtransfer_transfers_total", "instance=\"gen\"", "rank=\"rank-" + r + "\"",
+                    "role=\"generation\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
+        }
+        assertThat(buckets(gen.get(), "kvtransfer_transfer_time_seconds", "instance=\"gen\"",
+                "role=\"generation\"")).isNotEmpty();
+        assertThat(gen.get().keySet()).noneMatch(k -> k.contains("instance=\"ctx\""));
+        assertThat(ctx.get().keySet()).noneMatch(k -> k.contains("instance=\"gen\""));
+        // Both closed with the demo.
+        assertThatThrownBy(() -> get(genUri)).isInstanceOf(ConnectException.class);
+        assertThatThrownBy(() -> get(ctxUri)).isInstanceOf(ConnectException.class);
+    }
+
+    private static boolean completedOn(Map<String, Double> s, String instance, String role) {
+        return s.keySet().stream().anyMatch(k -> k.startsWith("kvtransfer_transfers_total{")
+                && k.contains("instance=\"" + instance + "\"") && k.contains("role=\"" + role + "\"")
+                && k.contains("outcome=\"complete\"") && s.get(k) >= 1);
+    }
+
+    /** @return a port P with P and P + 1 free on loopback just now */
+    private static int twoFreePorts() throws java.io.IOException {
+        for (int i = 0; i < 50; i++) {
+            try (ServerSocket a = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+                int p = a.getLocalPort();
+                if (p >= 65535) {
+                    continue;
+                }
+                try (ServerSocket b = new ServerSocket(p + 1, 1, InetAddress.getLoopbackAddress())) {
+                    return p;
+                } catch (java.io.IOException busy) {
+                    // try another pair
+                }
+            }
+        }
+        throw new IllegalStateException("no two consecutive free loopback ports in 50 tries");
+    }
 }
