@@ -283,6 +283,50 @@ class LoopbackRendezvousTest {
     }
 
     @Test
+    void sendersFallingBackWhileReceivesArriveDeliverEveryMessageIntactAndInOrder() throws Exception {
+        // A wait of 50 us against a receiver that works between its receives: sends fall back to eager, are taken
+        // during their fallback copy, or are taken while they wait, in every interleaving the threads produce.
+        int senders = 2;
+        int perSender = 60;
+        long size = 256 * 1024 + 8;
+        ConnectionManager receiver = manager("rv-race", 50);
+        List<ConnectionManager> from = new ArrayList<>();
+        List<CompletableFuture<Void>> done = new ArrayList<>();
+        for (int s = 0; s < senders; s++) {
+            ConnectionManager m = manager("rv-race", 50);
+            from.add(m);
+            Connection c = m.connection(receiver.localAddress());
+            MemoryBuffer src = buffer(size);
+            int id = s;
+            CompletableFuture<Void> f = new CompletableFuture<>();
+            Thread t = new Thread(() -> {
+                try {
+                    for (int i = 0; i < perSender; i++) {
+                        fill(src, size, id * 1000L + i);
+                        c.send(89, src, 0, size, LONG);
+                    }
+                    f.complete(null);
+                } catch (Throwable e) {
+                    f.completeExceptionally(e);
+                }
+            }, "rv-race-" + s);
+            threads.add(t);
+            done.add(f);
+            t.start();
+        }
+        MemoryBuffer dst = buffer(size);
+        for (int i = 0; i < perSender; i++) {
+            for (int s = 0; s < senders; s++) {
+                receiver.connection(from.get(s).localAddress()).recv(89, dst, 0, size, LONG);
+                verify(dst, size, s * 1000L + i); // the receiver's work between receives: a full check
+            }
+        }
+        for (CompletableFuture<Void> f : done) {
+            assertThat(failure(f)).isNull();
+        }
+    }
+
+    @Test
     void aLengthMismatchFailsTheReceiveAndCompletesTheWaitingSend() throws Exception {
         ConnectionManager a = manager("rv-mismatch", 60_000_000);
         ConnectionManager b = manager("rv-mismatch", 60_000_000);
