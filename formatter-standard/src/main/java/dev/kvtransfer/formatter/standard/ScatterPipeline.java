@@ -21,9 +21,13 @@ import java.util.function.IntFunction;
  * (an eager transport otherwise buffers the message: a second copy, and for large messages fresh pages).
  *
  * <p>The receiving thread iterates the part's messages and counts them; the helper iterates the same messages with
- * its own cursor and scatters each once it has arrived (each message has its own place in the staging buffer, so
- * the two never touch the same bytes). One helper task per peer and part, no object per message. Helpers come
- * from a shared pool of daemon threads ({@code kvt-standard-scatter-N}) that end after 100 ms idle.
+ * its own cursor and scatters each once it has arrived. Messages land either at their own place in the staging
+ * buffer ({@code slots = 0}), or in a ring of {@code slots} places of the part's largest message at the start of
+ * the staging buffer: the receive of message {@code n} then waits until the helper has scattered message
+ * {@code n - slots}, and the staged bytes are still in the CPU's cache when the helper reads them (the ring is a few
+ * MiB, the part's staging hundreds). Either way the two threads never touch the same bytes at once. One helper task
+ * per peer and part, no object per message. Helpers come from a shared pool of daemon threads
+ * ({@code kvt-standard-scatter-N}) that end after 100 ms idle.
  */
 final class ScatterPipeline implements Runnable {
     private static final AtomicInteger THREADS = new AtomicInteger();
@@ -43,14 +47,24 @@ final class ScatterPipeline implements Runnable {
     private final IntFunction<MemoryBuffer> regions;
     private final MemoryBuffer staging;
     private final Thread receiver;
+    /** Ring places, or 0: every message at its stream offset. */
+    private final int slots;
+    /** Bytes of one ring place (the part's largest message). */
+    private final long slotBytes;
     private volatile int arrived;
+    /** Messages the helper has scattered (their ring places are free again). */
+    private volatile int scattered;
+    /** Whether the receiving thread waits for a ring place (the helper then unparks it). */
+    private volatile boolean receiverWaits;
     private volatile boolean abandoned;
     private volatile boolean finished;
     private volatile Throwable failure;
     private volatile Thread helper;
 
     private ScatterPipeline(PartPlan plan, BufferManager bm, IntFunction<MemoryBuffer> regions,
-                            MemoryBuffer staging) {
+                            MemoryBuffer staging, int slots, long slotBytes) {
+        this.slots = slots;
+        this.slotBytes = slotBytes;
         this.plan = plan;
         this.bm = bm;
         this.regions = regions;
@@ -68,19 +82,25 @@ final class ScatterPipeline implements Runnable {
      * @param bm      copies
      * @param regions this rank's regions
      * @param staging the part's staging buffer
+     * @param slots   ring places (each {@code slotBytes}, within {@code staging}), or 0 for the stream's own offsets;
+     *                a ring needs copies that are complete when {@code copy} returns (host memory)
+     * @param slotBytes bytes of a ring place: at least the part's largest message
      */
     static void receive(TransferSession session, int peer, PartPlan plan, BufferManager bm,
-                        IntFunction<MemoryBuffer> regions, MemoryBuffer staging) {
-        ScatterPipeline p = new ScatterPipeline(plan, bm, regions, staging);
+                        IntFunction<MemoryBuffer> regions, MemoryBuffer staging, int slots, long slotBytes) {
+        ScatterPipeline p = new ScatterPipeline(plan, bm, regions, staging, slots, slotBytes);
         HELPERS.execute(p);
         PartPlan.Cursor c = plan.cursor();
         try {
             int n = 0;
             while (c.next()) {
+                if (slots > 0 && !p.awaitSlot(n)) {
+                    break; // the helper failed: stop receiving, report its failure below
+                }
                 if (p.failure != null) {
                     break; // the helper failed: stop receiving, report its failure below
                 }
-                session.recv(peer, staging, c.streamOffset(), c.length());
+                session.recv(peer, staging, p.place(n, c), c.length());
                 p.arrived = ++n;
                 Thread h = p.helper;
                 if (h != null) {
@@ -98,6 +118,36 @@ final class ScatterPipeline implements Runnable {
         if (f != null) {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "scattering a part received from"
                     + " peer position " + peer + " failed: " + f, f);
+        }
+    }
+
+    /** Where message {@code n} (at the cursor) is staged. */
+    private long place(int n, PartPlan.Cursor c) {
+        return slots > 0 ? (n % slots) * slotBytes : c.streamOffset();
+    }
+
+    /**
+     * Waits until message {@code n}'s ring place is free: the helper has scattered message {@code n - slots}
+     * (bounded by the helper's own bounded copies).
+     *
+     * @return false if the helper ended first (failed)
+     */
+    private boolean awaitSlot(int n) {
+        int need = n - slots + 1;
+        if (scattered >= need) {
+            return true;
+        }
+        receiverWaits = true;
+        try {
+            while (scattered < need) {
+                if (finished) {
+                    return scattered >= need;
+                }
+                LockSupport.parkNanos(this, 1_000_000L);
+            }
+            return true;
+        } finally {
+            receiverWaits = false;
         }
     }
 
@@ -121,8 +171,11 @@ final class ScatterPipeline implements Runnable {
                     }
                     LockSupport.parkNanos(this, 200_000L);
                 }
-                c.copy(bm, regions, staging, c.streamOffset(), true);
-                done++;
+                c.copy(bm, regions, staging, place(done, c), true);
+                scattered = ++done;
+                if (receiverWaits) {
+                    LockSupport.unpark(receiver);
+                }
             }
             // This thread's copies must be complete before the blocks are handed over.
             bm.synchronize();

@@ -86,6 +86,14 @@ public final class StandardCacheFormatter implements CacheFormatter {
      */
     public static final long DEFAULT_MIN_DIRECT_ENTRY_BYTES = 64 * 1024;
 
+    /**
+     * Ring places of a staged receive that scatters on a helper ({@link ScatterPipeline}): the receive of message
+     * {@code n} reuses the place of message {@code n - 4} once it is scattered. Four places of a 2 MiB row (the
+     * llama3-8b TP2 → TP1 row at 32 tokens per block) are 8 MiB per peer: the staged rows stay in the last-level
+     * cache until the helper reads them, and the receive rarely waits for a place.
+     */
+    static final int RECEIVE_RING_SLOTS = 4;
+
     /** One write batch per thread, cleared and refilled by every push (no batch per request). */
     private static final ThreadLocal<WriteBatch> BATCHES = ThreadLocal.withInitial(() -> new WriteBatch(1024));
 
@@ -94,6 +102,10 @@ public final class StandardCacheFormatter implements CacheFormatter {
     private final PoolGeometry geometry;
     private final long minBothDirectBytes;
     private final boolean pipelinedScatter;
+    /** Whether staged messages reuse a few places of the staging buffer (a ring) instead of their stream offsets. */
+    private final boolean stagingRing;
+    /** Cores a receive may fill with its receiving threads and their scatter helpers (two threads per staged part). */
+    private final int helperCores;
     private final long minDirectEntryBytes;
     private final long stagingChunk;
     /** Region views by index, fetched once: the hot loops then allocate nothing. */
@@ -110,7 +122,7 @@ public final class StandardCacheFormatter implements CacheFormatter {
      */
     public StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers) {
         this(cache, buffers, DEFAULT_MIN_BOTH_DIRECT_BYTES, true, DEFAULT_MIN_DIRECT_ENTRY_BYTES,
-                WritePlan.DEFAULT_STAGING_CHUNK);
+                WritePlan.DEFAULT_STAGING_CHUNK, true, Runtime.getRuntime().availableProcessors());
     }
 
     /** Pull thresholds as given, push defaults. */
@@ -120,14 +132,40 @@ public final class StandardCacheFormatter implements CacheFormatter {
                 WritePlan.DEFAULT_STAGING_CHUNK);
     }
 
+    /** Pull thresholds and the staging ring as given, push defaults (tests and benchmarks compare both). */
+    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
+                           boolean pipelinedScatter, boolean stagingRing) {
+        this(cache, buffers, minBothDirectBytes, pipelinedScatter, DEFAULT_MIN_DIRECT_ENTRY_BYTES,
+                WritePlan.DEFAULT_STAGING_CHUNK, stagingRing);
+    }
+
+    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
+                           boolean pipelinedScatter, long minDirectEntryBytes, long stagingChunk) {
+        this(cache, buffers, minBothDirectBytes, pipelinedScatter, minDirectEntryBytes, stagingChunk, true);
+    }
+
+    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
+                           boolean pipelinedScatter, long minDirectEntryBytes, long stagingChunk,
+                           boolean stagingRing) {
+        this(cache, buffers, minBothDirectBytes, pipelinedScatter, minDirectEntryBytes, stagingChunk, stagingRing,
+                Integer.MAX_VALUE);
+    }
+
     /**
      * A formatter with another both-direct threshold (both sides of a transfer must use the same value: they decide
      * independently how parts travel) and with or without the helper-thread scatter of staged receives ({@link
      * ScatterPipeline}), and other push policies (smallest average direct entry, largest staging chunk; the sender
-     * alone decides those). Package-private so tests and benchmarks can force either plan.
+     * alone decides those), with or without the staging ring (staged messages of a pull reuse a few places of the
+     * staging buffer: {@link #RECEIVE_RING_SLOTS} on a receiver that scatters on a helper, one on a sender and on an
+     * inline receiver; a device pool's receiver always uses the stream's own offsets, its copies being asynchronous),
+     * and the cores the helper-thread scatter may count on: with {@code pipelinedScatter}, a receive scatters on
+     * helpers only when its staged parts and their helpers fit ({@code 2 × staged parts <= helperCores}; the
+     * public constructor counts {@link Runtime#availableProcessors()}, the others {@code Integer.MAX_VALUE}: always).
+     * Package-private so tests and benchmarks can force either plan.
      */
     StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
-                           boolean pipelinedScatter, long minDirectEntryBytes, long stagingChunk) {
+                           boolean pipelinedScatter, long minDirectEntryBytes, long stagingChunk,
+                           boolean stagingRing, int helperCores) {
         this.cache = Objects.requireNonNull(cache, "cache");
         this.buffers = Objects.requireNonNull(buffers, "buffers");
         if (minBothDirectBytes < 0) {
@@ -138,6 +176,8 @@ public final class StandardCacheFormatter implements CacheFormatter {
         }
         this.minBothDirectBytes = minBothDirectBytes;
         this.pipelinedScatter = pipelinedScatter;
+        this.stagingRing = stagingRing;
+        this.helperCores = helperCores;
         this.minDirectEntryBytes = minDirectEntryBytes;
         this.stagingChunk = stagingChunk;
         this.geometry = cache.geometry();
@@ -230,10 +270,13 @@ public final class StandardCacheFormatter implements CacheFormatter {
                 // Gather and send message by message: the next message's copy overlaps the previous transfer.
                 MemoryBuffer buf = staging[rep];
                 while (c.next()) {
-                    c.copy(bm, regions, buf, c.streamOffset(), false);
+                    // A send returns once its range may be reused: with the staging ring every message is gathered
+                    // into the same place, so the transport reads bytes the gather has just left in the cache.
+                    long at = stagingRing ? 0 : c.streamOffset();
+                    c.copy(bm, regions, buf, at, false);
                     bm.synchronize(); // a device manager's copies may be asynchronous until here
                     for (int p : members) {
-                        session.send(p, buf, c.streamOffset(), c.length());
+                        session.send(p, buf, at, c.length());
                     }
                 }
             }
@@ -306,6 +349,15 @@ public final class StandardCacheFormatter implements CacheFormatter {
         boolean poolOk = session.transportAccepts(poolKind);
         MemoryBuffer[] staging = staging(session, active, plans, t.size(), poolOk);
         BufferManager bm = session.bufferManager();
+        boolean ring = stagingRing && poolKind == MemoryKind.HOST;
+        // Helpers only where the receiving threads and their helpers fit in the cores: on loopback (and any
+        // transport whose copies run on the CPU) a receiving thread is busy copying too, and more copying threads
+        // than cores only take turns and evict each other's staged bytes (see the README's numbers).
+        int stagedParts = 0;
+        for (int p : active) {
+            stagedParts += staged(plans[p], poolOk) ? 1 : 0;
+        }
+        boolean helpers = pipelinedScatter && 2L * stagedParts <= helperCores;
         session.forEachPeer(active, p -> {
             PartPlan pp = plans[p];
             long start = System.nanoTime();
@@ -315,15 +367,21 @@ public final class StandardCacheFormatter implements CacheFormatter {
                 while (c.next()) {
                     session.recv(p, region(c.region()), c.offset(), c.length());
                 }
-            } else if (pipelinedScatter && pp.messages() > 1) {
+            } else if (helpers && pp.messages() > 1) {
                 // Receive here, scatter on a helper: the next receive is posted while the last one is scattered.
-                ScatterPipeline.receive(session, p, pp, bm, regions, staging[p]);
+                long largest = ring ? largestMessage(pp) : 0;
+                int slots = ring ? (int) Math.min(RECEIVE_RING_SLOTS, staging[p].size() / largest) : 0;
+                if (slots < 2) {
+                    slots = 0; // uneven messages: a ring of one place would stop the pipeline
+                }
+                ScatterPipeline.receive(session, p, pp, bm, regions, staging[p], slots, largest);
             } else {
-                // Receive and scatter message by message.
+                // Receive and scatter message by message (a host pool: each into the same place, still cached).
                 MemoryBuffer buf = staging[p];
                 while (c.next()) {
-                    session.recv(p, buf, c.streamOffset(), c.length());
-                    c.copy(bm, regions, buf, c.streamOffset(), true);
+                    long at = ring ? 0 : c.streamOffset();
+                    session.recv(p, buf, at, c.length());
+                    c.copy(bm, regions, buf, at, true);
                 }
                 // Copies issued on this (possibly pooled) thread must be complete before the blocks are handed over.
                 bm.synchronize();
@@ -556,6 +614,16 @@ public final class StandardCacheFormatter implements CacheFormatter {
             }
         }
         return out;
+    }
+
+    /** The largest message of a part (a ring place must hold it); one walk over the messages, no allocation. */
+    static long largestMessage(PartPlan pp) {
+        long max = 0;
+        PartPlan.Cursor c = pp.cursor();
+        while (c.next()) {
+            max = Math.max(max, c.length());
+        }
+        return max;
     }
 
     /** Whether this rank moves a part through staging: its plan stages, or its pool may not reach the transport. */

@@ -140,9 +140,13 @@ final class CapturingSession implements TransferSession, AutoCloseable {
         return out;
     }
 
+    /** What {@link #bufferManager()} hands the formatter instead of the session's own manager, or null. */
+    volatile BufferManager formatterManager;
+
     @Override
     public BufferManager bufferManager() {
-        return memory;
+        BufferManager m = formatterManager;
+        return m != null ? m : memory;
     }
 
     @Override

@@ -15,6 +15,7 @@ public final class PolicyFormatterProvider implements FormatterProvider {
     private final boolean pipelinedScatter;
     private final long minDirectEntryBytes;
     private final long stagingChunk;
+    private final boolean stagingRing;
 
     /**
      * @param minBothDirectBytes the both-direct threshold
@@ -41,6 +42,19 @@ public final class PolicyFormatterProvider implements FormatterProvider {
      */
     public PolicyFormatterProvider(long minBothDirectBytes, boolean pipelinedScatter, long minDirectEntryBytes,
                                    long stagingChunk) {
+        this(minBothDirectBytes, pipelinedScatter, minDirectEntryBytes, stagingChunk, true);
+    }
+
+    /**
+     * @param minBothDirectBytes  the both-direct threshold (pull)
+     * @param pipelinedScatter    whether staged receives scatter on a helper thread
+     * @param minDirectEntryBytes push: smallest average direct entry
+     * @param stagingChunk        push: largest staging buffer per peer
+     * @param stagingRing         pull: whether staged messages reuse a ring of places in the staging buffer
+     */
+    public PolicyFormatterProvider(long minBothDirectBytes, boolean pipelinedScatter, long minDirectEntryBytes,
+                                   long stagingChunk, boolean stagingRing) {
+        this.stagingRing = stagingRing;
         this.minBothDirectBytes = minBothDirectBytes;
         this.pipelinedScatter = pipelinedScatter;
         this.minDirectEntryBytes = minDirectEntryBytes;
@@ -60,6 +74,6 @@ public final class PolicyFormatterProvider implements FormatterProvider {
     @Override
     public CacheFormatter create(KvCacheView cache, TransferBufferPool buffers) {
         return new StandardCacheFormatter(cache, buffers, minBothDirectBytes, pipelinedScatter, minDirectEntryBytes,
-                stagingChunk);
+                stagingChunk, stagingRing);
     }
 }

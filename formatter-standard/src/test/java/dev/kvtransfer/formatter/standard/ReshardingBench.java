@@ -35,15 +35,17 @@ import java.util.Locale;
  * plan (rows on the side holding all heads; the other side gathers / scatters, a staged receive scattering on a
  * helper thread), the scatter inline, and both sides direct (one message per block, layer and kv); layer-nhd on
  * both sides at 16 tokens per block with and without the peers' block ids (coalescing); layer-nhd to block (a
- * transposing sender). Each case: 2 warm-up transfers, then 3 runs of (one copy of the request's bytes with
- * {@code BufferManager.copy} on one thread, one transfer); printed as min / median / max over the runs, with the
- * messages per request and the ratio to the copy of the same run.
+ * transposing sender). Each case: 2 warm-up transfers, then 3 runs ({@code -Dbench.runs}) of (one copy of the
+ * request's bytes with {@code BufferManager.copy} on one thread, one transfer, the same copy again); printed as
+ * min / median / max over the runs, with the messages per request and the ratio of the transfer to the mean of the
+ * two copies around it. The TP cases also run without the staging ring (messages at their stream offsets).
  *
- * <p>Arguments: {@code [tokens (default 4096)] [case name filter]}.
+ * <p>Arguments: {@code [tokens (default 4096)] [case name filter, a regular expression found in the name]}.
  */
 public final class ReshardingBench {
     private static final int WARMUP = 2;
-    private static final int RUNS = 3;
+    /** Timed runs per case: {@code -Dbench.runs=N}, default 3. */
+    private static final int RUNS = Integer.getInteger("bench.runs", 3);
 
     private ReshardingBench() {
     }
@@ -69,15 +71,25 @@ public final class ReshardingBench {
         PoolLayout nhd = PoolLayout.LAYER_NHD;
         long dflt = StandardCacheFormatter.DEFAULT_MIN_BOTH_DIRECT_BYTES;
         FormatterProvider inline = new PolicyFormatterProvider(dflt, false);
+        FormatterProvider helpers = new PolicyFormatterProvider(dflt, true);
         FormatterProvider bothDirect = new PolicyFormatterProvider(0, true);
+        FormatterProvider noRing = new PolicyFormatterProvider(dflt, true,
+                StandardCacheFormatter.DEFAULT_MIN_DIRECT_ENTRY_BYTES,
+                dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK, false);
         Case[] cases = {
             new Case("TP1 -> TP1 block, T32", llama(1, 32, block), llama(1, 32, block), true, standard),
             new Case("TP2 -> TP1 block, T32", llama(2, 32, block), llama(1, 32, block), true, standard),
+            new Case("TP2 -> TP1 block, T32, helpers, no ring", llama(2, 32, block), llama(1, 32, block), true,
+                    noRing),
+            new Case("TP2 -> TP1 block, T32, scatter on helpers", llama(2, 32, block), llama(1, 32, block), true,
+                    helpers),
             new Case("TP2 -> TP1 block, T32, scatter inline", llama(2, 32, block), llama(1, 32, block), true,
                     inline),
             new Case("TP2 -> TP1 block, T32, both direct", llama(2, 32, block), llama(1, 32, block), true,
                     bothDirect),
             new Case("TP1 -> TP2 block, T32", llama(1, 32, block), llama(2, 32, block), true, standard),
+            new Case("TP1 -> TP2 block, T32, no ring", llama(1, 32, block), llama(2, 32, block), true,
+                    noRing),
             new Case("TP1 -> TP2 block, T32, both direct", llama(1, 32, block), llama(2, 32, block), true,
                     bothDirect),
             new Case("TP1 nhd -> nhd T16, coalesced", llama(1, 16, nhd), llama(1, 16, nhd), true, standard),
@@ -85,7 +97,7 @@ public final class ReshardingBench {
             new Case("TP1 nhd -> block T16", llama(1, 16, nhd), llama(1, 16, block), true, standard),
         };
         for (Case c : cases) {
-            if (c.name.contains(filter)) {
+            if (java.util.regex.Pattern.compile(filter).matcher(c.name).find()) {
                 out.add(c.run(tokens));
                 System.out.println(out.get(out.size() - 1));
             }
@@ -135,11 +147,16 @@ public final class ReshardingBench {
                     memory.copy(a, 0, b, 0, bytes);
                 }
                 for (int i = 0; i < RUNS; i++) {
+                    // The copy right before and right after the transfer: the machine's load changes within
+                    // seconds, so the transfer is compared with the mean time of the two copies around it.
                     long t0 = System.nanoTime();
                     memory.copy(a, 0, b, 0, bytes);
                     long t1 = System.nanoTime();
                     long nanos = transfer(h);
-                    copy[i] = bytes / (double) (t1 - t0);
+                    long t2 = System.nanoTime();
+                    memory.copy(b, 0, a, 0, bytes);
+                    long t3 = System.nanoTime();
+                    copy[i] = bytes / ((t1 - t0 + t3 - t2) / 2.0);
                     gbps[i] = bytes / (double) nanos;
                     ratio[i] = gbps[i] / copy[i];
                 }

@@ -37,6 +37,15 @@ import java.util.concurrent.locks.ReentrantLock;
  * finish even past its deadline (the copy is a bounded memcpy), so no one ever writes into a buffer its owner
  * has been given back. Locks never nest: a send takes only the receiver's lock, a close takes one lock at a
  * time.
+ *
+ * <p>Rendezvous: a send of more than {@link Connection#EAGER_LIMIT} bytes that finds no posted receive queues a
+ * <em>ready-to-send</em> message that points at the sender's own buffer and waits (at most the rendezvous wait, and
+ * never past its own deadline) for a receive to take it; the receive then copies straight from the sender's buffer
+ * (one copy, done by whichever thread arrives second). If no receive comes within the wait, the sender copies the
+ * message into an eager buffer and returns as an eager send would (no sender ever waits on a receiver that never
+ * comes; a receive arriving during that copy still takes it from the sender's buffer). Eager buffers come from a
+ * small per-manager pool (power-of-two classes, bounded), so a stream of eager messages does not fault in fresh
+ * pages for every one.
  */
 final class LoopbackConnectionManager implements ConnectionManager {
     private static final String SCHEME = "loopback://";
@@ -55,6 +64,11 @@ final class LoopbackConnectionManager implements ConnectionManager {
     private static final HostBufferManager CONTROL_BUFFERS = new HostBufferManager();
     private volatile EmulatedOneSided oneSided;
 
+    /** Longest a large send waits for its receive before it goes eager; 0: every send is eager. */
+    private final long rendezvousNanos;
+    /** Eager buffers of messages queued at this (receiving) manager. */
+    private final EagerPool eagerPool;
+
     private final ReentrantLock lock = new ReentrantLock();
     /** Unclaimed messages per tag, oldest first. Guarded by {@link #lock}. */
     private final Map<Integer, ArrayDeque<Message>> pending = new HashMap<>();
@@ -70,6 +84,10 @@ final class LoopbackConnectionManager implements ConnectionManager {
         this.name = config.name();
         this.defaultTimeout = config.defaultTimeout();
         this.errors = config.errorHandler();
+        this.rendezvousNanos = TimeUnit.MICROSECONDS.toNanos(config.longProperty(
+                LoopbackTransportProvider.RENDEZVOUS_WAIT_US_PROPERTY, LoopbackTransportProvider.DEFAULT_RENDEZVOUS_WAIT_US));
+        this.eagerPool = new EagerPool(config.longProperty(LoopbackTransportProvider.EAGER_POOL_BYTES_PROPERTY,
+                LoopbackTransportProvider.DEFAULT_EAGER_POOL_BYTES));
     }
 
     static LoopbackConnectionManager open(String fabricName, TransportConfig config) {
@@ -162,10 +180,16 @@ final class LoopbackConnectionManager implements ConnectionManager {
             posted.clear();
             for (ArrayDeque<Message> q : pending.values()) {
                 for (Message m : q) {
-                    m.free();
+                    if (m.state == Message.READY) {
+                        m.fail(ErrorCode.PEER_LOST, "send tag " + m.tag + " from " + m.from + ": peer " + address
+                                + " closed before receiving it");
+                    } else {
+                        m.free(eagerPool);
+                    }
                 }
             }
             pending.clear();
+            eagerPool.close();
         } finally {
             lock.unlock();
         }
@@ -192,6 +216,19 @@ final class LoopbackConnectionManager implements ConnectionManager {
                         it.remove();
                         p.fail(ErrorCode.PEER_LOST, "peer " + peer + " closed while " + address
                                 + " waited for tag " + p.tag, false);
+                    }
+                }
+            }
+            // A closed sender's ready-to-send messages are withdrawn: its blocked send fails (closed), and the
+            // receive that would have copied from its buffer never does.
+            for (ArrayDeque<Message> q : pending.values()) {
+                for (Iterator<Message> it = q.iterator(); it.hasNext(); ) {
+                    Message m = it.next();
+                    if (m.state == Message.READY && peer.equals(m.from)) {
+                        it.remove();
+                        m.closed = true;
+                        m.fail(ErrorCode.NETWORK, "send tag " + m.tag + " from " + peer + " to " + address
+                                + ": loopback manager " + peer + " closed");
                     }
                 }
             }
@@ -264,17 +301,27 @@ final class LoopbackConnectionManager implements ConnectionManager {
                     + to + " is closed");
         }
         long src = length == 0 ? 0 : buffer.address() + offset;
-        r.deliver(address, tag, src, length);
+        long wait = length > Connection.EAGER_LIMIT ? Math.min(rendezvousNanos, nanos(timeout)) : 0;
+        r.deliver(address, tag, src, length, wait);
     }
 
-    /** Called on the receiving manager by a sender thread. */
-    private void deliver(String from, int tag, long src, long length) {
+    /**
+     * Called on the receiving manager by a sender thread.
+     *
+     * @param wait nanoseconds to wait, ready-to-send, for a receive to take the message; 0 sends eagerly
+     */
+    private void deliver(String from, int tag, long src, long length, long wait) {
         // Fast path: a receive is already posted: copy straight into its buffer.
         Posted p;
+        Message rts = null;
         lock.lock();
         try {
             checkPeerOpen(from, tag);
             p = claim(from, tag, length);
+            if (p == null && wait > 0) {
+                rts = new Message(from, tag, length, src, lock.newCondition());
+                pending.computeIfAbsent(tag, k -> new ArrayDeque<>()).add(rts);
+            }
         } finally {
             lock.unlock();
         }
@@ -282,8 +329,12 @@ final class LoopbackConnectionManager implements ConnectionManager {
             complete(p, src, length);
             return;
         }
+        if (rts != null) {
+            rendezvous(rts, wait);
+            return;
+        }
         // Eager path: copy into an off-heap message the receive will copy out, so the send returns now.
-        Message m = new Message(from, tag, length);
+        Message m = new Message(from, tag, length, eagerPool.take(length));
         MemoryAccess.copy(src, m.address, length);
         lock.lock();
         try {
@@ -294,7 +345,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 return;
             }
         } catch (RuntimeException e) {
-            m.free();
+            m.free(eagerPool);
             throw e;
         } finally {
             lock.unlock();
@@ -302,7 +353,86 @@ final class LoopbackConnectionManager implements ConnectionManager {
         try {
             complete(p, m.address, length);
         } finally {
-            m.free();
+            m.free(eagerPool);
+        }
+    }
+
+    /**
+     * The sender's side of a queued ready-to-send message: waits until a receive has copied it out of the sender's
+     * buffer, or, after {@code wait}, copies it into an eager buffer (a receive arriving meanwhile still copies from
+     * the sender's buffer: the sender does not return before that copy is done).
+     */
+    private void rendezvous(Message m, long wait) {
+        boolean interrupted = false;
+        long eager = 0;
+        lock.lock();
+        try {
+            long start = System.nanoTime();
+            while (m.state == Message.READY || m.state == Message.CLAIMED) {
+                long left;
+                if (m.state == Message.READY) {
+                    left = wait - (System.nanoTime() - start);
+                    if (left <= 0 || interrupted) {
+                        break;
+                    }
+                } else {
+                    left = TimeUnit.MILLISECONDS.toNanos(100); // a claimed copy is a bounded memcpy
+                }
+                try {
+                    m.cond.awaitNanos(left);
+                } catch (InterruptedException e) {
+                    interrupted = true;
+                }
+            }
+            if (m.state == Message.READY) {
+                if (interrupted) {
+                    ArrayDeque<Message> q = pending.get(m.tag);
+                    if (q != null) {
+                        q.remove(m);
+                    }
+                    m.state = Message.FAILED;
+                    throw new TransportException(ErrorCode.NETWORK, "send tag " + m.tag + " from " + m.from + " to "
+                            + address + ": interrupted");
+                }
+                eager = -1; // no receive came within the wait: go eager below
+            }
+            if (m.state == Message.FAILED) {
+                throw m.failure();
+            }
+        } finally {
+            lock.unlock();
+            if (interrupted) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        if (eager == 0) {
+            return; // a receive copied it
+        }
+        long buf = eagerPool.take(m.length);
+        try {
+            MemoryAccess.copy(m.src, buf, m.length);
+        } catch (RuntimeException | Error e) {
+            eagerPool.give(buf, m.length);
+            throw e;
+        }
+        lock.lock();
+        try {
+            if (m.state == Message.READY) {
+                m.address = buf;
+                m.state = Message.EAGER; // still in the queue, in its place
+                m.cond.signalAll();
+                return;
+            }
+            // Taken (or withdrawn) while we copied: the copy is not needed; wait for the receive's own copy.
+            while (m.state == Message.CLAIMED) {
+                m.cond.awaitUninterruptibly();
+            }
+        } finally {
+            lock.unlock();
+        }
+        eagerPool.give(buf, m.length);
+        if (m.state == Message.FAILED) {
+            throw m.failure();
         }
     }
 
@@ -390,6 +520,14 @@ final class LoopbackConnectionManager implements ConnectionManager {
                     if (from == null || from.equals(x.from)) {
                         it.remove();
                         m = x;
+                        // A ready-to-send message is ours to copy from the sender's buffer: the sender waits
+                        // for it (a length mismatch consumes it and the sender's send completes).
+                        if (x.state == Message.READY) {
+                            x.state = x.length == length ? Message.CLAIMED : Message.DONE;
+                            if (x.state == Message.DONE) {
+                                x.cond.signalAll();
+                            }
+                        }
                         break;
                     }
                 }
@@ -407,6 +545,20 @@ final class LoopbackConnectionManager implements ConnectionManager {
             lock.unlock();
         }
         if (m != null) {
+            if (m.state == Message.CLAIMED) {
+                try {
+                    MemoryAccess.copy(m.src, dst, length);
+                } finally {
+                    lock.lock();
+                    try {
+                        m.state = Message.DONE;
+                        m.cond.signalAll();
+                    } finally {
+                        lock.unlock();
+                    }
+                }
+                return m.from;
+            }
             try {
                 if (m.length != length) {
                     throw new TransportException(ErrorCode.MALFORMED, what + ": message of " + m.length
@@ -415,7 +567,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 MemoryAccess.copy(m.address, dst, length);
                 return m.from;
             } finally {
-                m.free();
+                m.free(eagerPool);
             }
         }
         return await(p, remaining, what, nullOnTimeout);
@@ -473,24 +625,156 @@ final class LoopbackConnectionManager implements ConnectionManager {
         p.state = Posted.FAILED;
     }
 
-    /** A queued message: an off-heap copy of the payload. */
+    /**
+     * A queued message: an off-heap copy of the payload ({@link #EAGER}), or a ready-to-send message that points at
+     * the blocked sender's buffer ({@link #READY}, then {@link #CLAIMED} by the receive copying it, then
+     * {@link #DONE}; or {@link #EAGER} once the sender has copied it after its wait). State changes under the
+     * receiving manager's lock.
+     */
     private static final class Message {
+        static final int EAGER = 0;
+        static final int READY = 1;
+        static final int CLAIMED = 2;
+        static final int DONE = 3;
+        static final int FAILED = 4;
+
         final String from;
+        final int tag;
         final long length;
-        final long address;
+        /** The sender's bytes while it waits (ready-to-send), else 0. */
+        final long src;
+        /** Signals the waiting sender (ready-to-send only). */
+        final Condition cond;
+        /** The eager copy, or 0 (none yet, or an empty message). */
+        long address;
+        int state;
+        private ErrorCode failCode;
+        private String failure;
+        boolean closed;
         private boolean freed;
 
-        Message(String from, int tag, long length) {
+        /** An eager message whose payload is (or will be) copied to {@code address}. */
+        Message(String from, int tag, long length, long address) {
             this.from = from;
+            this.tag = tag;
             this.length = length;
-            this.address = length == 0 ? 0 : MemoryAccess.allocate(length);
+            this.src = 0;
+            this.cond = null;
+            this.address = address;
+            this.state = EAGER;
         }
 
-        void free() {
+        /** A ready-to-send message over the sender's bytes at {@code src}. */
+        Message(String from, int tag, long length, long src, Condition cond) {
+            this.from = from;
+            this.tag = tag;
+            this.length = length;
+            this.src = src;
+            this.cond = cond;
+            this.state = READY;
+        }
+
+        void fail(ErrorCode code, String why) {
+            state = FAILED;
+            failCode = code;
+            failure = why;
+            cond.signalAll();
+        }
+
+        TransportException failure() {
+            return closed ? new TransportClosedException(failure) : new TransportException(failCode, failure);
+        }
+
+        void free(EagerPool pool) {
             if (!freed && address != 0) {
-                MemoryAccess.free(address);
+                pool.give(address, length);
             }
             freed = true;
+        }
+    }
+
+    /**
+     * Eager buffers by power-of-two class (4 KiB and up; smaller ones are plain allocations), keeping at most
+     * {@code retainBytes} between messages; freed on close. Thread-safe.
+     */
+    static final class EagerPool {
+        private static final int MIN_SHIFT = 12;
+        private final long retainBytes;
+        private final ArrayDeque<Long>[] free;
+        private long retained;
+        private boolean closed;
+
+        @SuppressWarnings("unchecked")
+        EagerPool(long retainBytes) {
+            if (retainBytes < 0) {
+                throw new IllegalArgumentException("eager pool of " + retainBytes + " bytes: must be >= 0");
+            }
+            this.retainBytes = retainBytes;
+            this.free = new ArrayDeque[64];
+        }
+
+        private static int shift(long length) {
+            return Math.max(MIN_SHIFT, 64 - Long.numberOfLeadingZeros(length - 1));
+        }
+
+        /** @return a buffer of at least {@code length} bytes (0 for an empty message) */
+        long take(long length) {
+            if (length == 0) {
+                return 0;
+            }
+            if (length < (1L << MIN_SHIFT)) {
+                return MemoryAccess.allocate(length);
+            }
+            int k = shift(length);
+            synchronized (this) {
+                ArrayDeque<Long> q = free[k];
+                if (q != null && !q.isEmpty()) {
+                    retained -= 1L << k;
+                    return q.pop();
+                }
+            }
+            return MemoryAccess.allocate(1L << k);
+        }
+
+        /** Returns a buffer from {@link #take} of the same {@code length}. */
+        void give(long address, long length) {
+            if (address == 0) {
+                return;
+            }
+            if (length < (1L << MIN_SHIFT)) {
+                MemoryAccess.free(address);
+                return;
+            }
+            int k = shift(length);
+            synchronized (this) {
+                if (!closed && retained + (1L << k) <= retainBytes) {
+                    if (free[k] == null) {
+                        free[k] = new ArrayDeque<>();
+                    }
+                    free[k].push(address);
+                    retained += 1L << k;
+                    return;
+                }
+            }
+            MemoryAccess.free(address);
+        }
+
+        /** @return bytes held for reuse */
+        synchronized long retained() {
+            return retained;
+        }
+
+        /** Frees what it holds; later returns are freed at once. */
+        void close() {
+            synchronized (this) {
+                closed = true;
+                for (ArrayDeque<Long> q : free) {
+                    while (q != null && !q.isEmpty()) {
+                        MemoryAccess.free(q.pop());
+                    }
+                }
+                retained = 0;
+            }
         }
     }
 

@@ -1,0 +1,243 @@
+package dev.kvtransfer.formatter.standard;
+
+import dev.kvtransfer.api.layout.BlockDistribution;
+import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.WritePlan;
+import dev.kvtransfer.api.memory.BufferManager;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
+import dev.kvtransfer.core.cache.PagedKvCache;
+import dev.kvtransfer.core.memory.HostBufferManager;
+import dev.kvtransfer.testkit.KvPattern;
+import org.awaitility.Awaitility;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * The staging ring of staged pull parts: a receiver that scatters on helpers receives message {@code n} into ring
+ * place {@code n % 4} only once message {@code n - 4} is scattered; an inline receiver and a gathering sender reuse
+ * one place; and helpers are used only when the staged parts and their helpers fit in the cores. Every element is
+ * verified with KvPattern, and the places are read back from the session (no clock anywhere).
+ */
+class StagingRingTest {
+    private static final long REQUEST = 7;
+    private static final int BLOCKS = 10;
+
+    private final HostBufferManager memory = new HostBufferManager();
+    private final List<AutoCloseable> open = new ArrayList<>();
+    private final Map<PagedKvCache, int[]> idsOf = new IdentityHashMap<>();
+
+    @AfterEach
+    void closeAll() throws Exception {
+        for (int i = open.size() - 1; i >= 0; i--) {
+            open.get(i).close();
+        }
+        memory.close();
+    }
+
+    private static CacheState model(int tp) {
+        return CacheState.builder().uniformKvHeads(4, 4).sizePerHead(4).tokensPerBlock(4)
+                .dataType(DataType.FLOAT32).tensorParallelism(tp).build();
+    }
+
+    private PagedKvCache cache(CacheState state, int rank, boolean fill) {
+        int n = BlockDistribution.count(BLOCKS, state.contextParallelism(), state.cpRank(rank));
+        PagedKvCache c = new PagedKvCache(memory, BlockLayout.of(state, rank), n + 1);
+        open.add(c);
+        int[] ids = c.allocate(REQUEST, n);
+        idsOf.put(c, ids);
+        if (fill) {
+            KvPattern.fill(c, ids, state, rank, REQUEST, BLOCKS);
+        }
+        return c;
+    }
+
+    private StandardCacheFormatter formatter(PagedKvCache c, boolean ring, int helperCores) {
+        DefaultTransferBufferPool pool = new DefaultTransferBufferPool(memory, 0, 1, 1, true);
+        open.add(pool);
+        return new StandardCacheFormatter(c, pool, StandardCacheFormatter.DEFAULT_MIN_BOTH_DIRECT_BYTES, true,
+                StandardCacheFormatter.DEFAULT_MIN_DIRECT_ENTRY_BYTES, WritePlan.DEFAULT_STAGING_CHUNK, ring,
+                helperCores);
+    }
+
+    private int[] ids(PagedKvCache c) {
+        return idsOf.get(c);
+    }
+
+    /** What the two TP2 context ranks send to the TP1 generation rank (whole blocks, one message each). */
+    private List<List<CapturingSession.Message>> tp2Sends(CacheState ctx, CacheState gen) {
+        List<List<CapturingSession.Message>> sent = new ArrayList<>();
+        for (int r = 0; r < 2; r++) {
+            PagedKvCache c = cache(ctx, r, true);
+            CapturingSession s = new CapturingSession(REQUEST, true, ctx, r, gen, ids(c), BLOCKS, memory, null);
+            open.add(s);
+            formatter(c, true, Integer.MAX_VALUE).format(s);
+            assertThat(s.staging).as("rank %s sends its whole blocks", r).isEmpty();
+            sent.add(s.perPeer.get(0));
+        }
+        return sent;
+    }
+
+    @Test
+    void helperScatter_receivesIntoFourPlaces_andWaitsForEachToBeScattered() {
+        CacheState ctx = model(2);
+        CacheState gen = model(1);
+        List<List<CapturingSession.Message>> sent = tp2Sends(ctx, gen);
+        long row = sent.get(0).get(0).length();
+        PagedKvCache g = cache(gen, 0, false);
+        CapturingSession inner = new CapturingSession(REQUEST, false, gen, 0, ctx, ids(g), BLOCKS, memory, sent);
+        open.add(inner);
+        ScatterGate s = new ScatterGate(inner, row);
+        inner.formatterManager = s;
+        formatter(g, true, Integer.MAX_VALUE).unformat(inner);
+        KvPattern.verify(g, ids(g), gen, 0, REQUEST, BLOCKS).assertOk();
+        assertThat(inner.receivedAt).hasSize(2 * BLOCKS);
+        for (int i = 0; i < 2 * BLOCKS; i++) {
+            int n = i % BLOCKS; // peer 0's messages, then peer 1's (this session runs peers one after the other)
+            assertThat(inner.receivedAt.get(i)).as("message %s", i)
+                    .isEqualTo((n % StandardCacheFormatter.RECEIVE_RING_SLOTS) * row);
+        }
+        assertThat(s.gatedCopies).as("the helper's copies went through the gate").isPositive();
+    }
+
+    @Test
+    void withoutTheRing_everyMessageKeepsItsStreamOffset() {
+        CacheState ctx = model(2);
+        CacheState gen = model(1);
+        List<List<CapturingSession.Message>> sent = tp2Sends(ctx, gen);
+        long row = sent.get(0).get(0).length();
+        PagedKvCache g = cache(gen, 0, false);
+        CapturingSession s = new CapturingSession(REQUEST, false, gen, 0, ctx, ids(g), BLOCKS, memory, sent);
+        open.add(s);
+        formatter(g, false, Integer.MAX_VALUE).unformat(s);
+        KvPattern.verify(g, ids(g), gen, 0, REQUEST, BLOCKS).assertOk();
+        for (int i = 0; i < 2 * BLOCKS; i++) {
+            assertThat(s.receivedAt.get(i)).isEqualTo((i % BLOCKS) * row);
+        }
+    }
+
+    @Test
+    void twoStagedPartsOnTwoCores_scatterInline_intoOnePlace() {
+        CacheState ctx = model(2);
+        CacheState gen = model(1);
+        List<List<CapturingSession.Message>> sent = tp2Sends(ctx, gen);
+        PagedKvCache g = cache(gen, 0, false);
+        CapturingSession s = new CapturingSession(REQUEST, false, gen, 0, ctx, ids(g), BLOCKS, memory, sent);
+        open.add(s);
+        formatter(g, true, 2).unformat(s); // 2 parts x (receiver + helper) > 2 cores: inline
+        KvPattern.verify(g, ids(g), gen, 0, REQUEST, BLOCKS).assertOk();
+        assertThat(s.receivedAt).hasSize(2 * BLOCKS).containsOnly(0L);
+    }
+
+    @Test
+    void twoStagedPartsOnFourCores_useHelpers() {
+        CacheState ctx = model(2);
+        CacheState gen = model(1);
+        List<List<CapturingSession.Message>> sent = tp2Sends(ctx, gen);
+        long row = sent.get(0).get(0).length();
+        PagedKvCache g = cache(gen, 0, false);
+        CapturingSession s = new CapturingSession(REQUEST, false, gen, 0, ctx, ids(g), BLOCKS, memory, sent);
+        open.add(s);
+        formatter(g, true, 4).unformat(s);
+        KvPattern.verify(g, ids(g), gen, 0, REQUEST, BLOCKS).assertOk();
+        assertThat(s.receivedAt).contains(3 * row); // the ring's fourth place: a helper scattered
+    }
+
+    @Test
+    void gatheringSender_sendsEveryMessageFromOnePlace() {
+        CacheState ctx = model(1);
+        CacheState gen = model(2);
+        PagedKvCache c = cache(ctx, 0, true);
+        CapturingSession s = new CapturingSession(REQUEST, true, ctx, 0, gen, ids(c), BLOCKS, memory, null);
+        open.add(s);
+        formatter(c, true, Integer.MAX_VALUE).format(s);
+        assertThat(s.staging).as("the TP1 sender gathers each TP2 rank's heads").hasSize(2);
+        for (int p = 0; p < 2; p++) {
+            assertThat(s.perPeer.get(p)).hasSize(BLOCKS);
+            for (CapturingSession.Message m : s.perPeer.get(p)) {
+                assertThat(m.offset()).isZero();
+                assertThat(s.staging).contains(m.source());
+            }
+            // Each generation rank receives its rows straight into its blocks, every element checked.
+            PagedKvCache g = cache(gen, p, false);
+            List<List<CapturingSession.Message>> deliveries = List.of(s.perPeer.get(p));
+            CapturingSession r = new CapturingSession(REQUEST, false, gen, p, ctx, ids(g), BLOCKS, memory,
+                    deliveries);
+            open.add(r);
+            formatter(g, true, Integer.MAX_VALUE).unformat(r);
+            assertThat(r.staging).isEmpty();
+            KvPattern.verify(g, ids(g), gen, p, REQUEST, BLOCKS).assertOk();
+        }
+    }
+
+    /**
+     * A buffer manager that gates the scatter: a copy out of a staging buffer that belongs to message {@code k} of
+     * its part (counted by the bytes copied out of that buffer) waits, bounded, until the receiving thread has
+     * received messages {@code 0 .. k + 3} of that peer (or all of them): all four ring places are then full, and a
+     * receive that did not wait for its place would have overwritten message {@code k} before it is scattered.
+     */
+    private static final class ScatterGate implements BufferManager {
+        private final CapturingSession session;
+        private final BufferManager bm;
+        private final long messageBytes;
+        private final Map<MemoryBuffer, long[]> copiedOut = new IdentityHashMap<>();
+        volatile int gatedCopies;
+
+        ScatterGate(CapturingSession session, long messageBytes) {
+            this.session = session;
+            this.bm = session.bufferManager();
+            this.messageBytes = messageBytes;
+        }
+
+        @Override
+        public MemoryBuffer allocate(long bytes, MemoryKind kind) {
+            return bm.allocate(bytes, kind);
+        }
+
+        @Override
+        public void copy(MemoryBuffer src, long srcOffset, MemoryBuffer dst, long dstOffset, long bytes) {
+            gate(src, bytes);
+            bm.copy(src, srcOffset, dst, dstOffset, bytes);
+        }
+
+        @Override
+        public void synchronize() {
+            bm.synchronize();
+        }
+
+        @Override
+        public void close() {
+            // the test's manager is closed by the test
+        }
+
+        private void gate(MemoryBuffer src, long bytes) {
+            int peer;
+            long done;
+            synchronized (copiedOut) {
+                peer = session.staging.indexOf(src);
+                if (peer < 0) {
+                    return; // not a scatter out of staging
+                }
+                long[] c = copiedOut.computeIfAbsent(src, k -> new long[1]);
+                done = c[0];
+                c[0] += bytes;
+            }
+            int k = (int) (done / messageBytes);
+            int need = Math.min(k + StandardCacheFormatter.RECEIVE_RING_SLOTS, BLOCKS);
+            Awaitility.await().atMost(Duration.ofSeconds(30)).pollInterval(Duration.ofMillis(1))
+                    .until(() -> session.received(peer) >= need);
+            gatedCopies++;
+        }
+    }
+}
