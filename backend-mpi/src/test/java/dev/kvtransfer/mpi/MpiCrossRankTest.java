@@ -518,6 +518,59 @@ public class MpiCrossRankTest {
     }
 
     @Test
+    void f03_aMessageForAClosedEndpointIsCountedNotReportedAndOneForAnIdNeverOpenedIsReported() {
+        needRanks(2);
+        List<Throwable> reported = java.util.Collections.synchronizedList(new ArrayList<>());
+        ConnectionManager m = new MpiTransportProvider().create(TransportConfig.builder().name("f03").defaultTimeout(T)
+                .errorHandler(reported::add).build());
+        managers.add(m);
+        ConnectionManager gone = new MpiTransportProvider().create(TransportConfig.builder().name("f03-gone")
+                .defaultTimeout(T).errorHandler(reported::add).build());
+        List<String> addrs = exchange(m);
+        List<String> goneAddrs = exchange(gone);
+        gone.close();
+        String dropped = "mpi messages dropped (closed endpoint or queue bound)";
+        long droppedBefore = MpiRuntime.get().counterValues().get(dropped);
+        world.allgather(new long[] {0}, T); // both ranks closed theirs before anything is sent to it
+        int partner = rank() ^ 1;
+        if (partner >= size()) {
+            return;
+        }
+        int goneEndpoint = Integer.parseInt(goneAddrs.get(partner).substring(goneAddrs.get(partner).indexOf('/') + 1));
+        int neverOpened = goneEndpoint + 100_000;
+        Connection c = m.connection(addrs.get(partner));
+        HostBuffer buf = buffer(64);
+        if ((rank() & 1) == 0) {
+            // a late message of an orderly shutdown: the partner's endpoint closed after its id was issued
+            rawEnvelope(partner, goneEndpoint, b -> { }, 8);
+            Patterns.fill(buf, 0, 64, 11);
+            c.send(4_250, buf, 0, 64, T); // after it, from the same rank: processed after it
+            c.recv(4_252, buf, 0, 8, T); // the partner checked that nothing was reported
+            // an id the partner never issued, until it says it heard (reports are rate-limited per kind)
+            for (int i = 0; i < 40; i++) {
+                rawEnvelope(partner, neverOpened, b -> { }, 8);
+                try {
+                    c.recv(4_251, buf, 0, 8, Duration.ofMillis(250));
+                    return;
+                } catch (TransportException e) {
+                    assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT);
+                }
+            }
+            throw new AssertionError("rank " + partner + " never reported the message for endpoint " + neverOpened);
+        } else {
+            c.recv(4_250, buf, 0, 64, T);
+            verify(buf, 0, 64, 11, "message after the one for the closed endpoint");
+            assertThat(MpiRuntime.get().counterValues().get(dropped)).isGreaterThan(droppedBefore);
+            assertThat(reported).as("a late message for a closed endpoint is nobody's error").isEmpty();
+            c.send(4_252, buf, 0, 8, T);
+            org.awaitility.Awaitility.await().atMost(Duration.ofSeconds(10)).until(() -> !reported.isEmpty());
+            assertThat(reported.get(0).getMessage()).contains("endpoint " + neverOpened)
+                    .contains("no endpoint with that id was ever opened");
+            c.send(4_251, buf, 0, 8, T);
+        }
+    }
+
+    @Test
     void f02_theQueueBoundDropsAndReportsInsteadOfGrowing() {
         needRanks(2);
         List<Throwable> reported = java.util.Collections.synchronizedList(new ArrayList<>());

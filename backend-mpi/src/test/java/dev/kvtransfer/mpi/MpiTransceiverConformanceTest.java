@@ -13,4 +13,9 @@ public class MpiTransceiverConformanceTest extends TransceiverConformanceTest {
     protected TransportProvider provider() {
         return new MpiTransportProvider();
     }
+
+    @org.junit.jupiter.api.Test
+    void required_11_pullWithoutCoalescingMovesEveryElementInMoreMessages() {
+        pullWithoutCoalescingMovesEveryElementInMoreMessages();
+    }
 }

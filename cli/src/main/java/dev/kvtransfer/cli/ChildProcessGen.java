@@ -33,7 +33,10 @@ final class ChildProcessGen implements GenSide {
     private final Thread reader;
     private final Duration timeout;
 
-    ChildProcessGen(DemoOptions options, int blocksPerRank, Duration timeout) {
+    /**
+     * @param metricsPort the port the child serves its generation instance's meters on, 0 for none
+     */
+    ChildProcessGen(DemoOptions options, int blocksPerRank, Duration timeout, int metricsPort) {
         this.timeout = timeout;
         List<String> cmd = new ArrayList<>();
         cmd.add(Paths.get(System.getProperty("java.home"), "bin", "java").toString());
@@ -44,6 +47,9 @@ final class ChildProcessGen implements GenSide {
         cmd.add("demo-worker");
         cmd.addAll(options.toArgs());
         cmd.add("--blocks-per-rank=" + blocksPerRank);
+        if (metricsPort > 0) {
+            cmd.add("--metrics-port=" + metricsPort);
+        }
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
         try {
             process = pb.start();

@@ -125,6 +125,12 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         options.properties.putIfAbsent(dev.kvtransfer.core.TransceiverConfig.P_PARALLEL_RECEIVE, "true");
         Duration timeout = Duration.ofSeconds(options.timeoutSeconds);
         boolean child = !inProcess && !options.backend.equals("loopback");
+        // A generation instance in a child JVM serves its own meters on the next port.
+        int genMetricsPort = child && metrics.enabled() && !options.backend.equals("mpi") ? metrics.port() + 1 : 0;
+        if (genMetricsPort > 65535) {
+            throw new IllegalArgumentException("--metrics-port 65535: the generation worker's JVM serves its meters "
+                    + "on the next port; give a port below 65535");
+        }
         out.printf(Locale.ROOT, "%-18s %s%n", "auth", authLine(child || options.backend.equals("mpi")));
         if (options.backend.equals("mpi")) {
             return runMpi(ctxState, genState, window, timeout);
@@ -138,10 +144,14 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         try (HostScope hostScope = new HostScope(host);
              MetricsOptions.Scope meters = metrics.start(out);
              LocalInstance ctx = Instances.start("ctx", ctxState, options, blocksPerRank, meters.registry("ctx"));
-             GenSide gen = child ? new ChildProcessGen(options, blocksPerRank, timeout)
+             GenSide gen = child ? new ChildProcessGen(options, blocksPerRank, timeout, genMetricsPort)
                      : new GenRunner(Instances.start("gen", genState, options, blocksPerRank, meters.registry("gen")),
                              options);
              SimulatedPrefill prefill = new SimulatedPrefill(prefillMsPerLayer)) {
+            if (genMetricsPort > 0) {
+                out.printf(Locale.ROOT, "%-18s http://127.0.0.1:%d%s (the generation worker's JVM)%n", "metrics (gen)",
+                        genMetricsPort, MetricsEndpoint.PATH);
+            }
             Result result = run(ctx, gen, window, timeout, prefill);
             Result plain = null;
             if (layerwise && compare) {

@@ -9,6 +9,7 @@ import picocli.CommandLine.Option;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.io.OutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Base64;
@@ -26,12 +27,19 @@ public final class DemoWorkerCommand implements Callable<Integer> {
     @Option(names = "--blocks-per-rank", required = true, description = "KV blocks per generation rank")
     int blocksPerRank;
 
+    /** The demo passes its own {@code --metrics-port} plus one: this JVM serves the generation instance there. */
+    @Mixin
+    MetricsOptions metrics = new MetricsOptions();
+
     @Override
     public Integer call() throws IOException {
         PrintStream out = new PrintStream(System.out, true, StandardCharsets.UTF_8);
         // Nothing but protocol lines may reach stdout.
         System.setOut(System.err);
-        try (LocalInstance gen = Instances.start("gen", options.generationState(), options, blocksPerRank);
+        // The endpoint's line would go to stdout; the demo prints where it is itself.
+        try (MetricsOptions.Scope meters = metrics.start(new PrintStream(OutputStream.nullOutputStream()));
+             LocalInstance gen = Instances.start("gen", options.generationState(), options, blocksPerRank,
+                     meters.registry("gen"));
              GenRunner runner = new GenRunner(gen, options)) {
             Object lock = new Object();
             out.println(WorkerProtocol.READY);

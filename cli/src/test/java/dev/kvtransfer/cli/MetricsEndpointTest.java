@@ -410,52 +410,27 @@ class MetricsEndpointTest {
             port = probe.getLocalPort();
         }
         URI uri = URI.create("http://127.0.0.1:" + port + MetricsEndpoint.PATH);
-        ByteArrayOutputStream captured = new ByteArrayOutputStream();
-        PrintStream old = System.out;
-        java.util.concurrent.atomic.AtomicInteger exit = new java.util.concurrent.atomic.AtomicInteger(-1);
+        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> last =
+                new java.util.concurrent.atomic.AtomicReference<>();
         // Long enough to be scraped while it runs: 4 requests one at a time, each with a simulated 4 x 100 ms prefill.
-        Thread demo = new Thread(() -> exit.set(new CommandLine(new KvTransferCli()).execute("demo",
-                "--backend=loopback", "--metrics-port=" + port, "--requests=4", "--max-inflight=1", "--warmup=0",
-                "--isl=32", "--layers=4", "--kv-heads=4", "--size-per-head=8", "--tokens-per-block=16",
-                "--ctx-tp=2", "--prefill-ms-per-layer=100", "--no-copy-baseline")), "demo-under-scrape");
-        System.setOut(new PrintStream(captured, true, StandardCharsets.UTF_8));
-        Map<String, Double> seen;
-        try {
-            demo.start();
-            java.util.concurrent.atomic.AtomicReference<Map<String, Double>> last =
-                    new java.util.concurrent.atomic.AtomicReference<>();
-            await().atMost(BOUND).pollInterval(Duration.ofMillis(20)).until(() -> {
-                if (exit.get() >= 0) {
-                    return true; // ended before a scrape saw a transfer: the assertions below say so
-                }
-                try {
-                    Map<String, Double> s = samples(get(uri).body());
-                    // A transfer completed on the generation side and on both context ranks (a context rank
-                    // counts its request when its own sends end, which may come after the generation side's).
-                    if (s.keySet().stream().anyMatch(k -> k.startsWith("kvtransfer_transfers_total{")
-                            && k.contains("instance=\"gen\"") && k.contains("outcome=\"complete\"")
-                            && s.get(k) >= 1)
-                            && java.util.stream.IntStream.range(0, 2).allMatch(r -> s.keySet().stream().anyMatch(
-                                k -> k.startsWith("kvtransfer_transfers_total{") && k.contains("instance=\"ctx\"")
-                                    && k.contains("rank=\"rank-" + r + "\"") && k.contains("role=\"context\"")
-                                    && k.contains("outcome=\"complete\"") && s.get(k) >= 1))) {
-                        last.set(s);
-                        return true;
-                    }
-                } catch (ConnectException notYet) {
-                    // the demo has not bound the port yet
-                }
-                return false;
-            });
-            demo.join(BOUND.toMillis());
-            seen = last.get();
-        } finally {
-            System.setOut(old);
-        }
-        String report = captured.toString(StandardCharsets.UTF_8);
-        assertThat(exit.get()).as(report).isZero();
-        assertThat(report).contains("metrics").contains(uri.toString());
-        assertThat(seen).as("a scrape while the demo ran saw a completed transfer; demo output:%n%s", report)
+        DemoRun run = demoUnderScrape(BOUND, () -> {
+            Map<String, Double> s = samples(get(uri).body());
+            // A transfer completed on the generation side and on both context ranks (a context rank counts its
+            // request when its own sends end, which may come after the generation side's).
+            if (completedOn(s, "gen", "generation") && java.util.stream.IntStream.range(0, 2).allMatch(
+                    r -> s.keySet().stream().anyMatch(k -> k.startsWith("kvtransfer_transfers_total{")
+                            && k.contains("instance=\"ctx\"") && k.contains("rank=\"rank-" + r + "\"")
+                            && k.contains("role=\"context\"") && k.contains("outcome=\"complete\"")
+                            && s.get(k) >= 1))) {
+                last.set(s);
+                return true;
+            }
+            return false;
+        }, "--backend=loopback", "--metrics-port=" + port, "--ctx-tp=2");
+        Map<String, Double> seen = last.get();
+        assertThat(run.exit()).as(run.output()).isZero();
+        assertThat(run.output()).contains("metrics").contains(uri.toString());
+        assertThat(seen).as("a scrape while the demo ran saw a completed transfer; demo output:%n%s", run.output())
                 .isNotNull();
         for (int r = 0; r < 2; r++) {
             assertThat(sample(seen, "kvtransfer_transfers_total", "instance=\"ctx\"", "rank=\"rank-" + r + "\"",
@@ -467,5 +442,106 @@ class MetricsEndpointTest {
                 .isNotEmpty();
         // Closed with the demo.
         assertThatThrownBy(() -> get(uri)).isInstanceOf(ConnectException.class);
+    }
+
+    @Test
+    void aDemoWithTheGenerationInstanceInAChildJvmServesItsMetersOnTheNextPort() throws Exception {
+        int port = twoFreePorts();
+        URI ctxUri = URI.create("http://127.0.0.1:" + port + MetricsEndpoint.PATH);
+        URI genUri = URI.create("http://127.0.0.1:" + (port + 1) + MetricsEndpoint.PATH);
+        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> gen =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> ctx =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        DemoRun run = demoUnderScrape(Duration.ofSeconds(90), () -> {
+            Map<String, Double> g = samples(get(genUri).body());
+            Map<String, Double> c = samples(get(ctxUri).body());
+            if (completedOn(g, "gen", "generation") && completedOn(c, "ctx", "context")) {
+                gen.set(g);
+                ctx.set(c);
+                return true;
+            }
+            return false;
+        }, "--backend=aeron", "--metrics-port=" + port, "--gen-tp=2");
+        assertThat(run.exit()).as(run.output()).isZero();
+        assertThat(run.output()).contains(ctxUri.toString()).contains("metrics (gen)").contains(genUri.toString());
+        assertThat(gen.get()).as("scrapes of both JVMs while the demo ran saw a completed transfer; output:%n%s",
+                run.output()).isNotNull();
+        // Each JVM serves its own instance: the generation ranks only on the child's port, the context's on ours.
+        for (int r = 0; r < 2; r++) {
+            assertThat(sample(gen.get(), "kvtransfer_transfers_total", "instance=\"gen\"", "rank=\"rank-" + r + "\"",
+                    "role=\"generation\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
+        }
+        assertThat(buckets(gen.get(), "kvtransfer_transfer_time_seconds", "instance=\"gen\"",
+                "role=\"generation\"")).isNotEmpty();
+        assertThat(gen.get().keySet()).noneMatch(k -> k.contains("instance=\"ctx\""));
+        assertThat(ctx.get().keySet()).noneMatch(k -> k.contains("instance=\"gen\""));
+        // Both closed with the demo.
+        assertThatThrownBy(() -> get(genUri)).isInstanceOf(ConnectException.class);
+        assertThatThrownBy(() -> get(ctxUri)).isInstanceOf(ConnectException.class);
+    }
+
+    /** A demo's exit code and what it printed. */
+    private record DemoRun(int exit, String output) {
+    }
+
+    /**
+     * Runs a small demo (4 requests one at a time, each with a simulated 4 x 100 ms prefill, so it can be scraped
+     * while it runs) with {@code args} added, polling {@code seen} until it holds, the demo ends, or the bound.
+     * A refused connection counts as not yet (the demo has not bound its port).
+     */
+    private static DemoRun demoUnderScrape(Duration bound, java.util.concurrent.Callable<Boolean> seen, String... args)
+            throws InterruptedException {
+        List<String> all = new ArrayList<>(List.of("demo", "--requests=4", "--max-inflight=1", "--warmup=0",
+                "--isl=32", "--layers=4", "--kv-heads=4", "--size-per-head=8", "--tokens-per-block=16",
+                "--prefill-ms-per-layer=100", "--no-copy-baseline"));
+        all.addAll(List.of(args));
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        PrintStream old = System.out;
+        java.util.concurrent.atomic.AtomicInteger exit = new java.util.concurrent.atomic.AtomicInteger(-1);
+        Thread demo = new Thread(() -> exit.set(new CommandLine(new KvTransferCli()).execute(
+                all.toArray(String[]::new))), "demo-under-scrape");
+        System.setOut(new PrintStream(captured, true, StandardCharsets.UTF_8));
+        try {
+            demo.start();
+            await().atMost(bound).pollInterval(Duration.ofMillis(20)).until(() -> {
+                if (exit.get() >= 0) {
+                    return true; // ended before the scrapes saw it: the caller's assertions say so
+                }
+                try {
+                    return seen.call();
+                } catch (ConnectException notYet) {
+                    return false;
+                }
+            });
+            demo.join(bound.toMillis());
+        } finally {
+            System.setOut(old);
+        }
+        return new DemoRun(exit.get(), captured.toString(StandardCharsets.UTF_8));
+    }
+
+    private static boolean completedOn(Map<String, Double> s, String instance, String role) {
+        return s.keySet().stream().anyMatch(k -> k.startsWith("kvtransfer_transfers_total{")
+                && k.contains("instance=\"" + instance + "\"") && k.contains("role=\"" + role + "\"")
+                && k.contains("outcome=\"complete\"") && s.get(k) >= 1);
+    }
+
+    /** @return a port P with P and P + 1 free on loopback just now */
+    private static int twoFreePorts() throws java.io.IOException {
+        for (int i = 0; i < 50; i++) {
+            try (ServerSocket a = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+                int p = a.getLocalPort();
+                if (p >= 65535) {
+                    continue;
+                }
+                try (ServerSocket b = new ServerSocket(p + 1, 1, InetAddress.getLoopbackAddress())) {
+                    return p;
+                } catch (java.io.IOException busy) {
+                    // try another pair
+                }
+            }
+        }
+        throw new IllegalStateException("no two consecutive free loopback ports in 50 tries");
     }
 }

@@ -539,8 +539,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     /**
-     * The coalescing switch (called by the loopback and Aeron suites; not yet by MPI, whose ranks report a stray
-     * message to a closed endpoint in this test, a backend-mpi finding): with {@code kvtransfer.coalesce=false} on the requester a pull plans one message per block on both
+     * The coalescing switch (a helper each backend's suite calls as its rule 11: loopback, Aeron, MPI): with {@code kvtransfer.coalesce=false} on the requester a pull plans one message per block on both
      * sides (the requester's flag reaches the context side), moves every element exactly, and needs more messages
      * than the default, which coalesces blocks consecutive on both sides (layer-nhd pools on both sides here).
      */
