@@ -24,20 +24,29 @@ class BenchProcessPeerTest {
     private static final double CONTROL_ELEMENTS = 8192;
 
     @Test
-    void controlLevelWithTheContextInstanceInAChildJvmOverAeronIpcOnASharedDriver(@TempDir Path out)
+    void controlAndTransceiverLevelsWithTheContextInstanceInAChildJvmOverAeronIpcOnASharedDriver(@TempDir Path out)
             throws Exception {
-        BenchOutputs o = BenchOutputs.run(out, "--backend=aeron,loopback", "--level=control", "--peer=process",
-                "--control-inflight=1,4", "--control-requests=8", "--verify", "--repeat=1", "--timeout-s=60");
+        BenchOutputs o = BenchOutputs.run(out, "--backend=aeron,loopback", "--level=control,transceiver",
+                "--peer=process", "--control-inflight=1,4", "--control-requests=8", "--model=tiny", "--blocks=3",
+                "--inflight=2", "--requests=4", "--verify", "--repeat=1", "--no-memcpy", "--timeout-s=60");
         assertThat(o.exitCode).as("exit code; stderr:%n%s", o.stderr).isZero();
         o.checkConsistent(1);
         assertThat(o.stderr).contains("aeron host support: aeron media driver").contains("aeron:ipc");
         checkControlRows(o, "aeron");
+        // The transceiver level the same way: 3-block requests, every element of the 4 timed and 2 warm-up ones.
+        assertThat(o.runs("transceiver", "ours")).hasSize(1).allSatisfy(r -> {
+            assertThat(r.get("source")).contains("in a child JVM (--peer process)");
+            assertThat(BenchOutputs.num(r, "failures")).isZero();
+            assertThat(BenchOutputs.num(r, "mismatches")).isZero();
+            assertThat(BenchOutputs.num(r, "ops")).isEqualTo(4.0);
+            assertThat(BenchOutputs.num(r, "verified_elements")).isEqualTo(3 * CONTROL_ELEMENTS * 6);
+        });
         assertThat(o.runs("control", "raw")).anySatisfy(r -> {
             assertThat(r.get("backend")).isEqualTo("aeron");
             assertThat(r.get("source")).contains("aeron:ipc").contains("kvtransfer-aeron-");
         });
         assertThat(o.stderr).contains("loopback: control level ours not run: --peer process: loopback does not "
-                + "declare CROSS_PROCESS");
+                + "declare CROSS_PROCESS").contains("loopback: transceiver level ours not run");
     }
 
     @Test
