@@ -438,7 +438,7 @@ public final class CacheSender implements AutoCloseable {
             long deadline = System.nanoTime() + env.controlTimeout().toNanos();
             for (int attempt = 0; ; attempt++) {
                 try {
-                    conn.recv(Tags.INFO_TAG, buf, 0, size, Duration.ofNanos(Math.max(1, deadline - System.nanoTime())));
+                    conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(deadline - System.nanoTime()));
                     break;
                 } catch (KvTransferException e) {
                     // A message of another length is consumed by the transport: a stale or duplicated info. The
