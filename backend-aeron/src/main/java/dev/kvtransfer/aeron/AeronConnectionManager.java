@@ -183,10 +183,26 @@ public final class AeronConnectionManager implements ConnectionManager {
     @Override
     public Connection connection(String address) {
         Objects.requireNonNull(address, "address");
-        Address a = Address.parse(address);
+        Address a = parsedAddresses.get(address);
+        if (a == null) {
+            a = Address.parse(address); // throws on a bad address: nothing is remembered then
+            if (parsedAddresses.size() >= MAX_PARSED_ADDRESSES) {
+                parsedAddresses.clear();
+            }
+            parsedAddresses.put(address, a);
+        }
         ensureOpen();
         return peerFor(a).connection;
     }
+
+    /** Most parsed peer addresses remembered (then forgotten all at once): a bound, not a working-set size. */
+    private static final int MAX_PARSED_ADDRESSES = 4096;
+    /**
+     * Peer addresses as parsed ({@link Address} is immutable and parsing is a pure function of the text): the
+     * control plane looks up its counterparts' connections per request, and parsing allocated ~70 B each time.
+     */
+    private final java.util.concurrent.ConcurrentHashMap<String, Address> parsedAddresses =
+            new java.util.concurrent.ConcurrentHashMap<>();
 
     /** The live peer for an address, created when there is none (callers and the agent). */
     Peer peerFor(Address a) {

@@ -37,7 +37,9 @@ import java.util.concurrent.Callable;
  *       JVM (throughput, round-trip latency, heap per message), then the raw library on the same channel, then a
  *       single-thread memcpy of the same bytes;</li>
  *   <li><b>control</b>: one-block requests of the {@code --control-model} shape through a {@code CacheTransceiver}
- *       pair, {@code --control-inflight} in flight (control-plane latency and requests/s);</li>
+ *       pair, {@code --control-inflight} in flight (control-plane latency and requests/s); with
+ *       {@code --peer process} the context instance runs in a child JVM ({@link ContextPeer}) and, for a backend
+ *       with host support (Aeron's shared driver), both processes use it;</li>
  *   <li><b>transceiver</b>: requests of {@code --blocks} blocks of the {@code --model} shape, {@code --inflight} in
  *       flight (GB/s), each in every {@code --mode} and, with {@code --crc-compare}, with part checksums on and
  *       off; then the raw library and memcpy moving the same bytes.</li>
@@ -135,10 +137,15 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--transport-set", description = "transport property, e.g. --transport-set aeron.ipc=false")
     Map<String, String> transportProperties = new LinkedHashMap<>();
 
-    @Option(names = "--peer", description = "where the transport level's far end runs: thread (another endpoint of "
-            + "this JVM, default) or process (a child JVM with this JVM's flags; backends with CROSS_PROCESS and no "
-            + "launcher); control and transceiver levels always run in this JVM")
+    @Option(names = "--peer", description = "where the far end runs: thread (this JVM, default) or process (a child "
+            + "JVM with this JVM's flags; backends with CROSS_PROCESS and no launcher): the transport level's second "
+            + "endpoint, the control and transceiver levels' context instance")
     String peer = "thread";
+
+    @Option(names = "--host-support", negatable = true, defaultValue = "true", fallbackValue = "true",
+            description = "with --peer process, start the backend's host support (Aeron: one shared media driver, "
+                    + "so the processes talk aeron:ipc) unless the transport properties name one (default on)")
+    boolean hostSupport = true;
 
     @Option(names = "--crc-compare", description = "run every transceiver-level configuration with part checksums on "
             + "and off (same run, interleaved) and report the cost")
@@ -175,6 +182,8 @@ public final class BenchCommand implements Callable<Integer> {
     private final PrintStream progress;
     private final List<String> problems = new ArrayList<>();
     private final Map<String, String> baselineDescriptions = new LinkedHashMap<>();
+    /** Per backend, with --peer process: its host support (null: none), started once, closed at the end. */
+    private final Map<String, dev.kvtransfer.api.transport.HostSupport> hosts = new LinkedHashMap<>();
     @CommandLine.Spec
     CommandLine.Model.CommandSpec spec;
 
@@ -224,6 +233,11 @@ public final class BenchCommand implements Callable<Integer> {
             baselines.values().forEach(b -> {
                 if (b != null) {
                     b.close();
+                }
+            });
+            hosts.values().forEach(h -> {
+                if (h != null) {
+                    h.close();
                 }
             });
         }
@@ -358,19 +372,25 @@ public final class BenchCommand implements Callable<Integer> {
         if (oursSkipped != null) {
             noteOnce(backend + " ours", backend + ": " + oursSkipped);
         }
-        TransportConfig base = TransportConfig.builder().defaultTimeout(timeout).properties(transportProperties)
-                .build();
+        Map<String, String> tprops = new LinkedHashMap<>(transportProperties);
+        String processRefused = peer.equals("process") && oursSkipped == null ? processRefusal(provider) : null;
+        if (peer.equals("process") && oursSkipped == null && processRefused == null && hostSupport) {
+            dev.kvtransfer.api.transport.HostSupport h = hostSupportFor(provider);
+            if (h != null) {
+                tprops.putAll(h.properties());
+            }
+        }
+        TransportConfig base = TransportConfig.builder().defaultTimeout(timeout).properties(tprops).build();
         Baseline rawBaseline = raw ? baselines.computeIfAbsent(backend, b -> baselineFor(b, plugins, base)) : null;
         String tag = "[bench " + r + "/" + repeat + "] " + backend;
         if (levels.contains("transport")) {
             TransportBench tb = null;
-            String processRefused = peer.equals("process") && oursSkipped == null ? processRefusal(provider) : null;
             if (processRefused != null) {
                 noteOnce(backend + " peer", backend + ": transport level ours not run: " + processRefused);
             }
             if (oursSkipped == null && processRefused == null) {
                 try {
-                    tb = peer.equals("process") ? new TransportBench(provider, base, transportProperties, timeout)
+                    tb = peer.equals("process") ? new TransportBench(provider, base, tprops, timeout)
                             : new TransportBench(provider, base, timeout);
                 } catch (RuntimeException e) {
                     problem("FAILED " + backend + " transport: cannot start " + (peer.equals("process")
@@ -414,10 +434,13 @@ public final class BenchCommand implements Callable<Integer> {
         Set<String> rawDone = new HashSet<>();
         for (Config c : configs) {
             long requestBytes = (long) c.blocks() * c.ctx().tokensPerBlock() * TransceiverBench.kvBytesPerToken(c.ctx());
-            if (oursSkipped == null) {
+            if (oursSkipped == null && processRefused != null) {
+                noteOnce(backend + " peer " + c.level(), backend + ": " + c.level() + " level ours not run: "
+                        + processRefused);
+            } else if (oursSkipped == null) {
                 for (String mode : modeList) {
                     for (boolean crc : crcVariants) {
-                        runTransceiver(provider, plugins, base, c, mode, crc, r, timeout, tag, runs);
+                        runTransceiver(provider, plugins, base, tprops, c, mode, crc, r, timeout, tag, runs);
                     }
                 }
             }
@@ -446,8 +469,54 @@ public final class BenchCommand implements Callable<Integer> {
         return null;
     }
 
-    private void runTransceiver(TransportProvider provider, Plugins plugins, TransportConfig base, Config c,
-            String mode, boolean crc, int r, Duration timeout, String tag, List<Measurement> runs) {
+    private Path runSecret;
+
+    /**
+     * The secret of this run's processes (with --peer process and authentication on, unless the user gave one): a
+     * private temp file, deleted when this JVM exits.
+     */
+    private Path runSecretFile() {
+        if (runSecret == null) {
+            try {
+                Path f = Files.createTempFile("kvtransfer-bench-secret-", ".bin",
+                        java.nio.file.attribute.PosixFilePermissions.asFileAttribute(
+                                java.nio.file.attribute.PosixFilePermissions.fromString("rw-------")));
+                f.toFile().deleteOnExit();
+                byte[] secret = new byte[32];
+                new java.security.SecureRandom().nextBytes(secret);
+                Files.write(f, secret);
+                runSecret = f;
+                baselineDescriptions.put("auth", "HMAC-SHA256, secret generated for this run's processes (" + f + ")");
+            } catch (IOException e) {
+                throw new UncheckedIOException("cannot write the run's secret file", e);
+            }
+        }
+        return runSecret;
+    }
+
+    /** The backend's host support, started on first use (with --peer process), or null when it has none. */
+    private dev.kvtransfer.api.transport.HostSupport hostSupportFor(TransportProvider provider) {
+        if (hosts.containsKey(provider.name())) {
+            return hosts.get(provider.name());
+        }
+        dev.kvtransfer.api.transport.HostSupport h = null;
+        try {
+            h = provider.startHostSupport(TransportConfig.builder().name("bench-host")
+                    .properties(transportProperties).build());
+            if (h != null) {
+                baselineDescriptions.put("host_support:" + provider.name(), h.describe());
+                progress.println("kvtransfer bench: " + provider.name() + " host support: " + h.describe());
+            }
+        } catch (RuntimeException e) {
+            problem(provider.name() + ": host support did not start (the processes use their own): " + e);
+        }
+        hosts.put(provider.name(), h);
+        return h;
+    }
+
+    private void runTransceiver(TransportProvider provider, Plugins plugins, TransportConfig base,
+            Map<String, String> tprops, Config c, String mode, boolean crc, int r, Duration timeout, String tag,
+            List<Measurement> runs) {
         Map<String, String> props = new LinkedHashMap<>();
         props.put(TransceiverConfig.P_BACKEND, provider.name());
         props.put(TransceiverConfig.P_KV_TRANSFER_TIMEOUT_MS, Long.toString(timeout.toMillis()));
@@ -458,13 +527,20 @@ public final class BenchCommand implements Callable<Integer> {
                 Long.toString(Math.max(1L << 20, Math.min(1L << 30, perRank))));
         props.put(TransceiverConfig.P_PARALLEL_RECEIVE, "true");
         props.putAll(properties);
+        if (peer.equals("process") && !properties.containsKey(TransceiverConfig.P_AUTH_SECRET_FILE)
+                && !"off".equals(properties.get(TransceiverConfig.P_AUTH))) {
+            // Both processes must derive request tokens and MACs from one secret (the per-JVM default differs).
+            props.put(TransceiverConfig.P_AUTH_SECRET_FILE, runSecretFile().toString());
+        }
         props.put(TransceiverConfig.P_TRANSFER_MODE, mode);
         props.put(TransceiverConfig.P_PART_CHECKSUMS, Boolean.toString(crc));
         String what = String.format(Locale.ROOT, "%s %s %s x%d %s crc %s", tag, c.level(),
                 Sizes.label((long) c.blocks() * c.ctx().tokensPerBlock() * TransceiverBench.kvBytesPerToken(c.ctx())),
                 c.inflight(), mode, crc ? "on" : "off");
+        boolean child = peer.equals("process");
         try (TransceiverBench tb = new TransceiverBench(c.level(), provider, plugins, base,
-                TransceiverConfig.fromProperties(props), c.ctx(), c.gen(), c.blocks(), c.inflight(), timeout)) {
+                TransceiverConfig.fromProperties(props), c.ctx(), c.gen(), c.blocks(), c.inflight(), timeout,
+                child ? tprops : null, child ? props : null)) {
             int warm = Math.max(c.inflight(), roundUp(c.requests() / 10, c.inflight()));
             Measurement m = tb.run(c.requests(), warm, verify, r);
             runs.add(m);
@@ -588,6 +664,7 @@ public final class BenchCommand implements Callable<Integer> {
         m.put("verify", verify);
         m.put("crc_compare", crcCompare);
         m.put("peer", peer);
+        m.put("host_support", hostSupport);
         m.put("properties", new LinkedHashMap<>(properties));
         m.put("transport_properties", new LinkedHashMap<>(transportProperties));
         m.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));

@@ -37,6 +37,11 @@ public final class HeapMeter {
         return THREADS != null;
     }
 
+    /** @return bytes this thread allocated so far (allocates nothing), or -1 when unsupported */
+    public static long currentThreadAllocated() {
+        return THREADS == null ? -1 : THREADS.getCurrentThreadAllocatedBytes();
+    }
+
     /** Takes the starting snapshot. */
     public void start() {
         if (THREADS == null) {

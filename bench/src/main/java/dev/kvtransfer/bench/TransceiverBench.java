@@ -14,6 +14,7 @@ import dev.kvtransfer.core.plugin.Plugins;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.OptionalInt;
 import java.util.concurrent.CompletableFuture;
@@ -41,17 +42,35 @@ final class TransceiverBench implements AutoCloseable {
     private final int blocks;
     private final int inflight;
     private final Duration timeout;
+    /** The context instance in this JVM, or null when it runs in {@link #ctxPeer}. */
     private final LocalInstance ctx;
+    /** The child JVM running the context instance ({@code --peer process}), or null. */
+    private final PeerProcess ctxPeer;
+    private final CacheState ctxState;
+    private final int ctxRanks;
     private final LocalInstance gen;
     private final long requestBytes;
     private final ExecutorService sync;
     private final AtomicLong backgroundErrors = new AtomicLong();
     private volatile String firstBackgroundError = "";
+    private long peerBackgroundErrors;
+    private String peerFirstBackground = "";
     private long nextId = 1;
 
     TransceiverBench(String level, TransportProvider provider, Plugins plugins, TransportConfig base,
             TransceiverConfig config, CacheState ctxState, CacheState genState, int blocks, int inflight,
             Duration timeout) {
+        this(level, provider, plugins, base, config, ctxState, genState, blocks, inflight, timeout, null, null);
+    }
+
+    /**
+     * With {@code ctxPeerTransport} non-null the context instance runs in a child JVM ({@link ContextPeer}) started
+     * with these transport properties and {@code ctxPeerConfig} (the transceiver properties); the generation
+     * instance stays here.
+     */
+    TransceiverBench(String level, TransportProvider provider, Plugins plugins, TransportConfig base,
+            TransceiverConfig config, CacheState ctxState, CacheState genState, int blocks, int inflight,
+            Duration timeout, Map<String, String> ctxPeerTransport, Map<String, String> ctxPeerConfig) {
         this.level = Objects.requireNonNull(level, "level");
         this.provider = Objects.requireNonNull(provider, "provider");
         this.mode = config.transferMode().toString().toLowerCase(java.util.Locale.ROOT);
@@ -60,19 +79,32 @@ final class TransceiverBench implements AutoCloseable {
         this.inflight = inflight;
         this.timeout = timeout;
         int perRank = Math.multiplyExact(blocks, inflight);
+        this.ctxState = ctxState;
         LocalInstance c = null;
+        PeerProcess p = null;
         try {
-            c = start("bench-ctx", ctxState, provider, plugins, base, config, perRank);
+            if (ctxPeerTransport != null) {
+                p = PeerProcess.start(provider.name() + " context peer", PeerProcess.command(
+                        ContextPeer.class.getName(), ContextPeer.arguments(timeout, ctxState, perRank,
+                                ctxPeerTransport, ctxPeerConfig)), ContextPeer.READY_PREFIX, timeout.plusSeconds(30));
+            } else {
+                c = start("bench-ctx", ctxState, provider, plugins, base, config, perRank);
+            }
             this.ctx = c;
+            this.ctxPeer = p;
             this.gen = start("bench-gen", genState, provider, plugins, base, config, perRank);
         } catch (RuntimeException e) {
             if (c != null) {
                 c.close();
             }
+            if (p != null) {
+                p.close(Duration.ofSeconds(5));
+            }
             throw e;
         }
+        this.ctxRanks = ctx != null ? ctx.ranks() : ctxState.worldSize();
         this.requestBytes = (long) blocks * ctxState.tokensPerBlock() * kvBytesPerToken(ctxState);
-        int threads = ctx.ranks() + gen.ranks();
+        int threads = ctxRanks + gen.ranks();
         this.sync = Executors.newFixedThreadPool(threads, r -> {
             Thread t = new Thread(r, "bench-status-sync");
             t.setDaemon(true);
@@ -112,12 +144,12 @@ final class TransceiverBench implements AutoCloseable {
     }
 
     String describe() {
-        return "kvtransfer CacheTransceiver pair over " + provider.name() + " (LocalInstance ctx " + layout(ctx)
-                + " -> gen " + layout(gen) + ", " + mode + ", part checksums " + checksums + ")";
+        return "kvtransfer CacheTransceiver pair over " + provider.name() + " (LocalInstance ctx " + layout(ctxState)
+                + (ctxPeer != null ? " in a child JVM (--peer process)" : "") + " -> gen " + layout(gen.cacheState())
+                + ", " + mode + ", part checksums " + checksums + ")";
     }
 
-    private static String layout(LocalInstance i) {
-        CacheState s = i.cacheState();
+    private static String layout(CacheState s) {
         return "TP" + s.tensorParallelism() + " PP" + s.pipelineParallelism();
     }
 
@@ -137,6 +169,8 @@ final class TransceiverBench implements AutoCloseable {
         long verified;
         long mismatches;
         long failures;
+        /** Requests whose context side (in the peer JVM) did not end complete. */
+        long peerFailures;
         long pushed;
         String firstError = "";
         final Latencies latency = new Latencies();
@@ -164,6 +198,11 @@ final class TransceiverBench implements AutoCloseable {
             note = (note.isEmpty() ? "" : note + "; ") + backgroundErrors.get() + " background errors, first: "
                     + firstBackgroundError;
         }
+        if (peerBackgroundErrors > 0) {
+            note = (note.isEmpty() ? "" : note + "; ") + "context peer JVM: " + peerBackgroundErrors
+                    + " background errors, " + peerFirstBackground;
+        }
+        long peerFailed = t.peerFailures + warm.peerFailures;
         if (mode.equals("push") && t.pushed + warm.pushed < t.requests + warm.requests - t.failures - warm.failures) {
             // Push asked, but the transport or the formatter could not: those requests were pulled.
             note = (note.isEmpty() ? "" : note + "; ") + "push asked: " + (t.pushed + warm.pushed) + " of "
@@ -172,30 +211,58 @@ final class TransceiverBench implements AutoCloseable {
         return new Measurement(level, provider.name(), "ours", describe(), mode, checksums, requestBytes, blocks,
                 inflight, repeat, t.requests, t.bytes, Math.max(1, t.nanos), p.p50Us(), p.p99Us(), p.p999Us(),
                 p.maxUs(), t.allocated < 0 || t.requests == 0 ? Double.NaN : t.allocated / (double) t.requests,
-                t.verified + warm.verified, t.mismatches + warm.mismatches, t.failures + warm.failures, note);
+                t.verified + warm.verified, t.mismatches + warm.mismatches,
+                t.failures + warm.failures + peerFailed, note);
     }
 
     private void window(Totals totals, boolean verify) {
-        CacheState cs = ctx.cacheState();
+        CacheState cs = ctxState;
         int isl = blocks * cs.tokensPerBlock();
         Window w = new Window();
-        // Untimed: allocate (and fill) both sides' blocks.
+        // Untimed: allocate (and fill) both sides' blocks; a context peer also makes its requests ready.
+        List<ContextPhaseParams> peerParams = null;
+        long windowDeadline = System.nanoTime() + timeout.plusSeconds(30).toNanos();
+        if (ctxPeer != null) {
+            long first = nextId;
+            ctxPeer.send("WINDOW " + first + " " + inflight + " " + blocks + " " + (verify ? 1 : 0));
+            String line = ctxPeer.next(windowDeadline);
+            if (!line.startsWith("PARAMS")) {
+                throw new IllegalStateException("context peer: expected PARAMS, got '" + line + "'"
+                        + ctxPeer.exitSummary());
+            }
+            String[] f = line.trim().split(" ");
+            if (f.length != inflight + 1) {
+                throw new IllegalStateException("context peer: " + (f.length - 1) + " params for " + inflight
+                        + " requests");
+            }
+            peerParams = new ArrayList<>();
+            for (int i = 0; i < inflight; i++) {
+                ContextPhaseParams cp = ContextPhaseParams.fromBytes(java.util.Base64.getDecoder().decode(f[i + 1]));
+                if (cp.requestId() != first + i) {
+                    throw new IllegalStateException("context peer: params of request " + cp.requestId()
+                            + " where " + (first + i) + " was expected");
+                }
+                peerParams.add(cp);
+            }
+        }
         for (int i = 0; i < inflight; i++) {
             long id = nextId++;
             w.ids.add(id);
-            TransferRequest[] cr = new TransferRequest[ctx.ranks()];
-            for (int r = 0; r < ctx.ranks(); r++) {
-                int[] b = ctx.cache(r).allocate(id, blocks);
-                if (verify) {
-                    KvPattern.fill(ctx.cache(r), b, ctx.cacheState(r), r, id, blocks);
+            if (ctx != null) {
+                TransferRequest[] cr = new TransferRequest[ctx.ranks()];
+                for (int r = 0; r < ctx.ranks(); r++) {
+                    int[] b = ctx.cache(r).allocate(id, blocks);
+                    if (verify) {
+                        KvPattern.fill(ctx.cache(r), b, ctx.cacheState(r), r, id, blocks);
+                    }
+                    cr[r] = TransferRequest.context(id, isl, b);
                 }
-                cr[r] = TransferRequest.context(id, isl, b);
+                w.ctxRequests.add(cr);
             }
             int[][] gb = new int[gen.ranks()][];
             for (int r = 0; r < gen.ranks(); r++) {
                 gb[r] = gen.cache(r).allocate(id, blocks);
             }
-            w.ctxRequests.add(cr);
             w.genBlocks.add(gb);
         }
         // Timed: the window's transfers.
@@ -207,12 +274,17 @@ final class TransceiverBench implements AutoCloseable {
         long[] submitted = new long[inflight];
         for (int i = 0; i < inflight; i++) {
             long id = w.ids.get(i);
-            TransferRequest[] cr = w.ctxRequests.get(i);
-            for (int r = 0; r < cr.length; r++) {
-                ctx.transceiver(r).respondAndSendAsync(cr[r]);
-                ctxDone.add(cr[r].completion().toCompletableFuture());
+            ContextPhaseParams params;
+            if (ctx != null) {
+                TransferRequest[] cr = w.ctxRequests.get(i);
+                for (int r = 0; r < cr.length; r++) {
+                    ctx.transceiver(r).respondAndSendAsync(cr[r]);
+                    ctxDone.add(cr[r].completion().toCompletableFuture());
+                }
+                params = ctx.contextPhaseParams(id, 0);
+            } else {
+                params = peerParams.get(i);
             }
-            ContextPhaseParams params = ctx.contextPhaseParams(id, 0);
             TransferRequest[] gr = new TransferRequest[gen.ranks()];
             CompletableFuture<?>[] parts = new CompletableFuture<?>[gen.ranks()];
             submitted[i] = System.nanoTime();
@@ -251,6 +323,30 @@ final class TransceiverBench implements AutoCloseable {
         long nanos = Math.max(1, last - t0);
         // Untimed: status agreement, verification, release.
         statusSync();
+        if (ctxPeer != null) {
+            // The peer's side: its heap during the window, its requests' states, its background errors.
+            String line = ctxPeer.next(System.nanoTime() + timeout.plusSeconds(60).toNanos());
+            if (!line.startsWith("WDONE ")) {
+                throw new IllegalStateException("context peer: expected WDONE, got '" + line + "'"
+                        + ctxPeer.exitSummary());
+            }
+            int tab = line.indexOf('\t');
+            String[] f = (tab < 0 ? line : line.substring(0, tab)).split(" ", 5);
+            long peerHeap = Long.parseLong(f[1]);
+            allocated = allocated < 0 || peerHeap < 0 ? -1 : allocated + peerHeap;
+            int peerFailures = Integer.parseInt(f[2]);
+            long peerBackground = Long.parseLong(f[3]);
+            if (peerFailures > 0 && totals.firstError.isEmpty()) {
+                totals.firstError = f[4];
+            }
+            if (peerBackground > 0) {
+                peerBackgroundErrors = peerBackground;
+                if (tab >= 0) {
+                    peerFirstBackground = line.substring(tab + 1);
+                }
+            }
+            totals.peerFailures += peerFailures;
+        }
         for (int i = 0; i < inflight; i++) {
             long id = w.ids.get(i);
             TransferRequest[] gr = w.genRequests.get(i);
@@ -266,10 +362,12 @@ final class TransceiverBench implements AutoCloseable {
                 }
                 bytes += gr[r].kvCacheSize();
             }
-            for (TransferRequest c : w.ctxRequests.get(i)) {
-                if (c.state() != RequestState.CONTEXT_COMPLETE && totals.firstError.isEmpty()) {
-                    totals.firstError = "request " + id + " context side: " + c.state()
-                            + c.error().map(e -> " " + e.getMessage()).orElse("");
+            if (ctx != null) {
+                for (TransferRequest c : w.ctxRequests.get(i)) {
+                    if (c.state() != RequestState.CONTEXT_COMPLETE && totals.firstError.isEmpty()) {
+                        totals.firstError = "request " + id + " context side: " + c.state()
+                                + c.error().map(e -> " " + e.getMessage()).orElse("");
+                    }
                 }
             }
             if (ok) {
@@ -294,8 +392,10 @@ final class TransceiverBench implements AutoCloseable {
             } else {
                 totals.failures++;
             }
-            for (int r = 0; r < ctx.ranks(); r++) {
-                ctx.cache(r).free(id);
+            if (ctx != null) {
+                for (int r = 0; r < ctx.ranks(); r++) {
+                    ctx.cache(r).free(id);
+                }
             }
             for (int r = 0; r < gen.ranks(); r++) {
                 gen.cache(r).free(id);
@@ -309,7 +409,7 @@ final class TransceiverBench implements AutoCloseable {
     /** Runs the collective status checks on every rank of both instances at once. */
     private void statusSync() {
         List<Future<?>> fs = new ArrayList<>();
-        for (int r = 0; r < ctx.ranks(); r++) {
+        for (int r = 0; ctx != null && r < ctx.ranks(); r++) {
             int rank = r;
             fs.add(sync.submit(() -> ctx.transceiver(rank).checkContextTransferStatus(OptionalInt.empty())));
         }
@@ -324,6 +424,19 @@ final class TransceiverBench implements AutoCloseable {
             } catch (Exception e) {
                 throw new IllegalStateException("status agreement failed: " + e, e);
             }
+        }
+    }
+
+    /** Asks the peer to close its instance (which fails on leaked buffers) and checks that it said so. */
+    private void closePeer() {
+        try {
+            ctxPeer.send("QUIT");
+            String line = ctxPeer.next(System.nanoTime() + timeout.plusSeconds(30).toNanos());
+            if (!line.equals("CLOSED")) {
+                throw new IllegalStateException("context peer: expected CLOSED, got '" + line + "'");
+            }
+        } finally {
+            ctxPeer.close(Duration.ofSeconds(10));
         }
     }
 
@@ -350,7 +463,11 @@ final class TransceiverBench implements AutoCloseable {
             failure = e;
         }
         try {
-            ctx.close();
+            if (ctx != null) {
+                ctx.close();
+            } else {
+                closePeer();
+            }
         } catch (RuntimeException e) {
             if (failure == null) {
                 failure = e;

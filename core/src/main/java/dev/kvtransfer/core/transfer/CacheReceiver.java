@@ -794,7 +794,7 @@ public final class CacheReceiver implements AutoCloseable {
             throw new KvTransferException(ErrorCode.TIMEOUT, job.handle.requestId(), "deadline passed before "
                     + what, null);
         }
-        return Duration.ofNanos(left);
+        return Waits.left(left);
     }
 
     /** Stops accepting requests, cancels queued ones and interrupts the request threads; does not wait. */

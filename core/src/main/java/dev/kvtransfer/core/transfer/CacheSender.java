@@ -54,6 +54,8 @@ public final class CacheSender implements AutoCloseable {
     static final int INFO_READERS = 2;
     /** Most request headers queued per connection before that connection's further requests are dropped. */
     static final int MAX_QUEUED_PER_CONNECTION = 1024;
+    /** Most bytes of this rank's blocks a request may hold to be served on the info reader's thread. */
+    static final long INLINE_SEND_BYTES = 256 << 10;
 
     private final TransferEnv env;
     /** Reused HOST buffers of request infos and ready signals. */
@@ -61,6 +63,10 @@ public final class CacheSender implements AutoCloseable {
     private final Object lock = new Object();
     private final Map<Long, Pending> pending = new HashMap<>();
     private final AtomicInteger senderThreads = new AtomicInteger();
+    /** Requests being sent right now, on sender threads or inline on info readers (at most sendConcurrency inline). */
+    private final AtomicInteger busySenders = new AtomicInteger();
+    /** Info readers serving a request inline right now (0 or 1, {@link #serveInline}). */
+    private final AtomicInteger inlineReaders = new AtomicInteger();
     private org.agrona.concurrent.AgentRunner responder;
     private ThreadPoolExecutor senders;
     private ThreadPoolExecutor infoReaders;
@@ -432,7 +438,7 @@ public final class CacheSender implements AutoCloseable {
             long deadline = System.nanoTime() + env.controlTimeout().toNanos();
             for (int attempt = 0; ; attempt++) {
                 try {
-                    conn.recv(Tags.INFO_TAG, buf, 0, size, Duration.ofNanos(Math.max(1, deadline - System.nanoTime())));
+                    conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(deadline - System.nanoTime()));
                     break;
                 } catch (KvTransferException e) {
                     // A message of another length is consumed by the transport: a stale or duplicated info. The
@@ -488,7 +494,7 @@ public final class CacheSender implements AutoCloseable {
                     headerId)));
             throw e;
         }
-        onInfo(conn, info);
+        onInfo(conn, info, q);
     }
 
     /** @return null when the info is authentic, fresh, from the session it claims and holds the token */
@@ -530,7 +536,7 @@ public final class CacheSender implements AutoCloseable {
         return e;
     }
 
-    private void onInfo(Connection conn, RequestInfo info) {
+    private void onInfo(Connection conn, RequestInfo info, InfoQueue q) {
         long id = info.requestId();
         if (info.dataTag() < Tags.FIRST_DATA_TAG) {
             env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "request info from " + conn.peer()
@@ -647,9 +653,64 @@ public final class CacheSender implements AutoCloseable {
             failLocal.fail(failure);
         }
         sendRefusals(refusals);
-        if (dispatch != null) {
+        if (dispatch != null && !serveInline((DispatchTask) dispatch, q)) {
             submit(dispatch, dispatched);
         }
+    }
+
+    /**
+     * Serves a dispatched request on this info reader's thread instead of handing it to a sender thread (one
+     * hand-off and one wake-up fewer on a small request's path) when that cannot delay anything: the request is
+     * small ({@link #INLINE_SEND_BYTES} of this rank's blocks at most) and not layer by layer (which would wait here
+     * for the engine), no further info of this connection is queued behind it, no dispatched request waits for a
+     * sender thread, no other reader is serving one inline (so one of the {@link #INFO_READERS} always reads), and
+     * fewer than {@code sendConcurrency} requests are being sent (this one then counts as one of them). Otherwise
+     * the caller submits it as before. Infos of this connection that arrive meanwhile wait for the send (as they
+     * wait for any info of their connection being read): the same requester, a request of at most
+     * {@link #INLINE_SEND_BYTES}.
+     *
+     * @return true when it was served here
+     */
+    private boolean serveInline(DispatchTask d, InfoQueue q) {
+        TransferHandle h = d.p.local;
+        if (closing || h.layerWise() || !senders.getQueue().isEmpty()) {
+            return false;
+        }
+        // Every block of the prompt (this rank's share may be smaller): no copy of the block ids.
+        long bytes = (long) BlockDistribution.blocksFor(h.promptLength(), env.selfCache().tokensPerBlock())
+                * env.cache().layout().blockBytes();
+        if (bytes > INLINE_SEND_BYTES) {
+            return false;
+        }
+        synchronized (q) {
+            if (!q.pending.isEmpty()) {
+                return false;
+            }
+        }
+        // One reader at most serves inline: the other keeps reading every other connection's infos, so a
+        // counterpart that stalls its receive cannot hold up other counterparts' requests.
+        if (!inlineReaders.compareAndSet(0, 1)) {
+            return false;
+        }
+        int limit = env.config().sendConcurrency();
+        while (true) {
+            int busy = busySenders.get();
+            if (busy >= limit) {
+                inlineReaders.set(0);
+                return false;
+            }
+            if (busySenders.compareAndSet(busy, busy + 1)) {
+                break;
+            }
+        }
+        try {
+            env.metrics().inlineSend();
+            sendRequest(d.p);
+        } finally {
+            busySenders.decrementAndGet();
+            inlineReaders.set(0);
+        }
+        return true;
     }
 
     /** Under the lock: dispatches when locally ready and every counterpart asked. */
@@ -679,7 +740,12 @@ public final class CacheSender implements AutoCloseable {
 
         @Override
         public void run() {
-            sendRequest(p);
+            busySenders.incrementAndGet();
+            try {
+                sendRequest(p);
+            } finally {
+                busySenders.decrementAndGet();
+            }
         }
     }
 

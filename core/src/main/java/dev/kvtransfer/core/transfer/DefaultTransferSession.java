@@ -548,9 +548,9 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
             }
             try {
                 if (out) {
-                    conn.send(tag, buffer, offset + pos, n, Duration.ofNanos(left));
+                    conn.send(tag, buffer, offset + pos, n, Waits.left(left));
                 } else {
-                    conn.recv(tag, buffer, offset + pos, n, Duration.ofNanos(left));
+                    conn.recv(tag, buffer, offset + pos, n, Waits.left(left));
                 }
             } catch (KvTransferException e) {
                 throw new KvTransferException(e.code(), requestId, describe(out, peerIndex, conn, tag, n)
@@ -720,7 +720,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         if (left <= 0) {
             throw new KvTransferException(ErrorCode.TIMEOUT, requestId, "deadline passed before " + what, null);
         }
-        return Duration.ofNanos(left);
+        return Waits.left(left);
     }
 
     @Override

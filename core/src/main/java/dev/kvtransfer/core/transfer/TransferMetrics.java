@@ -38,7 +38,9 @@ import java.util.Objects;
  *   <li>{@code kvtransfer.staging.wait{direction}} ({@code kvtransfer_staging_wait_seconds}, histogram): how long
  *       an acquire of a staging slot waited when none was free; {@code kvtransfer.staging.slots.busy{direction}}
  *       and {@code kvtransfer.staging.slots{direction}} (gauges): slots held and slots in all;</li>
- *   <li>{@code kvtransfer.requests.inflight{role}} (gauge): requests accepted and not yet ended.</li>
+ *   <li>{@code kvtransfer.requests.inflight{role}} (gauge): requests accepted and not yet ended;</li>
+ *   <li>{@code kvtransfer.sender.inline} ({@code kvtransfer_sender_inline_total}): small requests a context rank's
+ *       info reader served itself instead of handing them to a sender thread.</li>
  * </ul>
  */
 public final class TransferMetrics {
@@ -59,6 +61,7 @@ public final class TransferMetrics {
     private final DistributionSummary messagesReceived;
     private final Timer timeSent;
     private final Timer timeReceived;
+    private final Counter sentInline;
     private final MeterRegistry registry;
     private final Tags base;
     private final java.util.concurrent.ConcurrentHashMap<Long, DistributionSummary> bandwidth =
@@ -96,6 +99,9 @@ public final class TransferMetrics {
         messagesReceived = messages(registry, base, "generation");
         timeSent = time(registry, base, "context");
         timeReceived = time(registry, base, "generation");
+        sentInline = Counter.builder("kvtransfer.sender.inline").tags(base)
+                .description("small requests an info reader served itself (no hand-off to a sender thread)")
+                .register(registry);
         for (dev.kvtransfer.api.format.TransferBufferPool.Direction d
                 : dev.kvtransfer.api.format.TransferBufferPool.Direction.values()) {
             stagingWaits.put(d, Timer.builder("kvtransfer.staging.wait").tags(base)
@@ -103,6 +109,11 @@ public final class TransferMetrics {
                     .description("time an acquire of a staging slot waited when none was free")
                     .publishPercentileHistogram().register(registry));
         }
+    }
+
+    /** Counts one request served on the info reader's thread. */
+    void inlineSend() {
+        sentInline.increment();
     }
 
     private static Timer time(MeterRegistry r, Tags base, String role) {

@@ -44,6 +44,27 @@ class ControlPathTest {
     }
 
     @Test
+    void waitsNeverGiveMoreThanIsLeftAndReuseTheirDurationWithinAMillisecond() {
+        long ms = 1_000_000L;
+        java.time.Duration a = Waits.left(120_000 * ms + 700_000);
+        assertThat(a).isEqualTo(java.time.Duration.ofMillis(120_000));
+        java.time.Duration b = Waits.left(120_000 * ms + 10);
+        assertThat(b).isSameAs(a); // the same millisecond: no new object
+        java.time.Duration c = Waits.left(119_999 * ms + 999_999);
+        assertThat(c).isEqualTo(java.time.Duration.ofMillis(119_999)).isNotSameAs(a);
+        Random random = new Random(7);
+        for (int i = 0; i < 10_000; i++) {
+            long left = 1 + (random.nextLong() & Long.MAX_VALUE) % (600_000 * ms);
+            java.time.Duration d = Waits.left(left);
+            assertThat(d.toNanos()).as("left %d ns", left).isLessThanOrEqualTo(left).isPositive();
+            assertThat(left - d.toNanos()).as("left %d ns", left).isLessThan(ms);
+        }
+        // Under a millisecond: exactly what is left; nothing left still waits at least 1 ns (the caller checks first).
+        assertThat(Waits.left(999_999)).isEqualTo(java.time.Duration.ofNanos(999_999));
+        assertThat(Waits.left(0)).isEqualTo(java.time.Duration.ofNanos(1));
+    }
+
+    @Test
     void controlBuffersAreReusedOnlyAfterACompleteExchangeAndAllFreedOnClose() {
         try (HostBufferManager memory = new HostBufferManager()) {
             ControlBuffers control = new ControlBuffers(memory);
