@@ -235,29 +235,8 @@ class LoopbackRendezvousTest {
         long size = 300_000 + 17;
         ConnectionManager receiver = manager("rv-many", 60_000_000);
         List<ConnectionManager> from = new ArrayList<>();
-        List<CompletableFuture<Void>> done = new ArrayList<>();
-        for (int s = 0; s < senders; s++) {
-            ConnectionManager m = manager("rv-many", 60_000_000);
-            from.add(m);
-            Connection c = m.connection(receiver.localAddress());
-            MemoryBuffer src = buffer(size);
-            int id = s;
-            CompletableFuture<Void> f = new CompletableFuture<>();
-            Thread t = new Thread(() -> {
-                try {
-                    for (int i = 0; i < perSender; i++) {
-                        fill(src, size, id * 1000L + i); // safe: the previous send has returned
-                        c.send(83, src, 0, size, LONG);
-                    }
-                    f.complete(null);
-                } catch (Throwable e) {
-                    f.completeExceptionally(e);
-                }
-            }, "rv-many-" + s);
-            threads.add(t);
-            done.add(f);
-            t.start();
-        }
+        List<CompletableFuture<Void>> done = startSenders(receiver, from, senders, "rv-many", 60_000_000, 83, perSender,
+                size);
         MemoryBuffer dst = buffer(size);
         // Interleaved, in the reverse order of the senders: each (sender, tag) stream arrives in order.
         for (int i = 0; i < perSender; i++) {
@@ -291,29 +270,7 @@ class LoopbackRendezvousTest {
         long size = 256 * 1024 + 8;
         ConnectionManager receiver = manager("rv-race", 50);
         List<ConnectionManager> from = new ArrayList<>();
-        List<CompletableFuture<Void>> done = new ArrayList<>();
-        for (int s = 0; s < senders; s++) {
-            ConnectionManager m = manager("rv-race", 50);
-            from.add(m);
-            Connection c = m.connection(receiver.localAddress());
-            MemoryBuffer src = buffer(size);
-            int id = s;
-            CompletableFuture<Void> f = new CompletableFuture<>();
-            Thread t = new Thread(() -> {
-                try {
-                    for (int i = 0; i < perSender; i++) {
-                        fill(src, size, id * 1000L + i);
-                        c.send(89, src, 0, size, LONG);
-                    }
-                    f.complete(null);
-                } catch (Throwable e) {
-                    f.completeExceptionally(e);
-                }
-            }, "rv-race-" + s);
-            threads.add(t);
-            done.add(f);
-            t.start();
-        }
+        List<CompletableFuture<Void>> done = startSenders(receiver, from, senders, "rv-race", 50, 89, perSender, size);
         MemoryBuffer dst = buffer(size);
         for (int i = 0; i < perSender; i++) {
             for (int s = 0; s < senders; s++) {
@@ -438,5 +395,39 @@ class LoopbackRendezvousTest {
                     .property(key, "-1").build())).isInstanceOf(IllegalArgumentException.class)
                     .hasMessageContaining(key);
         }
+    }
+
+    /**
+     * Starts {@code senders} managers on {@code fabric} (added to {@code from}), each on its own thread sending
+     * {@code perSender} messages of {@code size} bytes on {@code tag} to {@code receiver}, message {@code i} of
+     * sender {@code s} filled with seed {@code s * 1000 + i}; the future of each ends with its last send.
+     */
+    private List<CompletableFuture<Void>> startSenders(ConnectionManager receiver, List<ConnectionManager> from,
+                                                       int senders, String fabric, long waitMicros, int tag,
+                                                       int perSender, long size) {
+        List<CompletableFuture<Void>> done = new ArrayList<>();
+        for (int s = 0; s < senders; s++) {
+            ConnectionManager m = manager(fabric, waitMicros);
+            from.add(m);
+            Connection c = m.connection(receiver.localAddress());
+            MemoryBuffer src = buffer(size);
+            int id = s;
+            CompletableFuture<Void> f = new CompletableFuture<>();
+            Thread t = new Thread(() -> {
+                try {
+                    for (int i = 0; i < perSender; i++) {
+                        fill(src, size, id * 1000L + i); // safe: the previous send has returned
+                        c.send(tag, src, 0, size, LONG);
+                    }
+                    f.complete(null);
+                } catch (Throwable e) {
+                    f.completeExceptionally(e);
+                }
+            }, fabric + "-" + s);
+            threads.add(t);
+            done.add(f);
+            t.start();
+        }
+        return done;
     }
 }
