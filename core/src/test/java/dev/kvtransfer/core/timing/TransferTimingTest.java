@@ -78,4 +78,20 @@ class TransferTimingTest {
                 .containsExactly(TransferTiming.header(1), b.csvRow());
         assertThat(errors).isEmpty();
     }
+
+    @Test
+    void measuresGrowFromNoneAndKeepEveryPeersFigures() {
+        TransferTiming t = new TransferTiming(7, 0);
+        assertThat(t.measureCount()).isZero();
+        assertThat(t.measuredBytes()).isZero();
+        long bytes = 0;
+        for (int p = 0; p < 37; p++) { // one array for a single peer, then doubling: 1, 2, 4, ... 64 measures
+            t.measure(p, 10 + p, 20 + 2L * p, 1000L + p);
+            bytes += 1000L + p;
+            assertThat(t.measureCount()).isEqualTo(p + 1);
+            assertThat(t.measuredBytes()).isEqualTo(bytes);
+        }
+        String[] row = t.csvRow().split(",");
+        assertThat(row).hasSize(6 + 37 * 3);
+    }
 }
