@@ -18,11 +18,9 @@ import java.util.Base64;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
-import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 
@@ -212,19 +210,7 @@ public final class ContextPeer {
             throw new IllegalStateException("context requests " + first + ".." + (first + count - 1)
                     + " did not finish within " + timeout.plusSeconds(30).toSeconds() + " s");
         }
-        List<Future<?>> fs = new ArrayList<>();
-        for (int r = 0; r < ctx.ranks(); r++) {
-            int rank = r;
-            fs.add(sync.submit(() -> ctx.transceiver(rank).checkContextTransferStatus(OptionalInt.empty())));
-        }
-        long syncDeadline = System.nanoTime() + timeout.toNanos();
-        for (Future<?> f : fs) {
-            try {
-                f.get(Math.max(1, syncDeadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-            } catch (Exception e) {
-                throw new IllegalStateException("context status agreement failed: " + e, e);
-            }
-        }
+        TransceiverBench.statusAgreement(sync, ctx, null, timeout);
         int failures = 0;
         String firstError = "-";
         for (int i = 0; i < count; i++) {

@@ -408,12 +408,22 @@ final class TransceiverBench implements AutoCloseable {
 
     /** Runs the collective status checks on every rank of both instances at once. */
     private void statusSync() {
+        statusAgreement(sync, ctx, gen, timeout);
+    }
+
+    /**
+     * The collective status checks of every rank of the given instances at once (an instance that runs in
+     * another process is null here), each bounded by {@code timeout} from the start.
+     *
+     * @throws IllegalStateException naming the cause when a check fails or misses its deadline
+     */
+    static void statusAgreement(ExecutorService sync, LocalInstance ctx, LocalInstance gen, Duration timeout) {
         List<Future<?>> fs = new ArrayList<>();
         for (int r = 0; ctx != null && r < ctx.ranks(); r++) {
             int rank = r;
             fs.add(sync.submit(() -> ctx.transceiver(rank).checkContextTransferStatus(OptionalInt.empty())));
         }
-        for (int r = 0; r < gen.ranks(); r++) {
+        for (int r = 0; gen != null && r < gen.ranks(); r++) {
             int rank = r;
             fs.add(sync.submit(() -> gen.transceiver(rank).checkGenTransferStatus(OptionalInt.empty())));
         }
@@ -422,7 +432,8 @@ final class TransceiverBench implements AutoCloseable {
             try {
                 f.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
             } catch (Exception e) {
-                throw new IllegalStateException("status agreement failed: " + e, e);
+                throw new IllegalStateException((gen == null ? "context " : "") + "status agreement failed: " + e,
+                        e);
             }
         }
     }
