@@ -621,13 +621,25 @@ public final class BenchCommand implements Callable<Integer> {
         progress.println("kvtransfer bench: " + p);
     }
 
+    /** Piece and total of the CRC32C speed measured with {@code --crc-compare}: 1 MiB (L2-resident), 1 GiB. */
+    static final long CRC_PIECE = 1L << 20;
+    static final long CRC_TOTAL = 1L << 30;
+    /** CRC32C GB/s of this run ({@code --crc-compare}), or NaN. */
+    private double crc32cGbps = Double.NaN;
+
     /** With {@code --crc-compare}: per configuration, GB/s and p50 with checksums on and off, and the cost. */
     private void crcReport(List<Summary> summaries) {
+        crc32cGbps = Double.NaN;
         if (!crcCompare) {
             return;
         }
         stdout.println();
         stdout.println("part checksums (CRC32C) on vs off, same run (medians; cost = 1 - on/off GB/s):");
+        try {
+            crc32cGbps = CopyBaseline.crc32cGigabytesPerSecond(CRC_PIECE, CRC_TOTAL);
+        } catch (RuntimeException | OutOfMemoryError e) {
+            problem("crc32c baseline: " + e);
+        }
         for (Summary on : summaries) {
             Measurement f = on.first();
             if (!f.impl().equals("ours") || !f.checksums().equals("on")) {
@@ -644,6 +656,12 @@ public final class BenchCommand implements Callable<Integer> {
                             off.gbps().median(), off.p50Us().median(),
                             (1 - on.gbps().median() / off.gbps().median()) * 100,
                             on.p50Us().median() - off.p50Us().median()));
+                    if (!Double.isNaN(crc32cGbps)) {
+                        double bound = CopyBaseline.withTwoChecksumPasses(off.gbps().median(), crc32cGbps);
+                        stdout.println(String.format(Locale.ROOT, "  %-11s two CRC32C passes at %.2f GB/s on the"
+                                + " critical path bound it at %.3f GB/s (%.2f of off); measured %.2f of that bound",
+                                "", crc32cGbps, bound, bound / off.gbps().median(), on.gbps().median() / bound));
+                    }
                 }
             }
         }
@@ -663,6 +681,10 @@ public final class BenchCommand implements Callable<Integer> {
         m.put("control_model", controlModel);
         m.put("verify", verify);
         m.put("crc_compare", crcCompare);
+        if (!Double.isNaN(crc32cGbps)) {
+            m.put("crc32c_gbps", crc32cGbps);
+            m.put("crc32c_piece_bytes", CRC_PIECE);
+        }
         m.put("peer", peer);
         m.put("host_support", hostSupport);
         m.put("properties", new LinkedHashMap<>(properties));

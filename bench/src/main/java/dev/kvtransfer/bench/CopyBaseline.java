@@ -107,6 +107,58 @@ public final class CopyBaseline {
         }
     }
 
+    /**
+     * CRC32C speed over a cache-resident buffer, as the part checksum runs right after a message moved: CRC32C (the
+     * JDK's, as {@code Checksums.crc32c}) of one {@code pieceBytes} off-heap buffer, over and over until
+     * {@code totalBytes} were summed. The first pass is not timed.
+     *
+     * @param pieceBytes bytes per checksum, 1 to 1 GiB
+     * @param totalBytes bytes to sum in all, at least 1
+     * @return GB/s (1e9 bytes per second)
+     */
+    public static double crc32cGigabytesPerSecond(long pieceBytes, long totalBytes) {
+        if (pieceBytes < 1 || pieceBytes > MAX_CHUNK || totalBytes < 1) {
+            throw new IllegalArgumentException("pieceBytes = " + pieceBytes + ", totalBytes = " + totalBytes
+                    + ": both must be positive, the piece at most 1 GiB");
+        }
+        try (HostBufferManager mm = new HostBufferManager()) {
+            MemoryBuffer piece = mm.allocate(pieceBytes, MemoryKind.HOST);
+            try {
+                java.nio.ByteBuffer bb = piece.asByteBuffer();
+                java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
+                crc.update(bb.clear()); // touch it, warm the intrinsic
+                long summed = 0;
+                long start = System.nanoTime();
+                while (summed < totalBytes) {
+                    int n = (int) Math.min(pieceBytes, totalBytes - summed);
+                    crc.reset();
+                    crc.update(bb.clear().limit(n));
+                    summed += n;
+                }
+                long nanos = Math.max(1, System.nanoTime() - start);
+                if (crc.getValue() == 0x1_0000_0000L) { // never: keeps the sums live
+                    throw new AssertionError();
+                }
+                return summed / (nanos / 1e9) / 1e9;
+            } finally {
+                piece.close();
+            }
+        }
+    }
+
+    /**
+     * The highest GB/s a path can reach with part checksums on when, without them, it reaches {@code offGbps} and
+     * both sides sum every byte on the critical path (the sender after each message, the receiver before placing
+     * it): {@code 1 / (1 / off + 2 / crc)}.
+     *
+     * @param offGbps the path's GB/s with part checksums off
+     * @param crcGbps CRC32C GB/s ({@link #crc32cGigabytesPerSecond})
+     * @return GB/s
+     */
+    public static double withTwoChecksumPasses(double offGbps, double crcGbps) {
+        return 1 / (1 / offGbps + 2 / crcGbps);
+    }
+
     static String describe() {
         return "single-thread Unsafe.copyMemory between two off-heap buffers (HostBufferManager.copy)";
     }

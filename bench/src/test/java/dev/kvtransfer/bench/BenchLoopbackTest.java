@@ -68,7 +68,10 @@ class BenchLoopbackTest {
         assertThat(o.runs.stream().filter(r -> "pull".equals(r.get("mode"))))
                 .allSatisfy(r -> assertThat(r.get("note")).doesNotContain("push asked"));
         assertThat(o.runs("transceiver", "memcpy")).hasSize(2);
-        assertThat(o.stdout).contains("part checksums (CRC32C) on vs off");
+        assertThat(o.stdout).contains("part checksums (CRC32C) on vs off").contains("two CRC32C passes at");
+        @SuppressWarnings("unchecked")
+        Map<String, Object> info = (Map<String, Object>) o.json.get("run");
+        assertThat(((Number) info.get("crc32c_gbps")).doubleValue()).isPositive();
         // Ratio to memcpy is known for every ours configuration.
         assertThat(o.summary.stream().filter(s -> s.get("impl").equals("ours")))
                 .allSatisfy(s -> assertThat(BenchOutputs.num(s, "ratio_to_memcpy_median")).isPositive());

@@ -124,6 +124,14 @@ class UnitsTest {
     }
 
     @Test
+    void crc32cBaselineAndTheBoundOfTwoChecksumPasses() {
+        assertThat(CopyBaseline.crc32cGigabytesPerSecond(1 << 16, 3L << 20)).isPositive();
+        assertThatThrownBy(() -> CopyBaseline.crc32cGigabytesPerSecond(0, 1)).hasMessageContaining("pieceBytes = 0");
+        // 6 GB/s without checksums, CRC32C at 12 GB/s on both sides: 1 / (1/6 + 2/12) = 3 GB/s.
+        assertThat(CopyBaseline.withTwoChecksumPasses(6, 12)).isEqualTo(3.0, org.assertj.core.api.Assertions.within(1e-9));
+    }
+
+    @Test
     void transportCheckFindsAFlippedByteInTheTailAndAStaleMessage() {
         try (dev.kvtransfer.core.memory.HostBufferManager mm = new dev.kvtransfer.core.memory.HostBufferManager()) {
             dev.kvtransfer.api.memory.MemoryBuffer b = mm.allocate(1003, dev.kvtransfer.api.memory.MemoryKind.HOST);
