@@ -133,6 +133,10 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         }
         out.printf(Locale.ROOT, "%-18s %s%n", "auth", authLine(child || options.backend.equals("mpi")));
         if (options.backend.equals("mpi")) {
+            if (layerwise) {
+                throw new IllegalArgumentException("--layerwise is not supported with --backend=mpi: its ranks hand "
+                        + "each request over whole, after the simulated prefill (--prefill-ms-per-layer)");
+            }
             return runMpi(ctxState, genState, window, timeout);
         }
 
@@ -280,8 +284,24 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         args.add("--requests=" + requests);
         args.add("--isl=" + isl);
         args.add("--window=" + window);
+        int worldSize = ctxState.worldSize() + genState.worldSize();
+        if (metrics.enabled()) {
+            if (metrics.port() + worldSize - 1 > 65535) {
+                throw new IllegalArgumentException("--metrics-port " + metrics.port() + ": the " + worldSize
+                        + " MPI ranks serve their meters on ports " + metrics.port() + ".." + (metrics.port()
+                        + worldSize - 1) + "; give a port of at most " + (65536 - worldSize));
+            }
+            args.add("--metrics-port=" + metrics.port());
+            out.printf(Locale.ROOT, "%-18s http://127.0.0.1:%d%s .. port %d (world rank r serves its instance's "
+                    + "meters on %d + r; context ranks first)%n", "metrics (mpi)", metrics.port(), MetricsEndpoint.PATH,
+                    metrics.port() + worldSize - 1, metrics.port());
+            out.flush();
+        }
+        if (prefillMsPerLayer > 0) {
+            args.add("--prefill-ms-per-layer=" + prefillMsPerLayer);
+        }
         List<String> cmd = rankLauncher(dev.kvtransfer.core.plugin.Plugins.discover().transport("mpi"))
-                .command(ctxState.worldSize() + genState.worldSize(),
+                .command(worldSize,
                         ChildJvms.javaCommand(KvTransferCli.class.getName(), args));
         try {
             Process p = new ProcessBuilder(cmd).inheritIO().start();

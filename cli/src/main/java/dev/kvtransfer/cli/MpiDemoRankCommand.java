@@ -51,6 +51,14 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
     @Option(names = "--window", required = true)
     int window;
 
+    /** The demo's {@code --metrics-port P}: world rank {@code r} serves its instance's meters on {@code P + r}. */
+    @Option(names = "--metrics-port")
+    int metricsPort;
+
+    /** The demo's simulated prefill: a context rank hands a request over once its layers "finished". */
+    @Option(names = "--prefill-ms-per-layer")
+    double prefillMsPerLayer;
+
     @Override
     public Integer call() throws Exception {
         CacheState ctxState = options.contextState();
@@ -94,14 +102,19 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
         long checked = 0;
         long mismatches = 0;
         String firstProblem = "";
-        try (HostBufferManager mm = new HostBufferManager();
+        try (MetricsEndpoint endpoint = metricsPort > 0 ? MetricsEndpoint.start(metricsPort + world) : null;
+             SimulatedPrefill prefill = new SimulatedPrefill(prefillMsPerLayer);
+             HostBufferManager mm = new HostBufferManager();
              PagedKvCache cache = PagedKvCache.of(mm, mine, rank, blocksPerRank)) {
+            io.micrometer.core.instrument.MeterRegistry meters = endpoint != null
+                    ? endpoint.instanceRegistry(isCtx ? "ctx" : "gen")
+                    : new io.micrometer.core.instrument.simple.SimpleMeterRegistry();
             dev.kvtransfer.api.ErrorHandler errors =
                     e -> System.err.println("kvtransfer[mpi " + world + "]: " + e.getMessage());
             // The one assembly: journal queue <dir>/<ctx|gen>-rank-<r>, timing, metrics as for every entry point.
             try (CacheTransceiver t = RankAssembly.of(config).rank(isCtx ? "ctx" : "gen", mine, rank, myComm)
                     .connections(cm).memory(cache, mm).groups(ctxStatus, genStatus).plugins(plugins)
-                    .observability(errors, new io.micrometer.core.instrument.simple.SimpleMeterRegistry()).build()) {
+                    .observability(errors, meters).build()) {
                 for (int start = 0; start < requests; start += window) {
                     int end = Math.min(requests, start + window);
                     List<TransferRequest> mineReqs = new ArrayList<>();
@@ -143,7 +156,10 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                     List<Long> submitted = new ArrayList<>();
                     for (TransferRequest r : mineReqs) {
                         submitted.add(System.nanoTime());
-                        if (isCtx) {
+                        if (isCtx && prefillMsPerLayer > 0) {
+                            // Handed over when the simulated prefill of the whole request ended, as in the demo.
+                            prefill.start(ctxState, List.of(r), List.of(rank), x -> t, false, t0);
+                        } else if (isCtx) {
                             t.respondAndSendAsync(r);
                         } else {
                             t.requestAndReceiveAsync(r);

@@ -53,6 +53,18 @@ class CliErrorsTest {
     }
 
     @Test
+    void anMpiDemoRefusesLayerwiseAndAMetricsPortItsRanksCannotAllUse() {
+        String[] r = run("demo", "--backend=mpi", "--layerwise", "--prefill-ms-per-layer=1");
+        assertThat(r[0]).isEqualTo("1");
+        assertThat(r[2].lines()).singleElement().asString()
+                .startsWith("kvtransfer: --layerwise is not supported with --backend=mpi");
+        r = run("demo", "--backend=mpi", "--ctx-tp=2", "--metrics-port=65534");
+        assertThat(r[0]).isEqualTo("1");
+        assertThat(r[2].lines()).singleElement().asString()
+                .contains("the 3 MPI ranks serve their meters on ports 65534..65536; give a port of at most 65533");
+    }
+
+    @Test
     void verbosePrintsTheStackTraceToo() {
         String[] r = run("--verbose", "demo", "--backend=nosuch", "--warmup=0");
         assertThat(r[0]).isEqualTo("1");

@@ -481,6 +481,45 @@ class MetricsEndpointTest {
         assertThatThrownBy(() -> get(ctxUri)).isInstanceOf(ConnectException.class);
     }
 
+    @Test
+    void mpiRanksServeTheirInstancesMetersOnConsecutivePorts() throws Exception {
+        dev.kvtransfer.api.transport.TransportProvider mpi =
+                dev.kvtransfer.core.plugin.Plugins.discover().transport("mpi");
+        org.junit.jupiter.api.Assumptions.assumeTrue(mpi.isAvailable(),
+                () -> "SKIPPED: transport mpi unavailable here: " + mpi.unavailabilityCause());
+        int port = twoFreePorts();
+        URI ctxUri = URI.create("http://127.0.0.1:" + port + MetricsEndpoint.PATH);
+        URI genUri = URI.create("http://127.0.0.1:" + (port + 1) + MetricsEndpoint.PATH);
+        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> gen =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> ctx =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        // One context and one generation rank under mpirun: world rank 0 on P, world rank 1 on P + 1.
+        DemoRun run = demoUnderScrape(Duration.ofSeconds(120), () -> {
+            Map<String, Double> c = samples(get(ctxUri).body());
+            Map<String, Double> g = samples(get(genUri).body());
+            if (completedOn(g, "gen", "generation") && completedOn(c, "ctx", "context")) {
+                gen.set(g);
+                ctx.set(c);
+                return true;
+            }
+            return false;
+        }, "--backend=mpi", "--metrics-port=" + port);
+        assertThat(run.exit()).as(run.output()).isZero();
+        assertThat(run.output()).contains("metrics (mpi)").contains(ctxUri.toString());
+        assertThat(gen.get()).as("scrapes of both ranks while the demo ran saw a completed transfer; output:%n%s",
+                run.output()).isNotNull();
+        assertThat(sample(gen.get(), "kvtransfer_transfers_total", "instance=\"gen\"", "rank=\"rank-0\"",
+                "role=\"generation\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
+        assertThat(sample(ctx.get(), "kvtransfer_transfers_total", "instance=\"ctx\"", "rank=\"rank-0\"",
+                "role=\"context\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
+        assertThat(gen.get().keySet()).noneMatch(k -> k.contains("instance=\"ctx\""));
+        assertThat(ctx.get().keySet()).noneMatch(k -> k.contains("instance=\"gen\""));
+        // Both closed with their ranks.
+        assertThatThrownBy(() -> get(genUri)).isInstanceOf(ConnectException.class);
+        assertThatThrownBy(() -> get(ctxUri)).isInstanceOf(ConnectException.class);
+    }
+
     /** A demo's exit code and what it printed. */
     private record DemoRun(int exit, String output) {
     }
