@@ -430,9 +430,11 @@ public final class CacheSender implements AutoCloseable {
     }
 
     private void readInfo(Connection conn, InfoQueue q, long headerId, int size) {
-        int mac = env.auth().macBytes();
-        byte[] bytes;
-        byte[] claimed;
+        ControlAuth auth = env.auth();
+        int mac = auth.macBytes();
+        RequestInfo info = null;
+        MalformedMessageException malformed = null;
+        boolean macOk = false;
         try (ControlBuffers.Lease lease = control.acquire(size)) {
             MemoryBuffer buf = lease.buffer();
             long deadline = System.nanoTime() + env.controlTimeout().toNanos();
@@ -451,22 +453,24 @@ public final class CacheSender implements AutoCloseable {
                             + Texts.peer(conn.peer()) + ": " + e.getMessage(), e));
                 }
             }
+            // Decoded and authenticated where it was received (no copy of the message or of its MAC); the lease
+            // is reusable once the receive completed, whatever the bytes were.
             ByteBuffer bb = lease.bytes();
-            bytes = new byte[size - mac];
-            bb.get(0, bytes);
-            claimed = new byte[mac];
-            bb.get(size - mac, claimed);
+            try {
+                info = RequestInfo.fromBytes(bb, 0, size - mac);
+                macOk = auth.infoMacValid(bb, 0, size - mac, CacheReceiver.utf8(env.connections().localAddress()),
+                        size - mac);
+            } catch (MalformedMessageException e) {
+                malformed = e;
+            }
             lease.reusable();
         } catch (KvTransferException e) {
             throw new KvTransferException(e.code(), headerId, "rank " + env.selfIndex() + ": the info of request "
                     + headerId + " announced by " + Texts.peer(conn.peer()) + " did not arrive: " + e.getMessage(), e);
         }
-        RequestInfo info;
-        try {
-            info = RequestInfo.fromBytes(bytes);
-        } catch (MalformedMessageException e) {
+        if (malformed != null) {
             throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
-                    + ": bad request info from " + Texts.peer(conn.peer()) + ": " + e.getMessage(), e);
+                    + ": bad request info from " + Texts.peer(conn.peer()) + ": " + malformed.getMessage(), malformed);
         }
         if (info.requestId() != headerId) {
             // Infos arrive in the order their headers were sent: the announced request's info was lost and this
@@ -481,7 +485,7 @@ public final class CacheSender implements AutoCloseable {
             }
             headerId = info.requestId();
         }
-        String refused = authenticate(conn, info, bytes, claimed);
+        String refused = authenticate(conn, info, macOk);
         if (refused == REPLAYED) {
             // A duplicate of an info already served (a replay, or the network duplicated it): the genuine asker
             // is being served, so nothing is sent back.
@@ -498,13 +502,12 @@ public final class CacheSender implements AutoCloseable {
     }
 
     /** @return null when the info is authentic, fresh, from the session it claims and holds the token */
-    private String authenticate(Connection conn, RequestInfo info, byte[] bytes, byte[] claimed) {
+    private String authenticate(Connection conn, RequestInfo info, boolean macOk) {
         ControlAuth auth = env.auth();
         if (!auth.enabled()) {
             return null;
         }
-        if (!auth.macValid(auth.mac("INFO", bytes, CacheReceiver.utf8(env.connections().localAddress())),
-                claimed)) {
+        if (!macOk) {
             return "request info failed authentication (forged, altered, meant for another rank, or a different "
                     + "deployment secret: set kvtransfer.authSecretFile to the same file on every rank)";
         }
@@ -516,11 +519,11 @@ public final class CacheSender implements AutoCloseable {
                     + (self >= 0 && self < addresses.size() ? Texts.peer(addresses.get(self)) : "?")
                     + " but the connection is from " + Texts.peer(conn.peer());
         }
-        String stale = auth.checkFresh(info.nonce(), info.timestampMillis());
+        String stale = auth.checkFresh(info);
         if (stale != null) {
             return stale.startsWith("nonce already used") ? REPLAYED : stale;
         }
-        if (!auth.tokenValid(info.requestId(), info.requestToken())) {
+        if (!auth.tokenValid(info.requestId(), info)) {
             return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
                     + "with CacheTransceiver.contextPhaseParams)";
         }
@@ -838,10 +841,8 @@ public final class CacheSender implements AutoCloseable {
                 bb.putInt(CacheReceiver.READY_HEADER + 4 * i, ok && ids != null && i < ids.length ? ids[i] : 0);
             }
             if (mac > 0) {
-                byte[] body = new byte[len - mac];
-                bb.get(0, body);
-                bb.put(len - mac, CacheReceiver.readyMac(auth, info.requestId(), info.dataTag(), info.nonce(),
-                        env.connections().localAddress(), conn.peer(), body));
+                auth.readyMacInto(bb, len - mac, info, CacheReceiver.utf8(env.connections().localAddress()),
+                        CacheReceiver.utf8(conn.peer()));
             }
             conn.send(info.dataTag(), buf, 0, len, timeout);
             lease.reusable();
