@@ -196,6 +196,50 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         return blockIds.length;
     }
 
+    /**
+     * A request info that takes the given arrays over instead of copying them (the generation side builds one per
+     * request from arrays it just made for it): the caller must not modify or hand out {@code lastBlockKey},
+     * {@code reusedBlockHashes}, {@code blockIds}, {@code requestToken} or {@code nonce} afterwards. Otherwise the
+     * same as the canonical constructor, checks included.
+     *
+     * @param requestId         context request id
+     * @param indexFromEnd      blocks minus one
+     * @param lastBlockKey      last block key (taken over)
+     * @param requesterState    the requester's state
+     * @param dataTag           payload tag
+     * @param chunkBytes        chunk size or 0
+     * @param reusedBlocks      reused leading blocks
+     * @param reusedBlockHashes their hashes (taken over)
+     * @param blockIds          requester's block ids (taken over)
+     * @param requestToken      token or empty (taken over)
+     * @param nonce             nonce or empty (taken over)
+     * @param timestampMillis   send time
+     * @param flags             transfer options
+     * @param blocksPerRegion   requester's blocks per region
+     * @param grants            push grants or empty
+     * @return the request info
+     */
+    public static RequestInfo ofOwnedArrays(long requestId, int indexFromEnd, long[] lastBlockKey,
+                                            TransceiverState requesterState, int dataTag, long chunkBytes,
+                                            int reusedBlocks, long[] reusedBlockHashes, int[] blockIds,
+                                            byte[] requestToken, byte[] nonce, long timestampMillis, int flags,
+                                            int blocksPerRegion,
+                                            java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants) {
+        Object[] fresh = FRESH.get();
+        fresh[0] = lastBlockKey;
+        fresh[1] = reusedBlockHashes;
+        fresh[2] = blockIds;
+        fresh[3] = requestToken;
+        fresh[4] = nonce;
+        try {
+            return new RequestInfo(requestId, indexFromEnd, lastBlockKey, requesterState, dataTag, chunkBytes,
+                    reusedBlocks, reusedBlockHashes, blockIds, requestToken, nonce, timestampMillis, flags,
+                    blocksPerRegion, grants);
+        } finally {
+            java.util.Arrays.fill(fresh, null);
+        }
+    }
+
     /** @return whether a pull may coalesce blocks consecutive on both sides (no {@link #FLAG_NO_COALESCE}) */
     public boolean coalesce() {
         return (flags & FLAG_NO_COALESCE) == 0;
@@ -278,6 +322,116 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     }
 
     /**
+     * The exact length of {@link #toBytes()}'s message, for {@link #writeMessage}.
+     *
+     * @return bytes
+     */
+    public int messageSize() {
+        byte[] state = stateBytes();
+        long size = 6L + 1 + 8 + 4 + 4 + 8L * lastBlockKey.length + state.length + 4 + 8 + 4 + 4
+                + 8L * reusedBlockHashes.length + 4 + 4L * blockIds.length + 4 + requestToken.length + 4 + nonce.length
+                + 8 + 4 + 4 + 4;
+        if (!grants.isEmpty()) {
+            return toBytes().length; // rare (push): measured the long way
+        }
+        return Math.toIntExact(size);
+    }
+
+    /** The requester state's cached encoding (made and remembered once per state instance). */
+    private byte[] stateBytes() {
+        byte[] state = StateCodecCache.encoded(requesterState);
+        if (state == null) {
+            WireWriter w = WireWriter.raw();
+            requesterState.writeTo(w); // encodes once and remembers it
+            state = StateCodecCache.encoded(requesterState);
+            if (state == null) {
+                state = w.toByteArray();
+            }
+        }
+        return state;
+    }
+
+    /**
+     * Writes the same bytes as {@link #toBytes()} into a buffer at an offset, without a message array or its copy
+     * (the control plane writes a request info straight into the buffer it sends). The buffer's position, limit and
+     * byte order do not matter and are not changed.
+     *
+     * @param dst the buffer, with at least {@link #messageSize()} bytes from {@code at}
+     * @param at  where the message starts
+     * @return the bytes written ({@link #messageSize()})
+     * @throws IndexOutOfBoundsException when the message does not fit
+     */
+    public int writeMessage(java.nio.ByteBuffer dst, int at) {
+        Objects.requireNonNull(dst, "dst");
+        if (!grants.isEmpty()) {
+            byte[] b = toBytes();
+            dst.put(at, b);
+            return b.length;
+        }
+        int size = messageSize();
+        Objects.checkFromIndexSize(at, size, dst.limit());
+        java.nio.ByteBuffer b = dst.order() == java.nio.ByteOrder.LITTLE_ENDIAN ? dst
+                : dst.duplicate().order(java.nio.ByteOrder.LITTLE_ENDIAN); // absolute puts only: dst is not moved
+        byte[] state = stateBytes();
+        int p = at;
+        b.putInt(p, WireWriter.MAGIC);
+        p += 4;
+        b.putShort(p, (short) WireWriter.FORMAT_VERSION);
+        p += 2;
+        b.put(p++, (byte) WIRE_TAG);
+        b.putLong(p, requestId);
+        p += 8;
+        b.putInt(p, indexFromEnd);
+        p += 4;
+        p = putLongs(b, p, lastBlockKey);
+        b.put(p, state);
+        p += state.length;
+        b.putInt(p, dataTag);
+        p += 4;
+        b.putLong(p, chunkBytes);
+        p += 8;
+        b.putInt(p, reusedBlocks);
+        p += 4;
+        p = putLongs(b, p, reusedBlockHashes);
+        b.putInt(p, blockIds.length);
+        p += 4;
+        for (int id : blockIds) {
+            b.putInt(p, id);
+            p += 4;
+        }
+        b.putInt(p, requestToken.length);
+        p += 4;
+        b.put(p, requestToken);
+        p += requestToken.length;
+        b.putInt(p, nonce.length);
+        p += 4;
+        b.put(p, nonce);
+        p += nonce.length;
+        b.putLong(p, timestampMillis);
+        p += 8;
+        b.putInt(p, flags);
+        p += 4;
+        b.putInt(p, blocksPerRegion);
+        p += 4;
+        b.putInt(p, 0); // no grants
+        p += 4;
+        if (p - at != size) {
+            throw new IllegalStateException("request info encoded " + (p - at) + " bytes, expected " + size);
+        }
+        return size;
+    }
+
+    private static int putLongs(java.nio.ByteBuffer b, int p, long[] values) {
+        b.putInt(p, values.length);
+        p += 4;
+        for (long v : values) {
+            b.putLong(p, v);
+            p += 8;
+        }
+        return p;
+    }
+
+    /**
      * Decodes a whole message written by {@link #toBytes()}.
      *
      * @param bytes the message
@@ -295,7 +449,8 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * Decodes a whole message written by {@link #toBytes()} that lies in a buffer (e.g. where a transport received
      * it), without copying it out first.
      *
-     * @param bytes  the buffer (its position and limit are not changed)
+     * @param bytes  the buffer (its position and limit are the same after the call; not for a buffer other threads
+     *               use at the same time)
      * @param from   where the message starts
      * @param length its length
      * @return the request info
@@ -303,8 +458,17 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      */
     public static RequestInfo fromBytes(java.nio.ByteBuffer bytes, int from, int length) {
         Objects.requireNonNull(bytes, "bytes");
-        Objects.checkFromIndexSize(from, length, bytes.limit());
-        WireReader r = WireReader.message(bytes.duplicate().limit(from + length).position(from));
+        Objects.checkFromIndexSize(from, length, bytes.capacity());
+        // The reader takes a slice of [position, limit): set both for the call and put them back (no duplicate).
+        int position = bytes.position();
+        int limit = bytes.limit();
+        WireReader r;
+        try {
+            bytes.limit(from + length).position(from);
+            r = WireReader.message(bytes);
+        } finally {
+            bytes.limit(limit).position(position);
+        }
         RequestInfo info = readFrom(r);
         r.expectEnd("RequestInfo");
         return info;
@@ -333,8 +497,8 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         w.writeInt(flags);
         w.writeInt(blocksPerRegion);
         w.writeInt(grants.size());
-        for (var g : grants) {
-            g.writeTo(w);
+        for (int i = 0; i < grants.size(); i++) { // indexed: no iterator for the usual empty list
+            grants.get(i).writeTo(w);
         }
     }
 

@@ -87,6 +87,29 @@ class RequestInfoNoCopyTest {
     }
 
     @Test
+    void writingIntoABufferGivesTheBytesOfToBytes() {
+        Random r = new Random(21);
+        for (int round = 0; round < 300; round++) {
+            RequestInfo info = random(r);
+            byte[] bytes = info.toBytes();
+            assertThat(info.messageSize()).isEqualTo(bytes.length);
+            int at = r.nextInt(30);
+            ByteBuffer bb = (round % 2 == 0 ? ByteBuffer.allocate(bytes.length + 64)
+                    : ByteBuffer.allocateDirect(bytes.length + 64));
+            bb.order(round % 3 == 0 ? java.nio.ByteOrder.BIG_ENDIAN : java.nio.ByteOrder.LITTLE_ENDIAN);
+            bb.position(5);
+            assertThat(info.writeMessage(bb, at)).isEqualTo(bytes.length);
+            assertThat(bb.position()).isEqualTo(5);
+            byte[] written = new byte[bytes.length];
+            bb.get(at, written);
+            assertThat(written).isEqualTo(bytes);
+            assertThat(RequestInfo.fromBytes(bb, at, bytes.length)).isEqualTo(info);
+            ByteBuffer small = ByteBuffer.allocate(bytes.length - 1);
+            assertThatThrownBy(() -> info.writeMessage(small, 0)).isInstanceOf(IndexOutOfBoundsException.class);
+        }
+    }
+
+    @Test
     void decodedArraysAreNeverSharedWithCallers() {
         RequestInfo info = random(new Random(9));
         RequestInfo back = RequestInfo.fromBytes(info.toBytes());
@@ -104,6 +127,20 @@ class RequestInfoNoCopyTest {
                 new byte[0], 0, 0, 1, List.of());
         mine[0] = 99;
         assertThat(made.blockIds()).containsExactly(1, 2);
+        // Handed over on purpose: the same content as the copying constructor, and checked the same way.
+        int[] owned = {1, 2};
+        RequestInfo taken = RequestInfo.ofOwnedArrays(1, 1, new long[0], state(), 4096, 0, 0, new long[0], owned,
+                new byte[0], new byte[0], 0, 0, 1, List.of());
+        assertThat(taken).isEqualTo(new RequestInfo(1, 1, new long[0], state(), 4096, 0, 0, new long[0],
+                new int[] {1, 2}, new byte[0], new byte[0], 0, 0, 1, List.of()));
+        assertThatThrownBy(() -> RequestInfo.ofOwnedArrays(1, 1, new long[0], state(), 4096, 0, 0, new long[0],
+                owned, new byte[3], new byte[0], 0, 0, 1, List.of())).isInstanceOf(IllegalArgumentException.class);
+        // The next construction by copy is not affected by a failed hand-over.
+        int[] again = {5, 6};
+        RequestInfo copied = new RequestInfo(1, 1, new long[0], state(), 4096, 0, 0, new long[0], again,
+                new byte[0], new byte[0], 0, 0, 1, List.of());
+        again[0] = 0;
+        assertThat(copied.blockIds()).containsExactly(5, 6);
     }
 
     @Test

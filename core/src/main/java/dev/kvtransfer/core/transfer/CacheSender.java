@@ -21,7 +21,6 @@ import dev.kvtransfer.core.timing.TransferTiming;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -61,7 +60,9 @@ public final class CacheSender implements AutoCloseable {
     /** Reused HOST buffers of request infos and ready signals. */
     private final ControlBuffers control;
     private final Object lock = new Object();
-    private final Map<Long, Pending> pending = new HashMap<>();
+    // A primitive-keyed map (no boxed id, no node per request; its iterators are reused): used under lock only.
+    private final org.agrona.collections.Long2ObjectHashMap<Pending> pending =
+            new org.agrona.collections.Long2ObjectHashMap<>();
     private final AtomicInteger senderThreads = new AtomicInteger();
     /** Requests being sent right now, on sender threads or inline on info readers (at most sendConcurrency inline). */
     private final AtomicInteger busySenders = new AtomicInteger();
@@ -325,7 +326,8 @@ public final class CacheSender implements AutoCloseable {
 
     /** The headers of one connection whose infos are still to read, read in order by one reader at a time. */
     private static final class InfoQueue {
-        final java.util.ArrayDeque<long[]> pending = new java.util.ArrayDeque<>();
+        /** (request id, info bytes) of each header whose info is still to read, oldest first. */
+        final LongPairQueue pending = new LongPairQueue();
         /** Request ids of the last headers accepted: a duplicated header (a network artifact) is ignored. */
         final long[] recent = new long[64];
         int recentNext;
@@ -336,7 +338,7 @@ public final class CacheSender implements AutoCloseable {
 
         /** Takes over a later request's queued header whose info arrived in place of a lost one. */
         void adopt(long id) {
-            if (!pending.removeIf(p -> p[0] == id)) {
+            if (!pending.removeFirstValue(id)) {
                 adopted[adoptedNext] = id;
                 adoptedNext = (adoptedNext + 1) % adopted.length;
             }
@@ -388,7 +390,7 @@ public final class CacheSender implements AutoCloseable {
                         + "request " + id + " dropped", null));
                 return;
             }
-            q.pending.add(new long[] {id, size});
+            q.pending.add(id, size);
             q.remember(id);
             start = !q.reading;
             q.reading = true;
@@ -408,22 +410,25 @@ public final class CacheSender implements AutoCloseable {
     /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
     private void drain(Connection conn, InfoQueue q) {
         while (true) {
-            long[] next;
+            long nextId;
+            long nextSize;
             synchronized (q) {
-                next = q.pending.poll();
-                if (next == null || closing) {
+                if (q.pending.isEmpty() || closing) {
                     q.reading = false;
                     q.pending.clear();
                     return;
                 }
+                nextId = q.pending.firstA();
+                nextSize = q.pending.firstB();
+                q.pending.removeFirst();
             }
             try {
-                readInfo(conn, q, next[0], (int) next[1]);
+                readInfo(conn, q, nextId, (int) nextSize);
             } catch (TransportClosedException e) {
                 return;
             } catch (RuntimeException e) {
                 env.metrics().error(e instanceof KvTransferException ? e
-                        : new KvTransferException(ErrorCode.INTERNAL, next[0], "reading request info from "
+                        : new KvTransferException(ErrorCode.INTERNAL, nextId, "reading request info from "
                         + Texts.peer(conn.peer()) + ": " + e, e));
             }
         }
@@ -764,10 +769,15 @@ public final class CacheSender implements AutoCloseable {
 
     private void expire() {
         long now = System.nanoTime();
-        List<Refusal> refusals = new ArrayList<>();
-        List<TransferHandle> failed = new ArrayList<>();
-        List<KvTransferException> errors = new ArrayList<>();
+        // Called on every responder tick: nothing is allocated unless something expired (the lists are made then),
+        // and the pending map is walked only when it holds something.
+        List<Refusal> refusals = null;
+        List<TransferHandle> failed = null;
+        List<KvTransferException> errors = null;
         synchronized (lock) {
+            if (pending.isEmpty()) {
+                return;
+            }
             for (Iterator<Pending> it = pending.values().iterator(); it.hasNext(); ) {
                 Pending p = it.next();
                 if (now - p.deadlineNanos < 0) {
@@ -776,6 +786,11 @@ public final class CacheSender implements AutoCloseable {
                 it.remove();
                 if (p.refusalCode != null) {
                     continue;
+                }
+                if (refusals == null) {
+                    refusals = new ArrayList<>();
+                    failed = new ArrayList<>();
+                    errors = new ArrayList<>();
                 }
                 long ms = env.config().kvTransferTimeout().toMillis();
                 String reason;
@@ -793,6 +808,9 @@ public final class CacheSender implements AutoCloseable {
                     refusals.add(new Refusal(a.conn, a.info, ErrorCode.TIMEOUT, reason, p.requestId));
                 }
             }
+        }
+        if (refusals == null) {
+            return;
         }
         for (int i = 0; i < failed.size(); i++) {
             failed.get(i).fail(errors.get(i));
@@ -942,7 +960,7 @@ public final class CacheSender implements AutoCloseable {
             p.timing.postprocess(System.nanoTime());
             long bytes = session.movedBytes();
             int messages = session.messageCount();
-            long[] perPeer = session.peerBytes();
+            long[] perPeer = session.peerBytesAfterClose(); // the session moves nothing more: no copy
             List<Integer> peers = session.targets().peerRanks();
             session.close();
             h.recordMessages(messages, session.isPush());

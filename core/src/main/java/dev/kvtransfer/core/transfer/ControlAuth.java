@@ -138,9 +138,24 @@ public final class ControlAuth {
             return new byte[0];
         }
         byte[] n = new byte[NONCE_BYTES];
-        random.nextBytes(n);
+        NoncePool pool = noncePool.get();
+        if (pool.at == pool.bytes.length) {
+            random.nextBytes(pool.bytes); // the JDK's PRNG makes an array per call: one per 32 nonces, not per nonce
+            pool.at = 0;
+        }
+        System.arraycopy(pool.bytes, pool.at, n, 0, NONCE_BYTES);
+        java.util.Arrays.fill(pool.bytes, pool.at, pool.at + NONCE_BYTES, (byte) 0); // handed out once, not kept
+        pool.at += NONCE_BYTES;
         return n;
     }
+
+    /** Per thread, random bytes drawn ahead from the {@code SecureRandom}, each run of 16 handed out once. */
+    private static final class NoncePool {
+        final byte[] bytes = new byte[32 * NONCE_BYTES];
+        int at = bytes.length;
+    }
+
+    private final ThreadLocal<NoncePool> noncePool = ThreadLocal.withInitial(NoncePool::new);
 
     /** @return a random int (data tags) */
     int randomInt() {
