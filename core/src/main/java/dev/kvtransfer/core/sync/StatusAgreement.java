@@ -21,7 +21,8 @@ public final class StatusAgreement {
     /**
      * Context side: the ids finished on <em>every</em> member; then, while fewer than {@code atLeast} are
      * selected, unfinished pending ids in insertion order. Without {@code atLeast} ("block all") every pending
-     * id is selected.
+     * id is selected: the result is then an unmodifiable view of {@code pendingInOrder} (no copy), so the caller
+     * does not change that list while it uses the selection.
      *
      * @param pendingInOrder this rank's pending ids, oldest first
      * @param finishedPerMember every member's finished ids (this rank's included)
@@ -31,7 +32,7 @@ public final class StatusAgreement {
     public static List<Long> selectContext(List<Long> pendingInOrder, List<long[]> finishedPerMember,
                                            OptionalInt atLeast) {
         if (atLeast.isEmpty()) {
-            return List.copyOf(pendingInOrder);
+            return java.util.Collections.unmodifiableList(pendingInOrder); // a view: no copy per status check
         }
         Set<Long> selected = new LinkedHashSet<>(finishedOnAll(pendingInOrder, finishedPerMember));
         for (Long id : pendingInOrder) {
@@ -46,7 +47,8 @@ public final class StatusAgreement {
     /**
      * Generation side: pending ids ordered by how many members finished them (most first, ties in insertion
      * order) taken until {@code atLeast}; then pending ids in insertion order until {@code atLeast}; then every
-     * id finished on every member. Without {@code atLeast} every pending id is selected.
+     * id finished on every member. Without {@code atLeast} every pending id is selected (an unmodifiable view of
+     * {@code pendingInOrder}, as for {@link #selectContext}).
      *
      * @param pendingInOrder    this rank's pending ids, oldest first
      * @param finishedPerMember every member's finished ids
@@ -56,7 +58,7 @@ public final class StatusAgreement {
     public static List<Long> selectGeneration(List<Long> pendingInOrder, List<long[]> finishedPerMember,
                                               OptionalInt atLeast) {
         if (atLeast.isEmpty()) {
-            return List.copyOf(pendingInOrder);
+            return java.util.Collections.unmodifiableList(pendingInOrder); // a view: no copy per status check
         }
         int want = atLeast.getAsInt();
         Map<Long, Integer> freq = frequencies(finishedPerMember);

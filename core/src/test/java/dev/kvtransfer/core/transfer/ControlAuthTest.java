@@ -146,8 +146,8 @@ class ControlAuthTest {
         assertThat(auth.checkFresh(again.nonce(), again.timestampMillis())).isNull();
         assertThat(auth.checkFresh(again)).startsWith("nonce already used");
         RequestInfo stale = new RequestInfo(45, 0, new long[0], info.requesterState(), 4096, 0, 0, new long[0],
-                new int[] {5}, auth.token(45), auth.nonce(), System.currentTimeMillis() - 10 * ControlAuth.WINDOW_MILLIS,
-                0, 1, List.of());
+                new int[] {5}, auth.token(45), auth.nonce(),
+                System.currentTimeMillis() - 10 * ControlAuth.WINDOW_MILLIS, 0, 1, List.of());
         assertThat(auth.checkFresh(stale)).contains("stale");
         RequestInfo noNonce = new RequestInfo(46, 0, new long[0], info.requesterState(), 4096, 0, 0, new long[0],
                 new int[] {5}, auth.token(46), new byte[0], System.currentTimeMillis(), 0, 1, List.of());

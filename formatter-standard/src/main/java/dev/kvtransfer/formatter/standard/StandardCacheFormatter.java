@@ -245,10 +245,16 @@ public final class StandardCacheFormatter implements CacheFormatter {
         // direct: the messages stay the plan's (the peer cannot know our memory), each copied through staging.
         boolean poolOk = session.transportAccepts(poolKind);
         // Peers that get the same staged bytes (duplicated heads on their side) share one gather.
-        int[][] groups = sharedStaging(active, plans, poolOk);
-        int[] reps = new int[groups.length];
-        for (int i = 0; i < reps.length; i++) {
-            reps[i] = groups[i][0];
+        // One peer (the common case): one group of itself, without the grouping's arrays.
+        int[][] groups = active.length == 1 ? new int[][] {active} : sharedStaging(active, plans, poolOk);
+        int[] reps;
+        if (groups.length == active.length) {
+            reps = active; // every peer its own group, in order: the representatives are the active peers
+        } else {
+            reps = new int[groups.length];
+            for (int i = 0; i < reps.length; i++) {
+                reps[i] = groups[i][0];
+            }
         }
         MemoryBuffer[] staging = staging(session, reps, plans, t.size(), poolOk);
         int[][] membersOf = new int[t.size()][];
