@@ -9,8 +9,6 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.security.SecureRandom;
 import java.util.Arrays;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * Authentication of the control plane with the deployment's shared secret (HMAC-SHA256 from the JDK): MACs over
@@ -43,8 +41,7 @@ public final class ControlAuth {
     private final ThreadLocal<Hmac> macs;
     private final ThreadLocal<Hmac> tokens;
     private final SecureRandom random = new SecureRandom();
-    private final Map<Nonce, Long> seen = new ConcurrentHashMap<>();
-    private volatile long nextPurge;
+    private final ReplayWindow seen = new ReplayWindow();
 
     private ControlAuth(byte[] secret) {
         if (secret == null) {
@@ -358,20 +355,11 @@ public final class ControlAuth {
         if (!hasNonce) {
             return "no nonce";
         }
-        purge(now);
+        seen.purge(now);
         if (seen.size() >= MAX_NONCES) {
             return "too many requests within the replay window (" + MAX_NONCES + ")";
         }
-        Long before = seen.putIfAbsent(new Nonce(high, low), now + WINDOW_MILLIS);
-        return before == null ? null : "nonce already used: a replayed message";
-    }
-
-    private void purge(long now) {
-        if (now < nextPurge) {
-            return;
-        }
-        nextPurge = now + 1_000;
-        seen.values().removeIf(expiry -> expiry < now);
+        return seen.addIfAbsent(high, low, now + WINDOW_MILLIS) ? null : "nonce already used: a replayed message";
     }
 
     private static void update(MessageDigest m, byte[] b) {
@@ -489,10 +477,6 @@ public final class ControlAuth {
                 throw new IllegalStateException("SHA-256 digest", e);
             }
         }
-    }
-
-    /** A nonce seen in the replay window: its 16 bytes as two longs (a smaller key than its hex string). */
-    private record Nonce(long high, long low) {
     }
 
     private static long longAt(byte[] b, int at) {
