@@ -44,6 +44,26 @@ public record BlockLayout(int localLayers, int kvFactor, int localHeads, int tok
      * @return the layout
      */
     public static BlockLayout of(CacheState state, int rank) {
+        // Remembered per (state instance, rank): states are immutable and the control plane asks for the same few
+        // (its own and its peers', decoded once) on every request. 64 direct-mapped entries; a miss computes.
+        int slot = (System.identityHashCode(state) * 31 + rank) & (OF_SLOTS - 1);
+        Of e = OF[slot];
+        if (e != null && e.state == state && e.rank == rank) {
+            return e.layout;
+        }
+        BlockLayout l = compute(state, rank);
+        OF[slot] = new Of(state, rank, l);
+        return l;
+    }
+
+    private static final int OF_SLOTS = 64;
+    // Entries are immutable: unsynchronized slots are safe to share (a racing reader sees a whole entry or another).
+    private static final Of[] OF = new Of[OF_SLOTS];
+
+    private record Of(CacheState state, int rank, BlockLayout layout) {
+    }
+
+    private static BlockLayout compute(CacheState state, int rank) {
         return new BlockLayout(state.layerCount(state.ppRank(rank)), state.kvFactor(), state.kvHeadsPerRank(),
                 state.tokensPerBlock(), state.sizePerHead(), state.dataType().bytes());
     }

@@ -68,8 +68,22 @@ public final class PoolGeometry {
      * @throws IllegalArgumentException for {@code blocksPerRegion < 1} or a rope part not below the head size
      */
     public static PoolGeometry of(BlockLayout block, PoolLayout pool, int blocksPerRegion) {
-        return new PoolGeometry(block, pool, blocksPerRegion);
+        // Remembered per (layout instance, pool instance, blocks per region): geometries are immutable and every
+        // request's plan asks for the same few. 64 direct-mapped entries; a miss (or an invalid argument) computes.
+        int slot = ((System.identityHashCode(block) * 31 + System.identityHashCode(pool)) * 31 + blocksPerRegion)
+                & (OF_SLOTS - 1);
+        PoolGeometry e = OF[slot];
+        if (e != null && e.block == block && e.pool == pool && e.blocksPerRegion == blocksPerRegion) {
+            return e;
+        }
+        PoolGeometry g = new PoolGeometry(block, pool, blocksPerRegion);
+        OF[slot] = g;
+        return g;
     }
+
+    private static final int OF_SLOTS = 64;
+    // Geometries are immutable (final fields): unsynchronized slots are safe to share between threads.
+    private static final PoolGeometry[] OF = new PoolGeometry[OF_SLOTS];
 
     /** @return the block layout (logical content of a block) */
     public BlockLayout blockLayout() {

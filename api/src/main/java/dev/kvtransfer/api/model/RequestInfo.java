@@ -74,7 +74,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      */
     public RequestInfo {
         Objects.requireNonNull(grants, "grants");
-        grants = java.util.List.copyOf(grants);
+        grants = grants.isEmpty() ? java.util.List.of() : java.util.List.copyOf(grants);
         if (blocksPerRegion < 1) {
             throw new IllegalArgumentException("blocksPerRegion = " + blocksPerRegion + ": must be >= 1");
         }
@@ -84,11 +84,14 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         Objects.requireNonNull(blockIds, "blockIds");
         Objects.requireNonNull(requestToken, "requestToken");
         Objects.requireNonNull(nonce, "nonce");
-        lastBlockKey = lastBlockKey.clone();
-        reusedBlockHashes = reusedBlockHashes.clone();
-        blockIds = blockIds.clone();
-        requestToken = requestToken.clone();
-        nonce = nonce.clone();
+        // Arrays decoded by readFrom are fresh and only this record holds them: taken over, not copied again.
+        Object[] fresh = FRESH.get();
+        lastBlockKey = fresh[0] == lastBlockKey ? lastBlockKey : copy(lastBlockKey);
+        reusedBlockHashes = fresh[1] == reusedBlockHashes ? reusedBlockHashes : copy(reusedBlockHashes);
+        blockIds = fresh[2] == blockIds ? blockIds : copy(blockIds);
+        requestToken = fresh[3] == requestToken ? requestToken : copy(requestToken);
+        nonce = fresh[4] == nonce ? nonce : copy(nonce);
+        java.util.Arrays.fill(fresh, null);
         if (indexFromEnd < -1) {
             throw new IllegalArgumentException("indexFromEnd = " + indexFromEnd + ": must be >= -1");
         }
@@ -116,6 +119,124 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         }
         if ((flags & ~KNOWN_FLAGS) != 0) {
             throw new IllegalArgumentException("flags = " + flags + ": unknown bits");
+        }
+    }
+
+    private static final long[] NO_LONGS = new long[0];
+    private static final int[] NO_INTS = new int[0];
+    private static final byte[] NO_BYTES = new byte[0];
+    /**
+     * Per thread, the arrays {@link #readFrom} just decoded for the record it is constructing (lastBlockKey,
+     * reusedBlockHashes, blockIds, requestToken, nonce): the constructor takes those over instead of copying them,
+     * and clears the slots. Any other array (a caller's) is copied as before.
+     */
+    private static final ThreadLocal<Object[]> FRESH = ThreadLocal.withInitial(() -> new Object[5]);
+
+    // Empty arrays are immutable: one shared instance instead of a copy.
+    private static long[] copy(long[] a) {
+        return a.length == 0 ? NO_LONGS : a.clone();
+    }
+
+    private static int[] copy(int[] a) {
+        return a.length == 0 ? NO_INTS : a.clone();
+    }
+
+    private static byte[] copy(byte[] a) {
+        return a.length == 0 ? NO_BYTES : a.clone();
+    }
+
+    /** @return the nonce's length (0 or {@link #NONCE_BYTES}), without a copy of it */
+    public int nonceLength() {
+        return nonce.length;
+    }
+
+    /**
+     * @param i index in {@code [0, nonceLength())}
+     * @return that byte of the nonce, without a copy of it
+     */
+    public byte nonceAt(int i) {
+        return nonce[i];
+    }
+
+    /**
+     * @param at byte offset in {@code [0, nonceLength() - 8]}
+     * @return the little-endian long at that offset of the nonce, without a copy of it
+     */
+    public long nonceLong(int at) {
+        Objects.checkFromIndexSize(at, 8, nonce.length);
+        long v = 0;
+        for (int i = 0; i < 8; i++) {
+            v |= (nonce[at + i] & 0xFFL) << (8 * i);
+        }
+        return v;
+    }
+
+    /**
+     * Compares the request token with the given bytes in constant time (for equal lengths), without a copy.
+     *
+     * @param expected the bytes
+     * @param from     where they start
+     * @param length   how many
+     * @return whether the token is exactly those bytes
+     */
+    public boolean requestTokenMatches(byte[] expected, int from, int length) {
+        Objects.checkFromIndexSize(from, length, expected.length);
+        if (requestToken.length != length) {
+            return false;
+        }
+        int diff = 0;
+        for (int i = 0; i < length; i++) {
+            diff |= requestToken[i] ^ expected[from + i];
+        }
+        return diff == 0;
+    }
+
+    /** @return the number of the requester's block ids, without a copy of them */
+    public int blockIdCount() {
+        return blockIds.length;
+    }
+
+    /**
+     * A request info that takes the given arrays over instead of copying them (the generation side builds one per
+     * request from arrays it just made for it): the caller must not modify or hand out {@code lastBlockKey},
+     * {@code reusedBlockHashes}, {@code blockIds}, {@code requestToken} or {@code nonce} afterwards. Otherwise the
+     * same as the canonical constructor, checks included.
+     *
+     * @param requestId         context request id
+     * @param indexFromEnd      blocks minus one
+     * @param lastBlockKey      last block key (taken over)
+     * @param requesterState    the requester's state
+     * @param dataTag           payload tag
+     * @param chunkBytes        chunk size or 0
+     * @param reusedBlocks      reused leading blocks
+     * @param reusedBlockHashes their hashes (taken over)
+     * @param blockIds          requester's block ids (taken over)
+     * @param requestToken      token or empty (taken over)
+     * @param nonce             nonce or empty (taken over)
+     * @param timestampMillis   send time
+     * @param flags             transfer options
+     * @param blocksPerRegion   requester's blocks per region
+     * @param grants            push grants or empty
+     * @return the request info
+     */
+    public static RequestInfo ofOwnedArrays(long requestId, int indexFromEnd, long[] lastBlockKey,
+                                            TransceiverState requesterState, int dataTag, long chunkBytes,
+                                            int reusedBlocks, long[] reusedBlockHashes, int[] blockIds,
+                                            byte[] requestToken, byte[] nonce, long timestampMillis, int flags,
+                                            int blocksPerRegion,
+                                            java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants) {
+        Object[] fresh = FRESH.get();
+        fresh[0] = lastBlockKey;
+        fresh[1] = reusedBlockHashes;
+        fresh[2] = blockIds;
+        fresh[3] = requestToken;
+        fresh[4] = nonce;
+        try {
+            return new RequestInfo(requestId, indexFromEnd, lastBlockKey, requesterState, dataTag, chunkBytes,
+                    reusedBlocks, reusedBlockHashes, blockIds, requestToken, nonce, timestampMillis, flags,
+                    blocksPerRegion, grants);
+        } finally {
+            java.util.Arrays.fill(fresh, null);
         }
     }
 
@@ -157,31 +278,31 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      */
     @Override
     public long[] lastBlockKey() {
-        return lastBlockKey.clone();
+        return copy(lastBlockKey);
     }
 
     /** @return a copy of the reused blocks' hashes */
     @Override
     public long[] reusedBlockHashes() {
-        return reusedBlockHashes.clone();
+        return copy(reusedBlockHashes);
     }
 
     /** @return a copy of the requester's block ids */
     @Override
     public int[] blockIds() {
-        return blockIds.clone();
+        return copy(blockIds);
     }
 
     /** @return a copy of the request token */
     @Override
     public byte[] requestToken() {
-        return requestToken.clone();
+        return copy(requestToken);
     }
 
     /** @return a copy of the nonce */
     @Override
     public byte[] nonce() {
-        return nonce.clone();
+        return copy(nonce);
     }
 
     /**
@@ -201,6 +322,116 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     }
 
     /**
+     * The exact length of {@link #toBytes()}'s message, for {@link #writeMessage}.
+     *
+     * @return bytes
+     */
+    public int messageSize() {
+        byte[] state = stateBytes();
+        long size = 6L + 1 + 8 + 4 + 4 + 8L * lastBlockKey.length + state.length + 4 + 8 + 4 + 4
+                + 8L * reusedBlockHashes.length + 4 + 4L * blockIds.length + 4 + requestToken.length + 4 + nonce.length
+                + 8 + 4 + 4 + 4;
+        if (!grants.isEmpty()) {
+            return toBytes().length; // rare (push): measured the long way
+        }
+        return Math.toIntExact(size);
+    }
+
+    /** The requester state's cached encoding (made and remembered once per state instance). */
+    private byte[] stateBytes() {
+        byte[] state = StateCodecCache.encoded(requesterState);
+        if (state == null) {
+            WireWriter w = WireWriter.raw();
+            requesterState.writeTo(w); // encodes once and remembers it
+            state = StateCodecCache.encoded(requesterState);
+            if (state == null) {
+                state = w.toByteArray();
+            }
+        }
+        return state;
+    }
+
+    /**
+     * Writes the same bytes as {@link #toBytes()} into a buffer at an offset, without a message array or its copy
+     * (the control plane writes a request info straight into the buffer it sends). The buffer's position, limit and
+     * byte order do not matter and are not changed.
+     *
+     * @param dst the buffer, with at least {@link #messageSize()} bytes from {@code at}
+     * @param at  where the message starts
+     * @return the bytes written ({@link #messageSize()})
+     * @throws IndexOutOfBoundsException when the message does not fit
+     */
+    public int writeMessage(java.nio.ByteBuffer dst, int at) {
+        Objects.requireNonNull(dst, "dst");
+        if (!grants.isEmpty()) {
+            byte[] b = toBytes();
+            dst.put(at, b);
+            return b.length;
+        }
+        int size = messageSize();
+        Objects.checkFromIndexSize(at, size, dst.limit());
+        java.nio.ByteBuffer b = dst.order() == java.nio.ByteOrder.LITTLE_ENDIAN ? dst
+                : dst.duplicate().order(java.nio.ByteOrder.LITTLE_ENDIAN); // absolute puts only: dst is not moved
+        byte[] state = stateBytes();
+        int p = at;
+        b.putInt(p, WireWriter.MAGIC);
+        p += 4;
+        b.putShort(p, (short) WireWriter.FORMAT_VERSION);
+        p += 2;
+        b.put(p++, (byte) WIRE_TAG);
+        b.putLong(p, requestId);
+        p += 8;
+        b.putInt(p, indexFromEnd);
+        p += 4;
+        p = putLongs(b, p, lastBlockKey);
+        b.put(p, state);
+        p += state.length;
+        b.putInt(p, dataTag);
+        p += 4;
+        b.putLong(p, chunkBytes);
+        p += 8;
+        b.putInt(p, reusedBlocks);
+        p += 4;
+        p = putLongs(b, p, reusedBlockHashes);
+        b.putInt(p, blockIds.length);
+        p += 4;
+        for (int id : blockIds) {
+            b.putInt(p, id);
+            p += 4;
+        }
+        b.putInt(p, requestToken.length);
+        p += 4;
+        b.put(p, requestToken);
+        p += requestToken.length;
+        b.putInt(p, nonce.length);
+        p += 4;
+        b.put(p, nonce);
+        p += nonce.length;
+        b.putLong(p, timestampMillis);
+        p += 8;
+        b.putInt(p, flags);
+        p += 4;
+        b.putInt(p, blocksPerRegion);
+        p += 4;
+        b.putInt(p, 0); // no grants
+        p += 4;
+        if (p - at != size) {
+            throw new IllegalStateException("request info encoded " + (p - at) + " bytes, expected " + size);
+        }
+        return size;
+    }
+
+    private static int putLongs(java.nio.ByteBuffer b, int p, long[] values) {
+        b.putInt(p, values.length);
+        p += 4;
+        for (long v : values) {
+            b.putLong(p, v);
+            p += 8;
+        }
+        return p;
+    }
+
+    /**
      * Decodes a whole message written by {@link #toBytes()}.
      *
      * @param bytes the message
@@ -209,6 +440,35 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      */
     public static RequestInfo fromBytes(byte[] bytes) {
         WireReader r = WireReader.message(bytes);
+        RequestInfo info = readFrom(r);
+        r.expectEnd("RequestInfo");
+        return info;
+    }
+
+    /**
+     * Decodes a whole message written by {@link #toBytes()} that lies in a buffer (e.g. where a transport received
+     * it), without copying it out first.
+     *
+     * @param bytes  the buffer (its position and limit are the same after the call; not for a buffer other threads
+     *               use at the same time)
+     * @param from   where the message starts
+     * @param length its length
+     * @return the request info
+     * @throws MalformedMessageException on any bad byte, including trailing bytes
+     */
+    public static RequestInfo fromBytes(java.nio.ByteBuffer bytes, int from, int length) {
+        Objects.requireNonNull(bytes, "bytes");
+        Objects.checkFromIndexSize(from, length, bytes.capacity());
+        // The reader takes a slice of [position, limit): set both for the call and put them back (no duplicate).
+        int position = bytes.position();
+        int limit = bytes.limit();
+        WireReader r;
+        try {
+            bytes.limit(from + length).position(from);
+            r = WireReader.message(bytes);
+        } finally {
+            bytes.limit(limit).position(position);
+        }
         RequestInfo info = readFrom(r);
         r.expectEnd("RequestInfo");
         return info;
@@ -237,8 +497,8 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         w.writeInt(flags);
         w.writeInt(blocksPerRegion);
         w.writeInt(grants.size());
-        for (var g : grants) {
-            g.writeTo(w);
+        for (int i = 0; i < grants.size(); i++) { // indexed: no iterator for the usual empty list
+            grants.get(i).writeTo(w);
         }
     }
 
@@ -257,7 +517,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         }
         long id = r.readLong("requestId");
         int indexFromEnd = r.readInt("indexFromEnd", -1, Integer.MAX_VALUE);
-        long[] key = r.readLongArray("lastBlockKey");
+        long[] key = readLongs(r, "lastBlockKey", "lastBlockKey count");
         TransceiverState state = TransceiverState.readFrom(r);
         int dataTag = r.readInt("dataTag", Tags.FIRST_DATA_TAG, Integer.MAX_VALUE);
         int chunkAt = r.offset();
@@ -270,12 +530,12 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         }
         int reusedAt = r.offset();
         int reused = r.readInt("reusedBlocks", 0, Integer.MAX_VALUE);
-        long[] hashes = r.readLongArray("reusedBlockHashes");
-        int[] ids = r.readIntArray("blockIds", 0, Integer.MAX_VALUE);
+        long[] hashes = readLongs(r, "reusedBlockHashes", "reusedBlockHashes count");
+        int[] ids = readBlockIds(r);
         int tokenAt = r.offset();
-        byte[] token = r.readBytes("requestToken");
+        byte[] token = readBytes(r, "requestToken", "requestToken count");
         int nonceAt = r.offset();
-        byte[] nonce = r.readBytes("nonce");
+        byte[] nonce = readBytes(r, "nonce", "nonce count");
         long ts = r.readLong("timestampMillis");
         int flagsAt = r.offset();
         int flags = r.readInt("flags");
@@ -293,13 +553,88 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
             throw new MalformedMessageException(nonceAt, "nonce of " + nonce.length + " bytes");
         }
         int bpr = r.readInt("blocksPerRegion", 1, Integer.MAX_VALUE);
-        int n = r.readCount("grants", 30);
-        java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants = new java.util.ArrayList<>(n);
-        for (int i = 0; i < n; i++) {
-            grants.add(dev.kvtransfer.api.format.PeerPool.Grant.readFrom(r));
+        int n = count(r, "grants", "grants count", 30);
+        java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants;
+        if (n == 0) {
+            grants = java.util.List.of();
+        } else {
+            var list = new java.util.ArrayList<dev.kvtransfer.api.format.PeerPool.Grant>(n);
+            for (int i = 0; i < n; i++) {
+                list.add(dev.kvtransfer.api.format.PeerPool.Grant.readFrom(r));
+            }
+            grants = list;
         }
-        return new RequestInfo(id, indexFromEnd, key, state, dataTag, chunk, reused, hashes, ids, token, nonce, ts,
-                flags, bpr, grants);
+        Object[] fresh = FRESH.get();
+        fresh[0] = key;
+        fresh[1] = hashes;
+        fresh[2] = ids;
+        fresh[3] = token;
+        fresh[4] = nonce;
+        try {
+            return new RequestInfo(id, indexFromEnd, key, state, dataTag, chunk, reused, hashes, ids, token, nonce,
+                    ts, flags, bpr, grants);
+        } finally {
+            java.util.Arrays.fill(fresh, null);
+        }
+    }
+
+    // What WireReader.readCount / readLongArray / readIntArray / readBytes do, with the same checks and messages,
+    // but with constant field labels: those build "what + \" count\"" and "what[i]" per call (garbage per request).
+
+    private static int count(WireReader r, String what, String countLabel, int elementSize) {
+        int at = r.offset();
+        int n = r.readInt(countLabel);
+        if (n < 0 || n > WireReader.MAX_COUNT) {
+            throw new MalformedMessageException(at, what + " count " + n + " out of range [0, " + WireReader.MAX_COUNT
+                    + "]");
+        }
+        if ((long) n * Math.max(1, elementSize) > r.remaining()) {
+            throw new MalformedMessageException(at, what + " count " + n + " needs at least "
+                    + ((long) n * Math.max(1, elementSize)) + " bytes, " + r.remaining() + " left");
+        }
+        return n;
+    }
+
+    private static long[] readLongs(WireReader r, String what, String countLabel) {
+        int n = count(r, what, countLabel, 8);
+        if (n == 0) {
+            return NO_LONGS;
+        }
+        long[] out = new long[n];
+        for (int i = 0; i < n; i++) {
+            out[i] = r.readLong(what);
+        }
+        return out;
+    }
+
+    private static byte[] readBytes(WireReader r, String what, String countLabel) {
+        int n = count(r, what, countLabel, 1);
+        if (n == 0) {
+            return NO_BYTES;
+        }
+        byte[] out = new byte[n];
+        for (int i = 0; i < n; i++) {
+            out[i] = (byte) r.readByte(what);
+        }
+        return out;
+    }
+
+    private static int[] readBlockIds(WireReader r) {
+        int n = count(r, "blockIds", "blockIds count", 4);
+        if (n == 0) {
+            return NO_INTS;
+        }
+        int[] out = new int[n];
+        for (int i = 0; i < n; i++) {
+            int at = r.offset();
+            int v = r.readInt("blockIds element");
+            if (v < 0) {
+                throw new MalformedMessageException(at, "blockIds[" + i + "] = " + v + " out of range [0, "
+                        + Integer.MAX_VALUE + "]");
+            }
+            out[i] = v;
+        }
+        return out;
     }
 
     @Override

@@ -21,7 +21,8 @@ public final class StatusAgreement {
     /**
      * Context side: the ids finished on <em>every</em> member; then, while fewer than {@code atLeast} are
      * selected, unfinished pending ids in insertion order. Without {@code atLeast} ("block all") every pending
-     * id is selected.
+     * id is selected: the result is then an unmodifiable view of {@code pendingInOrder} (no copy), so the caller
+     * does not change that list while it uses the selection.
      *
      * @param pendingInOrder this rank's pending ids, oldest first
      * @param finishedPerMember every member's finished ids (this rank's included)
@@ -31,7 +32,7 @@ public final class StatusAgreement {
     public static List<Long> selectContext(List<Long> pendingInOrder, List<long[]> finishedPerMember,
                                            OptionalInt atLeast) {
         if (atLeast.isEmpty()) {
-            return List.copyOf(pendingInOrder);
+            return java.util.Collections.unmodifiableList(pendingInOrder); // a view: no copy per status check
         }
         Set<Long> selected = new LinkedHashSet<>(finishedOnAll(pendingInOrder, finishedPerMember));
         for (Long id : pendingInOrder) {
@@ -46,7 +47,8 @@ public final class StatusAgreement {
     /**
      * Generation side: pending ids ordered by how many members finished them (most first, ties in insertion
      * order) taken until {@code atLeast}; then pending ids in insertion order until {@code atLeast}; then every
-     * id finished on every member. Without {@code atLeast} every pending id is selected.
+     * id finished on every member. Without {@code atLeast} every pending id is selected (an unmodifiable view of
+     * {@code pendingInOrder}, as for {@link #selectContext}).
      *
      * @param pendingInOrder    this rank's pending ids, oldest first
      * @param finishedPerMember every member's finished ids
@@ -56,7 +58,7 @@ public final class StatusAgreement {
     public static List<Long> selectGeneration(List<Long> pendingInOrder, List<long[]> finishedPerMember,
                                               OptionalInt atLeast) {
         if (atLeast.isEmpty()) {
-            return List.copyOf(pendingInOrder);
+            return java.util.Collections.unmodifiableList(pendingInOrder); // a view: no copy per status check
         }
         int want = atLeast.getAsInt();
         Map<Long, Integer> freq = frequencies(finishedPerMember);
@@ -130,6 +132,10 @@ public final class StatusAgreement {
     public static Outcome agree(List<long[]> gatheredPairs) {
         // Primitive arrays, no boxing (issue 14 item 3): the distinct ids sorted, then per id how many members
         // finished it and how many of those failed it, found by binary search.
+        if (gatheredPairs.size() == 1 && gatheredPairs.get(0).length / 2 <= SMALL) {
+            // One member (e.g. TP1 without DP), a few ids: the answer is read from its pairs themselves.
+            return new Outcome(gatheredPairs.get(0));
+        }
         int total = 0;
         for (long[] pairs : gatheredPairs) {
             total += pairs.length / 2;
@@ -170,14 +176,28 @@ public final class StatusAgreement {
     }
 
     /** The agreed outcomes of one status check. */
+    /** Up to this many ids of a single member are answered by a linear scan of its pairs (no arrays made). */
+    static final int SMALL = 16;
+
     public static final class Outcome {
+        private final long[] single;
         private final long[] ids;
         private final int distinct;
         private final int[] finished;
         private final int[] failed;
         private final int members;
 
+        private Outcome(long[] singleMemberPairs) {
+            this.single = singleMemberPairs;
+            this.ids = null;
+            this.distinct = 0;
+            this.finished = null;
+            this.failed = null;
+            this.members = 1;
+        }
+
         private Outcome(long[] ids, int distinct, int[] finished, int[] failed, int members) {
+            this.single = null;
             this.ids = ids;
             this.distinct = distinct;
             this.finished = finished;
@@ -191,6 +211,15 @@ public final class StatusAgreement {
          *         false when any failed
          */
         public Boolean outcome(long id) {
+            if (single != null) {
+                // The member's first listing of the id counts (as below: a member never counts twice).
+                for (int i = 0; i + 1 < single.length; i += 2) {
+                    if (single[i] == id) {
+                        return single[i + 1] != 0;
+                    }
+                }
+                return null;
+            }
             int k = java.util.Arrays.binarySearch(ids, 0, distinct, id);
             if (k < 0 || finished[k] < members) {
                 return null;

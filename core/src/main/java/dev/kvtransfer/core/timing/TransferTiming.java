@@ -27,8 +27,13 @@ public final class TransferTiming {
     private volatile long preprocess;
     private volatile long transmissions;
     private volatile long postprocess;
-    // [peer, start, end, bytes] per measure; O(peers) per request.
-    private long[] measures = new long[16];
+    // The first measure in fields (a one-counterpart request records one: no array at all), the others as
+    // [peer, start, end, bytes] in an array made at the second; O(peers) per request.
+    private long firstPeer;
+    private long firstStart;
+    private long firstEnd;
+    private long firstBytes;
+    private long[] measures;
     private int measureCount;
 
     /**
@@ -92,15 +97,33 @@ public final class TransferTiming {
     public synchronized void measure(int peer, long startNanos, long endNanos, long bytes) {
         preprocessAtMost(startNanos);
         transmissions(endNanos);
-        if ((measureCount + 1) * 4 > measures.length) {
+        if (measureCount == 0) {
+            firstPeer = peer;
+            firstStart = startNanos;
+            firstEnd = endNanos;
+            firstBytes = bytes;
+            measureCount = 1;
+            return;
+        }
+        if (measures == null) {
+            measures = new long[16];
+        } else if (measureCount * 4 > measures.length) {
             measures = Arrays.copyOf(measures, measures.length * 2);
         }
-        int i = measureCount * 4;
+        int i = (measureCount - 1) * 4;
         measures[i] = peer;
         measures[i + 1] = startNanos;
         measures[i + 2] = endNanos;
         measures[i + 3] = bytes;
         measureCount++;
+    }
+
+    /** Field {@code f} (0 peer, 1 start, 2 end, 3 bytes) of measure {@code i}; the caller holds the lock. */
+    private long field(int i, int f) {
+        if (i == 0) {
+            return f == 0 ? firstPeer : f == 1 ? firstStart : f == 2 ? firstEnd : firstBytes;
+        }
+        return measures[(i - 1) * 4 + f];
     }
 
     /** @return number of recorded measures */
@@ -112,7 +135,7 @@ public final class TransferTiming {
     public synchronized long measuredBytes() {
         long sum = 0;
         for (int i = 0; i < measureCount; i++) {
-            sum += measures[i * 4 + 3];
+            sum += field(i, 3);
         }
         return sum;
     }
@@ -158,9 +181,9 @@ public final class TransferTiming {
         }
         long base = preprocess != 0 ? preprocess : start;
         for (int i = 0; i < measureCount; i++) {
-            long ms = measures[i * 4 + 1];
-            long me = measures[i * 4 + 2];
-            long bytes = measures[i * 4 + 3];
+            long ms = field(i, 1);
+            long me = field(i, 2);
+            long bytes = field(i, 3);
             double durationMs = (me - ms) / 1e6;
             double gbps = bytes * 8.0 / durationMs / 1e6;
             sb.append(',').append(cpp((ms - base) / 1e6)).append(',').append(cpp(durationMs)).append(',')

@@ -21,7 +21,6 @@ import dev.kvtransfer.core.timing.TransferTiming;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -61,7 +60,9 @@ public final class CacheSender implements AutoCloseable {
     /** Reused HOST buffers of request infos and ready signals. */
     private final ControlBuffers control;
     private final Object lock = new Object();
-    private final Map<Long, Pending> pending = new HashMap<>();
+    // A primitive-keyed map (no boxed id, no node per request; its iterators are reused): used under lock only.
+    private final org.agrona.collections.Long2ObjectHashMap<Pending> pending =
+            new org.agrona.collections.Long2ObjectHashMap<>();
     private final AtomicInteger senderThreads = new AtomicInteger();
     /** Requests being sent right now, on sender threads or inline on info readers (at most sendConcurrency inline). */
     private final AtomicInteger busySenders = new AtomicInteger();
@@ -325,7 +326,8 @@ public final class CacheSender implements AutoCloseable {
 
     /** The headers of one connection whose infos are still to read, read in order by one reader at a time. */
     private static final class InfoQueue {
-        final java.util.ArrayDeque<long[]> pending = new java.util.ArrayDeque<>();
+        /** (request id, info bytes) of each header whose info is still to read, oldest first. */
+        final LongPairQueue pending = new LongPairQueue();
         /** Request ids of the last headers accepted: a duplicated header (a network artifact) is ignored. */
         final long[] recent = new long[64];
         int recentNext;
@@ -336,7 +338,7 @@ public final class CacheSender implements AutoCloseable {
 
         /** Takes over a later request's queued header whose info arrived in place of a lost one. */
         void adopt(long id) {
-            if (!pending.removeIf(p -> p[0] == id)) {
+            if (!pending.removeFirstValue(id)) {
                 adopted[adoptedNext] = id;
                 adoptedNext = (adoptedNext + 1) % adopted.length;
             }
@@ -388,7 +390,7 @@ public final class CacheSender implements AutoCloseable {
                         + "request " + id + " dropped", null));
                 return;
             }
-            q.pending.add(new long[] {id, size});
+            q.pending.add(id, size);
             q.remember(id);
             start = !q.reading;
             q.reading = true;
@@ -408,31 +410,36 @@ public final class CacheSender implements AutoCloseable {
     /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
     private void drain(Connection conn, InfoQueue q) {
         while (true) {
-            long[] next;
+            long nextId;
+            long nextSize;
             synchronized (q) {
-                next = q.pending.poll();
-                if (next == null || closing) {
+                if (q.pending.isEmpty() || closing) {
                     q.reading = false;
                     q.pending.clear();
                     return;
                 }
+                nextId = q.pending.firstA();
+                nextSize = q.pending.firstB();
+                q.pending.removeFirst();
             }
             try {
-                readInfo(conn, q, next[0], (int) next[1]);
+                readInfo(conn, q, nextId, (int) nextSize);
             } catch (TransportClosedException e) {
                 return;
             } catch (RuntimeException e) {
                 env.metrics().error(e instanceof KvTransferException ? e
-                        : new KvTransferException(ErrorCode.INTERNAL, next[0], "reading request info from "
+                        : new KvTransferException(ErrorCode.INTERNAL, nextId, "reading request info from "
                         + Texts.peer(conn.peer()) + ": " + e, e));
             }
         }
     }
 
     private void readInfo(Connection conn, InfoQueue q, long headerId, int size) {
-        int mac = env.auth().macBytes();
-        byte[] bytes;
-        byte[] claimed;
+        ControlAuth auth = env.auth();
+        int mac = auth.macBytes();
+        RequestInfo info = null;
+        MalformedMessageException malformed = null;
+        boolean macOk = false;
         try (ControlBuffers.Lease lease = control.acquire(size)) {
             MemoryBuffer buf = lease.buffer();
             long deadline = System.nanoTime() + env.controlTimeout().toNanos();
@@ -451,22 +458,24 @@ public final class CacheSender implements AutoCloseable {
                             + Texts.peer(conn.peer()) + ": " + e.getMessage(), e));
                 }
             }
+            // Decoded and authenticated where it was received (no copy of the message or of its MAC); the lease
+            // is reusable once the receive completed, whatever the bytes were.
             ByteBuffer bb = lease.bytes();
-            bytes = new byte[size - mac];
-            bb.get(0, bytes);
-            claimed = new byte[mac];
-            bb.get(size - mac, claimed);
+            try {
+                info = RequestInfo.fromBytes(bb, 0, size - mac);
+                macOk = auth.infoMacValid(bb, 0, size - mac, CacheReceiver.utf8(env.connections().localAddress()),
+                        size - mac);
+            } catch (MalformedMessageException e) {
+                malformed = e;
+            }
             lease.reusable();
         } catch (KvTransferException e) {
             throw new KvTransferException(e.code(), headerId, "rank " + env.selfIndex() + ": the info of request "
                     + headerId + " announced by " + Texts.peer(conn.peer()) + " did not arrive: " + e.getMessage(), e);
         }
-        RequestInfo info;
-        try {
-            info = RequestInfo.fromBytes(bytes);
-        } catch (MalformedMessageException e) {
+        if (malformed != null) {
             throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
-                    + ": bad request info from " + Texts.peer(conn.peer()) + ": " + e.getMessage(), e);
+                    + ": bad request info from " + Texts.peer(conn.peer()) + ": " + malformed.getMessage(), malformed);
         }
         if (info.requestId() != headerId) {
             // Infos arrive in the order their headers were sent: the announced request's info was lost and this
@@ -481,7 +490,7 @@ public final class CacheSender implements AutoCloseable {
             }
             headerId = info.requestId();
         }
-        String refused = authenticate(conn, info, bytes, claimed);
+        String refused = authenticate(conn, info, macOk);
         if (refused == REPLAYED) {
             // A duplicate of an info already served (a replay, or the network duplicated it): the genuine asker
             // is being served, so nothing is sent back.
@@ -498,13 +507,12 @@ public final class CacheSender implements AutoCloseable {
     }
 
     /** @return null when the info is authentic, fresh, from the session it claims and holds the token */
-    private String authenticate(Connection conn, RequestInfo info, byte[] bytes, byte[] claimed) {
+    private String authenticate(Connection conn, RequestInfo info, boolean macOk) {
         ControlAuth auth = env.auth();
         if (!auth.enabled()) {
             return null;
         }
-        if (!auth.macValid(auth.mac("INFO", bytes, CacheReceiver.utf8(env.connections().localAddress())),
-                claimed)) {
+        if (!macOk) {
             return "request info failed authentication (forged, altered, meant for another rank, or a different "
                     + "deployment secret: set kvtransfer.authSecretFile to the same file on every rank)";
         }
@@ -516,11 +524,11 @@ public final class CacheSender implements AutoCloseable {
                     + (self >= 0 && self < addresses.size() ? Texts.peer(addresses.get(self)) : "?")
                     + " but the connection is from " + Texts.peer(conn.peer());
         }
-        String stale = auth.checkFresh(info.nonce(), info.timestampMillis());
+        String stale = auth.checkFresh(info);
         if (stale != null) {
             return stale.startsWith("nonce already used") ? REPLAYED : stale;
         }
-        if (!auth.tokenValid(info.requestId(), info.requestToken())) {
+        if (!auth.tokenValid(info.requestId(), info)) {
             return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
                     + "with CacheTransceiver.contextPhaseParams)";
         }
@@ -761,10 +769,15 @@ public final class CacheSender implements AutoCloseable {
 
     private void expire() {
         long now = System.nanoTime();
-        List<Refusal> refusals = new ArrayList<>();
-        List<TransferHandle> failed = new ArrayList<>();
-        List<KvTransferException> errors = new ArrayList<>();
+        // Called on every responder tick: nothing is allocated unless something expired (the lists are made then),
+        // and the pending map is walked only when it holds something.
+        List<Refusal> refusals = null;
+        List<TransferHandle> failed = null;
+        List<KvTransferException> errors = null;
         synchronized (lock) {
+            if (pending.isEmpty()) {
+                return;
+            }
             for (Iterator<Pending> it = pending.values().iterator(); it.hasNext(); ) {
                 Pending p = it.next();
                 if (now - p.deadlineNanos < 0) {
@@ -773,6 +786,11 @@ public final class CacheSender implements AutoCloseable {
                 it.remove();
                 if (p.refusalCode != null) {
                     continue;
+                }
+                if (refusals == null) {
+                    refusals = new ArrayList<>();
+                    failed = new ArrayList<>();
+                    errors = new ArrayList<>();
                 }
                 long ms = env.config().kvTransferTimeout().toMillis();
                 String reason;
@@ -790,6 +808,9 @@ public final class CacheSender implements AutoCloseable {
                     refusals.add(new Refusal(a.conn, a.info, ErrorCode.TIMEOUT, reason, p.requestId));
                 }
             }
+        }
+        if (refusals == null) {
+            return;
         }
         for (int i = 0; i < failed.size(); i++) {
             failed.get(i).fail(errors.get(i));
@@ -838,10 +859,8 @@ public final class CacheSender implements AutoCloseable {
                 bb.putInt(CacheReceiver.READY_HEADER + 4 * i, ok && ids != null && i < ids.length ? ids[i] : 0);
             }
             if (mac > 0) {
-                byte[] body = new byte[len - mac];
-                bb.get(0, body);
-                bb.put(len - mac, CacheReceiver.readyMac(auth, info.requestId(), info.dataTag(), info.nonce(),
-                        env.connections().localAddress(), conn.peer(), body));
+                auth.readyMacInto(bb, len - mac, info, CacheReceiver.utf8(env.connections().localAddress()),
+                        CacheReceiver.utf8(conn.peer()));
             }
             conn.send(info.dataTag(), buf, 0, len, timeout);
             lease.reusable();
@@ -941,7 +960,7 @@ public final class CacheSender implements AutoCloseable {
             p.timing.postprocess(System.nanoTime());
             long bytes = session.movedBytes();
             int messages = session.messageCount();
-            long[] perPeer = session.peerBytes();
+            long[] perPeer = session.peerBytesAfterClose(); // the session moves nothing more: no copy
             List<Integer> peers = session.targets().peerRanks();
             session.close();
             h.recordMessages(messages, session.isPush());

@@ -2,13 +2,13 @@ package dev.kvtransfer.core.transfer;
 
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.security.SecureRandom;
 import java.util.Arrays;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * Authentication of the control plane with the deployment's shared secret (HMAC-SHA256 from the JDK): MACs over
@@ -38,11 +38,10 @@ public final class ControlAuth {
 
     private final byte[] macKey;
     private final byte[] tokenKey;
-    private final ThreadLocal<Mac> macs;
-    private final ThreadLocal<Mac> tokens;
+    private final ThreadLocal<Hmac> macs;
+    private final ThreadLocal<Hmac> tokens;
     private final SecureRandom random = new SecureRandom();
-    private final Map<Nonce, Long> seen = new ConcurrentHashMap<>();
-    private volatile long nextPurge;
+    private final ReplayWindow seen = new ReplayWindow();
 
     private ControlAuth(byte[] secret) {
         if (secret == null) {
@@ -54,8 +53,8 @@ public final class ControlAuth {
         }
         macKey = hmac(secret, "kvtransfer-control-mac-v1".getBytes(StandardCharsets.US_ASCII));
         tokenKey = hmac(secret, "kvtransfer-request-token-v1".getBytes(StandardCharsets.US_ASCII));
-        macs = ThreadLocal.withInitial(() -> newMac(macKey));
-        tokens = ThreadLocal.withInitial(() -> newMac(tokenKey));
+        macs = ThreadLocal.withInitial(() -> new Hmac(macKey));
+        tokens = ThreadLocal.withInitial(() -> new Hmac(tokenKey));
     }
 
     /**
@@ -86,12 +85,18 @@ public final class ControlAuth {
         if (!enabled()) {
             return new byte[0];
         }
-        Mac m = tokens.get();
-        byte[] id = new byte[8];
+        Hmac m = tokens.get();
+        tokenInto(m, requestId);
+        return Arrays.copyOf(m.out, TOKEN_BYTES);
+    }
+
+    /** The token's HMAC into {@code m.out} (its first {@link #TOKEN_BYTES} bytes are the token). */
+    private static void tokenInto(Hmac m, long requestId) {
+        m.start();
         for (int i = 0; i < 8; i++) {
-            id[i] = (byte) (requestId >>> (8 * i));
+            m.md.update((byte) (requestId >>> (8 * i)));
         }
-        return Arrays.copyOf(m.doFinal(id), TOKEN_BYTES);
+        m.finish(m.out, 0);
     }
 
     /**
@@ -100,7 +105,28 @@ public final class ControlAuth {
      * @return whether it is the request's token (constant-time); always true when off
      */
     boolean tokenValid(long requestId, byte[] token) {
-        return !enabled() || MessageDigest.isEqual(token(requestId), token);
+        if (!enabled()) {
+            return true;
+        }
+        Hmac m = tokens.get();
+        tokenInto(m, requestId);
+        return token.length == TOKEN_BYTES && equalRange(m.out, token, TOKEN_BYTES);
+    }
+
+    /**
+     * {@link #tokenValid(long, byte[])} for the token an info carries, without copying it out of the info.
+     *
+     * @param requestId the request
+     * @param info      the request info claiming it
+     * @return whether the info holds the request's token (constant-time); always true when off
+     */
+    boolean tokenValid(long requestId, dev.kvtransfer.api.model.RequestInfo info) {
+        if (!enabled()) {
+            return true;
+        }
+        Hmac m = tokens.get();
+        tokenInto(m, requestId);
+        return info.requestTokenMatches(m.out, 0, TOKEN_BYTES);
     }
 
     /** @return a fresh nonce, or empty when off */
@@ -109,9 +135,24 @@ public final class ControlAuth {
             return new byte[0];
         }
         byte[] n = new byte[NONCE_BYTES];
-        random.nextBytes(n);
+        NoncePool pool = noncePool.get();
+        if (pool.at == pool.bytes.length) {
+            random.nextBytes(pool.bytes); // the JDK's PRNG makes an array per call: one per 32 nonces, not per nonce
+            pool.at = 0;
+        }
+        System.arraycopy(pool.bytes, pool.at, n, 0, NONCE_BYTES);
+        java.util.Arrays.fill(pool.bytes, pool.at, pool.at + NONCE_BYTES, (byte) 0); // handed out once, not kept
+        pool.at += NONCE_BYTES;
         return n;
     }
+
+    /** Per thread, random bytes drawn ahead from the {@code SecureRandom}, each run of 16 handed out once. */
+    private static final class NoncePool {
+        final byte[] bytes = new byte[32 * NONCE_BYTES];
+        int at = bytes.length;
+    }
+
+    private final ThreadLocal<NoncePool> noncePool = ThreadLocal.withInitial(NoncePool::new);
 
     /** @return a random int (data tags) */
     int randomInt() {
@@ -129,12 +170,138 @@ public final class ControlAuth {
         if (!enabled()) {
             return new byte[0];
         }
-        Mac m = macs.get();
-        updateAscii(m, domain);
+        Hmac m = macs.get();
+        m.start();
+        updateAscii(m.md, domain);
         for (byte[] p : parts) {
-            update(m, p);
+            update(m.md, p);
         }
-        return m.doFinal();
+        byte[] out = new byte[MAC_BYTES];
+        m.finish(out, 0);
+        return out;
+    }
+
+    /**
+     * Whether the MAC at {@code claimedAt} of a buffer is {@code mac("INFO", <bytes [from, from + length)>,
+     * address)}: the context side's check of a request info where it was received, without copying it out.
+     *
+     * @param bb        the received bytes (position and limit are restored)
+     * @param from      where the info starts
+     * @param length    the info's length
+     * @param address   the receiving rank's own address bytes
+     * @param claimedAt where the claimed MAC starts ({@link #MAC_BYTES} bytes)
+     * @return whether it matches (constant-time); always true when off
+     */
+    boolean infoMacValid(ByteBuffer bb, int from, int length, byte[] address, int claimedAt) {
+        if (!enabled()) {
+            return true;
+        }
+        Hmac m = macs.get();
+        m.start();
+        updateAscii(m.md, "INFO");
+        update(m.md, bb, from, length);
+        update(m.md, address);
+        m.finish(m.out, 0);
+        return equalAt(m.out, bb, claimedAt);
+    }
+
+    /**
+     * Writes the MAC of a request info at {@code macAt} of a buffer: {@code mac("INFO", <bytes [from, from +
+     * length)>, address)}, the generation side's MAC for one context rank, without copies. No-op when off.
+     *
+     * @param bb      the message being built
+     * @param from    where the info starts
+     * @param length  the info's length
+     * @param address the context rank's address bytes
+     * @param macAt   where the MAC goes
+     */
+    void infoMacInto(ByteBuffer bb, int from, int length, byte[] address, int macAt) {
+        if (!enabled()) {
+            return;
+        }
+        Hmac m = macs.get();
+        m.start();
+        updateAscii(m.md, "INFO");
+        update(m.md, bb, from, length);
+        update(m.md, address);
+        m.finish(m.out, 0);
+        bb.put(macAt, m.out, 0, MAC_BYTES);
+    }
+
+    /**
+     * The ready signal's MAC, as {@code CacheReceiver.readyMac} computes it (request id and tag, the request's
+     * nonce, both ends' addresses, the body), over a body that lies in a buffer, into {@code m.out}.
+     */
+    private Hmac readyMac(long id, int tag, dev.kvtransfer.api.model.RequestInfo nonceOf, byte[] nonce,
+                          byte[] ctxAddress, byte[] genAddress, ByteBuffer bb, int bodyAt, int bodyLength) {
+        Hmac m = macs.get();
+        m.start();
+        MessageDigest md = m.md;
+        updateAscii(md, "READY");
+        updateLength(md, 12);
+        for (int i = 0; i < 8; i++) {
+            md.update((byte) (id >>> (8 * i)));
+        }
+        for (int i = 0; i < 4; i++) {
+            md.update((byte) (tag >>> (8 * i)));
+        }
+        if (nonceOf != null) {
+            int n = nonceOf.nonceLength();
+            updateLength(md, n);
+            for (int i = 0; i < n; i++) {
+                md.update(nonceOf.nonceAt(i));
+            }
+        } else {
+            update(md, nonce);
+        }
+        update(md, ctxAddress);
+        update(md, genAddress);
+        update(md, bb, bodyAt, bodyLength);
+        m.finish(m.out, 0);
+        return m;
+    }
+
+    /**
+     * Writes a ready signal's MAC (the same bytes as {@code CacheReceiver.readyMac} over the body {@code [0,
+     * bodyLength)} of the buffer) at {@code bodyLength}: the context side's, with the nonce read from the info in
+     * place. No-op when off.
+     *
+     * @param bb         the signal being built
+     * @param bodyLength the body's length; the MAC goes right after it
+     * @param info       the request info answered (request id, tag and nonce)
+     * @param ctxAddress this context rank's address bytes
+     * @param genAddress the generation rank's address bytes
+     */
+    void readyMacInto(ByteBuffer bb, int bodyLength, dev.kvtransfer.api.model.RequestInfo info, byte[] ctxAddress,
+                      byte[] genAddress) {
+        if (!enabled()) {
+            return;
+        }
+        Hmac m = readyMac(info.requestId(), info.dataTag(), info, null, ctxAddress, genAddress, bb, 0, bodyLength);
+        bb.put(bodyLength, m.out, 0, MAC_BYTES);
+    }
+
+    /**
+     * Whether a received ready signal's MAC (right after its body at {@code at}) is the one
+     * {@link #readyMacInto} writes: the generation side's check, without copies.
+     *
+     * @param bb         the received bytes
+     * @param at         where the signal starts
+     * @param bodyLength its body's length
+     * @param id         the request
+     * @param tag        its data tag
+     * @param nonce      the nonce the generation side sent
+     * @param ctxAddress the context rank's address bytes
+     * @param genAddress this generation rank's address bytes
+     * @return whether it matches (constant-time); always true when off
+     */
+    boolean readyMacValid(ByteBuffer bb, int at, int bodyLength, long id, int tag, byte[] nonce, byte[] ctxAddress,
+                          byte[] genAddress) {
+        if (!enabled()) {
+            return true;
+        }
+        Hmac m = readyMac(id, tag, null, nonce, ctxAddress, genAddress, bb, at, bodyLength);
+        return equalAt(m.out, bb, at + bodyLength);
     }
 
     /**
@@ -157,37 +324,85 @@ public final class ControlAuth {
         if (!enabled()) {
             return null;
         }
+        if (nonce.length != NONCE_BYTES) {
+            return checkFresh(0, 0, false, timestampMillis);
+        }
+        return checkFresh(longAt(nonce, 0), longAt(nonce, 8), true, timestampMillis);
+    }
+
+    /**
+     * {@link #checkFresh(byte[], long)} for the nonce an info carries, without copying it out of the info.
+     *
+     * @param info the request info
+     * @return null when fresh, else why not
+     */
+    String checkFresh(dev.kvtransfer.api.model.RequestInfo info) {
+        if (!enabled()) {
+            return null;
+        }
+        if (info.nonceLength() != NONCE_BYTES) {
+            return checkFresh(0, 0, false, info.timestampMillis());
+        }
+        return checkFresh(info.nonceLong(0), info.nonceLong(8), true, info.timestampMillis());
+    }
+
+    private String checkFresh(long high, long low, boolean hasNonce, long timestampMillis) {
         long now = System.currentTimeMillis();
         if (Math.abs(now - timestampMillis) > WINDOW_MILLIS) {
             return "timestamp " + timestampMillis + " is " + (now - timestampMillis) + " ms from this host's clock"
                     + " (window " + WINDOW_MILLIS + " ms): stale, replayed or a clock too far off";
         }
-        if (nonce.length != NONCE_BYTES) {
+        if (!hasNonce) {
             return "no nonce";
         }
-        purge(now);
+        seen.purge(now);
         if (seen.size() >= MAX_NONCES) {
             return "too many requests within the replay window (" + MAX_NONCES + ")";
         }
-        Long before = seen.putIfAbsent(new Nonce(longAt(nonce, 0), longAt(nonce, 8)), now + WINDOW_MILLIS);
-        return before == null ? null : "nonce already used: a replayed message";
+        return seen.addIfAbsent(high, low, now + WINDOW_MILLIS) ? null : "nonce already used: a replayed message";
     }
 
-    private void purge(long now) {
-        if (now < nextPurge) {
-            return;
-        }
-        nextPurge = now + 1_000;
-        seen.values().removeIf(expiry -> expiry < now);
-    }
-
-    private static void update(Mac m, byte[] b) {
+    private static void update(MessageDigest m, byte[] b) {
         updateLength(m, b.length);
         m.update(b);
     }
 
+    /** The same bytes as {@code update(m, <the bytes [from, from + length) of bb>)}, without copying them out. */
+    private static void update(MessageDigest m, ByteBuffer bb, int from, int length) {
+        updateLength(m, length);
+        int pos = bb.position();
+        int lim = bb.limit();
+        try {
+            bb.limit(from + length).position(from);
+            m.update(bb);
+        } finally {
+            bb.limit(lim).position(pos);
+        }
+    }
+
+    /** Constant-time comparison of the first {@code n} bytes of two arrays. */
+    private static boolean equalRange(byte[] a, byte[] b, int n) {
+        int diff = 0;
+        for (int i = 0; i < n; i++) {
+            diff |= a[i] ^ b[i];
+        }
+        return diff == 0;
+    }
+
+    /** Constant-time comparison of a computed MAC with the {@link #MAC_BYTES} bytes at {@code at} of a buffer. */
+    private static boolean equalAt(byte[] mac, ByteBuffer bb, int at) {
+        if (at < 0 || at + MAC_BYTES > bb.limit()) {
+            return false;
+        }
+        int diff = 0;
+        for (int i = 0; i < MAC_BYTES; i++) {
+            diff |= mac[i] ^ bb.get(at + i);
+        }
+        return diff == 0;
+    }
+
     /** The same bytes as {@code update(m, s.getBytes(US_ASCII))} for an ASCII domain name, without the array. */
-    private static void updateAscii(Mac m, String s) {
+    private static void updateAscii(MessageDigest m, String s) {
         int n = s.length();
         updateLength(m, n);
         for (int i = 0; i < n; i++) {
@@ -196,7 +411,7 @@ public final class ControlAuth {
         }
     }
 
-    private static void updateLength(Mac m, int n) {
+    private static void updateLength(MessageDigest m, int n) {
         m.update((byte) n);
         m.update((byte) (n >>> 8));
         m.update((byte) (n >>> 16));
@@ -218,8 +433,50 @@ public final class ControlAuth {
         }
     }
 
-    /** A nonce seen in the replay window: its 16 bytes as two longs (a smaller key than its hex string). */
-    private record Nonce(long high, long low) {
+    /**
+     * HMAC-SHA256 (RFC 2104) over a {@link MessageDigest} with its padded keys kept, so that a MAC allocates
+     * nothing: {@code javax.crypto.Mac} makes a new array per {@code doFinal} (even {@code doFinal(byte[], int)}
+     * copies from one). The same bytes as {@code Mac.getInstance("HmacSHA256")} with the same key
+     * ({@code ControlAuthTest} compares them). One per thread and key.
+     */
+    private static final class Hmac {
+        private static final int BLOCK = 64;
+        final MessageDigest md;
+        private final byte[] ipad = new byte[BLOCK];
+        private final byte[] opad = new byte[BLOCK];
+        private final byte[] inner = new byte[MAC_BYTES];
+        /** Scratch output of {@link #finish} for MACs that are compared or copied, never handed out. */
+        final byte[] out = new byte[MAC_BYTES];
+
+        Hmac(byte[] key) {
+            try {
+                md = MessageDigest.getInstance("SHA-256");
+            } catch (NoSuchAlgorithmException e) {
+                throw new IllegalStateException("SHA-256 is not available in this JDK", e);
+            }
+            byte[] k = key.length > BLOCK ? md.digest(key) : key;
+            for (int i = 0; i < BLOCK; i++) {
+                byte b = i < k.length ? k[i] : 0;
+                ipad[i] = (byte) (b ^ 0x36);
+                opad[i] = (byte) (b ^ 0x5c);
+            }
+        }
+
+        void start() {
+            md.reset();
+            md.update(ipad);
+        }
+
+        void finish(byte[] dst, int at) {
+            try {
+                md.digest(inner, 0, MAC_BYTES);
+                md.update(opad);
+                md.update(inner);
+                md.digest(dst, at, MAC_BYTES);
+            } catch (java.security.DigestException e) {
+                throw new IllegalStateException("SHA-256 digest", e);
+            }
+        }
     }
 
     private static long longAt(byte[] b, int at) {

@@ -52,7 +52,18 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     private final ExecutorService peerExecutor;
     private final long deadlineNanos;
     private final TransferTiming timing;
-    private final java.util.concurrent.atomic.LongAdder movedBytes = new java.util.concurrent.atomic.LongAdder();
+    // Added to by the peer threads: a field updated atomically, not a LongAdder object per session (issue 14 item 3).
+    private volatile long movedBytes;
+    private static final java.lang.invoke.VarHandle MOVED_BYTES;
+
+    static {
+        try {
+            MOVED_BYTES = java.lang.invoke.MethodHandles.lookup().findVarHandle(DefaultTransferSession.class,
+                    "movedBytes", long.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
     private final TransferJournal journal;
     private TransferBufferPool.Slot slot;
 
@@ -404,7 +415,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         }
         messages[peerIndex] += batch.size();
         peerBytes[peerIndex] += batch.totalBytes();
-        movedBytes.add(batch.totalBytes());
+        MOVED_BYTES.getAndAdd(this, batch.totalBytes());
     }
 
     private void recordWrite(int p, long regionId, long offset, long length, int crc) {
@@ -561,7 +572,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
             }
             record(peerIndex, buffer, offset + pos, n);
             pos += n;
-            movedBytes.add(n);
+            MOVED_BYTES.getAndAdd(this, n);
         } while (pos < length);
         long ended = System.nanoTime();
         timing.transmissions(ended);
@@ -586,8 +597,9 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         if (crcs != null) {
             int[] c = crcs[peerIndex];
             if (c == null) {
-                c = crcs[peerIndex] = new int[8];
-                starts[peerIndex] = new long[8];
+                // Most peers of a small request move one or two messages: start small, double as before.
+                c = crcs[peerIndex] = new int[2];
+                starts[peerIndex] = new long[2];
             } else if (k == c.length) {
                 c = crcs[peerIndex] = java.util.Arrays.copyOf(c, k * 2);
                 starts[peerIndex] = java.util.Arrays.copyOf(starts[peerIndex], k * 2);
@@ -595,6 +607,16 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
             c[k] = (int) Checksums.crc32c(buffer, offset, n);
             starts[peerIndex][k] = start;
         }
+    }
+
+    /**
+     * The per-peer byte counts themselves, for a caller that reads them once the session moved everything (after
+     * {@link #close()} or the formatter's last call): no copy. The caller must not modify the array.
+     *
+     * @return bytes moved with each peer, in target order
+     */
+    long[] peerBytesAfterClose() {
+        return peerBytes;
     }
 
     /** @return bytes moved with each peer so far, in target order (a copy) */
@@ -802,7 +824,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
 
     /** @return payload bytes sent or received through this session so far */
     public long movedBytes() {
-        return movedBytes.sum();
+        return movedBytes;
     }
 
     /** @return the timing this session records into */

@@ -65,6 +65,64 @@ class ControlPathTest {
     }
 
     @Test
+    void longPairQueueIsAFifoThatGrowsAndRemovesByFirstValue() {
+        LongPairQueue q = new LongPairQueue();
+        java.util.ArrayDeque<long[]> model = new java.util.ArrayDeque<>();
+        Random random = new Random(17);
+        for (int round = 0; round < 20_000; round++) {
+            int op = random.nextInt(10);
+            if (op < 5) {
+                long a = random.nextInt(50);
+                long b = random.nextLong();
+                q.add(a, b);
+                model.add(new long[] {a, b});
+            } else if (op < 8) {
+                if (model.isEmpty()) {
+                    assertThat(q.isEmpty()).isTrue();
+                    continue;
+                }
+                long[] m = model.poll();
+                assertThat(q.firstA()).isEqualTo(m[0]);
+                assertThat(q.firstB()).isEqualTo(m[1]);
+                q.removeFirst();
+            } else if (op < 9) {
+                long a = random.nextInt(50);
+                assertThat(q.removeFirstValue(a)).isEqualTo(model.removeIf(p -> p[0] == a));
+            } else if (random.nextInt(50) == 0) {
+                q.clear();
+                model.clear();
+            }
+            assertThat(q.size()).isEqualTo(model.size());
+        }
+        while (!model.isEmpty()) {
+            long[] m = model.poll();
+            assertThat(q.firstA()).isEqualTo(m[0]);
+            assertThat(q.firstB()).isEqualTo(m[1]);
+            q.removeFirst();
+        }
+        assertThat(q.isEmpty()).isTrue();
+        org.assertj.core.api.Assertions.assertThatThrownBy(q::firstA)
+                .isInstanceOf(java.util.NoSuchElementException.class);
+    }
+
+    @Test
+    void waitsShareOneDurationPerMillisecondAcrossThreads() throws Exception {
+        long ms = 1_000_000L;
+        // Another test thread of this JVM may land on the same table slot in between: a few tries.
+        boolean shared = false;
+        for (int attempt = 0; attempt < 5 && !shared; attempt++) {
+            java.time.Duration here = Waits.left(29_990 * ms + 5);
+            java.time.Duration[] there = new java.time.Duration[1];
+            Thread t = new Thread(() -> there[0] = Waits.left(29_990 * ms + 999_000));
+            t.start();
+            t.join(10_000);
+            assertThat(there[0]).isEqualTo(java.time.Duration.ofMillis(29_990));
+            shared = there[0] == here;
+        }
+        assertThat(shared).as("one Duration object per millisecond, whatever the thread").isTrue();
+    }
+
+    @Test
     void controlBuffersAreReusedOnlyAfterACompleteExchangeAndAllFreedOnClose() {
         try (HostBufferManager memory = new HostBufferManager()) {
             ControlBuffers control = new ControlBuffers(memory);

@@ -203,7 +203,8 @@ final class SplitPlan {
      */
     SplitPlan clip(int selfFirstLayer, int g0, int g1) {
         boolean all = true;
-        for (Part p : parts) {
+        for (int i = 0; i < parts.size(); i++) { // indexed: no iterator per call (the whole-range clip is per request)
+            Part p = parts.get(i);
             int a = selfFirstLayer + p.firstLayer;
             if (p.layerCount > 0 && (a < g0 || a + p.layerCount > g1)) {
                 all = false;

@@ -245,10 +245,16 @@ public final class StandardCacheFormatter implements CacheFormatter {
         // direct: the messages stay the plan's (the peer cannot know our memory), each copied through staging.
         boolean poolOk = session.transportAccepts(poolKind);
         // Peers that get the same staged bytes (duplicated heads on their side) share one gather.
-        int[][] groups = sharedStaging(active, plans, poolOk);
-        int[] reps = new int[groups.length];
-        for (int i = 0; i < reps.length; i++) {
-            reps[i] = groups[i][0];
+        // One peer (the common case): one group of itself, without the grouping's arrays.
+        int[][] groups = active.length == 1 ? new int[][] {active} : sharedStaging(active, plans, poolOk);
+        int[] reps;
+        if (groups.length == active.length) {
+            reps = active; // every peer its own group, in order: the representatives are the active peers
+        } else {
+            reps = new int[groups.length];
+            for (int i = 0; i < reps.length; i++) {
+                reps[i] = groups[i][0];
+            }
         }
         MemoryBuffer[] staging = staging(session, reps, plans, t.size(), poolOk);
         int[][] membersOf = new int[t.size()][];
@@ -504,31 +510,44 @@ public final class StandardCacheFormatter implements CacheFormatter {
     private int[] partPlans(TransferSession session, SplitPlan plan, CacheState peer, int[] ids, boolean sender,
                             PartPlan[] out) {
         int n = 0;
-        for (SplitPlan.Part part : plan.parts) {
+        List<SplitPlan.Part> parts = plan.parts;
+        for (int i = 0; i < parts.size(); i++) { // indexed loops: no iterator per request
+            SplitPlan.Part part = parts.get(i);
             if (part.blockCount > 0 && part.layerCount > 0) {
                 n++;
             }
         }
         int[] active = new int[n];
         int k = 0;
-        for (SplitPlan.Part part : plan.parts) {
+        for (int i = 0; i < parts.size(); i++) {
+            SplitPlan.Part part = parts.get(i);
             if (part.blockCount == 0 || part.layerCount == 0) {
                 continue; // the peer's CP range holds none of our blocks after the reused prefix: no message at all
             }
-            PoolGeometry peerGeometry = PoolGeometry.of(part.peerLayout, peer.poolLayout(), 1);
             int[] peerIds = session.peerBlockIds(part.peer);
+            PartPlan cached = cachedPartPlan(part, sender, ids, peerIds);
+            if (cached != null) {
+                out[part.peer] = cached;
+                active[k++] = part.peer;
+                continue;
+            }
+            // The cache keeps its own copies of the ids the plan is built on: no caller array is ever aliased.
+            int[] ownIds = ids.clone();
+            int[] ownPeerIds = peerIds == null ? null : peerIds.clone();
+            PoolGeometry peerGeometry = PoolGeometry.of(part.peerLayout, peer.poolLayout(), 1);
             try {
                 PartPlan.Builder b = PartPlan.builder().shape(part.blockCount, part.layerCount, part.headCount)
                         .selfIsSender(sender).policy(minBothDirectBytes, 0, false);
                 if (sender) {
-                    b.sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)
-                            .receiver(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer,
+                    b.sender(geometry, ownIds, part.firstBlock, part.firstLayer, part.firstHead)
+                            .receiver(peerGeometry, ownPeerIds, part.peerFirstBlock, part.peerFirstLayer,
                                     part.peerFirstHead);
                 } else {
-                    b.sender(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer, part.peerFirstHead)
-                            .receiver(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead);
+                    b.sender(peerGeometry, ownPeerIds, part.peerFirstBlock, part.peerFirstLayer, part.peerFirstHead)
+                            .receiver(geometry, ownIds, part.firstBlock, part.firstLayer, part.firstHead);
                 }
                 out[part.peer] = b.build();
+                rememberPartPlan(part, sender, ownIds, ownPeerIds, out[part.peer]);
             } catch (IllegalArgumentException e) {
                 throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the part of peer "
                         + "rank " + session.targets().peerRanks().get(part.peer) + " (" + part + "): "
@@ -539,8 +558,79 @@ public final class StandardCacheFormatter implements CacheFormatter {
         return active;
     }
 
+    // ---------------------------------------------------------------- plan caches (issue 14 item 3)
+    //
+    // A request's split plan depends only on (direction, own state, own index, peer state, target ranks, blocks,
+    // reused blocks): states are immutable and decoded once per distinct bytes (api StateCodecCache), target ranks
+    // are memoized, so the same few instances come back on every request and the plan is remembered per instance
+    // (PLAN_SLOTS direct-mapped entries). A part's message plan also depends on both sides' block ids: remembered
+    // per (part instance, direction, ids by content), so a request whose blocks are those of an earlier one (an
+    // engine's recycled slots, the bench) plans nothing; other requests build their plan as before. Entries are
+    // immutable records in plain array slots (a racing reader sees a whole entry or another one); every plan is
+    // immutable and shared read-only by the peer threads already.
+
+    private static final int PLAN_SLOTS = 16;
+    private static final int PART_SLOTS = 64;
+    private final PlanEntry[] planCache = new PlanEntry[PLAN_SLOTS];
+    private final PartEntry[] partCache = new PartEntry[PART_SLOTS];
+
+    private record PlanEntry(boolean sender, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
+                             int totalBlocks, int reused, SplitPlan plan) {
+    }
+
+    private record PartEntry(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds, PartPlan plan) {
+    }
+
+    private static int planSlot(boolean sender, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
+                                int totalBlocks, int reused) {
+        int h = System.identityHashCode(self);
+        h = h * 31 + System.identityHashCode(peer);
+        h = h * 31 + System.identityHashCode(t);
+        h = h * 31 + selfIndex;
+        h = h * 31 + totalBlocks;
+        h = h * 31 + reused;
+        h = h * 2 + (sender ? 1 : 0);
+        return (h ^ (h >>> 16)) & (PLAN_SLOTS - 1);
+    }
+
+    private static int partSlot(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds) {
+        int h = System.identityHashCode(part);
+        h = h * 31 + java.util.Arrays.hashCode(ids);
+        h = h * 31 + java.util.Arrays.hashCode(peerIds);
+        h = h * 2 + (sender ? 1 : 0);
+        return (h ^ (h >>> 16)) & (PART_SLOTS - 1);
+    }
+
+    private PartPlan cachedPartPlan(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds) {
+        PartEntry e = partCache[partSlot(part, sender, ids, peerIds)];
+        if (e != null && e.part == part && e.sender == sender && java.util.Arrays.equals(e.ids, ids)
+                && java.util.Arrays.equals(e.peerIds, peerIds)) {
+            return e.plan;
+        }
+        return null;
+    }
+
+    private void rememberPartPlan(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds, PartPlan plan) {
+        partCache[partSlot(part, sender, ids, peerIds)] = new PartEntry(part, sender, ids, peerIds, plan);
+    }
+
     private SplitPlan plan(TransferSession session, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
                            boolean sender) {
+        int totalBlocks = session.totalBlocks();
+        int reusedBlocks = session.reusedBlocks();
+        int slot = planSlot(sender, self, selfIndex, peer, t, totalBlocks, reusedBlocks);
+        PlanEntry e = planCache[slot];
+        if (e != null && e.sender == sender && e.self == self && e.selfIndex == selfIndex && e.peer == peer
+                && e.t == t && e.totalBlocks == totalBlocks && e.reused == reusedBlocks) {
+            return e.plan;
+        }
+        SplitPlan made = makePlan(session, self, selfIndex, peer, t, sender);
+        planCache[slot] = new PlanEntry(sender, self, selfIndex, peer, t, totalBlocks, reusedBlocks, made);
+        return made;
+    }
+
+    private SplitPlan makePlan(TransferSession session, CacheState self, int selfIndex, CacheState peer,
+                               TargetRanks t, boolean sender) {
         Support s = inquireSupport(self, peer);
         if (!s.supported()) {
             throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, session.requestId(), s.reason(), null);
@@ -648,6 +738,25 @@ public final class StandardCacheFormatter implements CacheFormatter {
     public Support inquireSupport(CacheState self, CacheState peer) {
         Objects.requireNonNull(self, "self");
         Objects.requireNonNull(peer, "peer");
+        // Remembered per (state instance, state instance): the answer depends on the two immutable states only,
+        // and the control plane asks it for the same pair on every request (issue 14 item 3).
+        int slot = ((System.identityHashCode(self) * 31 + System.identityHashCode(peer)) >>> 3) & (SUPPORT_SLOTS - 1);
+        SupportEntry e = supportCache[slot];
+        if (e != null && e.self == self && e.peer == peer) {
+            return e.support;
+        }
+        Support s = computeSupport(self, peer);
+        supportCache[slot] = new SupportEntry(self, peer, s);
+        return s;
+    }
+
+    private static final int SUPPORT_SLOTS = 16;
+    private final SupportEntry[] supportCache = new SupportEntry[SUPPORT_SLOTS];
+
+    private record SupportEntry(CacheState self, CacheState peer, Support support) {
+    }
+
+    private static Support computeSupport(CacheState self, CacheState peer) {
         List<String> why = new ArrayList<>();
         if (self.attentionType() != AttentionType.DEFAULT || peer.attentionType() != AttentionType.DEFAULT) {
             why.add("attentionType: self " + self.attentionType() + ", peer " + peer.attentionType()

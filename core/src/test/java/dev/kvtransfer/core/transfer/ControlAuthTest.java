@@ -1,0 +1,161 @@
+package dev.kvtransfer.core.transfer;
+
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.api.model.RequestInfo;
+import dev.kvtransfer.api.model.TransceiverState;
+import org.junit.jupiter.api.Test;
+
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Random;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * The control plane's HMAC without garbage (issue 14 item 3): the hand-rolled HMAC-SHA256 gives the JDK's bytes, and
+ * the in-place variants (info MAC, ready MAC, token and nonce read from the info) agree with the array ones, so
+ * ranks of either version interoperate and every check still refuses a flipped byte.
+ */
+class ControlAuthTest {
+    private static final byte[] SECRET = "a deployment secret of some length".getBytes(StandardCharsets.US_ASCII);
+
+    private static byte[] jdkHmac(byte[] key, byte[] data) throws Exception {
+        Mac m = Mac.getInstance("HmacSHA256");
+        m.init(new SecretKeySpec(key, "HmacSHA256"));
+        return m.doFinal(data);
+    }
+
+    private static byte[] framed(String domain, byte[]... parts) {
+        ByteBuffer b = ByteBuffer.allocate(4096).order(ByteOrder.LITTLE_ENDIAN);
+        b.putInt(domain.length()).put(domain.getBytes(StandardCharsets.US_ASCII));
+        for (byte[] p : parts) {
+            b.putInt(p.length).put(p);
+        }
+        byte[] out = new byte[b.position()];
+        b.flip().get(out);
+        return out;
+    }
+
+    private static RequestInfo info(ControlAuth auth, long id) {
+        CacheState cache = CacheState.builder().uniformKvHeads(4, 4).sizePerHead(16).tokensPerBlock(16)
+                .dataType(DataType.FLOAT16).tensorParallelism(1).pipelineParallelism(1).build();
+        TransceiverState s = new TransceiverState(cache, new CommState("aeron", List.of("gen-0"), 0));
+        return new RequestInfo(id, 0, new long[0], s, 4096, 0, 0, new long[0], new int[] {5}, auth.token(id),
+                auth.nonce(), System.currentTimeMillis(), 0, 1, List.of());
+    }
+
+    @Test
+    void macsAndTokensAreTheJdksHmacBytes() throws Exception {
+        ControlAuth auth = ControlAuth.of(SECRET);
+        byte[] macKey = jdkHmac(SECRET, "kvtransfer-control-mac-v1".getBytes(StandardCharsets.US_ASCII));
+        byte[] tokenKey = jdkHmac(SECRET, "kvtransfer-request-token-v1".getBytes(StandardCharsets.US_ASCII));
+        Random random = new Random(3);
+        for (int round = 0; round < 200; round++) {
+            byte[] a = new byte[random.nextInt(300)];
+            byte[] b = new byte[random.nextInt(70)];
+            random.nextBytes(a);
+            random.nextBytes(b);
+            assertThat(auth.mac("INFO", a, b)).isEqualTo(jdkHmac(macKey, framed("INFO", a, b)));
+            long id = random.nextLong();
+            byte[] le = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putLong(id).array();
+            byte[] token = java.util.Arrays.copyOf(jdkHmac(tokenKey, le), ControlAuth.TOKEN_BYTES);
+            assertThat(auth.token(id)).isEqualTo(token);
+            assertThat(auth.tokenValid(id, token)).isTrue();
+            token[random.nextInt(token.length)] ^= 1;
+            assertThat(auth.tokenValid(id, token)).isFalse();
+        }
+        ControlAuth off = ControlAuth.of(null);
+        assertThat(off.mac("INFO", new byte[3])).isEmpty();
+        assertThat(off.tokenValid(1, new byte[0])).isTrue();
+    }
+
+    @Test
+    void inPlaceMacsAgreeWithTheArrayOnesAndRefuseAFlippedByte() {
+        ControlAuth auth = ControlAuth.of(SECRET);
+        Random random = new Random(11);
+        byte[] ctx = "aeron:ipc?ctx-0".getBytes(StandardCharsets.UTF_8);
+        byte[] gen = "aeron:ipc?gen-0".getBytes(StandardCharsets.UTF_8);
+        for (boolean direct : new boolean[] {false, true}) {
+            for (int round = 0; round < 50; round++) {
+                ByteBuffer bb = (direct ? ByteBuffer.allocateDirect(1024) : ByteBuffer.allocate(1024))
+                        .order(ByteOrder.LITTLE_ENDIAN);
+                int from = random.nextInt(64);
+                int len = 1 + random.nextInt(600);
+                byte[] body = new byte[len];
+                random.nextBytes(body);
+                bb.put(from, body);
+                int macAt = from + len;
+                bb.position(7).limit(900);
+                auth.infoMacInto(bb, from, len, ctx, macAt);
+                assertThat(bb.position()).isEqualTo(7);
+                assertThat(bb.limit()).isEqualTo(900);
+                byte[] written = new byte[ControlAuth.MAC_BYTES];
+                bb.get(macAt, written);
+                assertThat(written).isEqualTo(auth.mac("INFO", body, ctx));
+                assertThat(auth.infoMacValid(bb, from, len, ctx, macAt)).isTrue();
+                assertThat(auth.infoMacValid(bb, from, len, gen, macAt)).isFalse(); // meant for another rank
+                int flip = from + random.nextInt(len + ControlAuth.MAC_BYTES);
+                bb.put(flip, (byte) (bb.get(flip) ^ 0x10));
+                assertThat(auth.infoMacValid(bb, from, len, ctx, macAt)).isFalse();
+            }
+            // Ready signals: the context side's in-place MAC is CacheReceiver.readyMac's, and the in-place check
+            // accepts it only for the same request, tag, nonce, ends and body.
+            for (int round = 0; round < 50; round++) {
+                RequestInfo info = info(auth, 100 + round);
+                ByteBuffer bb = (direct ? ByteBuffer.allocateDirect(512) : ByteBuffer.allocate(512))
+                        .order(ByteOrder.LITTLE_ENDIAN);
+                int bodyLen = 12 + 4 * random.nextInt(20);
+                byte[] body = new byte[bodyLen];
+                random.nextBytes(body);
+                bb.put(0, body);
+                auth.readyMacInto(bb, bodyLen, info, ctx, gen);
+                byte[] written = new byte[ControlAuth.MAC_BYTES];
+                bb.get(bodyLen, written);
+                assertThat(written).isEqualTo(CacheReceiver.readyMac(auth, info.requestId(), info.dataTag(),
+                        info.nonce(), "aeron:ipc?ctx-0", "aeron:ipc?gen-0", body));
+                assertThat(auth.readyMacValid(bb, 0, bodyLen, info.requestId(), info.dataTag(), info.nonce(), ctx,
+                        gen)).isTrue();
+                assertThat(auth.readyMacValid(bb, 0, bodyLen, info.requestId() + 1, info.dataTag(), info.nonce(),
+                        ctx, gen)).isFalse();
+                assertThat(auth.readyMacValid(bb, 0, bodyLen, info.requestId(), info.dataTag(), auth.nonce(), ctx,
+                        gen)).isFalse();
+                int flip = random.nextInt(bodyLen);
+                bb.put(flip, (byte) (bb.get(flip) ^ 1));
+                assertThat(auth.readyMacValid(bb, 0, bodyLen, info.requestId(), info.dataTag(), info.nonce(), ctx,
+                        gen)).isFalse();
+            }
+        }
+    }
+
+    @Test
+    void tokenAndNonceAreCheckedInsideTheInfo() {
+        ControlAuth auth = ControlAuth.of(SECRET);
+        RequestInfo info = info(auth, 42);
+        assertThat(auth.tokenValid(42, info)).isTrue();
+        assertThat(auth.tokenValid(43, info)).isFalse();
+        assertThat(auth.checkFresh(info)).isNull();
+        assertThat(auth.checkFresh(info)).startsWith("nonce already used");
+        // The same nonce through the array path is the same nonce.
+        RequestInfo again = info(auth, 44);
+        assertThat(auth.checkFresh(again.nonce(), again.timestampMillis())).isNull();
+        assertThat(auth.checkFresh(again)).startsWith("nonce already used");
+        RequestInfo stale = new RequestInfo(45, 0, new long[0], info.requesterState(), 4096, 0, 0, new long[0],
+                new int[] {5}, auth.token(45), auth.nonce(),
+                System.currentTimeMillis() - 10 * ControlAuth.WINDOW_MILLIS, 0, 1, List.of());
+        assertThat(auth.checkFresh(stale)).contains("stale");
+        RequestInfo noNonce = new RequestInfo(46, 0, new long[0], info.requesterState(), 4096, 0, 0, new long[0],
+                new int[] {5}, auth.token(46), new byte[0], System.currentTimeMillis(), 0, 1, List.of());
+        assertThat(auth.checkFresh(noNonce)).isEqualTo("no nonce");
+        RequestInfo noToken = new RequestInfo(47, 0, new long[0], info.requesterState(), 4096, 0, 0, new long[0],
+                new int[] {5}, new byte[0], auth.nonce(), System.currentTimeMillis(), 0, 1, List.of());
+        assertThat(auth.tokenValid(47, noToken)).isFalse();
+        assertThat(ControlAuth.of(null).tokenValid(47, noToken)).isTrue();
+        assertThat(ControlAuth.of(null).checkFresh(noNonce)).isNull();
+    }
+}
