@@ -54,6 +54,11 @@ final class ProgressIdleStrategy implements IdleStrategy {
             polls = 0;
             return;
         }
+        if (callersPolling.get() > 0) {
+            // A caller progresses the worker itself right now: do not spin beside it (2 small cores), nap.
+            java.util.concurrent.locks.LockSupport.parkNanos(POLL_NAP_NANOS);
+            return;
+        }
         if (spinNanos > 0 && System.nanoTime() - lastWork < spinNanos) {
             Thread.onSpinWait();
             return;

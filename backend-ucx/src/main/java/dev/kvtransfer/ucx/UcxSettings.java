@@ -95,7 +95,7 @@ public final class UcxSettings {
     /** Default of {@value #CALLER_SPIN_MICROS}. */
     public static final long DEFAULT_CALLER_SPIN_MICROS = 0;
     /** Default of {@value #CALLER_POLL_MICROS}. */
-    public static final long DEFAULT_CALLER_POLL_MICROS = 100;
+    public static final long DEFAULT_CALLER_POLL_MICROS = 0;
     /** Default of {@value #CLOSE_GRACE}. */
     public static final long DEFAULT_CLOSE_GRACE_MILLIS = 5000;
     /** Default of {@value #REGISTRATION_MAX}. */
