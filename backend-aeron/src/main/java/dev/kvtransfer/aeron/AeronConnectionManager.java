@@ -338,17 +338,26 @@ public final class AeronConnectionManager implements ConnectionManager {
             }
             Thread.yield(); // the queue is full: the agent drains it every duty cycle
         }
-        group.wake();
+        if (settings.callerPollNs == 0) {
+            group.wake(); // polling, the caller drains the queue itself (and wakes the agent when it stops)
+        }
     }
 
     /**
-     * Waits for an op: spins briefly, then parks in slices (the agent unparks it when it completes).
+     * Waits for an op: polls for it itself ({@link #pollWhileWaiting}), or spins briefly, then parks in slices (the
+     * agent unparks it when it completes).
      *
      * @param deadline  when to give up
      * @param extended  when to give up on an op that already matched a large message (RECEIVING)
      * @return the op's final state: DONE, FAILED or CANCELLED (the deadline passed and the agent let go of it)
      */
     int await(Op op, long deadline, long extended) {
+        if (settings.callerPollNs > 0) {
+            int st = pollWhileWaiting(op, deadline, extended);
+            if (st >= 0) {
+                return st;
+            }
+        }
         if (settings.callerSpinNs > 0) {
             // Yield rather than spin: on a small host the agent that completes the op may need this core.
             long spinUntil = System.nanoTime() + settings.callerSpinNs;
@@ -377,6 +386,53 @@ public final class AeronConnectionManager implements ConnectionManager {
                 return withdraw(op);
             }
             LockSupport.parkNanos(this, Math.min(remaining, WAIT_SLICE_NS));
+        }
+    }
+
+    /**
+     * The caller-side poll ({@code aeron.callerPollMicros}): while its op is not final, the waiting thread runs the
+     * manager's duty cycle itself when no other thread does (try-lock: the agent thread, or another waiting caller,
+     * may hold it — then this one just checks again), so the message it waits for is read and copied into its
+     * memory on this thread, with no hand-off to the agent and back. It stops once no work turned up for the poll
+     * time (it then hands back to the agent thread and parks as before), at the op's deadline, or when the agent is
+     * gone; the spin between cycles yields every few rounds, for the other threads of a small host.
+     *
+     * @return the op's final state, or -1 to go on waiting the parked way (the deadline is checked there)
+     */
+    private int pollWhileWaiting(Op op, long deadline, long extended) {
+        long now = System.nanoTime();
+        long idleSince = now;
+        int spins = 0;
+        while (true) {
+            int st = op.state;
+            if (st == Op.DONE || st == Op.FAILED || st == Op.CANCELLED) {
+                return st;
+            }
+            long limit = st == Op.RECEIVING ? extended : deadline;
+            if (limit - now <= 0 || agent.isRemoved()) {
+                return -1;
+            }
+            if (now - idleSince >= settings.callerPollNs) {
+                agent.handBack();
+                group.wake();
+                return -1;
+            }
+            int work = agent.tryDutyCycle();
+            if (op.isFinal()) {
+                if (work > 0) {
+                    counters.callerCompleted.increment(); // (almost always) in this thread's own cycle
+                }
+                return op.state;
+            }
+            now = System.nanoTime();
+            if (work > 0) {
+                idleSince = now;
+                spins = 0;
+            } else if ((++spins & 7) == 0) {
+                Thread.yield();
+            } else {
+                Thread.onSpinWait();
+            }
         }
     }
 
@@ -617,6 +673,7 @@ public final class AeronConnectionManager implements ConnectionManager {
         final AtomicCounter imagesRefused;
         final AtomicCounter recoveries;
         final AtomicCounter earlyBytes;
+        final AtomicCounter callerCompleted;
         private final AtomicCounter[] all;
 
         Counters(AeronRuntime rt, String name) {
@@ -630,8 +687,9 @@ public final class AeronConnectionManager implements ConnectionManager {
             imagesRefused = c.newCounter("aeron " + name + " streams refused");
             recoveries = c.newCounter("aeron " + name + " client recoveries");
             earlyBytes = c.newCounter("aeron " + name + " early bytes held");
+            callerCompleted = c.newCounter("aeron " + name + " ops completed by their polling caller");
             all = new AtomicCounter[] {messagesSent, bytesSent, messagesReceived, bytesReceived, peersLost,
-                unauthorized, imagesRefused, recoveries, earlyBytes};
+                unauthorized, imagesRefused, recoveries, earlyBytes, callerCompleted};
         }
 
         void sent(long bytes) {
@@ -656,6 +714,7 @@ public final class AeronConnectionManager implements ConnectionManager {
             m.put("streamsRefused", imagesRefused.get());
             m.put("clientRecoveries", recoveries.get());
             m.put("earlyBytes", earlyBytes.get());
+            m.put("opsCompletedByCaller", callerCompleted.get());
             m.put("errors", r.count());
             m.put("errorsSuppressed", r.suppressed());
             return m;

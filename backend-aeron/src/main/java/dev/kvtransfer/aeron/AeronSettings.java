@@ -65,6 +65,12 @@ public final class AeronSettings {
     /** How long a blocked caller spins before it parks (µs); 0 on a small host, where spinning callers starve the agents. */
     public static final String CALLER_SPIN_MICROS = "aeron.callerSpinMicros";
     /**
+     * How long a blocked caller runs its manager's duty cycle itself (polls the streams, completes its own receive)
+     * while no work turns up, before it hands back to the agent thread and parks (µs); 0: never, the agent alone
+     * polls. Only one thread runs a manager's duty cycle at a time (a try-lock), whichever it is.
+     */
+    public static final String CALLER_POLL_MICROS = "aeron.callerPollMicros";
+    /**
      * Congestion control of the UDP streams this manager receives: {@code cubic} (default: Aeron's CUBIC, the
      * subscription channel's {@code cc=cubic}; the window shrinks on loss, so a bottleneck whose queue is smaller
      * than the receiver window does not turn into a NAK storm) or {@code static} (Aeron's own default: the full
@@ -76,7 +82,7 @@ public final class AeronSettings {
     public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
             PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
             IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS,
-            CONGESTION_CONTROL);
+            CALLER_POLL_MICROS, CONGESTION_CONTROL);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
@@ -93,6 +99,7 @@ public final class AeronSettings {
     static final long DEFAULT_MAX_IMAGES = 4096;
     static final long DEFAULT_AUTH_WINDOW_MS = 120_000;
     static final long DEFAULT_SPIN_MICROS = 100;
+    static final long DEFAULT_CALLER_POLL_MICROS = 100;
     static final String DEFAULT_CONGESTION_CONTROL = "cubic";
 
     /** The stream id every manager's UDP subscription listens on. */
@@ -123,6 +130,7 @@ public final class AeronSettings {
     final long authWindowMs;
     final long spinNs;
     final long callerSpinNs;
+    final long callerPollNs;
     /** {@code static} or {@code cubic}: the {@code cc} parameter of the UDP subscription channel. */
     final String congestionControl;
 
@@ -133,6 +141,8 @@ public final class AeronSettings {
         this.idle = config.property(IDLE, "backoff").trim().toLowerCase(Locale.ROOT);
         this.spinNs = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 100_000));
         this.callerSpinNs = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_SPIN_MICROS, 0, 0, 100_000));
+        this.callerPollNs = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_POLL_MICROS,
+                DEFAULT_CALLER_POLL_MICROS, 0, 100_000));
         this.congestionControl = config.property(CONGESTION_CONTROL, DEFAULT_CONGESTION_CONTROL).trim()
                 .toLowerCase(Locale.ROOT);
         if (!congestionControl.equals("static") && !congestionControl.equals("cubic")) {

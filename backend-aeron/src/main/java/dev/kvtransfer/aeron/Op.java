@@ -10,7 +10,8 @@ import java.util.concurrent.locks.LockSupport;
  * One blocking operation of a caller thread, handed to the manager's agent through its command queue: a receive
  * from one peer, a receive from any peer, or a large send waiting for its clear-to-send. The agent owns it from
  * the moment it takes it off the queue until it completes, fails or acknowledges a cancel; the caller only reads
- * {@link #state} and parks. Each thread reuses one op (no allocation per message) unless the op went through a
+ * {@link #state} and parks — or, polling ({@code aeron.callerPollMicros}), runs the agent's duty cycle itself and
+ * may complete its own op there (then as the agent). Each thread reuses one op (no allocation per message) unless the op went through a
  * cancel, whose queue entry may still be pending: such an op is abandoned.
  *
  * <p>Cancel protocol (a caller's deadline passed): if the agent has not taken the op yet, the caller moves it
@@ -86,10 +87,17 @@ final class Op {
         return s == DONE || s == FAILED || s == CANCELLED;
     }
 
-    /** Agent: the op completed; wakes its caller. */
+    /** Agent: the op completed; wakes its caller (unless the caller completed it itself, polling). */
     void complete() {
         state = DONE;
-        LockSupport.unpark(waiter);
+        wakeWaiter();
+    }
+
+    private void wakeWaiter() {
+        Thread w = waiter;
+        if (w != Thread.currentThread()) {
+            LockSupport.unpark(w);
+        }
     }
 
     /** Agent: the op failed; wakes its caller. No effect on an op that already ended. */
@@ -99,7 +107,7 @@ final class Op {
         }
         failure = e;
         state = FAILED;
-        LockSupport.unpark(waiter);
+        wakeWaiter();
     }
 
     /** Agent: acknowledges a cancel (or drops an op cancelled while queued). */
@@ -107,6 +115,6 @@ final class Op {
         if (!isFinal()) {
             state = CANCELLED;
         }
-        LockSupport.unpark(waiter);
+        wakeWaiter();
     }
 }

@@ -17,6 +17,7 @@ import java.util.List;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Function;
 
 /**
@@ -26,6 +27,13 @@ import java.util.function.Function;
  * ({@link Dispatcher}, {@link Matcher}), offers the control messages it owes (CTS, REJECT) and, every
  * {@value #TICK_MS} ms, checks liveness (peer loss), handshakes that never finished, lingering lost peers and the
  * Aeron client (a client closed by a stall is rebuilt and the manager re-subscribes on its own address).
+ *
+ * <p>Who runs the duty cycle: the group's thread, or a caller blocked on one of its ops ({@link #tryDutyCycle},
+ * {@code aeron.callerPollMicros}): the waiting thread polls the streams and completes its own receive instead of
+ * parking until the agent thread hands it over (one wake-up fewer per receive, and across processes no wait for
+ * the agent thread's idle park). One thread at a time: every cycle runs under {@link #duty} (a try-lock — whoever
+ * does not get it has nothing to do, the holder serves every stream and op of the manager, so no connection
+ * starves), which also makes the state the cycle owns visible from one holder to the next.
  */
 final class TransportAgent {
     private static final System.Logger LOG = System.getLogger(TransportAgent.class.getName());
@@ -57,6 +65,10 @@ final class TransportAgent {
     private long nextLivenessNs;
     private long lastLivenessNs;
     private int helloPeers;
+    /** Held by whichever thread runs the duty cycle (the group's thread or a polling caller); see the class doc. */
+    private final ReentrantLock duty = new ReentrantLock();
+    /** Set by a caller that polled and stops: the group thread's next cycle counts as work (its spin restarts). */
+    private volatile boolean handedBack;
 
     private int generation;
     private boolean recovering;
@@ -116,7 +128,48 @@ final class TransportAgent {
 
     // ------------------------------------------------------------------------------------------ duty cycle
 
+    /** The group thread's cycle: nothing when a polling caller runs it right now (it serves everything). */
     int doWork() {
+        if (!duty.tryLock()) {
+            return 0;
+        }
+        try {
+            int work = dutyCycle();
+            if (handedBack) {
+                handedBack = false;
+                work++; // a caller stopped polling: spin again (aeron.spinMicros) before parking, as after a post
+            }
+            return work;
+        } finally {
+            duty.unlock();
+        }
+    }
+
+    /**
+     * A blocked caller's cycle ({@code aeron.callerPollMicros}).
+     *
+     * @return the work done, or -1 when another thread runs the cycle right now
+     */
+    int tryDutyCycle() {
+        if (!duty.tryLock()) {
+            return -1;
+        }
+        try {
+            return dutyCycle();
+        } catch (Throwable t) {
+            onAgentError(t);
+            return 0;
+        } finally {
+            duty.unlock();
+        }
+    }
+
+    /** A caller that polled stops and parks: the group thread takes over at once. */
+    void handBack() {
+        handedBack = true;
+    }
+
+    private int dutyCycle() {
         if (removed) {
             return 0;
         }
@@ -570,6 +623,7 @@ final class TransportAgent {
         if (!removalStarted.compareAndSet(false, true)) {
             return;
         }
+        duty.lock(); // a polling caller holds it for one cycle at most
         try {
             Op op;
             while ((op = commands.poll()) != null) {
@@ -597,6 +651,7 @@ final class TransportAgent {
         } finally {
             sweepDone = true;
             removed = true;
+            duty.unlock();
         }
     }
 

@@ -6,6 +6,9 @@ import org.agrona.concurrent.Agent;
 import org.agrona.concurrent.AgentTerminationException;
 import org.openucx.jucx.ucp.UcpWorker;
 
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.ReentrantLock;
+
 /**
  * The agent that owns a manager's UCX worker (jucx workers are not thread-safe: no other thread touches it).
  * Callers queue {@link UcxCommand}s and, when the agent sleeps, wake it with {@code ucp_worker_signal} (the one
@@ -13,7 +16,10 @@ import org.openucx.jucx.ucp.UcpWorker;
  * {@link #doWork()} drains commands in queue order (which orders concurrent calls by whoever entered first),
  * progresses the worker a bounded number of rounds (so incoming data cannot starve the queue) and closes the
  * endpoints that callbacks queued for closing; it stops when the manager leaves RUNNING, and {@link #onClose()}
- * runs the shutdown sequence on this thread. All jucx callbacks run here.
+ * runs the shutdown sequence on this thread. All jucx callbacks run here — or on a blocked caller that runs the
+ * round itself ({@link #tryCallerRound}, {@code ucx.callerPollMicros}): every round, the agent's sleep in
+ * {@code ucp_worker_wait} and the shutdown sequence hold {@link #workerLock}, so exactly one thread touches the
+ * worker at a time, and the agent does not sleep in epoll while a caller wants the worker.
  */
 final class ProgressAgent implements Agent {
     /** Queue capacity; a full queue makes submitters yield until there is room. */
@@ -31,6 +37,12 @@ final class ProgressAgent implements Agent {
     private AbandonedSends abandoned;
     private Runnable shutdown;
     private volatile Thread thread;
+    /** Held by whichever thread touches the worker: the agent (round, epoll sleep, shutdown) or a polling caller. */
+    private final ReentrantLock workerLock = new ReentrantLock();
+    /** Callers in their poll phase: the agent naps instead of sleeping in epoll while there are any. */
+    private final AtomicInteger callersPolling = new AtomicInteger();
+    /** Rounds with work that a polling caller ran (written under the worker lock; tests). */
+    private volatile long callerRounds;
 
     ProgressAgent(String name, UcpWorker worker, UcxLifecycle life, UcxErrors errors, long spinNanos,
                   java.util.function.IntSupplier sendsInFlight) {
@@ -38,7 +50,8 @@ final class ProgressAgent implements Agent {
         this.worker = worker;
         this.life = life;
         this.errors = errors;
-        this.idle = new ProgressIdleStrategy(worker, commands, life, spinNanos, sendsInFlight);
+        this.idle = new ProgressIdleStrategy(worker, commands, life, spinNanos, sendsInFlight, workerLock,
+                callersPolling);
     }
 
     /** Completes the wiring (the closer and the shutdown sequence need the agent's queue themselves). */
@@ -54,7 +67,58 @@ final class ProgressAgent implements Agent {
 
     /** @return whether the current thread is this agent's */
     boolean onAgentThread() {
-        return Thread.currentThread() == thread;
+        return Thread.currentThread() == thread || workerLock.isHeldByCurrentThread();
+    }
+
+    /**
+     * A caller begins (true) or ends (false) its poll phase; at the beginning an agent asleep in epoll is
+     * signalled, so it lets go of the worker.
+     */
+    void callerPolling(boolean begin) {
+        if (!begin) {
+            callersPolling.decrementAndGet();
+            return;
+        }
+        callersPolling.incrementAndGet();
+        if (idle.sleeping) {
+            var lock = life.readLock();
+            lock.lock();
+            try {
+                if (life.running()) {
+                    worker.signal();
+                }
+            } finally {
+                lock.unlock();
+            }
+        }
+    }
+
+    /**
+     * A blocked caller's round: the agent's round on the caller's thread, when no other thread holds the worker.
+     *
+     * @return the work done, or -1 when another thread holds the worker right now
+     */
+    int tryCallerRound() throws Exception {
+        if (!workerLock.tryLock()) {
+            return -1;
+        }
+        try {
+            if (!life.running()) {
+                return 0;
+            }
+            int work = round();
+            if (work > 0) {
+                callerRounds++;
+            }
+            return work;
+        } finally {
+            workerLock.unlock();
+        }
+    }
+
+    /** @return rounds with work that polling callers ran so far */
+    long callerRounds() {
+        return callerRounds;
     }
 
     /**
@@ -120,6 +184,17 @@ final class ProgressAgent implements Agent {
         if (!life.running()) {
             throw new AgentTerminationException();
         }
+        if (!workerLock.tryLock()) {
+            return 0; // a polling caller runs the round right now
+        }
+        try {
+            return round();
+        } finally {
+            workerLock.unlock();
+        }
+    }
+
+    private int round() throws Exception {
         int work = 0;
         UcxCommand c;
         while (work < COMMANDS_PER_ROUND && (c = commands.poll()) != null) {
@@ -144,7 +219,12 @@ final class ProgressAgent implements Agent {
 
     @Override
     public void onClose() {
-        shutdown.run();
+        workerLock.lock(); // a polling caller holds it for one round at most
+        try {
+            shutdown.run();
+        } finally {
+            workerLock.unlock();
+        }
     }
 
     @Override

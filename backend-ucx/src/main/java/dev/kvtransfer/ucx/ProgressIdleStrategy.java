@@ -27,11 +27,17 @@ final class ProgressIdleStrategy implements IdleStrategy {
     private final UcxLifecycle life;
     private final long spinNanos;
     private final java.util.function.IntSupplier sendsInFlight;
+    private final java.util.concurrent.locks.ReentrantLock workerLock;
+    private final java.util.concurrent.atomic.AtomicInteger callersPolling;
     private long lastWork;
     private int polls;
 
     ProgressIdleStrategy(UcpWorker worker, CommandQueue commands, UcxLifecycle life, long spinNanos,
-                         java.util.function.IntSupplier sendsInFlight) {
+                         java.util.function.IntSupplier sendsInFlight,
+                         java.util.concurrent.locks.ReentrantLock workerLock,
+                         java.util.concurrent.atomic.AtomicInteger callersPolling) {
+        this.workerLock = workerLock;
+        this.callersPolling = callersPolling;
         this.sendsInFlight = sendsInFlight;
         this.worker = worker;
         this.commands = commands;
@@ -48,6 +54,11 @@ final class ProgressIdleStrategy implements IdleStrategy {
             polls = 0;
             return;
         }
+        if (callersPolling.get() > 0) {
+            // A caller progresses the worker itself right now: do not spin beside it (2 small cores), nap.
+            java.util.concurrent.locks.LockSupport.parkNanos(POLL_NAP_NANOS);
+            return;
+        }
         if (spinNanos > 0 && System.nanoTime() - lastWork < spinNanos) {
             Thread.onSpinWait();
             return;
@@ -62,13 +73,23 @@ final class ProgressIdleStrategy implements IdleStrategy {
             }
             return;
         }
+        // The epoll sleep touches the worker (ucp_worker_arm): only under the worker lock, and never while a caller
+        // polls (it would wait for the lock for as long as we sleep). A caller that starts polling after our check
+        // signals the worker: it raises callersPolling, then reads sleeping; we set sleeping, then read it.
         sleeping = true;
+        if (callersPolling.get() > 0 || !workerLock.tryLock()) {
+            sleeping = false;
+            java.util.concurrent.locks.LockSupport.parkNanos(POLL_NAP_NANOS);
+            return;
+        }
         try {
-            if (commands.isEmpty() && life.running()) {
+            // Read again under the lock: a polling caller may have posted a send since the racy read above.
+            if (commands.isEmpty() && life.running() && callersPolling.get() == 0 && sendsInFlight.getAsInt() == 0) {
                 worker.waitForEvents();
             }
         } finally {
             sleeping = false;
+            workerLock.unlock();
         }
     }
 

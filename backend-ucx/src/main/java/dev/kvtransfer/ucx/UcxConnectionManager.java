@@ -61,6 +61,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final Duration defaultTimeout;
     private final long closeGraceNanos;
     private final long callerSpinNanos;
+    private final long callerPollNanos;
     private final boolean cudaMemory;
     private final String localAddress;
 
@@ -99,6 +100,7 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.defaultTimeout = settings.defaultTimeout();
         this.closeGraceNanos = settings.closeGraceNanos();
         this.callerSpinNanos = settings.callerSpinNanos();
+        this.callerPollNanos = settings.callerPollNanos();
         // Starts nothing before the first register (only stores this manager).
         this.emulated = settings.emulatedOneSided() ? new dev.kvtransfer.api.transport.support.EmulatedOneSided(
                 this, dev.kvtransfer.api.transport.support.ControlMemory.withAddresses("UCX",
@@ -604,6 +606,53 @@ public final class UcxConnectionManager implements ConnectionManager {
         }
     }
 
+    /**
+     * Waits for an operation: first progressing the worker itself ({@code ucx.callerPollMicros}: the agent's round
+     * on this thread whenever no other thread holds the worker, so the completion runs here, with no hand-off to
+     * the agent and back) until nothing happened for the poll time, the deadline, or an interrupt; then parked
+     * as before ({@link UcxOp#await}).
+     */
+    private boolean awaitOp(UcxOp op, long deadline) {
+        if (callerPollNanos > 0 && !op.done && !agent.onAgentThread()) {
+            agent.callerPolling(true);
+            try {
+                long now = System.nanoTime();
+                long idleSince = now;
+                int spins = 0;
+                while (!op.done && deadline - now > 0 && now - idleSince < callerPollNanos
+                        && !Thread.currentThread().isInterrupted()) {
+                    int work;
+                    try {
+                        work = agent.tryCallerRound();
+                    } catch (Throwable t) {
+                        onAgentError(t);
+                        work = 0;
+                    }
+                    now = System.nanoTime();
+                    if (work > 0) {
+                        idleSince = now;
+                        spins = 0;
+                    } else if ((++spins & 7) == 0) {
+                        Thread.yield();
+                    } else {
+                        Thread.onSpinWait();
+                    }
+                }
+            } finally {
+                agent.callerPolling(false);
+            }
+            if (op.done) {
+                return true;
+            }
+        }
+        return op.await(deadline, callerSpinNanos);
+    }
+
+    /** @return rounds with work that blocked callers ran on their own threads ({@code ucx.callerPollMicros}; tests) */
+    long callerRounds() {
+        return agent.callerRounds();
+    }
+
     /** Submits an operation and waits for it: deadline, then cancellation, then the outcome. */
     private void run(UcxOp op, Duration timeout) {
         Objects.requireNonNull(timeout, "timeout");
@@ -623,7 +672,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             throw closedException(op.describe());
         }
         UcxFailure cancelReason = null;
-        if (!op.await(deadline, callerSpinNanos)) {
+        if (!awaitOp(op, deadline)) {
             if (Thread.currentThread().isInterrupted()) {
                 cancelReason = UcxFailure.of(ErrorCode.NETWORK, "interrupted");
             } else {

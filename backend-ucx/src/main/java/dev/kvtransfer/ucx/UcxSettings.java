@@ -75,6 +75,12 @@ public final class UcxSettings {
      */
     public static final String CALLER_SPIN_MICROS = "ucx.callerSpinMicros";
     /**
+     * Property: microseconds a blocked caller progresses the manager's worker itself (runs the progress agent's
+     * round under its worker lock, completing its own operation there) while no work turns up, before it parks
+     * and leaves the worker to the agent (0 = never: the agent alone touches the worker). See the README.
+     */
+    public static final String CALLER_POLL_MICROS = "ucx.callerPollMicros";
+    /**
      * Property: sends of at most this many bytes on an established connection are copied and do not wait for the
      * progress agent (0 = every send waits). See {@code BufferedSends}.
      */
@@ -88,6 +94,8 @@ public final class UcxSettings {
     public static final long DEFAULT_SPIN_MICROS = 50;
     /** Default of {@value #CALLER_SPIN_MICROS}. */
     public static final long DEFAULT_CALLER_SPIN_MICROS = 0;
+    /** Default of {@value #CALLER_POLL_MICROS}. */
+    public static final long DEFAULT_CALLER_POLL_MICROS = 0;
     /** Default of {@value #CLOSE_GRACE}. */
     public static final long DEFAULT_CLOSE_GRACE_MILLIS = 5000;
     /** Default of {@value #REGISTRATION_MAX}. */
@@ -97,7 +105,7 @@ public final class UcxSettings {
     public static final String SHM_TLS = "self,sysv,posix";
 
     private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS,
-            CALLER_SPIN_MICROS, BUFFERED_SEND_BYTES, BUFFERED_SEND_SLOTS, TRANSPORTS, CMA, ONE_SIDED, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
+            CALLER_SPIN_MICROS, CALLER_POLL_MICROS, BUFFERED_SEND_BYTES, BUFFERED_SEND_SLOTS, TRANSPORTS, CMA, ONE_SIDED, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,
             AUTH_MAX_SKEW);
     private static final Pattern UCX_NAME = Pattern.compile("[A-Z][A-Z0-9_]{0,63}");
 
@@ -108,6 +116,7 @@ public final class UcxSettings {
     private final long closeGraceNanos;
     private final long spinNanos;
     private final long callerSpinNanos;
+    private final long callerPollNanos;
     private final int bufferedSendBytes;
     private final int bufferedSendSlots;
     private final Map<String, String> ucxConfig;
@@ -136,6 +145,8 @@ public final class UcxSettings {
         this.spinNanos = TimeUnit.MICROSECONDS.toNanos(range(config, SPIN_MICROS, DEFAULT_SPIN_MICROS, 0, 1_000_000));
         this.callerSpinNanos = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_SPIN_MICROS,
                 DEFAULT_CALLER_SPIN_MICROS, 0, 1_000_000));
+        this.callerPollNanos = TimeUnit.MICROSECONDS.toNanos(range(config, CALLER_POLL_MICROS,
+                DEFAULT_CALLER_POLL_MICROS, 0, 100_000));
         this.bufferedSendBytes = (int) range(config, BUFFERED_SEND_BYTES, 16 * 1024, 0, 1 << 20);
         this.bufferedSendSlots = (int) range(config, BUFFERED_SEND_SLOTS, 64, 1, 65_536);
         Map<String, String> ucx = new LinkedHashMap<>();
@@ -331,6 +342,11 @@ public final class UcxSettings {
     /** @return how long a caller spins on its operation before parking, in nanoseconds */
     public long callerSpinNanos() {
         return callerSpinNanos;
+    }
+
+    /** @return how long a blocked caller progresses the worker itself while nothing happens, in nanoseconds */
+    public long callerPollNanos() {
+        return callerPollNanos;
     }
 
     /** @return the largest send that is buffered instead of waited for (0 = none) */
