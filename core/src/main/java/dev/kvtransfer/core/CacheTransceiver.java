@@ -70,6 +70,10 @@ public final class CacheTransceiver implements AutoCloseable {
     private final CacheReceiver receiver;
     private final Object statusLock = new Object();
     private final Object checkLock = new Object();
+    /** Reused by {@link #check} under {@link #checkLock}: this rank's pending ids, completed ones, failed ones. */
+    private final ArrayList<Long> checkPending = new ArrayList<>();
+    private final ArrayList<Long> checkCompleted = new ArrayList<>();
+    private final ArrayList<Long> checkFailed = new ArrayList<>();
     private final Map<Long, Tracked> contextRequests = new LinkedHashMap<>();
     private final Map<Long, Tracked> generationRequests = new LinkedHashMap<>();
     private final Deque<AutoCloseable> owned = new ArrayDeque<>();
@@ -394,13 +398,15 @@ public final class CacheTransceiver implements AutoCloseable {
     private TransferStatus check(Map<Long, Tracked> map, GroupComm group, boolean context, OptionalInt atLeast) {
         Objects.requireNonNull(atLeast, "atLeast");
         synchronized (checkLock) {
-            List<Long> pending = new ArrayList<>();
+            List<Long> pending = checkPending;
+            pending.clear();
             List<long[]> gathered = gather(group, finishedPairs(map, pending));
             boolean wait = atLeast.isEmpty() || atLeast.getAsInt() > 0;
             if (wait) {
-                List<long[]> ids = idsOnly(gathered);
-                List<Long> selected = context ? StatusAgreement.selectContext(pending, ids, atLeast)
-                        : StatusAgreement.selectGeneration(pending, ids, atLeast);
+                // "Block all" selects every pending id whatever the members finished: no ids to extract.
+                List<Long> selected = atLeast.isEmpty() ? pending : context
+                        ? StatusAgreement.selectContext(pending, idsOnly(gathered), atLeast)
+                        : StatusAgreement.selectGeneration(pending, idsOnly(gathered), atLeast);
                 long overdueNanos = config.kvTransferTimeout().plus(config.senderFutureTimeout()).toNanos();
                 for (Long id : selected) {
                     Tracked t;
@@ -422,8 +428,10 @@ public final class CacheTransceiver implements AutoCloseable {
                 gathered = gather(group, finishedPairs(map, null));
             }
             StatusAgreement.Outcome agreed = StatusAgreement.agree(gathered);
-            List<Long> completed = new ArrayList<>();
-            List<Long> failed = new ArrayList<>();
+            List<Long> completed = checkCompleted;
+            List<Long> failed = checkFailed;
+            completed.clear();
+            failed.clear();
             synchronized (statusLock) {
                 for (Long id : pending) {
                     Boolean ok = agreed.outcome(id);
@@ -434,7 +442,13 @@ public final class CacheTransceiver implements AutoCloseable {
                     (ok ? completed : failed).add(id);
                 }
             }
-            return new TransferStatus(completed, failed);
+            // The record copies both lists (an empty one into the shared empty list), so reusing them is safe.
+            TransferStatus status = completed.isEmpty() && failed.isEmpty() ? TransferStatus.EMPTY
+                    : new TransferStatus(completed, failed);
+            pending.clear();
+            completed.clear();
+            failed.clear();
+            return status;
         }
     }
 

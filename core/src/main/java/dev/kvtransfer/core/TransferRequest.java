@@ -13,7 +13,6 @@ import java.util.Optional;
 import java.util.OptionalLong;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
-import java.util.concurrent.atomic.AtomicBoolean;
 
 /**
  * The engine's handle of one request on one rank: which request (the <em>context</em> request id), how long
@@ -25,20 +24,37 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * {@link CacheTransceiver#checkGenTransferStatus} report when the whole status group agrees.
  */
 public final class TransferRequest {
+    private static final long[] NO_HASHES = new long[0];
+    private static final java.lang.invoke.VarHandle SUBMITTED;
+
+    static {
+        try {
+            SUBMITTED = java.lang.invoke.MethodHandles.lookup().findVarHandle(TransferRequest.class, "submitted",
+                    int.class);
+        } catch (ReflectiveOperationException e) {
+            throw new ExceptionInInitializerError(e);
+        }
+    }
+
     private final long requestId;
     private final int promptLength;
     private final int[] blockIds;
     private final ContextPhaseParams params;
     private final long[] blockHashes;
     private final int reusedBlocks;
-    /** Layer-wise: layers of this rank known ready (context) or arrived (generation); guarded by {@code layers}. */
-    private final java.util.BitSet layerBits = new java.util.BitSet();
-    private final Object layers = new Object();
+    /**
+     * Layer-wise: layers of this rank known ready (context) or arrived (generation), made on the first mark (a
+     * request moved whole never has one); guarded by {@code layers}.
+     */
+    private java.util.BitSet layerBits;
     private int layerPrefix;
     private volatile boolean layerWise;
     private final CompletableFuture<Void> done = new CompletableFuture<>();
-    private final AtomicBoolean submitted = new AtomicBoolean();
+    /** 1 once handed to a transceiver ({@link #SUBMITTED}). */
+    private volatile int submitted;
     private final Handle handle = new Handle();
+    /** The monitor of the layer marks: the request's own private handle (no lock object per request). */
+    private final Object layers = handle;
     private volatile RequestState state;
     private volatile KvTransferException error;
     private volatile long kvCacheSize;
@@ -62,7 +78,7 @@ public final class TransferRequest {
         this.blockIds = Objects.requireNonNull(blockIds, "blockIds").clone();
         this.params = params;
         this.state = initial;
-        this.blockHashes = blockHashes.clone();
+        this.blockHashes = blockHashes.length == 0 ? NO_HASHES : blockHashes.clone();
         this.reusedBlocks = reusedBlocks;
     }
 
@@ -75,7 +91,7 @@ public final class TransferRequest {
      * @return the request, in state {@link RequestState#CONTEXT_TRANS_IN_PROGRESS}
      */
     public static TransferRequest context(long requestId, int promptLength, int[] blockIds) {
-        return context(requestId, promptLength, blockIds, new long[0]);
+        return context(requestId, promptLength, blockIds, NO_HASHES);
     }
 
     /**
@@ -103,7 +119,7 @@ public final class TransferRequest {
      * @return the request, in state {@link RequestState#GENERATION_TRANS_IN_PROGRESS}
      */
     public static TransferRequest generation(ContextPhaseParams params, int promptLength, int[] blockIds) {
-        return generation(params, promptLength, blockIds, 0, new long[0]);
+        return generation(params, promptLength, blockIds, 0, NO_HASHES);
     }
 
     /**
@@ -247,7 +263,7 @@ public final class TransferRequest {
     public boolean awaitLayer(int localLayer, Duration timeout) {
         long deadline = System.nanoTime() + timeout.toNanos();
         synchronized (layers) {
-            while (!layerBits.get(localLayer)) {
+            while (!layerMarked(localLayer)) {
                 if (state.isTerminal()) {
                     if (error != null) {
                         throw error;
@@ -295,12 +311,20 @@ public final class TransferRequest {
             throw new IllegalArgumentException("localLayer = " + localLayer + ": must be >= 0");
         }
         synchronized (layers) {
+            if (layerBits == null) {
+                layerBits = new java.util.BitSet();
+            }
             layerBits.set(localLayer);
             while (layerBits.get(layerPrefix)) {
                 layerPrefix++;
             }
             layers.notifyAll();
         }
+    }
+
+    /** @return whether {@code localLayer} was marked; under {@code layers} */
+    private boolean layerMarked(int localLayer) {
+        return layerBits != null && layerBits.get(localLayer);
     }
 
     /** Wakes per-layer waiters (the request ended). */
@@ -317,7 +341,7 @@ public final class TransferRequest {
 
     /** Marks the request as handed to a transceiver; a request is transferred once. */
     boolean markSubmitted() {
-        return submitted.compareAndSet(false, true);
+        return SUBMITTED.compareAndSet(this, 0, 1);
     }
 
     /** @return the internal handle the sender and receiver drive */

@@ -125,6 +125,6 @@ public record CommState(String transport, List<String> addresses, int selfIndex)
 
     @Override
     public int hashCode() {
-        return Objects.hash(transport, addresses);
+        return 31 * (31 + transport.hashCode()) + addresses.hashCode(); // Objects.hash's value, without its array
     }
 }

@@ -210,7 +210,11 @@ public final class WireReader {
      */
     public int readCount(String what, int elementSize) {
         int at = offset();
-        int n = readInt(what + " count");
+        if (buffer.remaining() < 4) { // the label is built only for the error: a count is read per field
+            throw new MalformedMessageException(at, "truncated: " + what + " count needs 4 bytes, "
+                    + buffer.remaining() + " left");
+        }
+        int n = buffer.getInt();
         if (n < 0 || n > MAX_COUNT) {
             throw new MalformedMessageException(at, what + " count " + n + " out of range [0, " + MAX_COUNT + "]");
         }
@@ -219,6 +223,21 @@ public final class WireReader {
                     + ((long) n * Math.max(1, elementSize)) + " bytes, " + buffer.remaining() + " left");
         }
         return n;
+    }
+
+    /** {@code readInt(what + "[" + i + "]", min, max)}, the label built only when it fails. */
+    private int readElement(String what, int i, int min, int max) {
+        int at = offset();
+        if (buffer.remaining() < 4) {
+            throw new MalformedMessageException(at, "truncated: " + what + "[" + i + "] needs 4 bytes, "
+                    + buffer.remaining() + " left");
+        }
+        int v = buffer.getInt();
+        if (v < min || v > max) {
+            throw new MalformedMessageException(at, what + "[" + i + "] = " + v + " out of range [" + min + ", "
+                    + max + "]");
+        }
+        return v;
     }
 
     /**
@@ -233,7 +252,7 @@ public final class WireReader {
         int n = readCount(what, 4);
         List<Integer> out = new ArrayList<>(n);
         for (int i = 0; i < n; i++) {
-            out.add(readInt(what + "[" + i + "]", min, max));
+            out.add(readElement(what, i, min, max));
         }
         return Collections.unmodifiableList(out);
     }
@@ -250,7 +269,7 @@ public final class WireReader {
         int n = readCount(what, 4);
         int[] out = new int[n];
         for (int i = 0; i < n; i++) {
-            out[i] = readInt(what + "[" + i + "]", min, max);
+            out[i] = readElement(what, i, min, max);
         }
         return out;
     }
