@@ -576,15 +576,16 @@ public final class CacheReceiver implements AutoCloseable {
         List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
                 == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
                 ? registerGrants(job, totalBlocks, reused) : List.of();
-        RequestInfo info = new RequestInfo(id, totalBlocks - 1, new long[0], env.selfState(), tag,
+        // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
+        RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, new long[0], env.selfState(), tag,
                 env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,
                 System.currentTimeMillis(), flags, env.cache().blocksPerRegion(), grants);
-        byte[] bytes = info.toBytes();
+        int infoBytes = info.messageSize();
         int mac = auth.macBytes();
         int infoAt = HEADER_BYTES;
         int[] readyAt = new int[positions.length];
         int[] ctxBlocks = new int[positions.length];
-        int end = infoAt + bytes.length + mac;
+        int end = infoAt + infoBytes + mac;
         for (int k = 0; k < positions.length; k++) {
             int rank = targets.peerRanks().get(positions[k]);
             ctxBlocks[k] = BlockDistribution.count(totalBlocks, ctx.contextParallelism(), ctx.cpRank(rank));
@@ -598,17 +599,17 @@ public final class CacheReceiver implements AutoCloseable {
             MemoryBuffer ctl = lease.buffer();
             ByteBuffer bb = lease.bytes();
             bb.putLong(0, Tags.REQUEST_SEND);
-            bb.putLong(8, bytes.length + mac);
+            bb.putLong(8, infoBytes + mac);
             bb.putLong(16, id);
-            bb.put(infoAt, bytes);
+            info.writeMessage(bb, infoAt);
             for (int pos : positions) {
                 Connection c = conns[pos];
                 if (mac > 0) {
                     // The MAC binds the info to the context rank it is for: it cannot be replayed to another.
-                    bb.put(infoAt + bytes.length, auth.mac("INFO", bytes, utf8(c.peer())));
+                    auth.infoMacInto(bb, infoAt, infoBytes, utf8(c.peer()), infoAt + infoBytes);
                 }
                 try {
-                    sendInfo(job, c, ctl, infoAt, bytes.length + mac);
+                    sendInfo(job, c, ctl, infoAt, infoBytes + mac);
                     env.journal().requestInfoSent(id, targets.peerRanks().get(pos));
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), id, "request info to context rank "
@@ -640,11 +641,7 @@ public final class CacheReceiver implements AutoCloseable {
                     }
                 }
                 if (mac > 0) {
-                    byte[] body = new byte[len - mac];
-                    bb.get(at, body);
-                    byte[] claimed = new byte[mac];
-                    bb.get(at + len - mac, claimed);
-                    if (!auth.macValid(readyMac(auth, id, tag, nonce, c.peer(), selfAddress, body), claimed)) {
+                    if (!auth.readyMacValid(bb, at, len - mac, id, tag, nonce, utf8(c.peer()), utf8(selfAddress))) {
                         env.metrics().error(new KvTransferException(ErrorCode.UNAUTHORIZED, id, "ready signal on tag "
                                 + tag + " from " + Texts.peer(c.peer()) + " failed authentication; refused", null));
                         throw new KvTransferException(ErrorCode.UNAUTHORIZED, id, "the ready signal of context rank "
