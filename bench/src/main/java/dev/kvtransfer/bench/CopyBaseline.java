@@ -147,9 +147,10 @@ public final class CopyBaseline {
     }
 
     /**
-     * The highest GB/s a path can reach with part checksums on when, without them, it reaches {@code offGbps} and
-     * both sides sum every byte on the critical path (the sender after each message, the receiver before placing
-     * it): {@code 1 / (1 / off + 2 / crc)}.
+     * The GB/s of a path with part checksums on when, without them, it reaches {@code offGbps} and both sides' sums
+     * of every byte add to its critical path (the sender after each message, the receiver before placing it):
+     * {@code 1 / (1 / off + 2 / crc)}. A serial estimate: where a pass overlaps other work on another core the
+     * path does better.
      *
      * @param offGbps the path's GB/s with part checksums off
      * @param crcGbps CRC32C GB/s ({@link #crc32cGigabytesPerSecond})

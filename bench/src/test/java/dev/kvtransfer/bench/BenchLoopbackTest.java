@@ -69,6 +69,7 @@ class BenchLoopbackTest {
                 .allSatisfy(r -> assertThat(r.get("note")).doesNotContain("push asked"));
         assertThat(o.runs("transceiver", "memcpy")).hasSize(2);
         assertThat(o.stdout).contains("part checksums (CRC32C) on vs off").contains("two CRC32C passes at");
+        assertThat(o.stdout).contains("added to the critical path would give");
         @SuppressWarnings("unchecked")
         Map<String, Object> info = (Map<String, Object>) o.json.get("run");
         assertThat(((Number) info.get("crc32c_gbps")).doubleValue()).isPositive();
