@@ -417,7 +417,10 @@ class MetricsEndpointTest {
             Map<String, Double> s = samples(get(uri).body());
             // A transfer completed on the generation side and on both context ranks (a context rank counts its
             // request when its own sends end, which may come after the generation side's).
-            if (completedOn(s, "gen", "generation") && java.util.stream.IntStream.range(0, 2).allMatch(
+            // The scrape reads meter by meter while transfers end, so it also waits for the bytes to show.
+            if (completedOn(s, "gen", "generation")
+                    && sample(s, "kvtransfer_bytes_total", "instance=\"gen\"", "role=\"generation\"") > 0
+                    && java.util.stream.IntStream.range(0, 2).allMatch(
                     r -> s.keySet().stream().anyMatch(k -> k.startsWith("kvtransfer_transfers_total{")
                             && k.contains("instance=\"ctx\"") && k.contains("rank=\"rank-" + r + "\"")
                             && k.contains("role=\"context\"") && k.contains("outcome=\"complete\"")
@@ -446,39 +449,16 @@ class MetricsEndpointTest {
 
     @Test
     void aDemoWithTheGenerationInstanceInAChildJvmServesItsMetersOnTheNextPort() throws Exception {
-        int port = twoFreePorts();
-        URI ctxUri = URI.create("http://127.0.0.1:" + port + MetricsEndpoint.PATH);
-        URI genUri = URI.create("http://127.0.0.1:" + (port + 1) + MetricsEndpoint.PATH);
-        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> gen =
-                new java.util.concurrent.atomic.AtomicReference<>();
-        java.util.concurrent.atomic.AtomicReference<Map<String, Double>> ctx =
-                new java.util.concurrent.atomic.AtomicReference<>();
-        DemoRun run = demoUnderScrape(Duration.ofSeconds(90), () -> {
-            Map<String, Double> g = samples(get(genUri).body());
-            Map<String, Double> c = samples(get(ctxUri).body());
-            if (completedOn(g, "gen", "generation") && completedOn(c, "ctx", "context")) {
-                gen.set(g);
-                ctx.set(c);
-                return true;
-            }
-            return false;
-        }, "--backend=aeron", "--metrics-port=" + port, "--gen-tp=2");
-        assertThat(run.exit()).as(run.output()).isZero();
-        assertThat(run.output()).contains(ctxUri.toString()).contains("metrics (gen)").contains(genUri.toString());
-        assertThat(gen.get()).as("scrapes of both JVMs while the demo ran saw a completed transfer; output:%n%s",
-                run.output()).isNotNull();
+        SplitScrape s = scrapeSplitDemo(Duration.ofSeconds(90), "--backend=aeron", "--gen-tp=2");
+        assertThat(s.run().output()).contains(s.ctxUri().toString()).contains("metrics (gen)")
+                .contains(s.genUri().toString());
         // Each JVM serves its own instance: the generation ranks only on the child's port, the context's on ours.
         for (int r = 0; r < 2; r++) {
-            assertThat(sample(gen.get(), "kvtransfer_transfers_total", "instance=\"gen\"", "rank=\"rank-" + r + "\"",
+            assertThat(sample(s.gen(), "kvtransfer_transfers_total", "instance=\"gen\"", "rank=\"rank-" + r + "\"",
                     "role=\"generation\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
         }
-        assertThat(buckets(gen.get(), "kvtransfer_transfer_time_seconds", "instance=\"gen\"",
+        assertThat(buckets(s.gen(), "kvtransfer_transfer_time_seconds", "instance=\"gen\"",
                 "role=\"generation\"")).isNotEmpty();
-        assertThat(gen.get().keySet()).noneMatch(k -> k.contains("instance=\"ctx\""));
-        assertThat(ctx.get().keySet()).noneMatch(k -> k.contains("instance=\"gen\""));
-        // Both closed with the demo.
-        assertThatThrownBy(() -> get(genUri)).isInstanceOf(ConnectException.class);
-        assertThatThrownBy(() -> get(ctxUri)).isInstanceOf(ConnectException.class);
     }
 
     @Test
@@ -487,6 +467,26 @@ class MetricsEndpointTest {
                 dev.kvtransfer.core.plugin.Plugins.discover().transport("mpi");
         org.junit.jupiter.api.Assumptions.assumeTrue(mpi.isAvailable(),
                 () -> "SKIPPED: transport mpi unavailable here: " + mpi.unavailabilityCause());
+        // One context and one generation rank under mpirun: world rank 0 on P, world rank 1 on P + 1.
+        SplitScrape s = scrapeSplitDemo(Duration.ofSeconds(120), "--backend=mpi");
+        assertThat(s.run().output()).contains("metrics (mpi)").contains(s.ctxUri().toString());
+        assertThat(sample(s.gen(), "kvtransfer_transfers_total", "instance=\"gen\"", "rank=\"rank-0\"",
+                "role=\"generation\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
+        assertThat(sample(s.ctx(), "kvtransfer_transfers_total", "instance=\"ctx\"", "rank=\"rank-0\"",
+                "role=\"context\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
+    }
+
+    /** A demo whose context and generation instances serve on ports P and P + 1, and a scrape of each. */
+    private record SplitScrape(DemoRun run, URI ctxUri, URI genUri, Map<String, Double> ctx,
+                               Map<String, Double> gen) {
+    }
+
+    /**
+     * Runs {@link #demoUnderScrape} with {@code --metrics-port P} and {@code args}, scraping P (the context
+     * instance) and P + 1 (the generation instance) until both saw a completed transfer; checks that the demo
+     * succeeded, that each port served only its own instance, and that both were closed with the demo.
+     */
+    private SplitScrape scrapeSplitDemo(Duration bound, String... args) throws Exception {
         int port = twoFreePorts();
         URI ctxUri = URI.create("http://127.0.0.1:" + port + MetricsEndpoint.PATH);
         URI genUri = URI.create("http://127.0.0.1:" + (port + 1) + MetricsEndpoint.PATH);
@@ -494,8 +494,9 @@ class MetricsEndpointTest {
                 new java.util.concurrent.atomic.AtomicReference<>();
         java.util.concurrent.atomic.AtomicReference<Map<String, Double>> ctx =
                 new java.util.concurrent.atomic.AtomicReference<>();
-        // One context and one generation rank under mpirun: world rank 0 on P, world rank 1 on P + 1.
-        DemoRun run = demoUnderScrape(Duration.ofSeconds(120), () -> {
+        List<String> all = new ArrayList<>(List.of(args));
+        all.add("--metrics-port=" + port);
+        DemoRun run = demoUnderScrape(bound, () -> {
             Map<String, Double> c = samples(get(ctxUri).body());
             Map<String, Double> g = samples(get(genUri).body());
             if (completedOn(g, "gen", "generation") && completedOn(c, "ctx", "context")) {
@@ -504,20 +505,15 @@ class MetricsEndpointTest {
                 return true;
             }
             return false;
-        }, "--backend=mpi", "--metrics-port=" + port);
+        }, all.toArray(String[]::new));
         assertThat(run.exit()).as(run.output()).isZero();
-        assertThat(run.output()).contains("metrics (mpi)").contains(ctxUri.toString());
-        assertThat(gen.get()).as("scrapes of both ranks while the demo ran saw a completed transfer; output:%n%s",
+        assertThat(gen.get()).as("scrapes of both ports while the demo ran saw a completed transfer; output:%n%s",
                 run.output()).isNotNull();
-        assertThat(sample(gen.get(), "kvtransfer_transfers_total", "instance=\"gen\"", "rank=\"rank-0\"",
-                "role=\"generation\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
-        assertThat(sample(ctx.get(), "kvtransfer_transfers_total", "instance=\"ctx\"", "rank=\"rank-0\"",
-                "role=\"context\"", "outcome=\"complete\"")).isGreaterThanOrEqualTo(1.0);
         assertThat(gen.get().keySet()).noneMatch(k -> k.contains("instance=\"ctx\""));
         assertThat(ctx.get().keySet()).noneMatch(k -> k.contains("instance=\"gen\""));
-        // Both closed with their ranks.
         assertThatThrownBy(() -> get(genUri)).isInstanceOf(ConnectException.class);
         assertThatThrownBy(() -> get(ctxUri)).isInstanceOf(ConnectException.class);
+        return new SplitScrape(run, ctxUri, genUri, ctx.get(), gen.get());
     }
 
     /** A demo's exit code and what it printed. */

@@ -167,15 +167,15 @@ public final class TransferMetrics {
      * @param bytes  bytes moved
      */
     public void outcome(boolean sender, boolean ok, long bytes) {
-        if (sender) {
-            (ok ? sentOk : sentFailed).increment();
-            bytesSent.increment(bytes);
-        } else {
-            (ok ? recvOk : recvFailed).increment();
-            bytesReceived.increment(bytes);
-        }
+        // Bytes first: a request counted as ended has its bytes counted already.
+        (sender ? bytesSent : bytesReceived).increment(bytes);
         if (ok) {
             (sender ? transferBytesSent : transferBytesReceived).record(bytes);
+        }
+        if (sender) {
+            (ok ? sentOk : sentFailed).increment();
+        } else {
+            (ok ? recvOk : recvFailed).increment();
         }
     }
 
