@@ -517,7 +517,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         }
         long id = r.readLong("requestId");
         int indexFromEnd = r.readInt("indexFromEnd", -1, Integer.MAX_VALUE);
-        long[] key = readLongs(r, "lastBlockKey", "lastBlockKey count");
+        long[] key = r.readLongArray("lastBlockKey");
         TransceiverState state = TransceiverState.readFrom(r);
         int dataTag = r.readInt("dataTag", Tags.FIRST_DATA_TAG, Integer.MAX_VALUE);
         int chunkAt = r.offset();
@@ -530,12 +530,12 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         }
         int reusedAt = r.offset();
         int reused = r.readInt("reusedBlocks", 0, Integer.MAX_VALUE);
-        long[] hashes = readLongs(r, "reusedBlockHashes", "reusedBlockHashes count");
-        int[] ids = readBlockIds(r);
+        long[] hashes = r.readLongArray("reusedBlockHashes");
+        int[] ids = r.readIntArray("blockIds", 0, Integer.MAX_VALUE);
         int tokenAt = r.offset();
-        byte[] token = readBytes(r, "requestToken", "requestToken count");
+        byte[] token = r.readBytes("requestToken");
         int nonceAt = r.offset();
-        byte[] nonce = readBytes(r, "nonce", "nonce count");
+        byte[] nonce = r.readBytes("nonce");
         long ts = r.readLong("timestampMillis");
         int flagsAt = r.offset();
         int flags = r.readInt("flags");
@@ -553,7 +553,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
             throw new MalformedMessageException(nonceAt, "nonce of " + nonce.length + " bytes");
         }
         int bpr = r.readInt("blocksPerRegion", 1, Integer.MAX_VALUE);
-        int n = count(r, "grants", "grants count", 30);
+        int n = r.readCount("grants", 30);
         java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants;
         if (n == 0) {
             grants = java.util.List.of();
@@ -576,65 +576,6 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         } finally {
             java.util.Arrays.fill(fresh, null);
         }
-    }
-
-    // What WireReader.readCount / readLongArray / readIntArray / readBytes do, with the same checks and messages,
-    // but with constant field labels: those build "what + \" count\"" and "what[i]" per call (garbage per request).
-
-    private static int count(WireReader r, String what, String countLabel, int elementSize) {
-        int at = r.offset();
-        int n = r.readInt(countLabel);
-        if (n < 0 || n > WireReader.MAX_COUNT) {
-            throw new MalformedMessageException(at, what + " count " + n + " out of range [0, " + WireReader.MAX_COUNT
-                    + "]");
-        }
-        if ((long) n * Math.max(1, elementSize) > r.remaining()) {
-            throw new MalformedMessageException(at, what + " count " + n + " needs at least "
-                    + ((long) n * Math.max(1, elementSize)) + " bytes, " + r.remaining() + " left");
-        }
-        return n;
-    }
-
-    private static long[] readLongs(WireReader r, String what, String countLabel) {
-        int n = count(r, what, countLabel, 8);
-        if (n == 0) {
-            return NO_LONGS;
-        }
-        long[] out = new long[n];
-        for (int i = 0; i < n; i++) {
-            out[i] = r.readLong(what);
-        }
-        return out;
-    }
-
-    private static byte[] readBytes(WireReader r, String what, String countLabel) {
-        int n = count(r, what, countLabel, 1);
-        if (n == 0) {
-            return NO_BYTES;
-        }
-        byte[] out = new byte[n];
-        for (int i = 0; i < n; i++) {
-            out[i] = (byte) r.readByte(what);
-        }
-        return out;
-    }
-
-    private static int[] readBlockIds(WireReader r) {
-        int n = count(r, "blockIds", "blockIds count", 4);
-        if (n == 0) {
-            return NO_INTS;
-        }
-        int[] out = new int[n];
-        for (int i = 0; i < n; i++) {
-            int at = r.offset();
-            int v = r.readInt("blockIds element");
-            if (v < 0) {
-                throw new MalformedMessageException(at, "blockIds[" + i + "] = " + v + " out of range [0, "
-                        + Integer.MAX_VALUE + "]");
-            }
-            out[i] = v;
-        }
-        return out;
     }
 
     @Override

@@ -18,6 +18,10 @@ import java.util.List;
  * <p>Not thread-safe; one reader per message.
  */
 public final class WireReader {
+    private static final byte[] NO_BYTES = new byte[0];
+    private static final int[] NO_INTS = new int[0];
+    private static final long[] NO_LONGS = new long[0];
+
     /** Upper bound on any list length or string length in a control message. */
     public static final int MAX_COUNT = 1 << 20;
 
@@ -267,6 +271,9 @@ public final class WireReader {
      */
     public int[] readIntArray(String what, int min, int max) {
         int n = readCount(what, 4);
+        if (n == 0) {
+            return NO_INTS;
+        }
         int[] out = new int[n];
         for (int i = 0; i < n; i++) {
             out[i] = readElement(what, i, min, max);
@@ -282,6 +289,9 @@ public final class WireReader {
      */
     public byte[] readBytes(String what) {
         int n = readCount(what, 1);
+        if (n == 0) {
+            return NO_BYTES; // an empty array cannot change: one instance for every empty field
+        }
         byte[] out = new byte[n];
         buffer.get(out);
         return out;
@@ -295,6 +305,9 @@ public final class WireReader {
      */
     public long[] readLongArray(String what) {
         int n = readCount(what, 8);
+        if (n == 0) {
+            return NO_LONGS;
+        }
         long[] out = new long[n];
         for (int i = 0; i < n; i++) {
             out[i] = readLong(what);
