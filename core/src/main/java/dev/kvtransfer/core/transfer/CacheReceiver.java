@@ -707,14 +707,6 @@ public final class CacheReceiver implements AutoCloseable {
         return READY_HEADER + 4 * ctxBlocks + macBytes;
     }
 
-    /** What the MAC of a ready signal covers: request, tag, the request's nonce, both ends' addresses, its body. */
-    static byte[] readyMac(ControlAuth auth, long id, int tag, byte[] nonce, String ctxAddress, String genAddress,
-                           byte[] body) {
-        byte[] idTag = new byte[12];
-        ByteBuffer.wrap(idTag).order(java.nio.ByteOrder.LITTLE_ENDIAN).putLong(id).putInt(tag);
-        return auth.mac("READY", idTag, nonce, utf8(ctxAddress), utf8(genAddress), body);
-    }
-
     /**
      * The UTF-8 bytes of an address, for a MAC. Remembered (addresses repeat in every request); callers only read
      * the array.

@@ -229,7 +229,7 @@ public final class ControlAuth {
     }
 
     /**
-     * The ready signal's MAC, as {@code CacheReceiver.readyMac} computes it (request id and tag, the request's
+     * The ready signal's MAC, as {@code mac("READY", <id, tag>, nonce, ctx, gen, body)} computes it (request id and tag, the request's
      * nonce, both ends' addresses, the body), over a body that lies in a buffer, into {@code m.out}.
      */
     private Hmac readyMac(long id, int tag, dev.kvtransfer.api.model.RequestInfo nonceOf, byte[] nonce,
@@ -262,7 +262,7 @@ public final class ControlAuth {
     }
 
     /**
-     * Writes a ready signal's MAC (the same bytes as {@code CacheReceiver.readyMac} over the body {@code [0,
+     * Writes a ready signal's MAC (the same bytes as {@code mac("READY", <id, tag>, nonce, ctx, gen, body)} over the body {@code [0,
      * bodyLength)} of the buffer) at {@code bodyLength}: the context side's, with the nonce read from the info in
      * place. No-op when off.
      *

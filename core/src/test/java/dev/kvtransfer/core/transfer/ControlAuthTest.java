@@ -104,7 +104,8 @@ class ControlAuthTest {
                 bb.put(flip, (byte) (bb.get(flip) ^ 0x10));
                 assertThat(auth.infoMacValid(bb, from, len, ctx, macAt)).isFalse();
             }
-            // Ready signals: the context side's in-place MAC is CacheReceiver.readyMac's, and the in-place check
+            // Ready signals: the context side's in-place MAC is readyMac's below (the array form both sides used
+            // before the in-place MACs), and the in-place check
             // accepts it only for the same request, tag, nonce, ends and body.
             for (int round = 0; round < 50; round++) {
                 RequestInfo info = info(auth, 100 + round);
@@ -117,7 +118,7 @@ class ControlAuthTest {
                 auth.readyMacInto(bb, bodyLen, info, ctx, gen);
                 byte[] written = new byte[ControlAuth.MAC_BYTES];
                 bb.get(bodyLen, written);
-                assertThat(written).isEqualTo(CacheReceiver.readyMac(auth, info.requestId(), info.dataTag(),
+                assertThat(written).isEqualTo(readyMac(auth, info.requestId(), info.dataTag(),
                         info.nonce(), "aeron:ipc?ctx-0", "aeron:ipc?gen-0", body));
                 assertThat(auth.readyMacValid(bb, 0, bodyLen, info.requestId(), info.dataTag(), info.nonce(), ctx,
                         gen)).isTrue();
@@ -157,5 +158,13 @@ class ControlAuthTest {
         assertThat(auth.tokenValid(47, noToken)).isFalse();
         assertThat(ControlAuth.of(null).tokenValid(47, noToken)).isTrue();
         assertThat(ControlAuth.of(null).checkFresh(noNonce)).isNull();
+    }
+
+    /** What the MAC of a ready signal covers: request, tag, the request's nonce, both ends' addresses, its body. */
+    private static byte[] readyMac(ControlAuth auth, long id, int tag, byte[] nonce, String ctxAddress,
+                                   String genAddress, byte[] body) {
+        byte[] idTag = new byte[12];
+        ByteBuffer.wrap(idTag).order(ByteOrder.LITTLE_ENDIAN).putLong(id).putInt(tag);
+        return auth.mac("READY", idTag, nonce, CacheReceiver.utf8(ctxAddress), CacheReceiver.utf8(genAddress), body);
     }
 }

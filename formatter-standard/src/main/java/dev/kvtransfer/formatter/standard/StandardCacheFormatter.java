@@ -525,29 +525,19 @@ public final class StandardCacheFormatter implements CacheFormatter {
                 continue; // the peer's CP range holds none of our blocks after the reused prefix: no message at all
             }
             int[] peerIds = session.peerBlockIds(part.peer);
-            PartPlan cached = cachedPartPlan(part, sender, ids, peerIds);
-            if (cached != null) {
-                out[part.peer] = cached;
-                active[k++] = part.peer;
-                continue;
-            }
-            // The cache keeps its own copies of the ids the plan is built on: no caller array is ever aliased.
-            int[] ownIds = ids.clone();
-            int[] ownPeerIds = peerIds == null ? null : peerIds.clone();
             PoolGeometry peerGeometry = PoolGeometry.of(part.peerLayout, peer.poolLayout(), 1);
             try {
                 PartPlan.Builder b = PartPlan.builder().shape(part.blockCount, part.layerCount, part.headCount)
                         .selfIsSender(sender).policy(minBothDirectBytes, 0, false);
                 if (sender) {
-                    b.sender(geometry, ownIds, part.firstBlock, part.firstLayer, part.firstHead)
-                            .receiver(peerGeometry, ownPeerIds, part.peerFirstBlock, part.peerFirstLayer,
+                    b.sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)
+                            .receiver(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer,
                                     part.peerFirstHead);
                 } else {
-                    b.sender(peerGeometry, ownPeerIds, part.peerFirstBlock, part.peerFirstLayer, part.peerFirstHead)
-                            .receiver(geometry, ownIds, part.firstBlock, part.firstLayer, part.firstHead);
+                    b.sender(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer, part.peerFirstHead)
+                            .receiver(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead);
                 }
                 out[part.peer] = b.build();
-                rememberPartPlan(part, sender, ownIds, ownPeerIds, out[part.peer]);
             } catch (IllegalArgumentException e) {
                 throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the part of peer "
                         + "rank " + session.targets().peerRanks().get(part.peer) + " (" + part + "): "
@@ -563,22 +553,17 @@ public final class StandardCacheFormatter implements CacheFormatter {
     // A request's split plan depends only on (direction, own state, own index, peer state, target ranks, blocks,
     // reused blocks): states are immutable and decoded once per distinct bytes (api StateCodecCache), target ranks
     // are memoized, so the same few instances come back on every request and the plan is remembered per instance
-    // (PLAN_SLOTS direct-mapped entries). A part's message plan also depends on both sides' block ids: remembered
-    // per (part instance, direction, ids by content), so a request whose blocks are those of an earlier one (an
-    // engine's recycled slots, the bench) plans nothing; other requests build their plan as before. Entries are
+    // (PLAN_SLOTS direct-mapped entries). A part's message plan also depends on both sides' block ids, which differ
+    // from request to request in an engine: it is built per request (a cache by ids' content would hit only in a
+    // benchmark that reuses its blocks, and copy the ids on every miss). Entries are
     // immutable records in plain array slots (a racing reader sees a whole entry or another one); every plan is
     // immutable and shared read-only by the peer threads already.
 
     private static final int PLAN_SLOTS = 16;
-    private static final int PART_SLOTS = 64;
     private final PlanEntry[] planCache = new PlanEntry[PLAN_SLOTS];
-    private final PartEntry[] partCache = new PartEntry[PART_SLOTS];
 
     private record PlanEntry(boolean sender, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
                              int totalBlocks, int reused, SplitPlan plan) {
-    }
-
-    private record PartEntry(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds, PartPlan plan) {
     }
 
     private static int planSlot(boolean sender, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
@@ -593,26 +578,6 @@ public final class StandardCacheFormatter implements CacheFormatter {
         return (h ^ (h >>> 16)) & (PLAN_SLOTS - 1);
     }
 
-    private static int partSlot(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds) {
-        int h = System.identityHashCode(part);
-        h = h * 31 + java.util.Arrays.hashCode(ids);
-        h = h * 31 + java.util.Arrays.hashCode(peerIds);
-        h = h * 2 + (sender ? 1 : 0);
-        return (h ^ (h >>> 16)) & (PART_SLOTS - 1);
-    }
-
-    private PartPlan cachedPartPlan(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds) {
-        PartEntry e = partCache[partSlot(part, sender, ids, peerIds)];
-        if (e != null && e.part == part && e.sender == sender && java.util.Arrays.equals(e.ids, ids)
-                && java.util.Arrays.equals(e.peerIds, peerIds)) {
-            return e.plan;
-        }
-        return null;
-    }
-
-    private void rememberPartPlan(SplitPlan.Part part, boolean sender, int[] ids, int[] peerIds, PartPlan plan) {
-        partCache[partSlot(part, sender, ids, peerIds)] = new PartEntry(part, sender, ids, peerIds, plan);
-    }
 
     private SplitPlan plan(TransferSession session, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
                            boolean sender) {
