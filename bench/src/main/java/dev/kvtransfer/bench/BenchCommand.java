@@ -113,6 +113,11 @@ public final class BenchCommand implements Callable<Integer> {
             + "(default 2000)")
     int controlRequests = 2000;
 
+    @Option(names = "--control-warmup", description = "untimed one-block requests before each control configuration's "
+            + "timed ones, verified too (default min(20000, 10 x --control-requests): the request path must be "
+            + "JIT-compiled before it is timed)")
+    Integer controlWarmup;
+
     @Option(names = "--ctx-tp", description = "context TP (default 1)")
     int ctxTp = 1;
     @Option(names = "--ctx-pp", description = "context PP (default 1)")
@@ -294,6 +299,10 @@ public final class BenchCommand implements Callable<Integer> {
             throw new IllegalArgumentException("--max-messages, --latency-samples, --control-requests, --requests and "
                     + "--timeout-s must be positive");
         }
+        if (controlWarmup != null && controlWarmup < 1) {
+            throw new IllegalArgumentException("--control-warmup must be positive (it is rounded up to whole windows "
+                    + "of --control-inflight requests), got " + controlWarmup);
+        }
         if (crcCompare && properties.containsKey(TransceiverConfig.P_PART_CHECKSUMS)) {
             throw new IllegalArgumentException("--crc-compare sets " + TransceiverConfig.P_PART_CHECKSUMS
                     + " itself: do not --set it too");
@@ -321,6 +330,17 @@ public final class BenchCommand implements Callable<Integer> {
             }
         }
         return out;
+    }
+
+    /**
+     * Untimed requests before a control configuration's timed ones: {@code --control-warmup}, else
+     * min(20000, 10 x the timed ones), whole windows. The timed path must run compiled: at 200 warm-up requests
+     * the first repeats measured the interpreter and C1 (one JVM, Aeron, quiet machine: p50 150-280 us in the
+     * first repeat, 57 us once compiled).
+     */
+    private int controlWarmup(Config c) {
+        long want = controlWarmup != null ? controlWarmup : Math.min(20_000L, 10L * c.requests());
+        return Math.max(c.inflight(), roundUp((int) Math.min(Integer.MAX_VALUE - c.inflight(), want), c.inflight()));
     }
 
     private static int roundUp(int v, int unit) {
@@ -541,7 +561,8 @@ public final class BenchCommand implements Callable<Integer> {
         try (TransceiverBench tb = new TransceiverBench(c.level(), provider, plugins, base,
                 TransceiverConfig.fromProperties(props), c.ctx(), c.gen(), c.blocks(), c.inflight(), timeout,
                 child ? tprops : null, child ? props : null)) {
-            int warm = Math.max(c.inflight(), roundUp(c.requests() / 10, c.inflight()));
+            int warm = c.level().equals("control") ? controlWarmup(c)
+                    : Math.max(c.inflight(), roundUp(c.requests() / 10, c.inflight()));
             Measurement m = tb.run(c.requests(), warm, verify, r);
             runs.add(m);
             progress.println(String.format(Locale.ROOT, "%s: ours %.3f GB/s, %.0f req/s, p50 %.1f us p99 %.1f us, heap "

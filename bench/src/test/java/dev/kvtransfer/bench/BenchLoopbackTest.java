@@ -2,7 +2,12 @@ package dev.kvtransfer.bench;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import picocli.CommandLine;
 
+import java.io.OutputStream;
+import java.io.PrintStream;
+import java.io.PrintWriter;
+import java.io.StringWriter;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
@@ -42,7 +47,10 @@ class BenchLoopbackTest {
         assertThat(control).allSatisfy(r -> {
             assertThat(r.get("blocks")).isEqualTo("1");
             assertThat(BenchOutputs.num(r, "size_bytes")).isEqualTo(16384.0); // tiny: one 16-token block
-            assertThat(BenchOutputs.num(r, "verified_elements")).isPositive();
+            // Every element of every request, the default warm-up included: 8 timed + min(20000, 10 x 8) warm-up
+            // requests of one block of 8192 elements.
+            assertThat(BenchOutputs.num(r, "ops")).isEqualTo(8.0);
+            assertThat(BenchOutputs.num(r, "verified_elements")).isEqualTo((8 + 80) * 8192.0);
         });
         assertThat(control.stream().map(r -> r.get("inflight")).collect(Collectors.toSet()))
                 .isEqualTo(Set.of("1", "4"));
@@ -85,5 +93,18 @@ class BenchLoopbackTest {
         assertThat(o.exitCode).isEqualTo(1);
         assertThat(o.stderr).contains("no transport named 'nosuch'").contains("loopback");
         assertThat(o.runs).isEmpty();
+    }
+
+    @Test
+    void aControlWarmupBelowOneIsRefusedNamingTheOption(@TempDir Path out) throws Exception {
+        StringWriter err = new StringWriter();
+        PrintStream quiet = new PrintStream(OutputStream.nullOutputStream());
+        CommandLine cl = new CommandLine(new BenchCommand(quiet, quiet));
+        cl.setErr(new PrintWriter(err, true));
+        int code = cl.execute("--backend=loopback", "--level=control", "--control-warmup=0", "--repeat=1",
+                "--no-memcpy", "--out=" + out);
+        assertThat(code).isNotZero();
+        assertThat(err.toString()).contains("--control-warmup must be positive");
+        assertThat(out.resolve("runs.csv")).doesNotExist();
     }
 }

@@ -27,8 +27,9 @@ class BenchProcessPeerTest {
     void controlAndTransceiverLevelsWithTheContextInstanceInAChildJvmOverAeronIpcOnASharedDriver(@TempDir Path out)
             throws Exception {
         BenchOutputs o = BenchOutputs.run(out, "--backend=aeron,loopback", "--level=control,transceiver",
-                "--peer=process", "--control-inflight=1,4", "--control-requests=8", "--model=tiny", "--blocks=3",
-                "--inflight=2", "--requests=4", "--verify", "--repeat=1", "--no-memcpy", "--timeout-s=60");
+                "--peer=process", "--control-inflight=1,4", "--control-requests=8", "--control-warmup=1",
+                "--model=tiny", "--blocks=3", "--inflight=2", "--requests=4", "--verify", "--repeat=1", "--no-memcpy",
+                "--timeout-s=60");
         assertThat(o.exitCode).as("exit code; stderr:%n%s", o.stderr).isZero();
         o.checkConsistent(1);
         assertThat(o.stderr).contains("aeron host support: aeron media driver").contains("aeron:ipc");
@@ -54,7 +55,8 @@ class BenchProcessPeerTest {
         TransportProvider ucx = Plugins.discover().transport("ucx");
         assumeTrue(ucx.isAvailable(), () -> "ucx backend not available: " + ucx.unavailabilityCause());
         BenchOutputs o = BenchOutputs.run(out, "--backend=ucx", "--level=control", "--peer=process", "--no-raw",
-                "--control-inflight=1,4", "--control-requests=8", "--verify", "--repeat=1", "--timeout-s=60");
+                "--control-inflight=1,4", "--control-requests=8", "--control-warmup=1", "--verify", "--repeat=1",
+                "--timeout-s=60");
         assertThat(o.exitCode).as("exit code; stderr:%n%s", o.stderr).isZero();
         o.checkConsistent(1);
         checkControlRows(o, "ucx");
