@@ -413,19 +413,32 @@ final class TransceiverBench implements AutoCloseable {
 
     /**
      * The collective status checks of every rank of the given instances at once (an instance that runs in
-     * another process is null here), each bounded by {@code timeout} from the start.
+     * another process is null here), each bounded by {@code timeout} from the start. A rank's check is a
+     * collective of its instance's ranks, so the ranks of a multi-rank instance run on {@code sync}'s threads at
+     * once; a one-rank instance's check (its single-member fast path) runs on this thread, as an engine's step
+     * thread would run it, after the others were started: no hand-off to another thread and back per window.
      *
      * @throws IllegalStateException naming the cause when a check fails or misses its deadline
      */
     static void statusAgreement(ExecutorService sync, LocalInstance ctx, LocalInstance gen, Duration timeout) {
         List<Future<?>> fs = new ArrayList<>();
-        for (int r = 0; ctx != null && r < ctx.ranks(); r++) {
+        for (int r = 0; ctx != null && ctx.ranks() > 1 && r < ctx.ranks(); r++) {
             int rank = r;
             fs.add(sync.submit(() -> ctx.transceiver(rank).checkContextTransferStatus(OptionalInt.empty())));
         }
-        for (int r = 0; gen != null && r < gen.ranks(); r++) {
+        for (int r = 0; gen != null && gen.ranks() > 1 && r < gen.ranks(); r++) {
             int rank = r;
             fs.add(sync.submit(() -> gen.transceiver(rank).checkGenTransferStatus(OptionalInt.empty())));
+        }
+        try {
+            if (ctx != null && ctx.ranks() == 1) {
+                ctx.transceiver(0).checkContextTransferStatus(OptionalInt.empty());
+            }
+            if (gen != null && gen.ranks() == 1) {
+                gen.transceiver(0).checkGenTransferStatus(OptionalInt.empty());
+            }
+        } catch (RuntimeException e) {
+            throw new IllegalStateException((gen == null ? "context " : "") + "status agreement failed: " + e, e);
         }
         long deadline = System.nanoTime() + timeout.toNanos();
         for (Future<?> f : fs) {

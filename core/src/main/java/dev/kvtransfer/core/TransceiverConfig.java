@@ -29,6 +29,8 @@ public final class TransceiverConfig {
     public static final String P_MAX_TOKENS_IN_BUFFER = PREFIX + "maxTokensInBuffer";
     /** Sender threads on the context side, and send slots of the buffer pool. */
     public static final String P_SEND_CONCURRENCY = PREFIX + "sendConcurrency";
+    /** How long the context responder waits for the info behind a header on an idle connection; 0 = never. */
+    public static final String P_RESPONDER_INFO_WAIT_MICROS = PREFIX + "responderInfoWaitMicros";
     /** Receive slots of the buffer pool. */
     public static final String P_RECV_SLOTS = PREFIX + "recvSlots";
     /** Whether parts to/from different peers move concurrently. */
@@ -78,6 +80,8 @@ public final class TransceiverConfig {
     public static final int DEFAULT_MAX_TOKENS_IN_BUFFER = 0;
     /** Default sender threads / send slots. */
     public static final int DEFAULT_SEND_CONCURRENCY = 2;
+    /** Default responder wait for an idle connection's info (µs). */
+    public static final int DEFAULT_RESPONDER_INFO_WAIT_MICROS = 200;
     /** Default receive slots (TensorRT-LLM's TRTLLM_KVCACHE_RECV_BUFFER_COUNT). */
     public static final int DEFAULT_RECV_SLOTS = 2;
     /** Default: peers one after the other. */
@@ -119,6 +123,7 @@ public final class TransceiverConfig {
     private final long transferBufferBytes;
     private final int maxTokensInBuffer;
     private final int sendConcurrency;
+    private final int responderInfoWaitMicros;
     private final int recvSlots;
     private final boolean parallelReceive;
     private final boolean allowDynamicBuffers;
@@ -152,6 +157,7 @@ public final class TransceiverConfig {
         this.transferBufferBytes = b.transferBufferBytes;
         this.maxTokensInBuffer = b.maxTokensInBuffer;
         this.sendConcurrency = b.sendConcurrency;
+        this.responderInfoWaitMicros = b.responderInfoWaitMicros;
         this.recvSlots = b.recvSlots;
         this.parallelReceive = b.parallelReceive;
         this.allowDynamicBuffers = b.allowDynamicBuffers;
@@ -211,6 +217,7 @@ public final class TransceiverConfig {
                 case P_TRANSFER_BUFFER_BYTES -> b.transferBufferBytes(parseBytes(key, v));
                 case P_MAX_TOKENS_IN_BUFFER -> b.maxTokensInBuffer(parseInt(key, v));
                 case P_SEND_CONCURRENCY -> b.sendConcurrency(parseInt(key, v));
+                case P_RESPONDER_INFO_WAIT_MICROS -> b.responderInfoWaitMicros(parseInt(key, v));
                 case P_RECV_SLOTS -> b.recvSlots(parseInt(key, v));
                 case P_PARALLEL_RECEIVE -> b.parallelReceive(parseBool(key, v));
                 case P_ALLOW_DYNAMIC_BUFFERS -> b.allowDynamicBuffers(parseBool(key, v));
@@ -243,6 +250,7 @@ public final class TransceiverConfig {
         m.put(P_TRANSFER_BUFFER_BYTES, Long.toString(transferBufferBytes));
         m.put(P_MAX_TOKENS_IN_BUFFER, Integer.toString(maxTokensInBuffer));
         m.put(P_SEND_CONCURRENCY, Integer.toString(sendConcurrency));
+        m.put(P_RESPONDER_INFO_WAIT_MICROS, Integer.toString(responderInfoWaitMicros));
         m.put(P_RECV_SLOTS, Integer.toString(recvSlots));
         m.put(P_PARALLEL_RECEIVE, Boolean.toString(parallelReceive));
         m.put(P_ALLOW_DYNAMIC_BUFFERS, Boolean.toString(allowDynamicBuffers));
@@ -366,6 +374,15 @@ public final class TransceiverConfig {
     /** @return sender threads and send slots */
     public int sendConcurrency() {
         return sendConcurrency;
+    }
+
+    /**
+     * @return how long (µs) the context side's responder waits for the info behind a header on an idle connection
+     *         and reads it itself (one thread hand-off fewer per lone request) before leaving it to an info
+     *         reader; 0 = the responder never reads infos
+     */
+    public int responderInfoWaitMicros() {
+        return responderInfoWaitMicros;
     }
 
     /** @return receive slots */
@@ -493,6 +510,7 @@ public final class TransceiverConfig {
         b.transferBufferBytes = transferBufferBytes;
         b.maxTokensInBuffer = maxTokensInBuffer;
         b.sendConcurrency = sendConcurrency;
+        b.responderInfoWaitMicros = responderInfoWaitMicros;
         b.recvSlots = recvSlots;
         b.parallelReceive = parallelReceive;
         b.allowDynamicBuffers = allowDynamicBuffers;
@@ -535,6 +553,7 @@ public final class TransceiverConfig {
         private long transferBufferBytes = DEFAULT_TRANSFER_BUFFER_BYTES;
         private int maxTokensInBuffer = DEFAULT_MAX_TOKENS_IN_BUFFER;
         private int sendConcurrency = DEFAULT_SEND_CONCURRENCY;
+        private int responderInfoWaitMicros = DEFAULT_RESPONDER_INFO_WAIT_MICROS;
         private int recvSlots = DEFAULT_RECV_SLOTS;
         private boolean parallelReceive = DEFAULT_PARALLEL_RECEIVE;
         private boolean allowDynamicBuffers = DEFAULT_ALLOW_DYNAMIC_BUFFERS;
@@ -583,6 +602,12 @@ public final class TransceiverConfig {
         /** @param v sender threads and send slots @return this builder */
         public Builder sendConcurrency(int v) {
             this.sendConcurrency = v;
+            return this;
+        }
+
+        /** @param v responder wait for an idle connection's info, µs (0 = never) @return this builder */
+        public Builder responderInfoWaitMicros(int v) {
+            this.responderInfoWaitMicros = v;
             return this;
         }
 
@@ -726,6 +751,7 @@ public final class TransceiverConfig {
                         + ": must be >= 0");
             }
             range(P_SEND_CONCURRENCY, sendConcurrency, 1, 1024);
+            range(P_RESPONDER_INFO_WAIT_MICROS, responderInfoWaitMicros, 0, 100_000);
             range(P_RECV_SLOTS, recvSlots, 1, 1024);
             range(P_REQUEST_THREADS_PER_PEER_INSTANCE, requestThreadsPerPeerInstance, 1, 1024);
             range(P_MAX_PENDING_REQUESTS, maxPendingRequests, 1, 1 << 24);

@@ -18,6 +18,7 @@ class TransceiverConfigTest {
         assertThat(c.formatter()).isEmpty();
         assertThat(c.transferBufferBytes()).isEqualTo(64L << 20);
         assertThat(c.sendConcurrency()).isEqualTo(TransceiverConfig.DEFAULT_SEND_CONCURRENCY);
+        assertThat(c.responderInfoWaitMicros()).isEqualTo(200);
         assertThat(c.kvTransferTimeout()).isEqualTo(Duration.ofSeconds(60));
         assertThat(c.timingDir()).isEmpty();
     }
@@ -30,6 +31,7 @@ class TransceiverConfigTest {
                 Map.entry(TransceiverConfig.P_TRANSFER_BUFFER_BYTES, "16MB"),
                 Map.entry(TransceiverConfig.P_MAX_TOKENS_IN_BUFFER, "64"),
                 Map.entry(TransceiverConfig.P_SEND_CONCURRENCY, "4"),
+                Map.entry(TransceiverConfig.P_RESPONDER_INFO_WAIT_MICROS, "0"),
                 Map.entry(TransceiverConfig.P_RECV_SLOTS, "3"),
                 Map.entry(TransceiverConfig.P_PARALLEL_RECEIVE, "true"),
                 Map.entry(TransceiverConfig.P_ALLOW_DYNAMIC_BUFFERS, "false"),
@@ -47,6 +49,7 @@ class TransceiverConfigTest {
         assertThat(c.transferBufferBytes()).isEqualTo(16L << 20);
         assertThat(c.maxTokensInBuffer()).isEqualTo(64);
         assertThat(c.sendConcurrency()).isEqualTo(4);
+        assertThat(c.responderInfoWaitMicros()).isZero();
         assertThat(c.recvSlots()).isEqualTo(3);
         assertThat(c.parallelReceive()).isTrue();
         assertThat(c.allowDynamicBuffers()).isFalse();
@@ -64,6 +67,10 @@ class TransceiverConfigTest {
     void rejectsBadValuesNamingKeyAndValue() {
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(Map.of(TransceiverConfig.P_SEND_CONCURRENCY, "0")))
                 .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("kvtransfer.sendConcurrency = 0");
+        assertThatThrownBy(() -> TransceiverConfig.fromProperties(
+                Map.of(TransceiverConfig.P_RESPONDER_INFO_WAIT_MICROS, "-1")))
+                .isInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("kvtransfer.responderInfoWaitMicros = -1");
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(Map.of(TransceiverConfig.P_CHUNK_BYTES, "lots")))
                 .hasMessageContaining("kvtransfer.chunkBytes = 'lots'");
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(Map.of(TransceiverConfig.P_ZERO_COPY, "yes")))

@@ -421,4 +421,24 @@ public abstract class TransceiverFaultConformanceTest {
             free(ctx, gen, t);
         }
     }
+
+    @Test
+    public void fault_13_aRequestInfoThatComesLateAfterItsHeaderIsStillServed() throws Exception {
+        // The context side's responder waits briefly for the info that follows a header, then hands the read to an
+        // info reader: an info 50 ms late must reach that later receive, whole, and the request complete exactly.
+        LocalInstance[] p = pairFaultyGen();
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        faults.inject(new Fault(Fault.Kind.DELAY, Fault.tag(Tags.INFO_TAG), 2, Duration.ofMillis(50)));
+        List<Transfer> ts = new ArrayList<>();
+        for (int i = 0; i < 3; i++) {
+            ts.add(transfer(ctx, gen, 16 * (2 + i)));
+        }
+        TransferFixture.awaitEnded(ts, deadline().plus(slack()));
+        assertThat(faults.injected(Fault.Kind.DELAY)).isGreaterThanOrEqualTo(1);
+        for (Transfer t : ts) {
+            assertExact(gen, t);
+            free(ctx, gen, t);
+        }
+    }
 }

@@ -55,6 +55,8 @@ public final class CacheSender implements AutoCloseable {
     static final int MAX_QUEUED_PER_CONNECTION = 1024;
     /** Most bytes of this rank's blocks a request may hold to be served on the info reader's thread. */
     static final long INLINE_SEND_BYTES = 256 << 10;
+    /** Headers of a connection read the usual way after one of its infos came late to the responder. */
+    static final int RESPONDER_SKIPS_AFTER_LATE = 63;
 
     private final TransferEnv env;
     /** Reused HOST buffers of request infos and ready signals. */
@@ -66,6 +68,8 @@ public final class CacheSender implements AutoCloseable {
     private final AtomicInteger senderThreads = new AtomicInteger();
     /** Requests being sent right now, on sender threads or inline on info readers (at most sendConcurrency inline). */
     private final AtomicInteger busySenders = new AtomicInteger();
+    /** The responder's thread once it runs ({@link #readOnResponder}, {@link #serveInline}). */
+    private volatile Thread responderThread;
     /** Info readers serving a request inline right now (0 or 1, {@link #serveInline}). */
     private final AtomicInteger inlineReaders = new AtomicInteger();
     private org.agrona.concurrent.AgentRunner responder;
@@ -262,6 +266,7 @@ public final class CacheSender implements AutoCloseable {
         @Override
         public void onStart() {
             header = env.buffers().allocate(CacheReceiver.HEADER_BYTES, MemoryKind.HOST);
+            responderThread = Thread.currentThread();
         }
 
         @Override
@@ -335,6 +340,8 @@ public final class CacheSender implements AutoCloseable {
         final long[] adopted = new long[16];
         int adoptedNext;
         boolean reading;
+        /** Headers of this connection whose info the responder leaves to a reader after one came late. */
+        int responderSkips;
 
         /** Takes over a later request's queued header whose info arrived in place of a lost one. */
         void adopt(long id) {
@@ -396,6 +403,9 @@ public final class CacheSender implements AutoCloseable {
             q.reading = true;
         }
         if (start) {
+            if (Thread.currentThread() == responderThread && readOnResponder(conn, q)) {
+                return;
+            }
             try {
                 infoReaders.execute(() -> drain(conn, q));
             } catch (RejectedExecutionException e) {
@@ -405,6 +415,70 @@ public final class CacheSender implements AutoCloseable {
                 }
             }
         }
+    }
+
+    /**
+     * Reads the info of a header the responder just accepted on the responder's own thread (one hand-off to an info
+     * reader and one wake-up fewer on a request's path) when it arrives within {@code kvtransfer.responderInfoWaitMicros} (200 µs; 0 = never),
+     * while no request is being sent or waits for a sender thread: the queue of this connection was idle, so the
+     * header is its only entry and no reader runs for it. When the
+     * info is late (a slow or hostile requester) the read goes to an info reader as before — the transport keeps
+     * the late message for that later receive — and the connection's next {@link #RESPONDER_SKIPS_AFTER_LATE}
+     * headers go to a reader directly, so a slow or hostile requester costs the responder at most that wait once
+     * per 64 of its headers (and none while its headers queue behind a reader). The info is decoded,
+     * authenticated and dispatched here; {@link #serveInline} serves it here only when its data goes in eager
+     * sends, which never wait for the peer.
+     *
+     * @return true when the info was read (served, queued for a sender, or refused) here; false to hand the
+     *         connection to an info reader
+     */
+    private boolean readOnResponder(Connection conn, InfoQueue q) {
+        long id;
+        long size;
+        // Only while nothing else is being served: with requests in flight the responder keeps to accepting headers
+        // (serving here then delayed every other connection's, and cost requests/s over UCX at 64 in flight).
+        int wait = env.config().responderInfoWaitMicros();
+        if (wait == 0 || busySenders.get() > 0 || inlineReaders.get() > 0 || !senders.getQueue().isEmpty()) {
+            return false;
+        }
+        synchronized (q) {
+            if (q.pending.size() != 1 || closing) {
+                return false;
+            }
+            if (q.responderSkips > 0) {
+                q.responderSkips--;
+                return false;
+            }
+            id = q.pending.firstA();
+            size = q.pending.firstB();
+            q.pending.removeFirst();
+        }
+        boolean read;
+        try {
+            read = readInfo(conn, q, id, (int) size, TimeUnit.MICROSECONDS.toNanos(wait));
+        } catch (TransportClosedException e) {
+            read = true;
+        } catch (RuntimeException e) {
+            env.metrics().error(e instanceof KvTransferException ? e
+                    : new KvTransferException(ErrorCode.INTERNAL, id, "reading request info from "
+                    + Texts.peer(conn.peer()) + ": " + e, e));
+            read = true;
+        }
+        synchronized (q) {
+            if (!read) {
+                // Nothing was consumed: the header goes back (its queue is empty, only this thread adds), and this
+                // connection's next headers go straight to a reader: its infos come later than the wait.
+                q.pending.add(id, size);
+                q.responderSkips = RESPONDER_SKIPS_AFTER_LATE;
+                return false;
+            }
+            if (q.pending.isEmpty() || closing) {
+                q.reading = false;
+                q.pending.clear();
+                return true;
+            }
+        }
+        return false; // headers queued meanwhile (none can, but the reader would take them)
     }
 
     /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
@@ -423,7 +497,7 @@ public final class CacheSender implements AutoCloseable {
                 q.pending.removeFirst();
             }
             try {
-                readInfo(conn, q, nextId, (int) nextSize);
+                readInfo(conn, q, nextId, (int) nextSize, 0);
             } catch (TransportClosedException e) {
                 return;
             } catch (RuntimeException e) {
@@ -434,7 +508,13 @@ public final class CacheSender implements AutoCloseable {
         }
     }
 
-    private void readInfo(Connection conn, InfoQueue q, long headerId, int size) {
+    /**
+     * Reads, authenticates and dispatches one announced info.
+     *
+     * @param firstWaitNanos when positive, how long to wait for the info before giving up with nothing consumed
+     * @return false only when {@code firstWaitNanos} passed before the info arrived
+     */
+    private boolean readInfo(Connection conn, InfoQueue q, long headerId, int size, long firstWaitNanos) {
         ControlAuth auth = env.auth();
         int mac = auth.macBytes();
         RequestInfo info = null;
@@ -445,9 +525,16 @@ public final class CacheSender implements AutoCloseable {
             long deadline = System.nanoTime() + env.controlTimeout().toNanos();
             for (int attempt = 0; ; attempt++) {
                 try {
-                    conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(deadline - System.nanoTime()));
+                    if (attempt == 0 && firstWaitNanos > 0) {
+                        conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(firstWaitNanos));
+                    } else {
+                        conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(deadline - System.nanoTime()));
+                    }
                     break;
                 } catch (KvTransferException e) {
+                    if (attempt == 0 && firstWaitNanos > 0 && e.code() == ErrorCode.TIMEOUT) {
+                        return false;
+                    }
                     // A message of another length is consumed by the transport: a stale or duplicated info. The
                     // header's own info is the next one; try again (a few times, within the deadline).
                     if (e.code() != ErrorCode.MALFORMED || attempt >= 2 || deadline - System.nanoTime() <= 0) {
@@ -504,6 +591,7 @@ public final class CacheSender implements AutoCloseable {
             throw e;
         }
         onInfo(conn, info, q);
+        return true;
     }
 
     /** @return null when the info is authentic, fresh, from the session it claims and holds the token */
@@ -688,6 +776,10 @@ public final class CacheSender implements AutoCloseable {
         long bytes = (long) BlockDistribution.blocksFor(h.promptLength(), env.selfCache().tokensPerBlock())
                 * env.cache().layout().blockBytes();
         if (bytes > INLINE_SEND_BYTES) {
+            return false;
+        }
+        // On the responder only eager sends (they never wait for the peer): every connection's headers wait for it.
+        if (Thread.currentThread() == responderThread && bytes > Connection.EAGER_LIMIT) {
             return false;
         }
         synchronized (q) {
