@@ -70,6 +70,8 @@ public final class CacheSender implements AutoCloseable {
     private final AtomicInteger busySenders = new AtomicInteger();
     /** The responder's thread once it runs ({@link #readOnResponder}, {@link #serveInline}). */
     private volatile Thread responderThread;
+    /** {@code kvtransfer.responderInfoWaitMicros}, or null when the responder never reads infos. */
+    private final Duration responderInfoWait;
     /** Info readers serving a request inline right now (0 or 1, {@link #serveInline}). */
     private final AtomicInteger inlineReaders = new AtomicInteger();
     private org.agrona.concurrent.AgentRunner responder;
@@ -93,6 +95,8 @@ public final class CacheSender implements AutoCloseable {
     public CacheSender(TransferEnv env) {
         this.env = Objects.requireNonNull(env, "env");
         this.control = new ControlBuffers(env.buffers());
+        int wait = env.config().responderInfoWaitMicros();
+        this.responderInfoWait = wait == 0 ? null : Duration.ofNanos(TimeUnit.MICROSECONDS.toNanos(wait));
     }
 
     /** What one counterpart asked. */
@@ -419,11 +423,12 @@ public final class CacheSender implements AutoCloseable {
 
     /**
      * Reads the info of a header the responder just accepted on the responder's own thread (one hand-off to an info
-     * reader and one wake-up fewer on a request's path) when it arrives within {@code kvtransfer.responderInfoWaitMicros} (200 µs; 0 = never),
-     * while no request is being sent or waits for a sender thread: the queue of this connection was idle, so the
-     * header is its only entry and no reader runs for it. When the
-     * info is late (a slow or hostile requester) the read goes to an info reader as before — the transport keeps
-     * the late message for that later receive — and the connection's next {@link #RESPONDER_SKIPS_AFTER_LATE}
+     * reader and one wake-up fewer on a request's path) when it arrives within
+     * {@code kvtransfer.responderInfoWaitMicros} (200 µs; 0 = never) and no request is being sent or waits for a
+     * sender thread: the queue of this connection was idle, so the header is its only entry and no reader runs for
+     * it. When the info is late (a slow or hostile requester) the read goes to an info reader as before — the
+     * transport keeps the late message for that later receive — and the connection's next
+     * {@link #RESPONDER_SKIPS_AFTER_LATE}
      * headers go to a reader directly, so a slow or hostile requester costs the responder at most that wait once
      * per 64 of its headers (and none while its headers queue behind a reader). The info is decoded,
      * authenticated and dispatched here; {@link #serveInline} serves it here only when its data goes in eager
@@ -437,8 +442,8 @@ public final class CacheSender implements AutoCloseable {
         long size;
         // Only while nothing else is being served: with requests in flight the responder keeps to accepting headers
         // (serving here then delayed every other connection's, and cost requests/s over UCX at 64 in flight).
-        int wait = env.config().responderInfoWaitMicros();
-        if (wait == 0 || busySenders.get() > 0 || inlineReaders.get() > 0 || !senders.getQueue().isEmpty()) {
+        if (responderInfoWait == null || busySenders.get() > 0 || inlineReaders.get() > 0
+                || !senders.getQueue().isEmpty()) {
             return false;
         }
         synchronized (q) {
@@ -455,7 +460,7 @@ public final class CacheSender implements AutoCloseable {
         }
         boolean read;
         try {
-            read = readInfo(conn, q, id, (int) size, TimeUnit.MICROSECONDS.toNanos(wait));
+            read = readInfo(conn, q, id, (int) size, responderInfoWait);
         } catch (TransportClosedException e) {
             read = true;
         } catch (RuntimeException e) {
@@ -478,7 +483,7 @@ public final class CacheSender implements AutoCloseable {
                 return true;
             }
         }
-        return false; // headers queued meanwhile (none can, but the reader would take them)
+        return false; // headers were queued meanwhile (only this thread queues them: defensive), a reader takes them
     }
 
     /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
@@ -497,7 +502,7 @@ public final class CacheSender implements AutoCloseable {
                 q.pending.removeFirst();
             }
             try {
-                readInfo(conn, q, nextId, (int) nextSize, 0);
+                readInfo(conn, q, nextId, (int) nextSize, null);
             } catch (TransportClosedException e) {
                 return;
             } catch (RuntimeException e) {
@@ -511,10 +516,10 @@ public final class CacheSender implements AutoCloseable {
     /**
      * Reads, authenticates and dispatches one announced info.
      *
-     * @param firstWaitNanos when positive, how long to wait for the info before giving up with nothing consumed
-     * @return false only when {@code firstWaitNanos} passed before the info arrived
+     * @param firstWait when not null, how long to wait for the info before giving up with nothing consumed
+     * @return false only when {@code firstWait} passed before the info arrived
      */
-    private boolean readInfo(Connection conn, InfoQueue q, long headerId, int size, long firstWaitNanos) {
+    private boolean readInfo(Connection conn, InfoQueue q, long headerId, int size, Duration firstWait) {
         ControlAuth auth = env.auth();
         int mac = auth.macBytes();
         RequestInfo info = null;
@@ -525,14 +530,14 @@ public final class CacheSender implements AutoCloseable {
             long deadline = System.nanoTime() + env.controlTimeout().toNanos();
             for (int attempt = 0; ; attempt++) {
                 try {
-                    if (attempt == 0 && firstWaitNanos > 0) {
-                        conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(firstWaitNanos));
+                    if (attempt == 0 && firstWait != null) {
+                        conn.recv(Tags.INFO_TAG, buf, 0, size, firstWait);
                     } else {
                         conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(deadline - System.nanoTime()));
                     }
                     break;
                 } catch (KvTransferException e) {
-                    if (attempt == 0 && firstWaitNanos > 0 && e.code() == ErrorCode.TIMEOUT) {
+                    if (attempt == 0 && firstWait != null && e.code() == ErrorCode.TIMEOUT) {
                         return false;
                     }
                     // A message of another length is consumed by the transport: a stale or duplicated info. The
