@@ -430,6 +430,7 @@ final class TransceiverBench implements AutoCloseable {
             int rank = r;
             fs.add(sync.submit(() -> gen.transceiver(rank).checkGenTransferStatus(OptionalInt.empty())));
         }
+        long deadline = System.nanoTime() + timeout.toNanos();
         try {
             if (ctx != null && ctx.ranks() == 1) {
                 ctx.transceiver(0).checkContextTransferStatus(OptionalInt.empty());
@@ -437,17 +438,11 @@ final class TransceiverBench implements AutoCloseable {
             if (gen != null && gen.ranks() == 1) {
                 gen.transceiver(0).checkGenTransferStatus(OptionalInt.empty());
             }
-        } catch (RuntimeException e) {
-            throw new IllegalStateException((gen == null ? "context " : "") + "status agreement failed: " + e, e);
-        }
-        long deadline = System.nanoTime() + timeout.toNanos();
-        for (Future<?> f : fs) {
-            try {
+            for (Future<?> f : fs) {
                 f.get(Math.max(1, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-            } catch (Exception e) {
-                throw new IllegalStateException((gen == null ? "context " : "") + "status agreement failed: " + e,
-                        e);
             }
+        } catch (Exception e) {
+            throw new IllegalStateException((gen == null ? "context " : "") + "status agreement failed: " + e, e);
         }
     }
 

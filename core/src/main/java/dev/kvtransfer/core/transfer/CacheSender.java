@@ -68,7 +68,7 @@ public final class CacheSender implements AutoCloseable {
     private final AtomicInteger senderThreads = new AtomicInteger();
     /** Requests being sent right now, on sender threads or inline on info readers (at most sendConcurrency inline). */
     private final AtomicInteger busySenders = new AtomicInteger();
-    /** The responder's thread once it runs ({@link #readOnResponder}, {@link #serveInline}). */
+    /** The responder's thread once it runs ({@link #serveInline} serves only eager sends on it). */
     private volatile Thread responderThread;
     /** {@code kvtransfer.responderInfoWaitMicros}, or null when the responder never reads infos. */
     private final Duration responderInfoWait;
@@ -380,6 +380,7 @@ public final class CacheSender implements AutoCloseable {
         }
     }
 
+    /** On the responder: queues an accepted header's info read, reading it here when {@link #readOnResponder} can. */
     private void enqueueInfo(Connection conn, long id, int size) {
         InfoQueue q = infoQueues.computeIfAbsent(conn, c -> new InfoQueue());
         boolean start;
@@ -407,7 +408,7 @@ public final class CacheSender implements AutoCloseable {
             q.reading = true;
         }
         if (start) {
-            if (Thread.currentThread() == responderThread && readOnResponder(conn, q)) {
+            if (readOnResponder(conn, q)) {
                 return;
             }
             try {
@@ -428,11 +429,10 @@ public final class CacheSender implements AutoCloseable {
      * sender thread: the queue of this connection was idle, so the header is its only entry and no reader runs for
      * it. When the info is late (a slow or hostile requester) the read goes to an info reader as before — the
      * transport keeps the late message for that later receive — and the connection's next
-     * {@link #RESPONDER_SKIPS_AFTER_LATE}
-     * headers go to a reader directly, so a slow or hostile requester costs the responder at most that wait once
-     * per 64 of its headers (and none while its headers queue behind a reader). The info is decoded,
-     * authenticated and dispatched here; {@link #serveInline} serves it here only when its data goes in eager
-     * sends, which never wait for the peer.
+     * {@link #RESPONDER_SKIPS_AFTER_LATE} headers go to a reader directly, so a slow or hostile requester costs the
+     * responder at most that wait once per 64 of its headers (and none while its headers queue behind a reader).
+     * The info is decoded, authenticated and dispatched here; {@link #serveInline} serves it here only when its
+     * data goes in eager sends, which never wait for the peer.
      *
      * @return true when the info was read (served, queued for a sender, or refused) here; false to hand the
      *         connection to an info reader
@@ -458,32 +458,36 @@ public final class CacheSender implements AutoCloseable {
             size = q.pending.firstB();
             q.pending.removeFirst();
         }
-        boolean read;
-        try {
-            read = readInfo(conn, q, id, (int) size, responderInfoWait);
-        } catch (TransportClosedException e) {
-            read = true;
-        } catch (RuntimeException e) {
-            env.metrics().error(e instanceof KvTransferException ? e
-                    : new KvTransferException(ErrorCode.INTERNAL, id, "reading request info from "
-                    + Texts.peer(conn.peer()) + ": " + e, e));
-            read = true;
-        }
+        boolean late = readReporting(conn, q, id, size, responderInfoWait) == Read.LATE;
         synchronized (q) {
-            if (!read) {
-                // Nothing was consumed: the header goes back (its queue is empty, only this thread adds), and this
-                // connection's next headers go straight to a reader: its infos come later than the wait.
+            if (late) {
+                // Nothing was consumed: the header goes back (its queue is empty), and this connection's next
+                // headers go straight to a reader: its infos come later than the wait.
                 q.pending.add(id, size);
                 q.responderSkips = RESPONDER_SKIPS_AFTER_LATE;
                 return false;
             }
-            if (q.pending.isEmpty() || closing) {
-                q.reading = false;
-                q.pending.clear();
-                return true;
-            }
+            // Only this thread queues headers, so none arrived meanwhile: the connection is idle again.
+            q.reading = false;
         }
-        return false; // headers were queued meanwhile (only this thread queues them: defensive), a reader takes them
+        return true;
+    }
+
+    /** How {@link #readReporting} ended. */
+    private enum Read { DONE, LATE, CLOSED }
+
+    /** {@link #readInfo}, its failures reported to the metrics (the transport closing ends it quietly). */
+    private Read readReporting(Connection conn, InfoQueue q, long id, long size, Duration firstWait) {
+        try {
+            return readInfo(conn, q, id, (int) size, firstWait) ? Read.DONE : Read.LATE;
+        } catch (TransportClosedException e) {
+            return Read.CLOSED;
+        } catch (RuntimeException e) {
+            env.metrics().error(e instanceof KvTransferException ? e
+                    : new KvTransferException(ErrorCode.INTERNAL, id, "reading request info from "
+                    + Texts.peer(conn.peer()) + ": " + e, e));
+            return Read.DONE;
+        }
     }
 
     /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
@@ -501,14 +505,8 @@ public final class CacheSender implements AutoCloseable {
                 nextSize = q.pending.firstB();
                 q.pending.removeFirst();
             }
-            try {
-                readInfo(conn, q, nextId, (int) nextSize, null);
-            } catch (TransportClosedException e) {
+            if (readReporting(conn, q, nextId, nextSize, null) == Read.CLOSED) {
                 return;
-            } catch (RuntimeException e) {
-                env.metrics().error(e instanceof KvTransferException ? e
-                        : new KvTransferException(ErrorCode.INTERNAL, nextId, "reading request info from "
-                        + Texts.peer(conn.peer()) + ": " + e, e));
             }
         }
     }
