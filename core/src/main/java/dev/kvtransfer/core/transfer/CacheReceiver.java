@@ -1,5 +1,4 @@
 package dev.kvtransfer.core.transfer;
-
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.Support;
@@ -15,6 +14,11 @@ import dev.kvtransfer.api.model.RequestInfo;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.protocol.PushEntryFlyweight;
+import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
+import dev.kvtransfer.core.protocol.ReadySignalFlyweight;
+import dev.kvtransfer.core.protocol.RequestHeaderFlyweight;
+import dev.kvtransfer.core.protocol.RequestInfoFrame;
 import dev.kvtransfer.core.timing.EpochClock;
 import dev.kvtransfer.core.timing.TransferTiming;
 
@@ -275,28 +279,30 @@ public final class CacheReceiver implements AutoCloseable {
             Connection c = session.peerConnection(k);
             int peerRank = t.peerRanks().get(k);
             Written w = written[k] = new Written();
-            try (MemoryBuffer notice = env.buffers().allocate(PushNotice.BYTES, MemoryKind.HOST)) {
+            try (MemoryBuffer notice = env.buffers().allocate(PushNoticeFlyweight.LENGTH, MemoryKind.HOST)) {
                 ByteBuffer nb = notice.asByteBuffer();
+                PushNoticeFlyweight noticeFly = new PushNoticeFlyweight();
                 while (true) {
                     try {
-                        c.recv(session.peerTag(k), notice, 0, PushNotice.BYTES,
+                        c.recv(session.peerTag(k), notice, 0, PushNoticeFlyweight.LENGTH,
                                 remaining(job, "waiting for context rank " + peerRank + " to finish its writes"));
                     } catch (KvTransferException e) {
                         throw new KvTransferException(e.code(), id, "context rank " + peerRank + " (" + Texts.peer(
                                 c.peer()) + ") did not finish its writes: " + e.getMessage(), e);
                     }
-                    int type = nb.getInt(0);
-                    int layer = nb.getInt(4);
-                    long value = nb.getLong(8);
+                    PushNoticeFlyweight n = noticeFly.wrap(nb, 0);
+                    int type = n.type();
+                    int layer = n.layer();
+                    long value = n.value();
                     PushTrace.at("gen", id, "notice" + type, layer);
-                    if (type == PushNotice.LAYER || type == PushNotice.DONE) {
+                    if (type == PushNoticeFlyweight.TYPE_LAYER || type == PushNoticeFlyweight.TYPE_DONE) {
                         if (value < 0 || value > MAX_PUSH_ENTRIES - w.count) {
                             throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
                                     + " announced " + value + " written entries", null);
                         }
                         receiveWritten(job, session, k, c, w, (int) value, checksums);
                     }
-                    if (type == PushNotice.LAYER) {
+                    if (type == PushNoticeFlyweight.TYPE_LAYER) {
                         int l = layer - first;
                         if (l < 0 || l >= layers) {
                             throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
@@ -309,9 +315,9 @@ public final class CacheReceiver implements AutoCloseable {
                         if (complete) {
                             job.handle.layerArrived(l);
                         }
-                    } else if (type == PushNotice.DONE) {
+                    } else if (type == PushNoticeFlyweight.TYPE_DONE) {
                         return;
-                    } else if (type == PushNotice.ABORT) {
+                    } else if (type == PushNoticeFlyweight.TYPE_ABORT) {
                         ErrorCode code = value >= 0 && value < ErrorCode.values().length
                                 ? ErrorCode.values()[(int) value] : ErrorCode.INTERNAL;
                         throw new KvTransferException(code, id, "context rank " + peerRank + " (" + Texts.peer(
@@ -360,16 +366,17 @@ public final class CacheReceiver implements AutoCloseable {
         }
         long id = job.handle.requestId();
         int peerRank = session.targets().peerRanks().get(k);
-        try (MemoryBuffer list = env.buffers().allocate((long) PushNotice.ENTRY_BYTES * n, MemoryKind.HOST)) {
-            c.recv(session.peerTag(k), list, 0, (long) PushNotice.ENTRY_BYTES * n,
+        try (MemoryBuffer list = env.buffers().allocate((long) PushEntryFlyweight.LENGTH * n, MemoryKind.HOST)) {
+            c.recv(session.peerTag(k), list, 0, (long) PushEntryFlyweight.LENGTH * n,
                     remaining(job, "receiving what context rank " + peerRank + " wrote"));
             ByteBuffer lb = list.asByteBuffer();
+            PushEntryFlyweight entry = new PushEntryFlyweight();
             for (int i = 0; i < n; i++) {
-                int at = PushNotice.ENTRY_BYTES * i;
-                long region = lb.getLong(at);
-                long off = lb.getLong(at + 8);
-                long len = lb.getLong(at + 16);
-                int want = lb.getInt(at + 24);
+                entry.wrap(lb, 0, i);
+                long region = entry.regionId();
+                long off = entry.writeOffset();
+                long len = entry.writeLength();
+                int want = entry.crc();
                 MemoryBuffer mem = job.granted.get(region); // filled before the request was sent, only read now
                 if (mem == null || off < 0 || len < 0 || off > mem.size() - len) {
                     throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank + " reports "
@@ -513,7 +520,6 @@ public final class CacheReceiver implements AutoCloseable {
         job.granted.clear();
     }
 
-
     /** Sends the infos and waits for the ready signals; returns the session, or null when nothing is to move. */
     private DefaultTransferSession handshake(Job job, int tag) {
         TransferHandle h = job.handle;
@@ -590,17 +596,16 @@ public final class CacheReceiver implements AutoCloseable {
             int rank = targets.peerRanks().get(positions[k]);
             ctxBlocks[k] = BlockDistribution.count(totalBlocks, ctx.contextParallelism(), ctx.cpRank(rank));
             readyAt[k] = end;
-            end += readyBytes(ctxBlocks[k], mac);
+            end += ReadySignalFlyweight.length(ctxBlocks[k], mac);
         }
         int[][] peerIds = new int[targets.size()][];
         int[] peerBpr = new int[targets.size()];
         String selfAddress = env.connections().localAddress();
+        ReadySignalFlyweight readyFly = new ReadySignalFlyweight();
         try (ControlBuffers.Lease lease = control.acquire(end)) {
             MemoryBuffer ctl = lease.buffer();
             ByteBuffer bb = lease.bytes();
-            bb.putLong(0, Tags.REQUEST_SEND);
-            bb.putLong(8, infoBytes + mac);
-            bb.putLong(16, id);
+            new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(infoBytes, mac), id);
             info.writeMessage(bb, infoAt);
             for (int pos : positions) {
                 Connection c = conns[pos];
@@ -621,17 +626,18 @@ public final class CacheReceiver implements AutoCloseable {
                 Connection c = conns[positions[k]];
                 int rank = targets.peerRanks().get(positions[k]);
                 int at = readyAt[k];
-                int len = readyBytes(ctxBlocks[k], mac);
+                int len = ReadySignalFlyweight.length(ctxBlocks[k], mac);
                 try {
                     c.recv(tag, ctl, at, len, remaining(job, "waiting for the ready signal of context rank " + rank));
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), id, "no ready signal from context rank " + rank + " ("
                             + c.peer() + "): " + e.getMessage(), e);
                 }
-                byte status = bb.get(at);
-                if (status != CacheReceiver.READY_REFUSED) {
-                    boolean pushing = (status & READY_PUSH) != 0;
-                    boolean layered = (status & READY_LAYERS) != 0;
+                ReadySignalFlyweight ready = readyFly.wrap(bb, at);
+                byte status = ready.status();
+                if (!ready.refused()) {
+                    boolean pushing = ready.push();
+                    boolean layered = ready.layered();
                     if (k == 0) {
                         job.push = pushing;
                         job.layered = layered;
@@ -649,21 +655,12 @@ public final class CacheReceiver implements AutoCloseable {
                                 + " different deployment secret)", null);
                     }
                 }
-                env.journal().readySignalReceived(id, rank, status != 0);
-                if (status == 0) {
+                env.journal().readySignalReceived(id, rank, !ready.refused());
+                if (ready.refused()) {
                     throw Signals.readRefusal(env.buffers(), c, tag, remaining(job, "reading a refusal"), id);
                 }
-                int n = bb.getInt(at + 4);
-                if (n != ctxBlocks[k]) {
-                    throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + rank + " holds " + n
-                            + " blocks of the request, expected " + ctxBlocks[k], null);
-                }
-                int[] ids = new int[n];
-                for (int i = 0; i < n; i++) {
-                    ids[i] = bb.getInt(at + READY_HEADER + 4 * i);
-                }
-                peerIds[positions[k]] = ids;
-                peerBpr[positions[k]] = Math.max(1, bb.getInt(at + 8));
+                peerIds[positions[k]] = ready.blockIds(ctxBlocks[k], id, rank);
+                peerBpr[positions[k]] = ready.blocksPerRegion();
             }
             lease.reusable();
         }
@@ -683,29 +680,8 @@ public final class CacheReceiver implements AutoCloseable {
                 .transportCapabilities(env.connections().capabilities()).build();
     }
 
-    /** Bytes of the request header on {@link Tags#ID_TAG}: kind, info bytes, request id. */
-    public static final int HEADER_BYTES = 24;
-    /** Bytes of a ready signal before the block ids: status, 3 pad bytes, block count, blocks per region. */
-    public static final int READY_HEADER = 12;
-    /** Ready status: refused (a reason follows). */
-    public static final byte READY_REFUSED = 0;
-    /** Ready status: the context side sends the parts (pull). */
-    public static final byte READY_PULL = 1;
-    /** Ready status: the context side writes into the grants one-sided (push). */
-    public static final byte READY_PUSH = 2;
-    /** Ready status bit: layer by layer (pull: one layer range per global layer; push: a notice per layer). */
-    public static final byte READY_LAYERS = 4;
-
-    /**
-     * The length of a ready signal: status, count, the context rank's block ids, then the MAC.
-     *
-     * @param ctxBlocks the context rank's blocks of the request
-     * @param macBytes  MAC length (0 without authentication)
-     * @return bytes
-     */
-    public static int readyBytes(int ctxBlocks, int macBytes) {
-        return READY_HEADER + 4 * ctxBlocks + macBytes;
-    }
+    /** Bytes of the request header on {@link Tags#ID_TAG} ({@link RequestHeaderFlyweight}). */
+    static final int HEADER_BYTES = RequestHeaderFlyweight.LENGTH;
 
     /**
      * The UTF-8 bytes of an address, for a MAC. Remembered (addresses repeat in every request); callers only read
@@ -754,9 +730,8 @@ public final class CacheReceiver implements AutoCloseable {
         int mac = env.auth().macBytes();
         try (MemoryBuffer ctl = env.buffers().allocate(HEADER_BYTES + bytes.length + mac, MemoryKind.HOST)) {
             ByteBuffer bb = ctl.asByteBuffer();
-            bb.putLong(0, Tags.REQUEST_SEND);
-            bb.putLong(8, bytes.length + mac);
-            bb.putLong(16, info.requestId());
+            new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(bytes.length, mac),
+                    info.requestId());
             bb.put(HEADER_BYTES, bytes);
             for (Connection c : conns) {
                 if (mac > 0) {

@@ -1,5 +1,4 @@
 package dev.kvtransfer.core.transfer;
-
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.TransferBufferPool;
@@ -12,6 +11,8 @@ import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.core.journal.Checksums;
 import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.protocol.PushEntryFlyweight;
+import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
 import dev.kvtransfer.core.timing.TransferTiming;
 
 import java.time.Duration;
@@ -442,7 +443,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
      * @param peerIndex the peer
      */
     public void sendPushDone(int peerIndex) {
-        sendWritten(peerIndex, PushNotice.DONE, 0, "that the push is done");
+        sendWritten(peerIndex, PushNoticeFlyweight.TYPE_DONE, 0, "that the push is done");
     }
 
     /**
@@ -454,27 +455,26 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
      * @param layer     the global layer
      */
     public void sendLayerWritten(int peerIndex, int layer) {
-        sendWritten(peerIndex, PushNotice.LAYER, layer, "that layer " + layer + " was written");
+        sendWritten(peerIndex, PushNoticeFlyweight.TYPE_LAYER, layer, "that layer " + layer + " was written");
     }
 
     private void sendWritten(int peerIndex, int type, int layer, String what) {
         int from = reportedCount == null ? 0 : reportedCount[peerIndex];
         int n = writtenCount == null ? 0 : writtenCount[peerIndex] - from;
         Connection conn = connection(peerIndex);
-        try (MemoryBuffer m = bufferManager.allocate(PushNotice.BYTES + (long) PushNotice.ENTRY_BYTES * n,
+        try (MemoryBuffer m = bufferManager.allocate(PushNoticeFlyweight.LENGTH + (long) PushEntryFlyweight.LENGTH * n,
                 dev.kvtransfer.api.memory.MemoryKind.HOST)) {
             java.nio.ByteBuffer bb = m.asByteBuffer();
-            PushNotice.put(bb, 0, type, layer, n);
+            new PushNoticeFlyweight().wrap(bb, 0).write(type, layer, n);
+            PushEntryFlyweight entry = new PushEntryFlyweight();
             for (int i = 0; i < n; i++) {
-                int at = PushNotice.BYTES + PushNotice.ENTRY_BYTES * i;
-                bb.putLong(at, written[peerIndex][3 * (from + i)]);
-                bb.putLong(at + 8, written[peerIndex][3 * (from + i) + 1]);
-                bb.putLong(at + 16, written[peerIndex][3 * (from + i) + 2]);
-                bb.putInt(at + 24, writtenCrc[peerIndex][from + i]);
+                entry.wrap(bb, PushNoticeFlyweight.LENGTH, i).write(written[peerIndex][3 * (from + i)],
+                        written[peerIndex][3 * (from + i) + 1], written[peerIndex][3 * (from + i) + 2],
+                        writtenCrc[peerIndex][from + i]);
             }
-            conn.send(tags[peerIndex], m, 0, PushNotice.BYTES, remaining("sending a push notice"));
+            conn.send(tags[peerIndex], m, 0, PushNoticeFlyweight.LENGTH, remaining("sending a push notice"));
             if (n > 0) {
-                conn.send(tags[peerIndex], m, PushNotice.BYTES, (long) PushNotice.ENTRY_BYTES * n,
+                conn.send(tags[peerIndex], m, PushNoticeFlyweight.LENGTH, (long) PushEntryFlyweight.LENGTH * n,
                         remaining("sending what was written"));
                 reportedCount[peerIndex] += n;
             }
@@ -485,7 +485,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     }
 
     /**
-     * Sends a peer a small notification on the request's data tag ({@link PushNotice}).
+     * Sends a peer a small notification on the request's data tag ({@link PushNoticeFlyweight}).
      *
      * @param peerIndex the peer
      * @param type      the notice type
@@ -494,9 +494,9 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
      */
     public void sendNotice(int peerIndex, int type, int layer, long value) {
         Connection conn = connection(peerIndex);
-        try (MemoryBuffer m = bufferManager.allocate(PushNotice.BYTES, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
-            PushNotice.put(m.asByteBuffer(), 0, type, layer, value);
-            conn.send(tags[peerIndex], m, 0, PushNotice.BYTES, remaining("sending a notification"));
+        try (MemoryBuffer m = bufferManager.allocate(PushNoticeFlyweight.LENGTH, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+            new PushNoticeFlyweight().wrap(m.asByteBuffer(), 0).write(type, layer, value);
+            conn.send(tags[peerIndex], m, 0, PushNoticeFlyweight.LENGTH, remaining("sending a notification"));
         }
     }
 

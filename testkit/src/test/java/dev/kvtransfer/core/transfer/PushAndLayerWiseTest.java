@@ -1,5 +1,8 @@
 package dev.kvtransfer.core.transfer;
 
+import dev.kvtransfer.core.protocol.PushEntryFlyweight;
+import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
+
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.model.CacheState;
@@ -188,8 +191,8 @@ class PushAndLayerWiseTest {
         // One byte flipped in the first list of written entries (28 bytes each) that follows a layer notice on a
         // data tag: the receiver must refuse it while later layers are still being computed.
         faults.inject(Fault.once(Fault.Kind.CORRUPT, m -> m.tag() >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG
-                && m.length() >= PushNotice.ENTRY_BYTES && m.length() % PushNotice.ENTRY_BYTES == 0
-                && m.length() != PushNotice.BYTES));
+                && m.length() >= PushEntryFlyweight.LENGTH && m.length() % PushEntryFlyweight.LENGTH == 0
+                && m.length() != PushNoticeFlyweight.LENGTH));
         Req q = prepare(ctx, gen, 650, 8 * 9, 0);
         for (int r = 0; r < 2; r++) {
             ctx.transceiver(r).respondAndSendLayerWise(q.ctx[r]);

@@ -1,0 +1,436 @@
+package dev.kvtransfer.core.transfer;
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.model.RequestInfo;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.Tags;
+import dev.kvtransfer.api.transport.TransportClosedException;
+import dev.kvtransfer.api.wire.MalformedMessageException;
+import dev.kvtransfer.core.protocol.RequestHeaderFlyweight;
+import dev.kvtransfer.core.transfer.ContextRequests.Refusal;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * The context rank's intake of requests: the responder agent accepts request headers
+ * ({@link RequestHeaderFlyweight}) from every connection and each connection's infos are read in order, by the
+ * responder itself when one arrives at once, else by one of the info readers; each info is decoded, authenticated
+ * (MAC, requester identity, freshness, token) and handed to {@link CacheSender#onInfo}. Per connection it drops
+ * duplicated headers, bounds the queued ones and recognises an info that arrives in place of a lost one.
+ */
+final class InfoIntake {
+    /** Largest RequestInfo accepted, in bytes; a larger announced size is dropped as MALFORMED. */
+    static final long MAX_INFO_BYTES = CacheSender.MAX_INFO_BYTES;
+    /** Longest the idle responder waits in one poll before it expires old requests and checks for close. */
+    static final Duration POLL = CacheSender.POLL;
+    /** Most request headers queued per connection before that connection's further requests are dropped. */
+    static final int MAX_QUEUED_PER_CONNECTION = CacheSender.MAX_QUEUED_PER_CONNECTION;
+    /** Headers of a connection read the usual way after one of its infos came late to the responder. */
+    static final int RESPONDER_SKIPS_AFTER_LATE = CacheSender.RESPONDER_SKIPS_AFTER_LATE;
+
+    private final TransferEnv env;
+    private final ControlBuffers control;
+    private final CacheSender owner;
+    private final ContextSend send;
+    /** {@code kvtransfer.responderInfoWaitMicros}, or null when the responder never reads infos. */
+    private final Duration responderInfoWait;
+    private final Map<Connection, InfoQueue> infoQueues = new java.util.concurrent.ConcurrentHashMap<>();
+    private volatile ExecutorService infoReaders;
+    /** The responder's thread once it runs. */
+    private volatile Thread responderThread;
+
+    InfoIntake(TransferEnv env, ControlBuffers control, CacheSender owner, ContextSend send) {
+        this.env = env;
+        this.control = control;
+        this.owner = owner;
+        this.send = send;
+        int wait = env.config().responderInfoWaitMicros();
+        this.responderInfoWait = wait == 0 ? null : Duration.ofNanos(TimeUnit.MICROSECONDS.toNanos(wait));
+    }
+
+    /** @return the responder agent (run once, by the owner's agent runner) */
+    org.agrona.concurrent.Agent responder(ExecutorService readers) {
+        this.infoReaders = readers;
+        return new Responder();
+    }
+
+    /** @return whether the calling thread is the responder's */
+    boolean onResponder() {
+        return Thread.currentThread() == responderThread;
+    }
+
+    // ---------------------------------------------------------------- responder
+
+    /** The responder agent: accepts request headers and hands each connection's infos to an info reader. */
+    final class Responder implements org.agrona.concurrent.Agent {
+        private MemoryBuffer header;
+        private final RequestHeaderFlyweight headerFly = new RequestHeaderFlyweight();
+
+        @Override
+        public void onStart() {
+            header = env.buffers().allocate(RequestHeaderFlyweight.LENGTH, MemoryKind.HOST);
+            responderThread = Thread.currentThread();
+        }
+
+        @Override
+        public int doWork() {
+            if (owner.isClosing()) {
+                throw new org.agrona.concurrent.AgentTerminationException();
+            }
+            owner.expire();
+            Connection conn;
+            try {
+                conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH, POLL);
+            } catch (TransportClosedException e) {
+                if (!owner.isClosing()) {
+                    env.metrics().error(new KvTransferException(ErrorCode.NETWORK, KvTransferException.NO_REQUEST,
+                            "responder of rank " + env.selfIndex() + " stops: transport closed", e));
+                }
+                throw new org.agrona.concurrent.AgentTerminationException();
+            } catch (KvTransferException e) {
+                // A malformed header (wrong length) from some peer: counted, and the next one is served.
+                env.metrics().error(e);
+                return 1;
+            }
+            if (conn == null) {
+                return 0;
+            }
+            RequestHeaderFlyweight h = headerFly.wrap(header.asByteBuffer(), 0);
+            if (h.kind() == RequestHeaderFlyweight.KIND_TERMINATION) {
+                return 1;
+            }
+            try {
+                // A bad kind or length: the info itself is left unread, a peer that announces it does not speak
+                // this protocol.
+                h.checkRequestSend(env.auth().macBytes(), MAX_INFO_BYTES, "rank " + env.selfIndex() + ", from "
+                        + Texts.peer(conn.peer()));
+            } catch (KvTransferException e) {
+                env.metrics().error(e);
+                return 1;
+            }
+            enqueueInfo(conn, h.requestId(), (int) h.infoLength());
+            return 1;
+        }
+
+        @Override
+        public void onClose() {
+            if (header != null) {
+                header.close();
+            }
+        }
+
+        @Override
+        public String roleName() {
+            return env.threadPrefix() + "-responder";
+        }
+    }
+
+    /** The headers of one connection whose infos are still to read, read in order by one reader at a time. */
+    static final class InfoQueue {
+        /** (request id, info bytes) of each header whose info is still to read, oldest first. */
+        final LongPairQueue pending = new LongPairQueue();
+        /** Request ids of the last headers accepted: a duplicated header (a network artifact) is ignored. */
+        final long[] recent = new long[64];
+        int recentNext;
+        /** Requests whose info arrived in place of an earlier request's lost one, before their own header. */
+        final long[] adopted = new long[16];
+        int adoptedNext;
+        boolean reading;
+        /** Headers of this connection whose info the responder leaves to a reader after one came late. */
+        int responderSkips;
+
+        /** Takes over a later request's queued header whose info arrived in place of a lost one. */
+        void adopt(long id) {
+            if (!pending.removeFirstValue(id)) {
+                adopted[adoptedNext] = id;
+                adoptedNext = (adoptedNext + 1) % adopted.length;
+            }
+        }
+
+        boolean wasAdopted(long id) {
+            for (int i = 0; i < adopted.length; i++) {
+                if (adopted[i] == id && id != 0) {
+                    adopted[i] = 0;
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        boolean seenRecently(long id) {
+            for (long r : recent) {
+                if (r == id && id != 0) {
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        void remember(long id) {
+            recent[recentNext] = id;
+            recentNext = (recentNext + 1) % recent.length;
+        }
+    }
+
+    /** On the responder: queues an accepted header's info read, reading it here when {@link #readOnResponder} can. */
+    void enqueueInfo(Connection conn, long id, int size) {
+        InfoQueue q = infoQueues.computeIfAbsent(conn, c -> new InfoQueue());
+        boolean start;
+        synchronized (q) {
+            if (q.wasAdopted(id)) {
+                // Its info already arrived (read in place of an earlier request's lost info) and was served.
+                q.remember(id);
+                return;
+            }
+            if (q.seenRecently(id)) {
+                env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
+                        + ": duplicate request header for request " + id + " from " + Texts.peer(conn.peer())
+                        + " (ignored)", null));
+                return;
+            }
+            if (q.pending.size() >= MAX_QUEUED_PER_CONNECTION) {
+                env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
+                        + ": " + Texts.peer(conn.peer()) + " has " + q.pending.size() + " request infos unread; "
+                        + "request " + id + " dropped", null));
+                return;
+            }
+            q.pending.add(id, size);
+            q.remember(id);
+            start = !q.reading;
+            q.reading = true;
+        }
+        if (start) {
+            if (readOnResponder(conn, q)) {
+                return;
+            }
+            try {
+                infoReaders.execute(() -> drain(conn, q));
+            } catch (RejectedExecutionException e) {
+                synchronized (q) {
+                    q.reading = false;
+                    q.pending.clear();
+                }
+            }
+        }
+    }
+
+    /**
+     * Reads the info of a header the responder just accepted on the responder's own thread (one hand-off to an info
+     * reader and one wake-up fewer on a request's path) when it arrives within
+     * {@code kvtransfer.responderInfoWaitMicros} (200 µs; 0 = never) and no request is being sent or waits for a
+     * sender thread: the queue of this connection was idle, so the header is its only entry and no reader runs for
+     * it. When the info is late (a slow or hostile requester) the read goes to an info reader as before — the
+     * transport keeps the late message for that later receive — and the connection's next
+     * {@link #RESPONDER_SKIPS_AFTER_LATE} headers go to a reader directly, so a slow or hostile requester costs the
+     * responder at most that wait once per 64 of its headers (and none while its headers queue behind a reader).
+     * The info is decoded, authenticated and dispatched here; {@link #serveInline} serves it here only when its
+     * data goes in eager sends, which never wait for the peer.
+     *
+     * @return true when the info was read (served, queued for a sender, or refused) here; false to hand the
+     *         connection to an info reader
+     */
+    private boolean readOnResponder(Connection conn, InfoQueue q) {
+        long id;
+        long size;
+        // Only while nothing else is being served: with requests in flight the responder keeps to accepting headers
+        // (serving here then delayed every other connection's, and cost requests/s over UCX at 64 in flight).
+        if (responderInfoWait == null || !owner.idle()) {
+            return false;
+        }
+        synchronized (q) {
+            if (q.pending.size() != 1 || owner.isClosing()) {
+                return false;
+            }
+            if (q.responderSkips > 0) {
+                q.responderSkips--;
+                return false;
+            }
+            id = q.pending.firstA();
+            size = q.pending.firstB();
+            q.pending.removeFirst();
+        }
+        boolean late = readReporting(conn, q, id, size, responderInfoWait) == Read.LATE;
+        synchronized (q) {
+            if (late) {
+                // Nothing was consumed: the header goes back (its queue is empty), and this connection's next
+                // headers go straight to a reader: its infos come later than the wait.
+                q.pending.add(id, size);
+                q.responderSkips = RESPONDER_SKIPS_AFTER_LATE;
+                return false;
+            }
+            // Only this thread queues headers, so none arrived meanwhile: the connection is idle again.
+            q.reading = false;
+        }
+        return true;
+    }
+
+    /** How {@link #readReporting} ended. */
+    private enum Read { DONE, LATE, CLOSED }
+
+    /** {@link #readInfo}, its failures reported to the metrics (the transport closing ends it quietly). */
+    private Read readReporting(Connection conn, InfoQueue q, long id, long size, Duration firstWait) {
+        try {
+            return readInfo(conn, q, id, (int) size, firstWait) ? Read.DONE : Read.LATE;
+        } catch (TransportClosedException e) {
+            return Read.CLOSED;
+        } catch (RuntimeException e) {
+            env.metrics().error(e instanceof KvTransferException ? e
+                    : new KvTransferException(ErrorCode.INTERNAL, id, "reading request info from "
+                    + Texts.peer(conn.peer()) + ": " + e, e));
+            return Read.DONE;
+        }
+    }
+
+    /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
+    private void drain(Connection conn, InfoQueue q) {
+        while (true) {
+            long nextId;
+            long nextSize;
+            synchronized (q) {
+                if (q.pending.isEmpty() || owner.isClosing()) {
+                    q.reading = false;
+                    q.pending.clear();
+                    return;
+                }
+                nextId = q.pending.firstA();
+                nextSize = q.pending.firstB();
+                q.pending.removeFirst();
+            }
+            if (readReporting(conn, q, nextId, nextSize, null) == Read.CLOSED) {
+                return;
+            }
+        }
+    }
+
+    /**
+     * Reads, authenticates and dispatches one announced info.
+     *
+     * @param firstWait when not null, how long to wait for the info before giving up with nothing consumed
+     * @return false only when {@code firstWait} passed before the info arrived
+     */
+    private boolean readInfo(Connection conn, InfoQueue q, long headerId, int size, Duration firstWait) {
+        ControlAuth auth = env.auth();
+        int mac = auth.macBytes();
+        RequestInfo info = null;
+        MalformedMessageException malformed = null;
+        boolean macOk = false;
+        try (ControlBuffers.Lease lease = control.acquire(size)) {
+            MemoryBuffer buf = lease.buffer();
+            long deadline = System.nanoTime() + env.controlTimeout().toNanos();
+            for (int attempt = 0; ; attempt++) {
+                try {
+                    if (attempt == 0 && firstWait != null) {
+                        conn.recv(Tags.INFO_TAG, buf, 0, size, firstWait);
+                    } else {
+                        conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(deadline - System.nanoTime()));
+                    }
+                    break;
+                } catch (KvTransferException e) {
+                    if (attempt == 0 && firstWait != null && e.code() == ErrorCode.TIMEOUT) {
+                        return false;
+                    }
+                    // A message of another length is consumed by the transport: a stale or duplicated info. The
+                    // header's own info is the next one; try again (a few times, within the deadline).
+                    if (e.code() != ErrorCode.MALFORMED || attempt >= 2 || deadline - System.nanoTime() <= 0) {
+                        throw e;
+                    }
+                    env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, headerId, "rank "
+                            + env.selfIndex() + ": skipped a request info of another length from "
+                            + Texts.peer(conn.peer()) + ": " + e.getMessage(), e));
+                }
+            }
+            // Decoded and authenticated where it was received (no copy of the message or of its MAC); the lease
+            // is reusable once the receive completed, whatever the bytes were.
+            ByteBuffer bb = lease.bytes();
+            try {
+                info = RequestInfo.fromBytes(bb, 0, size - mac);
+                macOk = auth.infoMacValid(bb, 0, size - mac, CacheReceiver.utf8(env.connections().localAddress()),
+                        size - mac);
+            } catch (MalformedMessageException e) {
+                malformed = e;
+            }
+            lease.reusable();
+        } catch (KvTransferException e) {
+            throw new KvTransferException(e.code(), headerId, "rank " + env.selfIndex() + ": the info of request "
+                    + headerId + " announced by " + Texts.peer(conn.peer()) + " did not arrive: " + e.getMessage(), e);
+        }
+        if (malformed != null) {
+            throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
+                    + ": bad request info from " + Texts.peer(conn.peer()) + ": " + malformed.getMessage(), malformed);
+        }
+        if (info.requestId() != headerId) {
+            // Infos arrive in the order their headers were sent: the announced request's info was lost and this
+            // is a later request's. Report the lost one and serve this one under its own id (its header, queued
+            // or still to come, is taken over), so one lost message costs one request, not every later one.
+            env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
+                    + ": " + Texts.peer(conn.peer()) + " announced request " + headerId + " but its info never came "
+                    + "(the next info is request " + info.requestId() + "'s); request " + headerId + " dropped",
+                    null));
+            synchronized (q) {
+                q.adopt(info.requestId());
+            }
+            headerId = info.requestId();
+        }
+        String refused = authenticate(conn, info, macOk);
+        if (refused == REPLAYED) {
+            // A duplicate of an info already served (a replay, or the network duplicated it): the genuine asker
+            // is being served, so nothing is sent back.
+            throw unauthorized(headerId, conn, "request info replayed (its nonce was already used); dropped");
+        }
+        if (refused != null) {
+            KvTransferException e = unauthorized(headerId, conn, refused);
+            // The asker learns only that it was refused and why in general terms; nothing of the request moves.
+            send.sendRefusals(List.of(new Refusal<>(conn, info, ErrorCode.UNAUTHORIZED, "refused: " + refused,
+                    headerId)));
+            throw e;
+        }
+        owner.onInfo(conn, info, q);
+        return true;
+    }
+
+    /** @return null when the info is authentic, fresh, from the session it claims and holds the token */
+    private String authenticate(Connection conn, RequestInfo info, boolean macOk) {
+        ControlAuth auth = env.auth();
+        if (!auth.enabled()) {
+            return null;
+        }
+        if (!macOk) {
+            return "request info failed authentication (forged, altered, meant for another rank, or a different "
+                    + "deployment secret: set kvtransfer.authSecretFile to the same file on every rank)";
+        }
+        // Identity is the transport session's: the requester must be who the connection says it is.
+        var addresses = info.requesterState().commState().addresses();
+        int self = info.requesterState().selfIndex();
+        if (self < 0 || self >= addresses.size() || !addresses.get(self).equals(conn.peer())) {
+            return "the request info claims generation rank address "
+                    + (self >= 0 && self < addresses.size() ? Texts.peer(addresses.get(self)) : "?")
+                    + " but the connection is from " + Texts.peer(conn.peer());
+        }
+        String stale = auth.checkFresh(info);
+        if (stale != null) {
+            return stale.startsWith("nonce already used") ? REPLAYED : stale;
+        }
+        if (!auth.tokenValid(info.requestId(), info)) {
+            return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
+                    + "with CacheTransceiver.contextPhaseParams)";
+        }
+        return null;
+    }
+
+    /** {@link #authenticate}'s answer for a replayed info: dropped without a word. */
+    private static final String REPLAYED = new String("replayed");
+
+    private KvTransferException unauthorized(long id, Connection conn, String why) {
+        KvTransferException e = new KvTransferException(ErrorCode.UNAUTHORIZED, id, "rank " + env.selfIndex() + ": "
+                + Texts.peer(conn.peer()) + ": " + why, null);
+        return e;
+    }
+}
