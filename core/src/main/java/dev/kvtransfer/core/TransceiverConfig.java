@@ -80,8 +80,10 @@ public final class TransceiverConfig {
     public static final int DEFAULT_MAX_TOKENS_IN_BUFFER = 0;
     /** Default sender threads / send slots. */
     public static final int DEFAULT_SEND_CONCURRENCY = 2;
-    /** Default responder wait for an idle connection's info (µs). */
-    public static final int DEFAULT_RESPONDER_INFO_WAIT_MICROS = 200;
+    /** Responder wait for an idle connection's info: the transport's choice (its preferredResponderInfoWaitMicros). */
+    public static final int RESPONDER_INFO_WAIT_TRANSPORT = -1;
+    /** Default responder wait for an idle connection's info: the transport's choice. */
+    public static final int DEFAULT_RESPONDER_INFO_WAIT_MICROS = RESPONDER_INFO_WAIT_TRANSPORT;
     /** Default receive slots (TensorRT-LLM's TRTLLM_KVCACHE_RECV_BUFFER_COUNT). */
     public static final int DEFAULT_RECV_SLOTS = 2;
     /** Default: peers one after the other. */
@@ -379,7 +381,9 @@ public final class TransceiverConfig {
     /**
      * @return how long (µs) the context side's responder waits for the info behind a header on an idle connection
      *         and reads it itself (one thread hand-off fewer per lone request) before leaving it to an info
-     *         reader; 0 = the responder never reads infos
+     *         reader; 0 = the responder never reads infos; {@value #RESPONDER_INFO_WAIT_TRANSPORT} (the default) =
+     *         what the transport prefers ({@code ConnectionManager.preferredResponderInfoWaitMicros()}: 200 for
+     *         most, 0 for UCX)
      */
     public int responderInfoWaitMicros() {
         return responderInfoWaitMicros;
@@ -751,7 +755,7 @@ public final class TransceiverConfig {
                         + ": must be >= 0");
             }
             range(P_SEND_CONCURRENCY, sendConcurrency, 1, 1024);
-            range(P_RESPONDER_INFO_WAIT_MICROS, responderInfoWaitMicros, 0, 100_000);
+            range(P_RESPONDER_INFO_WAIT_MICROS, responderInfoWaitMicros, RESPONDER_INFO_WAIT_TRANSPORT, 100_000);
             range(P_RECV_SLOTS, recvSlots, 1, 1024);
             range(P_REQUEST_THREADS_PER_PEER_INSTANCE, requestThreadsPerPeerInstance, 1, 1024);
             range(P_MAX_PENDING_REQUESTS, maxPendingRequests, 1, 1 << 24);

@@ -18,7 +18,7 @@ class TransceiverConfigTest {
         assertThat(c.formatter()).isEmpty();
         assertThat(c.transferBufferBytes()).isEqualTo(64L << 20);
         assertThat(c.sendConcurrency()).isEqualTo(TransceiverConfig.DEFAULT_SEND_CONCURRENCY);
-        assertThat(c.responderInfoWaitMicros()).isEqualTo(200);
+        assertThat(c.responderInfoWaitMicros()).isEqualTo(TransceiverConfig.RESPONDER_INFO_WAIT_TRANSPORT);
         assertThat(c.kvTransferTimeout()).isEqualTo(Duration.ofSeconds(60));
         assertThat(c.timingDir()).isEmpty();
     }
@@ -68,9 +68,9 @@ class TransceiverConfigTest {
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(Map.of(TransceiverConfig.P_SEND_CONCURRENCY, "0")))
                 .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("kvtransfer.sendConcurrency = 0");
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(
-                Map.of(TransceiverConfig.P_RESPONDER_INFO_WAIT_MICROS, "-1")))
+                Map.of(TransceiverConfig.P_RESPONDER_INFO_WAIT_MICROS, "-2")))
                 .isInstanceOf(IllegalArgumentException.class)
-                .hasMessageContaining("kvtransfer.responderInfoWaitMicros = -1");
+                .hasMessageContaining("kvtransfer.responderInfoWaitMicros = -2");
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(Map.of(TransceiverConfig.P_CHUNK_BYTES, "lots")))
                 .hasMessageContaining("kvtransfer.chunkBytes = 'lots'");
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(Map.of(TransceiverConfig.P_ZERO_COPY, "yes")))

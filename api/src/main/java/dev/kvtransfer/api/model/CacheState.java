@@ -30,7 +30,7 @@ public final class CacheState {
     /** Largest accepted number of ranks ({@code TP * PP * CP}), checked without overflow. */
     public static final int MAX_WORLD_SIZE = 1 << 16;
 
-    private static final int WIRE_TAG = 0x43; // 'C'
+    static final int WIRE_TAG = 0x43; // 'C'
 
     private final List<Integer> kvHeadsPerLayer;
     private final int sizePerHead;
@@ -418,24 +418,7 @@ public final class CacheState {
      * @param w the writer
      */
     public void writeTo(WireWriter w) {
-        w.writeByte(WIRE_TAG);
-        w.writeIntList(kvHeadsPerLayer);
-        w.writeInt(sizePerHead);
-        w.writeInt(tokensPerBlock);
-        w.writeInt(tensorParallelism);
-        w.writeInt(pipelineParallelism);
-        w.writeInt(contextParallelism);
-        w.writeBoolean(attentionDpEnabled);
-        w.writeInt(dpRank);
-        w.writeInt(dpSize);
-        w.writeIntList(attentionLayersPerPp);
-        w.writeInt(dataType.wireId());
-        w.writeByte(attentionType == AttentionType.MLA ? 1 : 0);
-        w.writeInt(kvFactor);
-        w.writeBoolean(blockReuse);
-        // Format version 2.
-        w.writeByte(poolLayout.kind().wireId());
-        w.writeInt(poolLayout.ropeDim());
+        CacheStateWire.write(this, w);
     }
 
     /**
@@ -447,57 +430,7 @@ public final class CacheState {
      * @throws MalformedMessageException on any bad byte
      */
     public static CacheState readFrom(WireReader r) {
-        int start = r.offset();
-        int tag = r.readByte("CacheState tag");
-        if (tag != WIRE_TAG) {
-            throw new MalformedMessageException(start, "expected CacheState tag " + WIRE_TAG + ", found " + tag);
-        }
-        Builder b = builder();
-        b.kvHeadsPerLayer(r.readIntList("kvHeadsPerLayer", 1, MAX_DIM));
-        b.sizePerHead(r.readInt("sizePerHead", 1, MAX_DIM));
-        b.tokensPerBlock(r.readInt("tokensPerBlock", 1, MAX_DIM));
-        b.tensorParallelism(r.readInt("tensorParallelism", 1, MAX_PARALLELISM));
-        b.pipelineParallelism(r.readInt("pipelineParallelism", 1, MAX_PARALLELISM));
-        b.contextParallelism(r.readInt("contextParallelism", 1, MAX_PARALLELISM));
-        boolean dp = r.readBoolean("attentionDpEnabled");
-        int dpRank = r.readInt("dpRank", 0, MAX_PARALLELISM);
-        int dpSize = r.readInt("dpSize", 1, MAX_PARALLELISM);
-        b.attentionDp(dp, dpRank, dpSize);
-        b.attentionLayersPerPp(r.readIntList("attentionLayersPerPp", 0, MAX_LAYERS));
-        int dtOffset = r.offset();
-        int dt = r.readInt("dataType");
-        DataType dataType = DataType.fromWireId(dt);
-        if (dataType == null) {
-            throw new MalformedMessageException(dtOffset, "unknown dataType id " + dt);
-        }
-        b.dataType(dataType);
-        int atOffset = r.offset();
-        int at = r.readByte("attentionType");
-        if (at > 1) {
-            throw new MalformedMessageException(atOffset, "unknown attentionType " + at);
-        }
-        b.attentionType(at == 1 ? AttentionType.MLA : AttentionType.DEFAULT);
-        b.kvFactor(r.readInt("kvFactor", 1, 2));
-        b.blockReuse(r.readBoolean("blockReuse"));
-        if (r.version() >= 2) {
-            int plOffset = r.offset();
-            int kindId = r.readByte("poolLayout");
-            PoolLayout.Kind kind = PoolLayout.Kind.fromWireId(kindId);
-            if (kind == null) {
-                throw new MalformedMessageException(plOffset, "unknown poolLayout id " + kindId);
-            }
-            int rope = r.readInt("mlaRopeDim", 0, MAX_DIM);
-            try {
-                b.poolLayout(new PoolLayout(kind, rope));
-            } catch (IllegalArgumentException e) {
-                throw new MalformedMessageException(plOffset, "invalid poolLayout: " + e.getMessage());
-            }
-        }
-        try {
-            return b.build();
-        } catch (IllegalArgumentException e) {
-            throw new MalformedMessageException(start, "invalid CacheState: " + e.getMessage());
-        }
+        return CacheStateWire.read(r);
     }
 
     @Override

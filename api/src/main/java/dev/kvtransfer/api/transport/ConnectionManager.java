@@ -146,4 +146,17 @@ public interface ConnectionManager extends AutoCloseable {
     /** Closes; see the class comment. */
     @Override
     void close();
+
+    /**
+     * How long, in microseconds, a context rank's responder should wait for the request info that follows a header
+     * on an otherwise idle connection and read it itself, instead of handing it to an info reader (one thread
+     * hand-off fewer per lone request). A transport whose progress runs on its own thread and whose short receives
+     * are cheap profits; one whose receives on the responder cost more than the hand-off saves returns 0. Used when
+     * {@code kvtransfer.responderInfoWaitMicros} is not set.
+     *
+     * @return microseconds, 0 to 100,000; the default is 200
+     */
+    default int preferredResponderInfoWaitMicros() {
+        return 200;
+    }
 }

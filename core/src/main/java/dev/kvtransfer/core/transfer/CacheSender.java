@@ -1,4 +1,5 @@
 package dev.kvtransfer.core.transfer;
+
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.Support;

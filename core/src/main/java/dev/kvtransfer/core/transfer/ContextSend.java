@@ -1,4 +1,5 @@
 package dev.kvtransfer.core.transfer;
+
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.layout.BlockDistribution;
@@ -73,8 +74,8 @@ final class ContextSend {
             new ReadySignalFlyweight().wrap(bb, 0).write(ok ? ReadySignalFlyweight.status(push, layered)
                     : ReadySignalFlyweight.STATUS_REFUSED, n, env.cache().blocksPerRegion(), ids);
             if (mac > 0) {
-                auth.readyMacInto(bb, len - mac, info, CacheReceiver.utf8(env.connections().localAddress()),
-                        CacheReceiver.utf8(conn.peer()));
+                auth.readyMacInto(bb, len - mac, info, Texts.utf8(env.connections().localAddress()),
+                        Texts.utf8(conn.peer()));
             }
             conn.send(info.dataTag(), buf, 0, len, timeout);
             lease.reusable();

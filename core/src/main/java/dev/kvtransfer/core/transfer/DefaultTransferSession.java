@@ -1,4 +1,5 @@
 package dev.kvtransfer.core.transfer;
+
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.TransferBufferPool;
@@ -11,7 +12,6 @@ import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.core.journal.Checksums;
 import dev.kvtransfer.core.journal.TransferJournal;
-import dev.kvtransfer.core.protocol.PushEntryFlyweight;
 import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
 import dev.kvtransfer.core.timing.TransferTiming;
 
@@ -73,16 +73,10 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     private final int[] peerBlocksPerRegion;
     /** Push: the peers' pools (null for a pull session). */
     private final dev.kvtransfer.api.format.PeerPool[] peerPools;
-    /** Push: per peer, the entries written: region id, offset, length (3 longs each) and their CRC32C. */
-    private final long[][] written;
-    private final int[][] writtenCrc;
-    /** Push: per peer, the entries already reported to it (in a layer notice). */
-    private final int[] reportedCount;
-    private final int[] writtenCount;
-    /** Per peer position: CRC32C of every message moved, in order (null when checksums are off). */
-    private final int[][] crcs;
-    /** Per peer position: where each message starts in that peer's byte stream (null when checksums are off). */
-    private final long[][] starts;
+    /** Push: what was written into each peer's pool, and what of it was reported (null for a pull session). */
+    private final PushWriteLog writes;
+    /** Per peer: the CRC32C and stream offset of every message moved (null when checksums are off). */
+    private final PartChecksumLog crcs;
     private final int[] messages;
     private final long[] peerBytes;
     /** Whether the transport declared DEVICE_MEMORY ({@link Builder#transportCapabilities}). */
@@ -124,12 +118,8 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         if (peerPools != null && peerPools.length != targets.size()) {
             throw new IllegalArgumentException("need one peer pool (or null) per target rank: " + targets.size());
         }
-        this.written = peerPools == null ? null : new long[targets.size()][];
-        this.writtenCrc = peerPools == null ? null : new int[targets.size()][];
-        this.reportedCount = peerPools == null ? null : new int[targets.size()];
-        this.writtenCount = peerPools == null ? null : new int[targets.size()];
-        this.crcs = b.checksums ? new int[targets.size()][] : null;
-        this.starts = b.checksums ? new long[targets.size()][] : null;
+        this.writes = peerPools == null ? null : new PushWriteLog(targets.size());
+        this.crcs = b.checksums ? new PartChecksumLog(targets.size()) : null;
         this.messages = new int[targets.size()];
         this.peerBytes = new long[targets.size()];
         this.deviceMemory = b.deviceMemory;
@@ -410,29 +400,13 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         }
         timing.transmissions(System.nanoTime());
         for (int i = 0; i < batch.size(); i++) {
-            recordWrite(peerIndex, batch.target(i).regionId(), batch.targetOffset(i), batch.length(i),
+            writes.record(peerIndex, batch.target(i).regionId(), batch.targetOffset(i), batch.length(i),
                     crcs != null ? (int) Checksums.crc32c(batch.source(i), batch.sourceOffset(i), batch.length(i))
                             : 0);
         }
         messages[peerIndex] += batch.size();
         peerBytes[peerIndex] += batch.totalBytes();
         MOVED_BYTES.getAndAdd(this, batch.totalBytes());
-    }
-
-    private void recordWrite(int p, long regionId, long offset, long length, int crc) {
-        int k = writtenCount[p]++;
-        long[] w = written[p];
-        if (w == null) {
-            w = written[p] = new long[3 * 8];
-            writtenCrc[p] = new int[8];
-        } else if (3 * k == w.length) {
-            w = written[p] = java.util.Arrays.copyOf(w, w.length * 2);
-            writtenCrc[p] = java.util.Arrays.copyOf(writtenCrc[p], writtenCrc[p].length * 2);
-        }
-        w[3 * k] = regionId;
-        w[3 * k + 1] = offset;
-        w[3 * k + 2] = length;
-        writtenCrc[p][k] = crc;
     }
 
     /**
@@ -443,7 +417,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
      * @param peerIndex the peer
      */
     public void sendPushDone(int peerIndex) {
-        sendWritten(peerIndex, PushNoticeFlyweight.TYPE_DONE, 0, "that the push is done");
+        writes.send(this, peerIndex, PushNoticeFlyweight.TYPE_DONE, 0, "that the push is done");
     }
 
     /**
@@ -455,33 +429,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
      * @param layer     the global layer
      */
     public void sendLayerWritten(int peerIndex, int layer) {
-        sendWritten(peerIndex, PushNoticeFlyweight.TYPE_LAYER, layer, "that layer " + layer + " was written");
-    }
-
-    private void sendWritten(int peerIndex, int type, int layer, String what) {
-        int from = reportedCount == null ? 0 : reportedCount[peerIndex];
-        int n = writtenCount == null ? 0 : writtenCount[peerIndex] - from;
-        Connection conn = connection(peerIndex);
-        try (MemoryBuffer m = bufferManager.allocate(PushNoticeFlyweight.LENGTH + (long) PushEntryFlyweight.LENGTH * n,
-                dev.kvtransfer.api.memory.MemoryKind.HOST)) {
-            java.nio.ByteBuffer bb = m.asByteBuffer();
-            new PushNoticeFlyweight().wrap(bb, 0).write(type, layer, n);
-            PushEntryFlyweight entry = new PushEntryFlyweight();
-            for (int i = 0; i < n; i++) {
-                entry.wrap(bb, PushNoticeFlyweight.LENGTH, i).write(written[peerIndex][3 * (from + i)],
-                        written[peerIndex][3 * (from + i) + 1], written[peerIndex][3 * (from + i) + 2],
-                        writtenCrc[peerIndex][from + i]);
-            }
-            conn.send(tags[peerIndex], m, 0, PushNoticeFlyweight.LENGTH, remaining("sending a push notice"));
-            if (n > 0) {
-                conn.send(tags[peerIndex], m, PushNoticeFlyweight.LENGTH, (long) PushEntryFlyweight.LENGTH * n,
-                        remaining("sending what was written"));
-                reportedCount[peerIndex] += n;
-            }
-        } catch (KvTransferException e) {
-            throw new KvTransferException(e.code(), requestId, "telling peer rank " + targets.peerRanks().get(peerIndex)
-                    + " (" + conn.peer() + ") " + what + " failed: " + e.getMessage(), e);
-        }
+        writes.send(this, peerIndex, PushNoticeFlyweight.TYPE_LAYER, layer, "that layer " + layer + " was written");
     }
 
     /**
@@ -595,17 +543,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         long start = peerBytes[peerIndex];
         peerBytes[peerIndex] += n;
         if (crcs != null) {
-            int[] c = crcs[peerIndex];
-            if (c == null) {
-                // Most peers of a small request move one or two messages: start small, double as before.
-                c = crcs[peerIndex] = new int[2];
-                starts[peerIndex] = new long[2];
-            } else if (k == c.length) {
-                c = crcs[peerIndex] = java.util.Arrays.copyOf(c, k * 2);
-                starts[peerIndex] = java.util.Arrays.copyOf(starts[peerIndex], k * 2);
-            }
-            c[k] = (int) Checksums.crc32c(buffer, offset, n);
-            starts[peerIndex][k] = start;
+            crcs.record(peerIndex, k, start, buffer, offset, n);
         }
     }
 
@@ -634,40 +572,18 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     }
 
     /** A buffer for a checksum list: a reused one when the session has {@link ControlBuffers}. */
-    private ControlBuffers.Lease checksumBuffer(long bytes) {
+    ControlBuffers.Lease checksumBuffer(long bytes) {
         return (control != null ? control : ControlBuffers.unpooled(bufferManager)).acquire(bytes);
     }
 
     /**
      * Sender, after the formatter returned: sends each peer it sent messages to the CRC32C of every one of them
-     * ({@code [count u32][crc u32 ...]} on the peer's data tag), so the receiver can check every byte end to end.
-     * Does nothing when checksums are off.
+     * ({@link dev.kvtransfer.core.protocol.PartChecksumsFlyweight}), so the receiver can check every byte end to
+     * end. Does nothing when checksums are off.
      */
     public void sendChecksums() {
-        if (crcs == null) {
-            return;
-        }
-        for (int p = 0; p < crcs.length; p++) {
-            int n = messages[p];
-            if (n == 0) {
-                continue;
-            }
-            try (ControlBuffers.Lease lease = checksumBuffer(4L + 4L * n)) {
-                MemoryBuffer t = lease.buffer();
-                java.nio.ByteBuffer bb = lease.bytes();
-                bb.putInt(0, n);
-                for (int i = 0; i < n; i++) {
-                    bb.putInt(4 + 4 * i, crcs[p][i]);
-                }
-                Connection conn = connection(p);
-                try {
-                    conn.send(tags[p], t, 0, 4L + 4L * n, remaining("sending part checksums"));
-                } catch (KvTransferException e) {
-                    throw new KvTransferException(e.code(), requestId, "sending the part checksums to peer rank "
-                            + targets.peerRanks().get(p) + " (" + conn.peer() + ") failed: " + e.getMessage(), e);
-                }
-                lease.reusable();
-            }
+        if (crcs != null) {
+            crcs.send(this);
         }
     }
 
@@ -677,42 +593,24 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
      * peer, the message and its byte offset in that peer's stream. Does nothing when checksums are off.
      */
     public void verifyChecksums() {
-        if (crcs == null) {
-            return;
+        if (crcs != null) {
+            crcs.verify(this);
         }
-        for (int p = 0; p < crcs.length; p++) {
-            int n = messages[p];
-            if (n == 0) {
-                continue;
-            }
-            Connection conn = connection(p);
-            int peerRank = targets.peerRanks().get(p);
-            try (ControlBuffers.Lease lease = checksumBuffer(4L + 4L * n)) {
-                MemoryBuffer t = lease.buffer();
-                try {
-                    conn.recv(tags[p], t, 0, 4L + 4L * n, remaining("receiving part checksums"));
-                } catch (KvTransferException e) {
-                    throw new KvTransferException(e.code(), requestId, "the part checksums of peer rank " + peerRank
-                            + " (" + conn.peer() + ") did not arrive: " + e.getMessage(), e);
-                }
-                lease.reusable(); // received in full: whatever the check below finds, the buffer may be reused
-                java.nio.ByteBuffer bb = lease.bytes();
-                if (bb.getInt(0) != n) {
-                    throw new KvTransferException(ErrorCode.MALFORMED, requestId, "peer rank " + peerRank + " ("
-                            + conn.peer() + ") sent " + bb.getInt(0) + " messages, " + n + " arrived", null);
-                }
-                for (int i = 0; i < n; i++) {
-                    int want = bb.getInt(4 + 4 * i);
-                    if (want != crcs[p][i]) {
-                        throw new KvTransferException(ErrorCode.MALFORMED, requestId, "corrupted part: message " + i
-                                + " of " + n + " from peer rank " + peerRank + " (" + conn.peer() + ", tag " + tags[p]
-                                + "), at byte offset " + starts[p][i] + " of its " + peerBytes[p] + " bytes: CRC32C "
-                                + Integer.toHexString(crcs[p][i]) + " arrived, the sender's is "
-                                + Integer.toHexString(want), null);
-                    }
-                }
-            }
-        }
+    }
+
+    /** @return messages moved with one peer so far */
+    int messagesWith(int peerIndex) {
+        return messages[peerIndex];
+    }
+
+    /** @return bytes moved with one peer so far */
+    long bytesWith(int peerIndex) {
+        return peerBytes[peerIndex];
+    }
+
+    /** @return the connection of a peer */
+    Connection peerConnectionOf(int peerIndex) {
+        return connection(peerIndex);
     }
 
     private String describe(boolean out, int peerIndex, Connection conn, int tag, long n) {

@@ -1,4 +1,5 @@
 package dev.kvtransfer.core.transfer;
+
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.memory.MemoryBuffer;
@@ -53,6 +54,10 @@ final class InfoIntake {
         this.owner = owner;
         this.send = send;
         int wait = env.config().responderInfoWaitMicros();
+        if (wait == dev.kvtransfer.core.TransceiverConfig.RESPONDER_INFO_WAIT_TRANSPORT) {
+            // Not set: the transport knows whether reading on the responder pays (UCX: it does not).
+            wait = Math.max(0, Math.min(100_000, env.connections().preferredResponderInfoWaitMicros()));
+        }
         this.responderInfoWait = wait == 0 ? null : Duration.ofNanos(TimeUnit.MICROSECONDS.toNanos(wait));
     }
 
@@ -352,7 +357,7 @@ final class InfoIntake {
             ByteBuffer bb = lease.bytes();
             try {
                 info = RequestInfo.fromBytes(bb, 0, size - mac);
-                macOk = auth.infoMacValid(bb, 0, size - mac, CacheReceiver.utf8(env.connections().localAddress()),
+                macOk = auth.infoMacValid(bb, 0, size - mac, Texts.utf8(env.connections().localAddress()),
                         size - mac);
             } catch (MalformedMessageException e) {
                 malformed = e;

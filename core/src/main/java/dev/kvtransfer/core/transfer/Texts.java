@@ -45,4 +45,23 @@ public final class Texts {
         }
         return b.toString();
     }
+
+    /**
+     * The UTF-8 bytes of an address, for a MAC. Remembered (addresses repeat in every request); callers only read
+     * the array.
+     */
+    static byte[] utf8(String s) {
+        byte[] b = UTF8.get(s);
+        if (b == null) {
+            b = s.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+            if (UTF8.size() >= MAX_UTF8) {
+                UTF8.clear();
+            }
+            UTF8.put(s, b);
+        }
+        return b;
+    }
+
+    private static final int MAX_UTF8 = 4096;
+    private static final java.util.Map<String, byte[]> UTF8 = new java.util.concurrent.ConcurrentHashMap<>();
 }

@@ -178,4 +178,18 @@ class ProtocolFuzzTest {
         int frame = RequestInfoFrame.length(info, mac);
         assertThat(RequestInfoFrame.infoLength(frame, mac)).isEqualTo(info);
     }
+
+    @Property(tries = 200)
+    void partChecksumsRoundTrip(@ForAll @Size(max = 300) List<Integer> crcs, @ForAll @IntRange(min = 0, max = 16) int at,
+                                @ForAll boolean bigEndian) {
+        int n = crcs.size();
+        int[] arr = crcs.stream().mapToInt(Integer::intValue).toArray();
+        ByteBuffer b = buffer(at + (int) PartChecksumsFlyweight.length(n), bigEndian);
+        new PartChecksumsFlyweight().wrap(b, at).write(arr, n);
+        PartChecksumsFlyweight f = new PartChecksumsFlyweight().wrap(b, at);
+        assertThat(f.count()).isEqualTo(n);
+        for (int i = 0; i < n; i++) {
+            assertThat(f.crc(i)).isEqualTo(arr[i]);
+        }
+    }
 }

@@ -165,6 +165,6 @@ class ControlAuthTest {
                                    String genAddress, byte[] body) {
         byte[] idTag = new byte[12];
         ByteBuffer.wrap(idTag).order(ByteOrder.LITTLE_ENDIAN).putLong(id).putInt(tag);
-        return auth.mac("READY", idTag, nonce, CacheReceiver.utf8(ctxAddress), CacheReceiver.utf8(genAddress), body);
+        return auth.mac("READY", idTag, nonce, Texts.utf8(ctxAddress), Texts.utf8(genAddress), body);
     }
 }

@@ -1,0 +1,90 @@
+package dev.kvtransfer.api.model;
+
+import dev.kvtransfer.api.layout.PoolLayout;
+import dev.kvtransfer.api.wire.MalformedMessageException;
+import dev.kvtransfer.api.wire.WireReader;
+import dev.kvtransfer.api.wire.WireWriter;
+
+/**
+ * The wire format of {@link CacheState}: a tag byte, then the fields in declaration order (format version 2 adds
+ * the pool layout). Reading range-checks every field and validates the result like a built state.
+ */
+final class CacheStateWire {
+    private CacheStateWire() {
+    }
+
+    static void write(CacheState s, WireWriter w) {
+        w.writeByte(CacheState.WIRE_TAG);
+        w.writeIntList(s.kvHeadsPerLayer());
+        w.writeInt(s.sizePerHead());
+        w.writeInt(s.tokensPerBlock());
+        w.writeInt(s.tensorParallelism());
+        w.writeInt(s.pipelineParallelism());
+        w.writeInt(s.contextParallelism());
+        w.writeBoolean(s.attentionDpEnabled());
+        w.writeInt(s.dpRank());
+        w.writeInt(s.dpSize());
+        w.writeIntList(s.attentionLayersPerPp());
+        w.writeInt(s.dataType().wireId());
+        w.writeByte(s.attentionType() == AttentionType.MLA ? 1 : 0);
+        w.writeInt(s.kvFactor());
+        w.writeBoolean(s.blockReuse());
+        // Format version 2.
+        w.writeByte(s.poolLayout().kind().wireId());
+        w.writeInt(s.poolLayout().ropeDim());
+    }
+
+    static CacheState read(WireReader r) {
+        int start = r.offset();
+        int tag = r.readByte("CacheState tag");
+        if (tag != CacheState.WIRE_TAG) {
+            throw new MalformedMessageException(start, "expected CacheState tag " + CacheState.WIRE_TAG + ", found " + tag);
+        }
+        CacheState.Builder b = CacheState.builder();
+        b.kvHeadsPerLayer(r.readIntList("kvHeadsPerLayer", 1, CacheState.MAX_DIM));
+        b.sizePerHead(r.readInt("sizePerHead", 1, CacheState.MAX_DIM));
+        b.tokensPerBlock(r.readInt("tokensPerBlock", 1, CacheState.MAX_DIM));
+        b.tensorParallelism(r.readInt("tensorParallelism", 1, CacheState.MAX_PARALLELISM));
+        b.pipelineParallelism(r.readInt("pipelineParallelism", 1, CacheState.MAX_PARALLELISM));
+        b.contextParallelism(r.readInt("contextParallelism", 1, CacheState.MAX_PARALLELISM));
+        boolean dp = r.readBoolean("attentionDpEnabled");
+        int dpRank = r.readInt("dpRank", 0, CacheState.MAX_PARALLELISM);
+        int dpSize = r.readInt("dpSize", 1, CacheState.MAX_PARALLELISM);
+        b.attentionDp(dp, dpRank, dpSize);
+        b.attentionLayersPerPp(r.readIntList("attentionLayersPerPp", 0, CacheState.MAX_LAYERS));
+        int dtOffset = r.offset();
+        int dt = r.readInt("dataType");
+        DataType dataType = DataType.fromWireId(dt);
+        if (dataType == null) {
+            throw new MalformedMessageException(dtOffset, "unknown dataType id " + dt);
+        }
+        b.dataType(dataType);
+        int atOffset = r.offset();
+        int at = r.readByte("attentionType");
+        if (at > 1) {
+            throw new MalformedMessageException(atOffset, "unknown attentionType " + at);
+        }
+        b.attentionType(at == 1 ? AttentionType.MLA : AttentionType.DEFAULT);
+        b.kvFactor(r.readInt("kvFactor", 1, 2));
+        b.blockReuse(r.readBoolean("blockReuse"));
+        if (r.version() >= 2) {
+            int plOffset = r.offset();
+            int kindId = r.readByte("poolLayout");
+            PoolLayout.Kind kind = PoolLayout.Kind.fromWireId(kindId);
+            if (kind == null) {
+                throw new MalformedMessageException(plOffset, "unknown poolLayout id " + kindId);
+            }
+            int rope = r.readInt("mlaRopeDim", 0, CacheState.MAX_DIM);
+            try {
+                b.poolLayout(new PoolLayout(kind, rope));
+            } catch (IllegalArgumentException e) {
+                throw new MalformedMessageException(plOffset, "invalid poolLayout: " + e.getMessage());
+            }
+        }
+        try {
+            return b.build();
+        } catch (IllegalArgumentException e) {
+            throw new MalformedMessageException(start, "invalid CacheState: " + e.getMessage());
+        }
+    }
+}

@@ -1,0 +1,260 @@
+package dev.kvtransfer.core.transfer;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.format.Support;
+import dev.kvtransfer.api.layout.BlockDistribution;
+import dev.kvtransfer.api.layout.RankMapping;
+import dev.kvtransfer.api.layout.TargetRanks;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.model.RequestInfo;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.Tags;
+import dev.kvtransfer.core.journal.TransferJournal;
+import dev.kvtransfer.core.protocol.ReadySignalFlyweight;
+import dev.kvtransfer.core.protocol.RequestHeaderFlyweight;
+import dev.kvtransfer.core.protocol.RequestInfoFrame;
+import dev.kvtransfer.core.timing.EpochClock;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
+/**
+ * The generation side's handshake for one request: connect to the counterparts, send each the request header
+ * ({@link RequestHeaderFlyweight}) and info frame ({@link RequestInfoFrame}) atomically per connection, wait for
+ * every ready signal ({@link ReadySignalFlyweight}) on the request's data tag (a refusal fails the request with the
+ * responder's code and reason) and build the session that receives the data.
+ */
+final class GenerationHandshake {
+    private final TransferEnv env;
+    private final ControlBuffers control;
+    private final PushReceive push;
+    private final CacheReceiver owner;
+    private final Map<String, Object> connectionLocks = new ConcurrentHashMap<>();
+
+    GenerationHandshake(TransferEnv env, ControlBuffers control, PushReceive push, CacheReceiver owner) {
+        this.env = env;
+        this.owner = owner;
+        this.control = control;
+        this.push = push;
+    }
+
+    /** Sends the infos and waits for the ready signals; returns the session, or null when nothing is to move. */
+    DefaultTransferSession handshake(GenerationJob job, int tag) {
+        TransferHandle h = job.handle;
+        long id = h.requestId();
+        ContextPhaseParams params = h.contextPhaseParams();
+        CacheState self = env.selfCache();
+        CacheState ctx = params.contextState().cacheState();
+        env.journal().peerContact(TransferJournal.Role.GENERATION, id, params.contextState());
+        Support support;
+        try {
+            support = env.formatter().inquireSupport(self, ctx);
+        } catch (RuntimeException e) {
+            support = Support.no("the formatter could not check the layouts: " + e);
+        }
+        if (!support.supported()) {
+            announceUnsupported(job, tag, params, support.reason());
+            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, id, "unsupported layout: "
+                    + support.reason(), null);
+        }
+        TargetRanks targets;
+        List<Integer> counterparts;
+        try {
+            targets = RankMapping.targetRanks(ctx, self, env.selfIndex());
+            counterparts = env.formatter().counterparts(self, env.selfIndex(), ctx);
+        } catch (IllegalArgumentException e) {
+            announceUnsupported(job, tag, params, e.getMessage());
+            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, id, "unsupported layout: "
+                    + e.getMessage(), e);
+        }
+        if (targets.isEmpty() || counterparts.isEmpty()) {
+            h.started(EpochClock.nowNanos());
+            return null;
+        }
+        // Only the counterparts' connections (no list of every rank's per request).
+        List<String> addresses = params.contextState().commState().addresses();
+        Connection[] conns = new Connection[targets.size()];
+        int[] positions = new int[counterparts.size()];
+        for (int k = 0; k < counterparts.size(); k++) {
+            int rank = counterparts.get(k);
+            int pos = targets.peerRanks().indexOf(rank);
+            if (pos < 0 || rank >= addresses.size()) {
+                throw new KvTransferException(ErrorCode.INTERNAL, id, "formatter counterpart rank " + rank
+                        + " is not among the target ranks " + targets.peerRanks() + " of the context instance", null);
+            }
+            positions[k] = pos;
+            conns[pos] = env.connections().connection(addresses.get(rank));
+        }
+        int totalBlocks = BlockDistribution.blocksFor(h.promptLength(), ctx.tokensPerBlock());
+        int reused = h.reusedBlocks();
+        if (reused > totalBlocks) {
+            throw new KvTransferException(ErrorCode.MALFORMED, id, reused + " reused blocks but the prompt of "
+                    + h.promptLength() + " tokens has " + totalBlocks, null);
+        }
+        // As upstream's kvCacheTransferStart on the generation side: the handshake begins now.
+        h.started(EpochClock.nowNanos());
+        ControlAuth auth = env.auth();
+        byte[] nonce = auth.nonce();
+        int flags = (env.config().partChecksums() ? RequestInfo.FLAG_PART_CHECKSUMS : 0)
+                | (env.config().coalesce() ? 0 : RequestInfo.FLAG_NO_COALESCE);
+        List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
+                == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
+                ? push.registerGrants(job, totalBlocks, reused) : List.of();
+        // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
+        RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, new long[0], env.selfState(), tag,
+                env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,
+                System.currentTimeMillis(), flags, env.cache().blocksPerRegion(), grants);
+        int infoBytes = info.messageSize();
+        int mac = auth.macBytes();
+        int infoAt = HEADER_BYTES;
+        owner.expect(h, positions.length);
+        int[] readyAt = new int[positions.length];
+        int[] ctxBlocks = new int[positions.length];
+        int end = infoAt + infoBytes + mac;
+        for (int k = 0; k < positions.length; k++) {
+            int rank = targets.peerRanks().get(positions[k]);
+            ctxBlocks[k] = BlockDistribution.count(totalBlocks, ctx.contextParallelism(), ctx.cpRank(rank));
+            readyAt[k] = end;
+            end += ReadySignalFlyweight.length(ctxBlocks[k], mac);
+        }
+        int[][] peerIds = new int[targets.size()][];
+        int[] peerBpr = new int[targets.size()];
+        String selfAddress = env.connections().localAddress();
+        ReadySignalFlyweight readyFly = new ReadySignalFlyweight();
+        try (ControlBuffers.Lease lease = control.acquire(end)) {
+            MemoryBuffer ctl = lease.buffer();
+            ByteBuffer bb = lease.bytes();
+            new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(infoBytes, mac), id);
+            info.writeMessage(bb, infoAt);
+            for (int pos : positions) {
+                Connection c = conns[pos];
+                if (mac > 0) {
+                    // The MAC binds the info to the context rank it is for: it cannot be replayed to another.
+                    auth.infoMacInto(bb, infoAt, infoBytes, Texts.utf8(c.peer()), infoAt + infoBytes);
+                }
+                try {
+                    sendInfo(job, c, ctl, infoAt, infoBytes + mac);
+                    env.journal().requestInfoSent(id, targets.peerRanks().get(pos));
+                } catch (KvTransferException e) {
+                    throw new KvTransferException(e.code(), id, "request info to context rank "
+                            + targets.peerRanks().get(pos) + " (" + c.peer() + ") failed: " + e.getMessage(), e);
+                }
+            }
+            job.timing.requestInfo(System.nanoTime());
+            for (int k = 0; k < positions.length; k++) {
+                Connection c = conns[positions[k]];
+                int rank = targets.peerRanks().get(positions[k]);
+                int at = readyAt[k];
+                int len = ReadySignalFlyweight.length(ctxBlocks[k], mac);
+                try {
+                    c.recv(tag, ctl, at, len, remaining(job, "waiting for the ready signal of context rank " + rank));
+                } catch (KvTransferException e) {
+                    throw new KvTransferException(e.code(), id, "no ready signal from context rank " + rank + " ("
+                            + c.peer() + "): " + e.getMessage(), e);
+                }
+                ReadySignalFlyweight ready = readyFly.wrap(bb, at);
+                if (mac > 0) {
+                    if (!auth.readyMacValid(bb, at, len - mac, id, tag, nonce, Texts.utf8(c.peer()), Texts.utf8(selfAddress))) {
+                        env.metrics().error(new KvTransferException(ErrorCode.UNAUTHORIZED, id, "ready signal on tag "
+                                + tag + " from " + Texts.peer(c.peer()) + " failed authentication; refused", null));
+                        throw new KvTransferException(ErrorCode.UNAUTHORIZED, id, "the ready signal of context rank "
+                                + rank + " (" + Texts.peer(c.peer()) + ") failed authentication (forged, replayed or a"
+                                + " different deployment secret)", null);
+                    }
+                }
+                env.journal().readySignalReceived(id, rank, !ready.refused());
+                if (ready.refused()) {
+                    throw Signals.readRefusal(env.buffers(), c, tag, remaining(job, "reading a refusal"), id);
+                }
+                owner.readyArrived(job, ready.push(), ready.layered());
+                peerIds[positions[k]] = ready.blockIds(ctxBlocks[k], id, rank);
+                peerBpr[positions[k]] = ready.blocksPerRegion();
+            }
+            lease.reusable();
+        }
+        job.timing.preparation(System.nanoTime());
+        int[] tagArr = new int[targets.size()];
+        java.util.Arrays.fill(tagArr, tag);
+        if (!job.push) {
+            push.revokeGrants(job); // the context side pulls after all (its formatter cannot push): nothing is written
+        }
+        return DefaultTransferSession.builder(id, false).states(env.selfState(), ctx, targets)
+                .blocks(h.blockIds(), totalBlocks).connections(conns, tagArr, env.config().chunkBytes())
+                .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(job.deadlineNanos, job.timing)
+                .journal(env.journal()).reusedBlocks(reused)
+                // Without coalescing both sides plan without the peer's ids: one message per block.
+                .peerBlockIds(job.push || env.config().coalesce() ? peerIds : null).peerBlocksPerRegion(peerBpr)
+                .checksums(env.config().partChecksums()).controlBuffers(control)
+                .transportCapabilities(env.connections().capabilities()).build();
+    }
+
+    /** Bytes of the request header on {@link Tags#ID_TAG} ({@link RequestHeaderFlyweight}). */
+    static final int HEADER_BYTES = RequestHeaderFlyweight.LENGTH;
+
+    /**
+     * The layouts cannot be converted, so there are no counterparts to compute: the request info goes to every
+     * context rank, each of which refuses it and fails its own copy of the request with
+     * {@code UNSUPPORTED_LAYOUT} and the reason. Their refusals are not awaited (the request fails here at once);
+     * they arrive on this request's data tag, which is never reused soon (see {@link DataTags}).
+     */
+    private void announceUnsupported(GenerationJob job, int tag, ContextPhaseParams params, String reason) {
+        CommState ctxComm = params.contextState().commState();
+        try {
+            List<Connection> all = env.connections().getConnections(ctxComm);
+            int totalBlocks = BlockDistribution.blocksFor(job.handle.promptLength(),
+                    params.contextState().cacheState().tokensPerBlock());
+            RequestInfo info = new RequestInfo(job.handle.requestId(), totalBlocks - 1, new long[0], env.selfState(),
+                    tag, env.config().chunkBytes(), 0, new long[0], job.handle.blockIds(),
+                    params.requestToken(), env.auth().nonce(), System.currentTimeMillis(), 0, 1, List.of());
+            sendInfos(job, all, info);
+        } catch (RuntimeException e) {
+            env.metrics().error(new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, job.handle.requestId(),
+                    "could not tell the context ranks that the layouts are unsupported (" + reason + "): "
+                    + e.getMessage(), e));
+        }
+    }
+
+    private void sendInfos(GenerationJob job, List<Connection> conns, RequestInfo info) {
+        byte[] bytes = info.toBytes();
+        int mac = env.auth().macBytes();
+        try (MemoryBuffer ctl = env.buffers().allocate(HEADER_BYTES + bytes.length + mac, MemoryKind.HOST)) {
+            ByteBuffer bb = ctl.asByteBuffer();
+            new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(bytes.length, mac),
+                    info.requestId());
+            bb.put(HEADER_BYTES, bytes);
+            for (Connection c : conns) {
+                if (mac > 0) {
+                    bb.put(HEADER_BYTES + bytes.length, env.auth().mac("INFO", bytes, Texts.utf8(c.peer())));
+                }
+                sendInfo(job, c, ctl, HEADER_BYTES, bytes.length + mac);
+            }
+        }
+    }
+
+    private void sendInfo(GenerationJob job, Connection c, MemoryBuffer ctl, int infoAt, int infoBytes) {
+        Object connLock = connectionLocks.computeIfAbsent(c.peer(), k -> new Object());
+        // The two messages of one request must not interleave with another request's on this connection:
+        // the responder reads a header, then that request's info, from each connection in order.
+        synchronized (connLock) {
+            c.send(Tags.ID_TAG, ctl, 0, HEADER_BYTES, remaining(job, "sending the request header"));
+            c.send(Tags.INFO_TAG, ctl, infoAt, infoBytes, remaining(job, "sending the request info"));
+        }
+    }
+
+    static Duration remaining(GenerationJob job, String what) {
+        long left = job.deadlineNanos - System.nanoTime();
+        if (left <= 0) {
+            throw new KvTransferException(ErrorCode.TIMEOUT, job.handle.requestId(), "deadline passed before "
+                    + what, null);
+        }
+        return Waits.left(left);
+    }
+}
