@@ -271,6 +271,57 @@ public final class CacheTransceiver implements AutoCloseable {
     }
 
     /**
+     * Generation side, blocking (TensorRT-LLM's {@code requestAndReceiveSync}): {@link #requestAndReceiveAsync} and
+     * wait for the request to end, at most {@code kvTransferTimeout} plus {@code senderFutureTimeout} (the receive
+     * itself ends by then: every wait of it is bounded by {@code kvTransferTimeout}).
+     *
+     * @param request a generation request
+     * @throws KvTransferException the request's own error (its id and code) when it failed, was cancelled or
+     *                             timed out; {@code TIMEOUT} naming the request if it did not end in time
+     */
+    public void requestAndReceiveSync(TransferRequest request) {
+        requestAndReceiveAsync(request);
+        long waitMs = config.kvTransferTimeout().toMillis() + config.senderFutureTimeout().toMillis();
+        try {
+            request.handle().done().get(waitMs, java.util.concurrent.TimeUnit.MILLISECONDS);
+        } catch (java.util.concurrent.TimeoutException e) {
+            throw new KvTransferException(ErrorCode.TIMEOUT, request.requestId(), "requestAndReceiveSync: the "
+                    + "request did not end within " + waitMs + " ms", e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new KvTransferException(ErrorCode.CANCELLED, request.requestId(), "requestAndReceiveSync: "
+                    + "interrupted while waiting", e);
+        } catch (java.util.concurrent.ExecutionException e) {
+            // Failed requests complete their future normally and carry the error; this is the unexpected path.
+            throw new KvTransferException(ErrorCode.INTERNAL, request.requestId(), "requestAndReceiveSync: "
+                    + e.getCause(), e.getCause());
+        }
+        if (request.state() != RequestState.GENERATION_TRANS_COMPLETE) {
+            throw request.error().orElseGet(() -> new KvTransferException(request.state()
+                    == RequestState.CANCELLED ? ErrorCode.CANCELLED : ErrorCode.INTERNAL, request.requestId(),
+                    "requestAndReceiveSync: the request ended " + request.state(), null));
+        }
+    }
+
+    /**
+     * Generation side (TensorRT-LLM's {@code checkGenTransferComplete}): whether every generation request
+     * submitted on this rank has ended here, successfully or not, whether or not a status check reported it yet.
+     * Local to this rank: no collective.
+     *
+     * @return true when no generation request of this rank is still moving
+     */
+    public boolean checkGenTransferComplete() {
+        synchronized (statusLock) {
+            for (Tracked t : generationRequests.values()) {
+                if (!t.request().handle().done().isDone()) {
+                    return false;
+                }
+            }
+            return true;
+        }
+    }
+
+    /**
      * Records the request's acceptance now and its outcome when it ends (whichever path ends it: transfer, error,
      * cancel, timeout or close). One callback per request; nothing per block or part.
      */
