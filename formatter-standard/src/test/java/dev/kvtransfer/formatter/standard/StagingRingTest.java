@@ -205,20 +205,10 @@ class StagingRingTest {
 
     @Test
     void helpersAreBounded_aReceiveThatFindsNoneFree_scattersItself() throws Exception {
-        CacheState ctx = model(2);
-        CacheState gen = model(1);
-        List<List<CapturingSession.Message>> sentA = tp2Sends(ctx, gen, REQUEST);
-        List<List<CapturingSession.Message>> sentB = tp2Sends(ctx, gen, OTHER);
-        long row = sentA.get(0).get(0).length();
-        PagedKvCache g = new PagedKvCache(memory, BlockLayout.of(gen, 0), 2 * BLOCKS);
-        open.add(g);
-        int[] idsA = g.allocate(REQUEST, BLOCKS);
-        int[] idsB = g.allocate(OTHER, BLOCKS);
-        StandardCacheFormatter f = formatter(g, true, Integer.MAX_VALUE, 1);
-        CapturingSession a = new CapturingSession(REQUEST, false, gen, 0, ctx, idsA, BLOCKS, memory, sentA);
-        CapturingSession b = new CapturingSession(OTHER, false, gen, 0, ctx, idsB, BLOCKS, memory, sentB);
-        open.add(a);
-        open.add(b);
+        TwoRequests t = twoRequests();
+        StandardCacheFormatter f = formatter(t.g, true, Integer.MAX_VALUE, 1);
+        CapturingSession a = t.receiver(REQUEST);
+        CapturingSession b = t.receiver(OTHER);
         HeldScatter hold = new HeldScatter(a);
         a.formatterManager = hold;
         ExecutorService runner = Executors.newSingleThreadExecutor();
@@ -229,45 +219,84 @@ class StagingRingTest {
             f.unformat(b);
             assertThat(b.receivedAt).as("B found no helper free: it received and scattered inline, in one place")
                     .hasSize(2 * BLOCKS).containsOnly(0L);
-            KvPattern.verify(g, idsB, gen, 0, OTHER, BLOCKS).assertOk();
+            t.verify(OTHER);
             hold.release.countDown();
             first.get(30, TimeUnit.SECONDS);
         } finally {
             hold.release.countDown();
             runner.shutdownNow();
         }
-        KvPattern.verify(g, idsA, gen, 0, REQUEST, BLOCKS).assertOk();
-        assertThat(a.receivedAt).as("A scattered on the helper, through the ring").contains(3 * row);
+        t.verify(REQUEST);
+        assertThat(a.receivedAt).as("A scattered on the helper, through the ring").contains(3 * t.row);
         assertThat(f.scatterHelpers().largestThreads()).isEqualTo(1);
     }
 
     @Test
     void close_endsTheHelpers_andLaterReceivesScatterThemselves() {
-        CacheState ctx = model(2);
-        CacheState gen = model(1);
-        List<List<CapturingSession.Message>> sentA = tp2Sends(ctx, gen, REQUEST);
-        List<List<CapturingSession.Message>> sentB = tp2Sends(ctx, gen, OTHER);
-        long row = sentA.get(0).get(0).length();
-        PagedKvCache g = new PagedKvCache(memory, BlockLayout.of(gen, 0), 2 * BLOCKS);
-        open.add(g);
-        int[] idsA = g.allocate(REQUEST, BLOCKS);
-        int[] idsB = g.allocate(OTHER, BLOCKS);
-        StandardCacheFormatter f = formatter(g, true, Integer.MAX_VALUE, 2);
-        CapturingSession a = new CapturingSession(REQUEST, false, gen, 0, ctx, idsA, BLOCKS, memory, sentA);
-        open.add(a);
+        TwoRequests t = twoRequests();
+        StandardCacheFormatter f = formatter(t.g, true, Integer.MAX_VALUE, 2);
+        CapturingSession a = t.receiver(REQUEST);
         f.unformat(a);
-        KvPattern.verify(g, idsA, gen, 0, REQUEST, BLOCKS).assertOk();
-        assertThat(a.receivedAt).as("scattered on a helper").contains(3 * row);
+        t.verify(REQUEST);
+        assertThat(a.receivedAt).as("scattered on a helper").contains(3 * t.row);
         String prefix = f.scatterHelpers().threadPrefix();
         f.close();
         f.close(); // idempotent
         Awaitility.await().atMost(Duration.ofSeconds(30)).until(() -> f.scatterHelpers().isTerminated()
-                && Thread.getAllStackTraces().keySet().stream().noneMatch(t -> t.getName().startsWith(prefix)));
-        CapturingSession b = new CapturingSession(OTHER, false, gen, 0, ctx, idsB, BLOCKS, memory, sentB);
-        open.add(b);
+                && Thread.getAllStackTraces().keySet().stream().noneMatch(th -> th.getName().startsWith(prefix)));
+        CapturingSession b = t.receiver(OTHER);
         f.unformat(b);
-        KvPattern.verify(g, idsB, gen, 0, OTHER, BLOCKS).assertOk();
+        t.verify(OTHER);
         assertThat(b.receivedAt).as("after close: inline, one place").hasSize(2 * BLOCKS).containsOnly(0L);
+    }
+
+    /** Requests {@link #REQUEST} and {@link #OTHER}, TP2 → TP1, both sent and due on one generation cache. */
+    private TwoRequests twoRequests() {
+        CacheState ctx = model(2);
+        CacheState gen = model(1);
+        List<List<CapturingSession.Message>> sentA = tp2Sends(ctx, gen, REQUEST);
+        List<List<CapturingSession.Message>> sentB = tp2Sends(ctx, gen, OTHER);
+        PagedKvCache g = new PagedKvCache(memory, BlockLayout.of(gen, 0), 2 * BLOCKS);
+        open.add(g);
+        return new TwoRequests(ctx, gen, g, g.allocate(REQUEST, BLOCKS), g.allocate(OTHER, BLOCKS), sentA, sentB,
+                sentA.get(0).get(0).length());
+    }
+
+    private final class TwoRequests {
+        final CacheState ctx;
+        final CacheState gen;
+        final PagedKvCache g;
+        final int[] idsA;
+        final int[] idsB;
+        final List<List<CapturingSession.Message>> sentA;
+        final List<List<CapturingSession.Message>> sentB;
+        /** Bytes of one message (a block's rows of one context rank). */
+        final long row;
+
+        TwoRequests(CacheState ctx, CacheState gen, PagedKvCache g, int[] idsA, int[] idsB,
+                    List<List<CapturingSession.Message>> sentA, List<List<CapturingSession.Message>> sentB,
+                    long row) {
+            this.ctx = ctx;
+            this.gen = gen;
+            this.g = g;
+            this.idsA = idsA;
+            this.idsB = idsB;
+            this.sentA = sentA;
+            this.sentB = sentB;
+            this.row = row;
+        }
+
+        CapturingSession receiver(long request) {
+            boolean first = request == REQUEST;
+            CapturingSession s = new CapturingSession(request, false, gen, 0, ctx, first ? idsA : idsB, BLOCKS,
+                    memory, first ? sentA : sentB);
+            open.add(s);
+            return s;
+        }
+
+        void verify(long request) {
+            KvPattern.verify(g, request == REQUEST ? idsA : idsB, gen, 0, request, BLOCKS).assertOk();
+        }
     }
 
     /** Holds the first scatter copy out of a session's staging until released (bounded), noting that it began. */
