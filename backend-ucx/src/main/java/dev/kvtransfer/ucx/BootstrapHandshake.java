@@ -50,6 +50,7 @@ final class BootstrapHandshake {
         this.matcher = matcher;
     }
 
+    /** Dialer, connected: sends HELLO (fields and MAC; kept, later MACs cover it). */
     void sendHello(BootstrapSession s) {
         s.myNonce = auth.nonce();
         BootstrapFrames.Hello h = new BootstrapFrames.Hello(me.instance(), s.myNonce, System.currentTimeMillis(),
@@ -85,6 +86,7 @@ final class BootstrapHandshake {
         return v;
     }
 
+    /** Acceptor: checks a HELLO (MAC, freshness, address meant, replay, mode, host, identity), answers WELCOME. */
     void onHello(BootstrapSession s, ByteBuffer payload) throws BootstrapFrames.Violation {
         ByteBuffer[] parts = splitMac(payload);
         BootstrapFrames.Hello h = BootstrapFrames.decodeHello(parts[0]);
@@ -146,6 +148,7 @@ final class BootstrapHandshake {
         return mode == BootstrapFrames.MODE_SHM ? "shm" : "net";
     }
 
+    /** Acceptor: checks CONFIRM, binds (or joins) the connection, establishes the session and sends READY. */
     void onConfirm(BootstrapSession s, ByteBuffer payload) throws BootstrapFrames.Violation {
         BootstrapFrames.Reader r = new BootstrapFrames.Reader(payload);
         r.expectType(CONFIRM);
@@ -187,6 +190,7 @@ final class BootstrapHandshake {
         agent.sendFrame(s, READY, ready);
     }
 
+    /** Dialer: checks WELCOME (MAC, mode, host, identity) and answers CONFIRM. */
     void onWelcome(BootstrapSession s, ByteBuffer payload) throws BootstrapFrames.Violation {
         ByteBuffer[] parts = splitMac(payload);
         BootstrapFrames.Welcome w = BootstrapFrames.decodeWelcome(parts[0]);
@@ -210,6 +214,7 @@ final class BootstrapHandshake {
         s.sessionKey = auth.sessionKey(s.myNonce, w.nonce(), me.instance(), w.instance());
     }
 
+    /** Dialer: READY with the final sender id establishes the session. */
     void onReady(BootstrapSession s, int senderId) {
         BootstrapFrames.Welcome w = s.welcome;
         UcxConnection c = s.conn;
