@@ -299,66 +299,21 @@ class StagingRingTest {
         }
     }
 
-    /** Holds the first scatter copy out of a session's staging until released (bounded), noting that it began. */
-    private static final class HeldScatter implements BufferManager {
-        private final CapturingSession session;
-        private final BufferManager bm;
-        final CountDownLatch release = new CountDownLatch(1);
-        volatile boolean entered;
-
-        HeldScatter(CapturingSession session) {
-            this.session = session;
-            this.bm = session.bufferManager();
-        }
-
-        @Override
-        public MemoryBuffer allocate(long bytes, MemoryKind kind) {
-            return bm.allocate(bytes, kind);
-        }
-
-        @Override
-        public void copy(MemoryBuffer src, long srcOffset, MemoryBuffer dst, long dstOffset, long bytes) {
-            if (session.staging.contains(src)) {
-                entered = true;
-                try {
-                    assertThat(release.await(30, TimeUnit.SECONDS)).as("released within 30 s").isTrue();
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                    throw new IllegalStateException(e);
-                }
-            }
-            bm.copy(src, srcOffset, dst, dstOffset, bytes);
-        }
-
-        @Override
-        public void synchronize() {
-            bm.synchronize();
-        }
-
-        @Override
-        public void close() {
-            // the test's manager is closed by the test
-        }
-    }
-
     /**
-     * A buffer manager that gates the scatter: a copy out of a staging buffer that belongs to message {@code k} of
-     * its part (counted by the bytes copied out of that buffer) waits, bounded, until the receiving thread has
-     * received messages {@code 0 .. k + 3} of that peer (or all of them): all four ring places are then full, and a
-     * receive that did not wait for its place would have overwritten message {@code k} before it is scattered.
+     * The session's buffer manager with a hook before every copy: the scatter's copies out of staging are what the
+     * gates below hold back.
      */
-    private static final class ScatterGate implements BufferManager {
-        private final CapturingSession session;
+    private abstract static class GatedCopies implements BufferManager {
+        final CapturingSession session;
         private final BufferManager bm;
-        private final long messageBytes;
-        private final Map<MemoryBuffer, long[]> copiedOut = new IdentityHashMap<>();
-        volatile int gatedCopies;
 
-        ScatterGate(CapturingSession session, long messageBytes) {
+        GatedCopies(CapturingSession session) {
             this.session = session;
             this.bm = session.bufferManager();
-            this.messageBytes = messageBytes;
         }
+
+        /** Runs before a copy out of {@code src} of {@code bytes}. */
+        abstract void gate(MemoryBuffer src, long bytes);
 
         @Override
         public MemoryBuffer allocate(long bytes, MemoryKind kind) {
@@ -380,8 +335,50 @@ class StagingRingTest {
         public void close() {
             // the test's manager is closed by the test
         }
+    }
 
-        private void gate(MemoryBuffer src, long bytes) {
+    /** Holds the first scatter copy out of a session's staging until released (bounded), noting that it began. */
+    private static final class HeldScatter extends GatedCopies {
+        final CountDownLatch release = new CountDownLatch(1);
+        volatile boolean entered;
+
+        HeldScatter(CapturingSession session) {
+            super(session);
+        }
+
+        @Override
+        void gate(MemoryBuffer src, long bytes) {
+            if (!session.staging.contains(src)) {
+                return;
+            }
+            entered = true;
+            try {
+                assertThat(release.await(30, TimeUnit.SECONDS)).as("released within 30 s").isTrue();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException(e);
+            }
+        }
+    }
+
+    /**
+     * A buffer manager that gates the scatter: a copy out of a staging buffer that belongs to message {@code k} of
+     * its part (counted by the bytes copied out of that buffer) waits, bounded, until the receiving thread has
+     * received messages {@code 0 .. k + 3} of that peer (or all of them): all four ring places are then full, and a
+     * receive that did not wait for its place would have overwritten message {@code k} before it is scattered.
+     */
+    private static final class ScatterGate extends GatedCopies {
+        private final long messageBytes;
+        private final Map<MemoryBuffer, long[]> copiedOut = new IdentityHashMap<>();
+        volatile int gatedCopies;
+
+        ScatterGate(CapturingSession session, long messageBytes) {
+            super(session);
+            this.messageBytes = messageBytes;
+        }
+
+        @Override
+        void gate(MemoryBuffer src, long bytes) {
             int peer;
             long done;
             synchronized (copiedOut) {
