@@ -16,7 +16,6 @@ import java.nio.channels.ServerSocketChannel;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Iterator;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -50,11 +49,8 @@ import static dev.kvtransfer.ucx.BootstrapSession.ESTABLISHED;
  * protocol's validations and revocations. An Agrona {@code Agent}: it sleeps in {@link Selector#select} between
  * events and timers ({@link SelectorIdleStrategy}); other threads hand it work through {@link #execute}.
  *
- * <p><b>Identity is bound to the session.</b> A connection is keyed by the peer's address; the first session
- * that completes for it binds the peer's instance id and worker address. A later hello claiming the same address
- * joins only if it names the same instance and worker (crossed dials); any other claim is refused while the
- * connection lives and can never tear it down or rebind it. An unauthenticated hello creates nothing (the
- * connection object is made only after the confirm), so hostile hellos leave no state behind.
+ * <p>The handshake's meaning (MACs, peer checks, the binding of a peer's identity to its connection) is
+ * {@link BootstrapHandshake}'s; this class owns the sockets: accept and dial, framing, liveness timers, closing.
  */
 final class BootstrapAgent implements Agent {
     /** What the agent knows about itself and tells peers. */
@@ -67,12 +63,11 @@ final class BootstrapAgent implements Agent {
         boolean onFrame(UcxConnection c, int type, BootstrapFrames.Reader body) throws BootstrapFrames.Violation;
     }
 
-    private final UcxConnectionManager manager;
     private final UcxSettings settings;
     private final UcxErrors errors;
     private final UcxLifecycle life;
     private final BootstrapAuth auth;
-    private final Identity me;
+    private final BootstrapHandshake handshake;
     private final ServerSocketChannel server;
     private final Selector selector;
     private final ProgressAgent progress;
@@ -82,7 +77,6 @@ final class BootstrapAgent implements Agent {
     private final AtomicLong refusedHandshakes = new AtomicLong();
     private final AtomicLong acceptedSessions = new AtomicLong();
     private final String roleName;
-    private final ByteBuffer scratchLength = ByteBuffer.allocate(4).order(ByteOrder.LITTLE_ENDIAN);
     private ControlFrames control = (c, type, body) -> false;
     private java.util.function.Consumer<UcxConnection> onControlLost = c -> { };
     private long nextTimerNanos;
@@ -90,16 +84,15 @@ final class BootstrapAgent implements Agent {
     BootstrapAgent(UcxConnectionManager manager, UcxSettings settings, UcxErrors errors, UcxLifecycle life,
                    BootstrapAuth auth, Identity me, ServerSocketChannel server, Selector selector,
                    ProgressAgent progress, TagMatcher matcher) {
-        this.manager = manager;
         this.settings = settings;
         this.errors = errors;
         this.life = life;
         this.auth = auth;
-        this.me = me;
         this.server = server;
         this.selector = selector;
         this.progress = progress;
         this.matcher = matcher;
+        this.handshake = new BootstrapHandshake(this, manager, settings, auth, me, progress, matcher);
         this.roleName = "ucx-bootstrap-" + settings.name();
         this.nextTimerNanos = System.nanoTime();
     }
@@ -287,7 +280,7 @@ final class BootstrapAgent implements Agent {
             register(s, connected ? SelectionKey.OP_READ : SelectionKey.OP_CONNECT);
             timerAt(s.deadlineNanos);
             if (connected) {
-                sendHello(s);
+                handshake.sendHello(s);
             }
         } catch (IOException | RuntimeException e) {
             if (ch != null) {
@@ -301,7 +294,7 @@ final class BootstrapAgent implements Agent {
         try {
             if (s.channel.finishConnect()) {
                 s.key.interestOps(SelectionKey.OP_READ);
-                sendHello(s);
+                handshake.sendHello(s);
             }
         } catch (IOException e) {
             close(s, ErrorCode.PEER_LOST, "cannot connect to " + s.remote + ": " + e.getMessage());
@@ -318,253 +311,9 @@ final class BootstrapAgent implements Agent {
         }
     }
 
-    // ------------------------------------------------------------------ handshake
-
-    private void sendHello(BootstrapSession s) {
-        s.myNonce = auth.nonce();
-        BootstrapFrames.Hello h = new BootstrapFrames.Hello(me.instance(), s.myNonce, System.currentTimeMillis(),
-                manager.localAddress(), s.conn.peer, me.hostId(), me.mode(), s.conn.inId, me.worker());
-        ByteBuffer fields = BootstrapFrames.encode(h);
-        s.helloBytes = withMac(fields, auth.enabled() ? auth.helloMac(fields) : new byte[BootstrapAuth.MAC_BYTES]);
-        s.state = AWAIT_WELCOME;
-        sendRaw(s, s.helloBytes.duplicate());
-    }
-
-    private static ByteBuffer withMac(ByteBuffer fields, byte[] mac) {
-        ByteBuffer b = BootstrapFrames.buffer(fields.remaining() + mac.length);
-        b.put(fields.duplicate()).put(mac).flip();
-        return b;
-    }
-
-    /** Splits a handshake payload into its fields and its trailing MAC. */
-    private static ByteBuffer[] splitMac(ByteBuffer payload) throws BootstrapFrames.Violation {
-        if (payload.remaining() < 1 + BootstrapAuth.MAC_BYTES) {
-            throw new BootstrapFrames.Violation(ErrorCode.MALFORMED, "handshake frame of " + payload.remaining()
-                    + " bytes is shorter than its MAC");
-        }
-        ByteBuffer fields = payload.duplicate();
-        fields.limit(payload.limit() - BootstrapAuth.MAC_BYTES);
-        ByteBuffer mac = payload.duplicate();
-        mac.position(payload.limit() - BootstrapAuth.MAC_BYTES);
-        return new ByteBuffer[] {fields, mac};
-    }
-
-    private static byte[] bytes(ByteBuffer b) {
-        byte[] v = new byte[b.remaining()];
-        b.duplicate().get(v);
-        return v;
-    }
-
-    private void onHello(BootstrapSession s, ByteBuffer payload) throws BootstrapFrames.Violation {
-        ByteBuffer[] parts = splitMac(payload);
-        BootstrapFrames.Hello h = BootstrapFrames.decodeHello(parts[0]);
-        if (auth.enabled()) {
-            if (!BootstrapAuth.equal(auth.helloMac(parts[0]), bytes(parts[1]))) {
-                throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, "hello with a wrong MAC (the peer does "
-                        + "not hold this deployment's secret)");
-            }
-            if (!auth.fresh(h.timestamp())) {
-                throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, "hello timestamp "
-                        + (System.currentTimeMillis() - h.timestamp()) + " ms away from this clock (at most "
-                        + settings.authMaxSkewMillis() + ")");
-            }
-            if (!UcxAddresses.sameEndpoint(h.target(), manager.localAddress())) {
-                throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, "hello meant for "
-                        + UcxErrors.quote(h.target()) + " reached " + manager.localAddress());
-            }
-            if (!auth.firstUse(h.nonce())) {
-                throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, "replayed hello (nonce seen before)");
-            }
-        }
-        checkPeer(h.mode(), h.hostId());
-        String why = UcxAddresses.syntaxError(h.address());
-        if (why != null) {
-            throw new BootstrapFrames.Violation(ErrorCode.MALFORMED, "hello address " + UcxErrors.quote(h.address())
-                    + ": " + why);
-        }
-        UcxConnection existing = manager.existing(h.address());
-        String conflict = conflict(existing, h.instance(), h.worker(), h.senderIdForYou());
-        if (conflict != null) {
-            throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, conflict);
-        }
-        s.hello = h;
-        s.helloBytes = copy(payload);
-        s.myNonce = auth.nonce();
-        s.offeredSenderId = live(existing) ? existing.inId : manager.reserveSenderId();
-        BootstrapFrames.Welcome w = new BootstrapFrames.Welcome(me.instance(), s.myNonce, System.currentTimeMillis(),
-                me.hostId(), me.mode(), s.offeredSenderId, me.worker());
-        ByteBuffer fields = BootstrapFrames.encode(w);
-        s.welcomeBytes = withMac(fields, auth.enabled() ? auth.welcomeMac(s.helloBytes, fields)
-                : new byte[BootstrapAuth.MAC_BYTES]);
-        s.state = AWAIT_CONFIRM;
-        sendRaw(s, s.welcomeBytes.duplicate());
-    }
-
-    private void checkPeer(int mode, byte[] hostId) throws BootstrapFrames.Violation {
-        if (mode != me.mode()) {
-            throw new BootstrapFrames.Violation(ErrorCode.NETWORK, "peer runs in " + modeName(mode) + " mode, this "
-                    + "manager in " + modeName(me.mode()) + " mode (" + UcxSettings.TRANSPORTS + ")");
-        }
-        if (mode == BootstrapFrames.MODE_SHM && !Arrays.equals(hostId, me.hostId())) {
-            throw new BootstrapFrames.Violation(ErrorCode.NETWORK, "peer is on another host (or IPC namespace): "
-                    + "shared memory cannot reach it; give both a routable address or set "
-                    + UcxSettings.TRANSPORTS + "=net");
-        }
-    }
-
-    private static String modeName(int mode) {
-        return mode == BootstrapFrames.MODE_SHM ? "shm" : "net";
-    }
-
-    private void onConfirm(BootstrapSession s, ByteBuffer payload) throws BootstrapFrames.Violation {
-        BootstrapFrames.Reader r = new BootstrapFrames.Reader(payload);
-        r.expectType(CONFIRM);
-        byte[] mac = r.fixed("MAC", BootstrapAuth.MAC_BYTES);
-        r.end();
-        if (auth.enabled() && !BootstrapAuth.equal(auth.confirmMac(s.helloBytes, s.welcomeBytes), mac)) {
-            throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, "confirm with a wrong MAC");
-        }
-        BootstrapFrames.Hello h = s.hello;
-        UcxConnection c = manager.existing(h.address());
-        String conflict = conflict(c, h.instance(), h.worker(), h.senderIdForYou());
-        if (conflict != null) {
-            throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, conflict);
-        }
-        if (!live(c)) {
-            UcxConnection made = manager.createConnection(h.address(), s.offeredSenderId);
-            if (made == null) {
-                // Crossed dials: a local dial (another thread) created the connection between the look above
-                // and the create. Join it, as a hello arriving after that dial would have.
-                made = manager.existing(h.address());
-                conflict = conflict(made, h.instance(), h.worker(), h.senderIdForYou());
-                if (conflict != null) {
-                    throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, conflict);
-                }
-                if (!live(made)) {
-                    throw new BootstrapFrames.Violation(ErrorCode.NETWORK, "a connection to " + UcxErrors.quote(
-                            h.address()) + " appeared and failed during the handshake; dial again");
-                }
-            }
-            c = made;
-        }
-        // The welcome's sender id was provisional: a local dial may have created the connection since. READY
-        // carries the final one.
-        s.conn = c;
-        s.sessionKey = auth.sessionKey(h.nonce(), s.myNonce, h.instance(), me.instance());
-        establish(s, h.instance(), h.worker(), h.senderIdForYou());
-        ByteBuffer ready = BootstrapFrames.buffer(4);
-        ready.putInt(c.inId).flip();
-        sendFrame(s, READY, ready);
-    }
-
-    private void onWelcome(BootstrapSession s, ByteBuffer payload) throws BootstrapFrames.Violation {
-        ByteBuffer[] parts = splitMac(payload);
-        BootstrapFrames.Welcome w = BootstrapFrames.decodeWelcome(parts[0]);
-        if (auth.enabled() && !BootstrapAuth.equal(auth.welcomeMac(s.helloBytes, parts[0]), bytes(parts[1]))) {
-            throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, "welcome with a wrong MAC (the peer does not"
-                    + " hold this deployment's secret)");
-        }
-        checkPeer(w.mode(), w.hostId());
-        String conflict = conflict(s.conn, w.instance(), w.worker(), s.conn.peerInstance == 0 ? 0
-                : s.conn.peerSenderId); // its sender id is provisional until READY
-        if (conflict != null) {
-            throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, conflict);
-        }
-        s.welcome = w;
-        s.welcomeBytes = copy(payload);
-        ByteBuffer confirm = BootstrapFrames.buffer(1 + BootstrapAuth.MAC_BYTES);
-        confirm.put((byte) CONFIRM).put(auth.enabled() ? auth.confirmMac(s.helloBytes, s.welcomeBytes)
-                : new byte[BootstrapAuth.MAC_BYTES]).flip();
-        s.state = AWAIT_READY;
-        sendRaw(s, confirm);
-        s.sessionKey = auth.sessionKey(s.myNonce, w.nonce(), me.instance(), w.instance());
-    }
-
-    private void onReady(BootstrapSession s, int senderId) {
-        BootstrapFrames.Welcome w = s.welcome;
-        UcxConnection c = s.conn;
-        if (c.failure != null || c.controlLost) {
-            close(s, ErrorCode.PEER_LOST, "connection failed during the handshake");
-            return;
-        }
-        String conflict = conflict(c, w.instance(), w.worker(), senderId);
-        if (conflict != null) {
-            close(s, ErrorCode.UNAUTHORIZED, conflict);
-            return;
-        }
-        c.dialing--;
-        establish(s, w.instance(), w.worker(), senderId);
-    }
-
-    /**
-     * Why a peer claiming a connection may not (also) be it; null when it may: the connection is absent or dead,
-     * unbound (this side is still dialing), or bound to the same instance and worker with the same sender id.
-     */
-    private String conflict(UcxConnection c, long instance, byte[] worker, int peerSenderId) {
-        if (!live(c) || c.peerInstance == 0) {
-            return null;
-        }
-        if (c.peerInstance == instance && Arrays.equals(c.peerWorker, worker) && c.peerSenderId == peerSenderId) {
-            return null;
-        }
-        // The bound peer may just have gone away (its EOF or BYE not yet read): look before refusing.
-        pump(c);
-        if (!live(c)) {
-            return null;
-        }
-        return "the connection to " + c.peer + " is bound to another peer session (instance "
-                + Long.toHexString(c.peerInstance) + "); a hello claiming it from instance "
-                + Long.toHexString(instance) + " neither tears it down nor rebinds it";
-    }
-
-    private static boolean live(UcxConnection c) {
-        return c != null && c.failure == null && !c.controlLost;
-    }
-
-    /** Reads whatever the connection's sessions have pending (so a closed peer is noticed now). */
-    private void pump(UcxConnection c) {
-        for (BootstrapSession s : new ArrayList<>(c.sessions)) {
-            if (s.state != CLOSED) {
-                readable(s);
-            }
-        }
-    }
-
-    private void establish(BootstrapSession s, long instance, byte[] worker, int peerSenderId) {
-        UcxConnection c = s.conn;
-        long now = System.nanoTime();
-        s.state = ESTABLISHED;
-        s.lastHeardNanos = now;
-        s.deadlineNanos = 0;
-        timerAt(now + TimeUnit.MILLISECONDS.toNanos(settings.livenessIntervalMillis()));
-        c.sessions.add(s);
-        Object[] queued;
-        while ((queued = c.controlBacklog.poll()) != null) {
-            sendFrame(s, (Integer) queued[0], (ByteBuffer) queued[1]);
-        }
-        if (c.peerInstance == 0) {
-            c.peerInstance = instance;
-            c.peerWorker = worker.clone();
-            c.peerSenderId = peerSenderId;
-            boolean peerMode = me.mode() == BootstrapFrames.MODE_NET;
-            byte[] w = c.peerWorker;
-            progress.submitAlways(new UcxCommand() {
-                @Override
-                public void run() {
-                    matcher.openEndpoint(c, w, peerSenderId, peerMode);
-                }
-
-                @Override
-                public void abort(UcxFailure f) {
-                    // Closing: the connection fails with the manager.
-                }
-            });
-        }
-    }
-
     // ------------------------------------------------------------------ frames in
 
-    private void readable(BootstrapSession s) {
+    void readable(BootstrapSession s) {
         try {
             int n = s.channel.read(s.in);
             if (n > 0) {
@@ -617,22 +366,22 @@ final class BootstrapAgent implements Agent {
         switch (s.state) {
             case AWAIT_HELLO -> {
                 expect(payload, HELLO);
-                onHello(s, payload);
+                handshake.onHello(s, payload);
             }
             case AWAIT_WELCOME -> {
                 expect(payload, WELCOME);
-                onWelcome(s, payload);
+                handshake.onWelcome(s, payload);
             }
             case AWAIT_CONFIRM -> {
                 expect(payload, CONFIRM);
-                onConfirm(s, payload);
+                handshake.onConfirm(s, payload);
             }
             case AWAIT_READY -> {
                 BootstrapFrames.Reader r = new BootstrapFrames.Reader(verified(s, payload));
                 r.expectType(READY);
                 int finalSenderId = r.senderId();
                 r.end();
-                onReady(s, finalSenderId);
+                handshake.onReady(s, finalSenderId);
             }
             case ESTABLISHED -> established(s, verified(s, payload));
             default -> throw new BootstrapFrames.Violation(ErrorCode.MALFORMED, "frame in state " + s.state);
@@ -661,7 +410,7 @@ final class BootstrapAgent implements Agent {
         ByteBuffer tag = payload.duplicate();
         tag.position(payload.limit() - BootstrapAuth.TAG_BYTES);
         byte[] want = auth.frameTag(s.sessionKey, s.receiveDirection(), s.recvSeq, body);
-        if (!BootstrapAuth.equal(want, bytes(tag))) {
+        if (!BootstrapAuth.equal(want, BootstrapHandshake.bytes(tag))) {
             throw new BootstrapFrames.Violation(ErrorCode.UNAUTHORIZED, "control frame " + s.recvSeq
                     + " with a wrong tag (forged, replayed or reordered)");
         }
@@ -735,7 +484,7 @@ final class BootstrapAgent implements Agent {
         return false;
     }
 
-    private void sendRaw(BootstrapSession s, ByteBuffer payload) {
+    void sendRaw(BootstrapSession s, ByteBuffer payload) {
         if (s.state == CLOSED) {
             return;
         }
@@ -774,7 +523,7 @@ final class BootstrapAgent implements Agent {
 
     // ------------------------------------------------------------------ timers
 
-    private void timerAt(long when) {
+    void timerAt(long when) {
         if (when - nextTimerNanos < 0) {
             nextTimerNanos = when;
         }
@@ -854,7 +603,7 @@ final class BootstrapAgent implements Agent {
     }
 
     /** Ends a session; a dial or an established session failing takes its connection down with it. */
-    private void close(BootstrapSession s, ErrorCode code, String why) {
+    void close(BootstrapSession s, ErrorCode code, String why) {
         if (s.state == CLOSED) {
             return;
         }
@@ -954,12 +703,6 @@ final class BootstrapAgent implements Agent {
         } catch (IOException e) {
             return "?";
         }
-    }
-
-    private static ByteBuffer copy(ByteBuffer b) {
-        ByteBuffer c = BootstrapFrames.buffer(b.remaining());
-        c.put(b.duplicate()).flip();
-        return c;
     }
 
     /** @return sessions currently open (for tests) */

@@ -48,15 +48,20 @@ public final class UcxSettings {
      */
     public static final String CMA = "ucx.cma";
     /**
-     * Property: how {@code Connection.write} moves bytes. {@code auto} (default): {@code native} where UCX can
-     * carry puts in hardware (net mode, an RDMA device under {@code /sys/class/infiniband} and a {@code TLS} that
-     * admits {@code rc}/{@code dc}/{@code ib}), else {@code emulated} (shm mode; TCP; no RDMA device): UCX 1.13
-     * carries puts into caller-allocated memory as software RMA over sysv/posix/tcp, copied by the owner's
-     * progress agent (~0.3 GB/s, bimodal under load, and a killed writer leaves completions queued to it on the
-     * owner's worker; see the README). {@code native}: UCX RMA ({@code ucp_put} + flush into {@code ucp_mem_map}ped
-     * memory) whatever the transports; {@code emulated}: the api's {@code EmulatedOneSided} over this transport's
-     * tagged messages (the owner's agent receives each entry straight into the registered memory — a CMA
-     * rendezvous in shm mode, ~1.5 GB/s).
+     * Property: how {@code Connection.write} moves bytes. {@code auto} (default) = {@code emulated}, on every host
+     * (issue 29 §3): a revoked region must take no write once {@code RegisteredRegion.close()} returned, also from
+     * a writer that stalled ({@code SIGSTOP}) and resumed, and UCX's native RMA cannot promise that here. UCX 1.13
+     * carries puts into caller-allocated memory as software RMA (sysv/posix/tcp AMs the owner's worker copies to
+     * whatever address the put names, without checking a registration) or by CMA ({@code process_vm_writev} by the
+     * writer): an owner cannot stop a stalled writer's queued puts, and measured, they land in the reused memory
+     * ({@code UcxLateWriteTest}, README). On an RDMA fabric unmapping would invalidate the NIC's key, but UCX may
+     * still route a same-host writer over CMA or shared memory, and jucx 1.12.1 cannot show which lane an
+     * endpoint uses; so {@code auto} never chooses native. {@code native}: UCX RMA ({@code ucp_put} + flush into
+     * {@code ucp_mem_map}ped memory) whatever the transports: revocation waits for each writer's acknowledgement,
+     * and a writer that stalls past it may write late (see {@link #oneSidedReason()}); {@code emulated}: the api's
+     * {@code EmulatedOneSided} over this transport's tagged messages (the owner's agent receives each entry
+     * straight into the registered memory — a CMA rendezvous the owner pulls, in shm mode ~1.5 GB/s — and posts
+     * none into a revoked region).
      */
     public static final String ONE_SIDED = "ucx.oneSided";
     /** Property: milliseconds between heartbeats on an idle control connection. */
@@ -184,13 +189,19 @@ public final class UcxSettings {
             throw bad(ONE_SIDED, oneSided, "must be 'auto', 'native' or 'emulated'");
         }
         this.oneSidedRequested = oneSided;
+        String tls = ucx.containsKey("TLS") ? ucx.get("TLS") : System.getenv("UCX_TLS");
         if (oneSided.equals("auto")) {
-            String tls = ucx.containsKey("TLS") ? ucx.get("TLS") : System.getenv("UCX_TLS");
             this.oneSidedReason = autoOneSided(sharedMemory, tls, rdmaDevices(RDMA_DEVICES));
-            this.emulatedOneSided = !oneSidedReason.startsWith("native");
+            this.emulatedOneSided = true;
+        } else if (oneSided.equals("native")) {
+            this.emulatedOneSided = false;
+            this.oneSidedReason = "native (" + ONE_SIDED + "=native): revocation waits for each writer's"
+                    + " acknowledgement; a writer stalled past it may still write late"
+                    + (sharedMemory || rdmaDevices(RDMA_DEVICES).isEmpty() || !tlsAdmitsRdma(tls)
+                    ? " (here UCX puts in software RMA or by CMA: measured, such late writes land)" : "");
         } else {
-            this.emulatedOneSided = oneSided.equals("emulated");
-            this.oneSidedReason = oneSided + " (" + ONE_SIDED + "=" + oneSided + ")";
+            this.emulatedOneSided = true;
+            this.oneSidedReason = "emulated (" + ONE_SIDED + "=emulated)";
         }
         this.livenessIntervalMillis = range(config, LIVENESS_INTERVAL, 1000, 10, 600_000);
         this.livenessTimeoutMillis = range(config, LIVENESS_TIMEOUT, 10_000, 50, 3_600_000);
@@ -214,25 +225,30 @@ public final class UcxSettings {
             "dc_x", "dc_mlx5");
 
     /**
-     * The {@code auto} decision of {@value #ONE_SIDED}, with its reason.
+     * The {@code auto} decision of {@value #ONE_SIDED}, with its reason: always {@code "emulated: …"}, the reason
+     * saying why native RMA would not keep a revoked region quiet on this manager.
      *
      * @param sharedMemory whether the manager runs in shm mode
      * @param tls          the UCX {@code TLS} in effect ({@code ucx.config.TLS}, else {@code UCX_TLS}), or null
      * @param rdmaDevices  RDMA devices of this host
-     * @return {@code "native: …"} or {@code "emulated: …"}
+     * @return {@code "emulated: …"}
      */
     static String autoOneSided(boolean sharedMemory, String tls, java.util.List<String> rdmaDevices) {
         if (sharedMemory) {
-            return "emulated: shm mode (UCX 1.13 puts into caller memory over sysv/posix are software RMA)";
+            return "emulated: shm mode (UCX 1.13 puts into caller memory over sysv/posix are software RMA, which a"
+                    + " revocation cannot stop: a stalled writer writes late)";
         }
         if (rdmaDevices.isEmpty()) {
-            return "emulated: net mode without an RDMA device (puts would be software RMA over tcp)";
+            return "emulated: net mode without an RDMA device (puts would be software RMA over tcp, which a"
+                    + " revocation cannot stop)";
         }
         if (!tlsAdmitsRdma(tls)) {
             return "emulated: net mode, UCX TLS '" + tls + "' admits no RDMA transport (rc, dc, ib)";
         }
-        return "native: net mode with RDMA device(s) " + rdmaDevices + " (TLS " + (tls == null ? "UCX default" : "'"
-                + tls + "'") + ")";
+        return "emulated: net mode with RDMA device(s) " + rdmaDevices + " (TLS " + (tls == null ? "UCX default" : "'"
+                + tls + "'") + "), but UCX may put over CMA or shared memory to a same-host writer and jucx 1.12.1"
+                + " cannot show the lane, so revocation is not proven to stop a stalled writer; " + ONE_SIDED
+                + "=native chooses UCX RMA";
     }
 
     /** Whether a UCX {@code TLS} value (a list, {@code all}, or a {@code ^} exclusion list) admits rc, dc or ib. */

@@ -22,10 +22,10 @@ import java.util.function.Supplier;
  *
  * <p>{@link TransportCapability#DEVICE_MEMORY} is declared only where the probed UCX reports CUDA memory
  * support; Debian's {@code libucx0} is built without it. {@link TransportCapability#NATIVE_ONE_SIDED_WRITE} is
- * declared only where this host has an RDMA device: the only case where a manager of the default configuration
- * ({@code ucx.oneSided=auto}) writes by native RMA; elsewhere the default emulates one-sided writes over tagged
- * messages. Each manager's {@link ConnectionManager#capabilities()} says what it does with its own settings
- * ({@code ucx.oneSided=native} forces UCX RMA).
+ * not declared: a manager of the default configuration ({@code ucx.oneSided=auto}) emulates one-sided writes over
+ * tagged messages on every host (a revoked region must stay quiet, issue 29 §3; {@link UcxSettings#ONE_SIDED}).
+ * Each manager's {@link ConnectionManager#capabilities()} says what it does with its own settings
+ * ({@code ucx.oneSided=native} forces UCX RMA and declares it).
  */
 public final class UcxTransportProvider implements TransportProvider {
     /** The provider name. */
@@ -70,9 +70,6 @@ public final class UcxTransportProvider implements TransportProvider {
     public Set<TransportCapability> capabilities() {
         EnumSet<TransportCapability> caps = EnumSet.of(TransportCapability.CROSS_PROCESS,
                 TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE);
-        if (!UcxSettings.rdmaDevices(UcxSettings.RDMA_DEVICES).isEmpty()) {
-            caps.add(TransportCapability.NATIVE_ONE_SIDED_WRITE); // what a default (auto) net-mode manager does here
-        }
         if (probe().cudaMemory()) {
             caps.add(TransportCapability.DEVICE_MEMORY);
         }

@@ -485,8 +485,8 @@ class UcxConnectionManagerTest {
 
     /**
      * The manager's capabilities (what core asks per request) follow its settings: {@code NATIVE_ONE_SIDED_WRITE}
-     * with {@code ucx.oneSided=native}, never with {@code emulated}, and with the default {@code auto} only where it
-     * resolved to native (never in shm mode: UCX 1.13's puts into caller memory there are software RMA);
+     * with {@code ucx.oneSided=native}, never with {@code emulated} nor with the default {@code auto} (which never
+     * resolves to native: issue 29 §3);
      * {@code DEVICE_MEMORY} exactly where this UCX accepts CUDA memory.
      */
     @Test
@@ -509,9 +509,8 @@ class UcxConnectionManagerTest {
         assertThat(emu.capabilities()).contains(TransportCapability.ONE_SIDED_WRITE).doesNotContain(nativeWrite);
         assertThat(nat.capabilities().contains(TransportCapability.DEVICE_MEMORY))
                 .isEqualTo(nat.supportsDeviceMemory());
-        // The provider declares what a default manager does here (native only on a host with an RDMA device).
-        assertThat(new UcxTransportProvider().capabilities().contains(nativeWrite))
-                .isEqualTo(!UcxSettings.rdmaDevices(UcxSettings.RDMA_DEVICES).isEmpty());
+        // The provider declares what a default manager does: never native.
+        assertThat(new UcxTransportProvider().capabilities()).doesNotContain(nativeWrite);
         assertThat(new UcxTransportProvider().capabilities()).containsAll(dflt.capabilities());
         assertThat(nat.capabilities()).isSameAs(nat.capabilities());
         // A descriptor of one path is refused, clearly, by a writer of the other (both sides must agree).
@@ -531,16 +530,21 @@ class UcxConnectionManagerTest {
         src.close();
     }
 
-    /** The {@code auto} decision: native only in net mode with an RDMA device and a TLS that admits rc/dc/ib. */
+    /**
+     * The {@code auto} decision (issue 29 §3): emulated everywhere, also in net mode on a host with an RDMA device
+     * and a TLS that admits rc/dc/ib, each time with the reason; {@code native} only when asked for, its reason
+     * saying a stalled writer may write late.
+     */
     @Test
-    void autoOneSidedIsNativeOnlyWhereUcxPutsInHardware() {
+    void autoOneSidedNeverChoosesNative() {
         List<String> ib = List.of("mlx5_0");
         assertThat(UcxSettings.autoOneSided(true, null, ib)).startsWith("emulated: shm mode");
         assertThat(UcxSettings.autoOneSided(false, null, List.of())).startsWith("emulated: net mode without");
-        assertThat(UcxSettings.autoOneSided(false, null, ib)).startsWith("native: net mode").contains("mlx5_0");
         assertThat(UcxSettings.autoOneSided(false, "tcp", ib)).startsWith("emulated").contains("'tcp'");
-        assertThat(UcxSettings.autoOneSided(false, "rc,tcp", ib)).startsWith("native");
-        assertThat(UcxSettings.autoOneSided(false, "all", ib)).startsWith("native");
+        for (String tls : new String[] {null, "rc,tcp", "all", "rc_x", "dc_x,self", "^tcp"}) {
+            assertThat(UcxSettings.autoOneSided(false, tls, ib)).as("TLS %s", tls).startsWith("emulated: net mode with"
+                    + " RDMA device(s) [mlx5_0]").contains("ucx.oneSided=native");
+        }
         for (String admits : new String[] {"dc_x,self", "rc_verbs", "ib", "^tcp", "^rc", "^dc_mlx5", " RC_X "}) {
             assertThat(UcxSettings.tlsAdmitsRdma(admits)).as(admits).isTrue();
         }
@@ -548,12 +552,16 @@ class UcxConnectionManagerTest {
             assertThat(UcxSettings.tlsAdmitsRdma(refuses)).as(refuses).isFalse();
         }
         assertThat(UcxSettings.rdmaDevices(java.nio.file.Path.of("/nonexistent/infiniband"))).isEmpty();
-        // net mode on this host: no RDMA device here, so the default emulates (the reason names why).
-        UcxSettings net = UcxSettings.from(TransportConfig.builder().name("auto-net").property(UcxSettings.TRANSPORTS,
-                "net").build());
-        assertThat(net.emulatedOneSided()).isEqualTo(UcxSettings.rdmaDevices(UcxSettings.RDMA_DEVICES).isEmpty()
-                || !UcxSettings.tlsAdmitsRdma(System.getenv("UCX_TLS")));
-        assertThat(net.toString()).contains("oneSided " + net.oneSidedReason());
+        for (String transports : new String[] {"shm", "net"}) {
+            UcxSettings auto = UcxSettings.from(TransportConfig.builder().name("auto-" + transports)
+                    .property(UcxSettings.TRANSPORTS, transports).build());
+            assertThat(auto.emulatedOneSided()).as(auto.oneSidedReason()).isTrue();
+            assertThat(auto.toString()).contains("oneSided " + auto.oneSidedReason());
+            UcxSettings nat = UcxSettings.from(TransportConfig.builder().name("native-" + transports)
+                    .property(UcxSettings.TRANSPORTS, transports).property(UcxSettings.ONE_SIDED, "native").build());
+            assertThat(nat.emulatedOneSided()).isFalse();
+            assertThat(nat.oneSidedReason()).startsWith("native (ucx.oneSided=native)").contains("write late");
+        }
     }
 
     @Test

@@ -314,7 +314,8 @@ class UcxKilledWriterCloseTest {
          * Runs the writer.
          *
          * @param args the owner's address, the descriptor's bytes in hex, {@code ucx.transports},
-         *             {@code ucx.oneSided}, the pattern seed, {@code loop} or {@code once}
+         *             {@code ucx.oneSided}, the pattern seed, {@code loop} or {@code once}, optionally the timeout
+         *             of each write in milliseconds (30000)
          * @throws Exception any failure (exit code 1)
          */
         public static void main(String[] args) throws Exception {
@@ -332,6 +333,7 @@ class UcxKilledWriterCloseTest {
         private static void run(String[] args) throws Exception {
             RegionDescriptor d = RegionDescriptor.readFrom(WireReader.raw(HexFormat.of().parseHex(args[1])));
             long seed = Long.parseLong(args[4]);
+            Duration timeout = Duration.ofMillis(args.length > 6 ? Long.parseLong(args[6]) : 30_000);
             try (ConnectionManager m = new UcxTransportProvider().create(TransportConfig.builder().name("writer")
                     .defaultTimeout(Duration.ofSeconds(30)).property(UcxSettings.TRANSPORTS, args[2])
                     .property(UcxSettings.ONE_SIDED, args[3]).build())) {
@@ -343,11 +345,11 @@ class UcxKilledWriterCloseTest {
                 for (long off = 0; off < d.length(); off += ENTRY_BYTES) {
                     b.add(src, off, d, off, Math.min(ENTRY_BYTES, d.length() - off));
                 }
-                c.write(b, Duration.ofSeconds(30));
+                c.write(b, timeout);
                 System.out.println("WRITING");
                 System.out.flush();
                 while (args[5].equals("loop")) {
-                    c.write(b, Duration.ofSeconds(30));
+                    c.write(b, timeout);
                 }
             }
         }

@@ -7,10 +7,6 @@ import dev.kvtransfer.api.layout.PartPlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 
-import java.util.concurrent.SynchronousQueue;
-import java.util.concurrent.ThreadPoolExecutor;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.IntFunction;
 
@@ -26,22 +22,10 @@ import java.util.function.IntFunction;
  * the staging buffer: the receive of message {@code n} then waits until the helper has scattered message
  * {@code n - slots}, and the staged bytes are still in the CPU's cache when the helper reads them (the ring is a few
  * MiB, the part's staging hundreds). Either way the two threads never touch the same bytes at once. One helper task
- * per peer and part, no object per message. Helpers come from a shared pool of daemon threads
- * ({@code kvt-standard-scatter-N}) that end after 100 ms idle.
+ * per peer and part, no object per message. Helpers come from the formatter's bounded pool ({@link ScatterHelpers});
+ * when none is free the caller scatters itself.
  */
 final class ScatterPipeline implements Runnable {
-    private static final AtomicInteger THREADS = new AtomicInteger();
-    /**
-     * Idle helpers end after 100 ms: a busy rank keeps reusing them, an idle one holds no thread (leak checks that
-     * wait for the threads of a finished transfer to end wait that long).
-     */
-    private static final ThreadPoolExecutor HELPERS = new ThreadPoolExecutor(0, Integer.MAX_VALUE, 100,
-            TimeUnit.MILLISECONDS, new SynchronousQueue<>(), r -> {
-                Thread t = new Thread(r, "kvt-standard-scatter-" + THREADS.incrementAndGet());
-                t.setDaemon(true);
-                return t;
-            });
-
     private final PartPlan plan;
     private final BufferManager bm;
     private final IntFunction<MemoryBuffer> regions;
@@ -85,11 +69,16 @@ final class ScatterPipeline implements Runnable {
      * @param slots   ring places (each {@code slotBytes}, within {@code staging}), or 0 for the stream's own offsets;
      *                a ring needs copies that are complete when {@code copy} returns (host memory)
      * @param slotBytes bytes of a ring place: at least the part's largest message
+     * @param helpers the formatter's helper pool
+     * @return false, before receiving anything, when no helper was free (the caller receives and scatters itself)
      */
-    static void receive(TransferSession session, int peer, PartPlan plan, BufferManager bm,
-                        IntFunction<MemoryBuffer> regions, MemoryBuffer staging, int slots, long slotBytes) {
+    static boolean receive(TransferSession session, int peer, PartPlan plan, BufferManager bm,
+                           IntFunction<MemoryBuffer> regions, MemoryBuffer staging, int slots, long slotBytes,
+                           ScatterHelpers helpers) {
         ScatterPipeline p = new ScatterPipeline(plan, bm, regions, staging, slots, slotBytes);
-        HELPERS.execute(p);
+        if (!helpers.tryStart(p)) {
+            return false;
+        }
         PartPlan.Cursor c = plan.cursor();
         try {
             int n = 0;
@@ -119,6 +108,7 @@ final class ScatterPipeline implements Runnable {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "scattering a part received from"
                     + " peer position " + peer + " failed: " + f, f);
         }
+        return true;
     }
 
     /** Where message {@code n} (at the cursor) is staged. */

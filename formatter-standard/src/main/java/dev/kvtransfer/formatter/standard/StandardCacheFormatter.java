@@ -5,12 +5,10 @@ import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.FormatterCapability;
-import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockLayout;
-import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.PartPlan;
 import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
@@ -23,9 +21,7 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
-import dev.kvtransfer.api.transport.WriteBatch;
 
-import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
@@ -62,18 +58,21 @@ import java.util.function.IntFunction;
  * the layers it does not hold); both sides derive the same restricted parts and plans, so they agree on every
  * message of every range.
  *
- * <p>One-sided push ({@link FormatterCapability#PUSH}): {@link #push} writes this rank's parts of a layer range
- * straight into the peers' pools ({@link TransferSession#peerPool}) with a {@link WritePlan} per part: pool to pool
+ * <p>One-sided push ({@link FormatterCapability#PUSH}, {@link PushWriter}): {@link #push} writes this rank's parts
+ * of a layer range straight into the peers' pools ({@link TransferSession#peerPool}) with a {@link WritePlan} per part: pool to pool
  * where runs are contiguous in both pools (coalesced runs of blocks; with a head ratio each rank's heads at their
  * offset in the destination rows), staged into the destination's order first where that needs fewer, larger
  * entries (see the README for the rule and the numbers), through the grants ({@link PeerWriteSink}). The designated
  * rank of a duplicate-head group writes; reused blocks are not written.
  *
+ * <p>Which layouts pair is {@link SupportRules}'s, which ranks of a duplicate-head group talk {@link PeerSelection}'s,
+ * and the remembered split plans {@link SplitPlans}'.
+ *
  * <p>Thread-safe: all per-request state lives on the stack of {@link #format}/{@link #unformat}/{@link #push};
- * the only shared state is a lazily filled, benignly racy table of region views, and one reusable write batch per
- * thread.
+ * the only shared state is lazily filled, benignly racy tables (region views, supports, split plans), and one
+ * reusable write batch per thread.
  */
-public final class StandardCacheFormatter implements CacheFormatter {
+public final class StandardCacheFormatter implements CacheFormatter, AutoCloseable {
     /**
      * Default of the smallest average message for which both sides move a part straight from / into their pools
      * (below it, one side stages the part and it travels in that side's larger runs).
@@ -94,9 +93,6 @@ public final class StandardCacheFormatter implements CacheFormatter {
      */
     static final int RECEIVE_RING_SLOTS = 4;
 
-    /** One write batch per thread, cleared and refilled by every push (no batch per request). */
-    private static final ThreadLocal<WriteBatch> BATCHES = ThreadLocal.withInitial(() -> new WriteBatch(1024));
-
     private final KvCacheView cache;
     private final TransferBufferPool buffers;
     private final PoolGeometry geometry;
@@ -106,13 +102,16 @@ public final class StandardCacheFormatter implements CacheFormatter {
     private final boolean stagingRing;
     /** Cores a receive may fill with its receiving threads and their scatter helpers (two threads per staged part). */
     private final int helperCores;
-    private final long minDirectEntryBytes;
-    private final long stagingChunk;
     /** Region views by index, fetched once: the hot loops then allocate nothing. */
     private final AtomicReferenceArray<MemoryBuffer> regionViews;
     private final IntFunction<MemoryBuffer> regions = this::region;
     /** Where the pool lives: a transport that does not accept it ({@link TransferSession#transportAccepts}) never sees it. */
     private final MemoryKind poolKind;
+    private final SupportRules support = new SupportRules();
+    private final SplitPlans plans = new SplitPlans(support);
+    private final PushWriter pushWriter;
+    /** Helper threads of pipelined staged receives: bounded, named, this formatter's own. */
+    private final ScatterHelpers scatterHelpers;
 
     /**
      * A formatter over one rank's KV pool.
@@ -166,6 +165,14 @@ public final class StandardCacheFormatter implements CacheFormatter {
     StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
                            boolean pipelinedScatter, long minDirectEntryBytes, long stagingChunk,
                            boolean stagingRing, int helperCores) {
+        this(cache, buffers, minBothDirectBytes, pipelinedScatter, minDirectEntryBytes, stagingChunk, stagingRing,
+                helperCores, ScatterHelpers.defaultThreads());
+    }
+
+    /** As above, with at most {@code helperThreads} scatter helpers at once (tests show the bound). */
+    StandardCacheFormatter(KvCacheView cache, TransferBufferPool buffers, long minBothDirectBytes,
+                           boolean pipelinedScatter, long minDirectEntryBytes, long stagingChunk,
+                           boolean stagingRing, int helperCores, int helperThreads) {
         this.cache = Objects.requireNonNull(cache, "cache");
         this.buffers = Objects.requireNonNull(buffers, "buffers");
         if (minBothDirectBytes < 0) {
@@ -178,11 +185,11 @@ public final class StandardCacheFormatter implements CacheFormatter {
         this.pipelinedScatter = pipelinedScatter;
         this.stagingRing = stagingRing;
         this.helperCores = helperCores;
-        this.minDirectEntryBytes = minDirectEntryBytes;
-        this.stagingChunk = stagingChunk;
         this.geometry = cache.geometry();
         this.regionViews = new AtomicReferenceArray<>(cache.regionCount());
         this.poolKind = cache.regionCount() > 0 ? cache.region(0).kind() : MemoryKind.HOST;
+        this.pushWriter = new PushWriter(geometry, regions, poolKind, minDirectEntryBytes, stagingChunk);
+        this.scatterHelpers = new ScatterHelpers(helperThreads);
     }
 
     /** @return the staging pool this formatter was created with */
@@ -232,11 +239,11 @@ public final class StandardCacheFormatter implements CacheFormatter {
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
         TargetRanks t = session.targets();
-        if (t.isEmpty() || !needSendCache(self, selfIndex, peer, t)) {
+        if (t.isEmpty() || !PeerSelection.needSendCache(self, selfIndex, peer, t)) {
             return; // a zero-layer stage, or another rank of our duplicate-head group sends
         }
         int[] ids = session.blockIds();
-        SplitPlan whole = plan(session, self, selfIndex, peer, t, true);
+        SplitPlan whole = plans.plan(session, self, selfIndex, peer, t, true);
         checkLayout(session, self, selfIndex, ids, whole);
         SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
@@ -347,7 +354,7 @@ public final class StandardCacheFormatter implements CacheFormatter {
             return; // a zero-layer stage receives nothing
         }
         int[] ids = session.blockIds();
-        SplitPlan whole = plan(session, self, selfIndex, peer, t, false);
+        SplitPlan whole = plans.plan(session, self, selfIndex, peer, t, false);
         checkLayout(session, self, selfIndex, ids, whole);
         SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
@@ -373,14 +380,8 @@ public final class StandardCacheFormatter implements CacheFormatter {
                 while (c.next()) {
                     session.recv(p, region(c.region()), c.offset(), c.length());
                 }
-            } else if (helpers && pp.messages() > 1) {
-                // Receive here, scatter on a helper: the next receive is posted while the last one is scattered.
-                long largest = ring ? largestMessage(pp) : 0;
-                int slots = ring ? (int) Math.min(RECEIVE_RING_SLOTS, staging[p].size() / largest) : 0;
-                if (slots < 2) {
-                    slots = 0; // uneven messages: a ring of one place would stop the pipeline
-                }
-                ScatterPipeline.receive(session, p, pp, bm, regions, staging[p], slots, largest);
+            } else if (helpers && pp.messages() > 1 && pipelined(session, p, pp, bm, staging[p], ring)) {
+                // Received here and scattered on a helper: the next receive was posted while the last was scattered.
             } else {
                 // Receive and scatter message by message (a host pool: each into the same place, still cached).
                 MemoryBuffer buf = staging[p];
@@ -396,6 +397,37 @@ public final class StandardCacheFormatter implements CacheFormatter {
         });
     }
 
+    /**
+     * Receives a staged part here and scatters it on a helper, so the next receive is posted while the last one is
+     * scattered.
+     *
+     * @return false, before receiving anything, when no helper is free (the caller then scatters inline)
+     */
+    private boolean pipelined(TransferSession session, int p, PartPlan pp, BufferManager bm, MemoryBuffer staging,
+                              boolean ring) {
+        long largest = ring ? largestMessage(pp) : 0;
+        int slots = ring ? (int) Math.min(RECEIVE_RING_SLOTS, staging.size() / largest) : 0;
+        if (slots < 2) {
+            slots = 0; // uneven messages: a ring of one place would stop the pipeline
+        }
+        return ScatterPipeline.receive(session, p, pp, bm, regions, staging, slots, largest, scatterHelpers);
+    }
+
+    /**
+     * Ends this formatter's scatter helpers ({@link ScatterHelpers}): scatters running now finish, later staged
+     * receives scatter on their own thread. Idempotent; the formatter stays usable. Without it the helpers still
+     * end 100 ms after their last scatter, so a formatter nobody closes holds no thread while idle.
+     */
+    @Override
+    public void close() {
+        scatterHelpers.close();
+    }
+
+    /** @return this formatter's scatter helper pool (tests) */
+    ScatterHelpers scatterHelpers() {
+        return scatterHelpers;
+    }
+
     @Override
     public void push(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
@@ -408,100 +440,14 @@ public final class StandardCacheFormatter implements CacheFormatter {
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
         TargetRanks t = session.targets();
-        if (t.isEmpty() || !needSendCache(self, selfIndex, peer, t)) {
+        if (t.isEmpty() || !PeerSelection.needSendCache(self, selfIndex, peer, t)) {
             return; // a zero-layer stage, or another rank of our duplicate-head group writes
         }
         int[] ids = session.blockIds();
-        SplitPlan whole = plan(session, self, selfIndex, peer, t, true);
+        SplitPlan whole = plans.plan(session, self, selfIndex, peer, t, true);
         checkLayout(session, self, selfIndex, ids, whole);
         SplitPlan plan = clipped(whole, self, selfIndex, firstLayer, firstLayer + layers);
-        WritePlan[] plans = new WritePlan[t.size()];
-        PeerPool[] pools = new PeerPool[t.size()];
-        // A pool the transport cannot read (device memory without DEVICE_MEMORY) is gathered into staging first.
-        boolean poolOk = session.transportAccepts(poolKind);
-        int active = 0;
-        int staged = 0;
-        for (SplitPlan.Part part : plan.parts) {
-            if (part.blockCount == 0 || part.layerCount == 0) {
-                continue; // nothing of this peer's blocks after the reused prefix, or none of the range's layers
-            }
-            PeerPool pool = peerPool(session, peer, t, part);
-            try {
-                plans[part.peer] = WritePlan.builder()
-                        .sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)
-                        .receiver(pool.geometry(), pool.blockIds(), part.peerFirstBlock, part.peerFirstLayer,
-                                part.peerFirstHead)
-                        .shape(part.blockCount, part.layerCount, part.headCount)
-                        .policy(minDirectEntryBytes, stagingChunk).sourceDirect(poolOk).build();
-            } catch (IllegalArgumentException e) {
-                throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the writes into "
-                        + "generation rank " + pool.rank() + " (" + part + "): " + e.getMessage(), e);
-            }
-            pools[part.peer] = pool;
-            active++;
-            staged += plans[part.peer].staged() ? 1 : 0;
-        }
-        int[] peers = new int[active];
-        long[] sizes = new long[staged];
-        int k = 0;
-        int j = 0;
-        for (int p = 0; p < plans.length; p++) {
-            if (plans[p] != null) {
-                peers[k++] = p;
-                if (plans[p].staged()) {
-                    sizes[j++] = plans[p].stagingBytes();
-                }
-            }
-        }
-        MemoryBuffer[] staging = new MemoryBuffer[t.size()];
-        if (staged > 0) {
-            MemoryBuffer[] got = session.stagingBuffers(sizes);
-            j = 0;
-            for (int p : peers) {
-                if (plans[p].staged()) {
-                    staging[p] = got[j++];
-                }
-            }
-        }
-        BufferManager bm = session.bufferManager();
-        session.forEachPeer(peers, p -> write(session, p, plans[p], pools[p], bm, staging[p]));
-    }
-
-    /** Writes one peer's part; returns on remote completion of every entry. */
-    private void write(TransferSession session, int p, WritePlan plan, PeerPool pool, BufferManager bm,
-                       MemoryBuffer staging) {
-        long start = System.nanoTime();
-        WriteBatch batch = BATCHES.get();
-        try {
-            PeerWriteSink sink = new PeerWriteSink(pool, batch, PeerWriteSink.DEFAULT_MAX_ENTRIES,
-                    b -> session.write(p, b));
-            plan.write(bm, regions, staging, sink);
-            sink.flush();
-        } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "writing " + plan + " into "
-                    + "generation rank " + pool.rank() + " failed: " + e.getMessage(), e);
-        } finally {
-            batch.clear();
-        }
-        session.recordMeasure(p, start, System.nanoTime(), plan.bytes());
-    }
-
-    /** The pool of the part's peer, checked against what this rank expects of it. */
-    private static PeerPool peerPool(TransferSession session, CacheState peer, TargetRanks t, SplitPlan.Part part) {
-        int rank = t.peerRanks().get(part.peer);
-        PeerPool pool = session.peerPool(part.peer);
-        if (pool == null) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push session without the pool of "
-                    + "generation rank " + rank + " (position " + part.peer + ")", null);
-        }
-        int expected = BlockDistribution.count(session.totalBlocks(), peer.contextParallelism(), peer.cpRank(rank));
-        if (pool.rank() != rank || pool.blockCount() != expected || !pool.blockLayout().equals(part.peerLayout)
-                || !pool.state().poolLayout().equals(peer.poolLayout())) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "the pool of generation rank "
-                    + rank + " is " + pool + " with " + pool.blockLayout() + "; expected rank " + rank + ", "
-                    + expected + " blocks, " + part.peerLayout + " in a " + peer.poolLayout() + " pool", null);
-        }
-        return pool;
+        pushWriter.push(session, peer, t, ids, plan);
     }
 
     /**
@@ -546,75 +492,6 @@ public final class StandardCacheFormatter implements CacheFormatter {
             active[k++] = part.peer;
         }
         return active;
-    }
-
-    // ---------------------------------------------------------------- plan caches (issue 14 item 3)
-    //
-    // A request's split plan depends only on (direction, own state, own index, peer state, target ranks, blocks,
-    // reused blocks): states are immutable and decoded once per distinct bytes (api StateCodecCache), target ranks
-    // are memoized, so the same few instances come back on every request and the plan is remembered per instance
-    // (PLAN_SLOTS direct-mapped entries). A part's message plan also depends on both sides' block ids, which differ
-    // from request to request in an engine: it is built per request (a cache by ids' content would hit only in a
-    // benchmark that reuses its blocks, and copy the ids on every miss). Entries are
-    // immutable records in plain array slots (a racing reader sees a whole entry or another one); every plan is
-    // immutable and shared read-only by the peer threads already.
-
-    private static final int PLAN_SLOTS = 16;
-    private final PlanEntry[] planCache = new PlanEntry[PLAN_SLOTS];
-
-    private record PlanEntry(boolean sender, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
-                             int totalBlocks, int reused, SplitPlan plan) {
-    }
-
-    private static int planSlot(boolean sender, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
-                                int totalBlocks, int reused) {
-        int h = System.identityHashCode(self);
-        h = h * 31 + System.identityHashCode(peer);
-        h = h * 31 + System.identityHashCode(t);
-        h = h * 31 + selfIndex;
-        h = h * 31 + totalBlocks;
-        h = h * 31 + reused;
-        h = h * 2 + (sender ? 1 : 0);
-        return (h ^ (h >>> 16)) & (PLAN_SLOTS - 1);
-    }
-
-
-    private SplitPlan plan(TransferSession session, CacheState self, int selfIndex, CacheState peer, TargetRanks t,
-                           boolean sender) {
-        int totalBlocks = session.totalBlocks();
-        int reusedBlocks = session.reusedBlocks();
-        int slot = planSlot(sender, self, selfIndex, peer, t, totalBlocks, reusedBlocks);
-        PlanEntry e = planCache[slot];
-        if (e != null && e.sender == sender && e.self == self && e.selfIndex == selfIndex && e.peer == peer
-                && e.t == t && e.totalBlocks == totalBlocks && e.reused == reusedBlocks) {
-            return e.plan;
-        }
-        SplitPlan made = makePlan(session, self, selfIndex, peer, t, sender);
-        planCache[slot] = new PlanEntry(sender, self, selfIndex, peer, t, totalBlocks, reusedBlocks, made);
-        return made;
-    }
-
-    private SplitPlan makePlan(TransferSession session, CacheState self, int selfIndex, CacheState peer,
-                               TargetRanks t, boolean sender) {
-        Support s = inquireSupport(self, peer);
-        if (!s.supported()) {
-            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, session.requestId(), s.reason(), null);
-        }
-        int reused = session.reusedBlocks();
-        if (reused < 0 || reused > session.totalBlocks()) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "reusedBlocks " + reused
-                    + " outside [0, " + session.totalBlocks() + "]", null);
-        }
-        try {
-            return sender
-                    ? SplitPlan.forSender(self, selfIndex, peer, t, session.totalBlocks(), reused)
-                    : SplitPlan.forReceiver(self, selfIndex, peer, t, pickRecvConnections(self, selfIndex, peer),
-                    session.totalBlocks(), reused);
-        } catch (RuntimeException e) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the "
-                    + (sender ? "split" : "concat") + " of rank " + selfIndex + " of " + self + " against " + peer
-                    + ": " + e.getMessage(), e);
-        }
     }
 
     private void checkLayout(TransferSession session, CacheState self, int selfIndex, int[] ids, SplitPlan plan) {
@@ -696,75 +573,14 @@ public final class StandardCacheFormatter implements CacheFormatter {
     }
 
     /**
-     * Checks the fields both sides must share and the CP combination. Every mismatch is listed with the field
-     * and both values.
+     * Checks the fields both sides must share and the CP combination ({@link SupportRules}). Every mismatch is
+     * listed with the field and both values.
      */
     @Override
     public Support inquireSupport(CacheState self, CacheState peer) {
         Objects.requireNonNull(self, "self");
         Objects.requireNonNull(peer, "peer");
-        // Remembered per (state instance, state instance): the answer depends on the two immutable states only,
-        // and the control plane asks it for the same pair on every request (issue 14 item 3).
-        int slot = ((System.identityHashCode(self) * 31 + System.identityHashCode(peer)) >>> 3) & (SUPPORT_SLOTS - 1);
-        SupportEntry e = supportCache[slot];
-        if (e != null && e.self == self && e.peer == peer) {
-            return e.support;
-        }
-        Support s = computeSupport(self, peer);
-        supportCache[slot] = new SupportEntry(self, peer, s);
-        return s;
-    }
-
-    private static final int SUPPORT_SLOTS = 16;
-    private final SupportEntry[] supportCache = new SupportEntry[SUPPORT_SLOTS];
-
-    private record SupportEntry(CacheState self, CacheState peer, Support support) {
-    }
-
-    private static Support computeSupport(CacheState self, CacheState peer) {
-        List<String> why = new ArrayList<>();
-        if (self.attentionType() != AttentionType.DEFAULT || peer.attentionType() != AttentionType.DEFAULT) {
-            why.add("attentionType: self " + self.attentionType() + ", peer " + peer.attentionType()
-                    + " (the standard formatter handles DEFAULT attention only; MLA needs the mla formatter)");
-        }
-        if (self.dataType() != peer.dataType()) {
-            why.add("dataType: self " + self.dataType() + ", peer " + peer.dataType() + " (no conversion)");
-        }
-        if (self.kvFactor() != peer.kvFactor()) {
-            why.add("kvFactor: self " + self.kvFactor() + ", peer " + peer.kvFactor());
-        }
-        if (self.tokensPerBlock() != peer.tokensPerBlock()) {
-            why.add("tokensPerBlock: self " + self.tokensPerBlock() + ", peer " + peer.tokensPerBlock());
-        }
-        if (self.sizePerHead() != peer.sizePerHead()) {
-            why.add("sizePerHead: self " + self.sizePerHead() + ", peer " + peer.sizePerHead());
-        }
-        if (self.numLayers() != peer.numLayers()) {
-            why.add("layer count (kvHeadsPerLayer.size): self " + self.numLayers() + ", peer " + peer.numLayers());
-        }
-        boolean uniform = true;
-        if (!self.uniformHeads()) {
-            why.add("kvHeadsPerLayer: self has non-uniform head counts " + self.kvHeadsPerLayer()
-                    + " (every layer must have the same KV heads)");
-            uniform = false;
-        }
-        if (!peer.uniformHeads()) {
-            why.add("kvHeadsPerLayer: peer has non-uniform head counts " + peer.kvHeadsPerLayer()
-                    + " (every layer must have the same KV heads)");
-            uniform = false;
-        }
-        if (uniform && !self.kvHeadsPerLayer().get(0).equals(peer.kvHeadsPerLayer().get(0))) {
-            why.add("kvHeadsPerLayer: self " + self.kvHeadsPerLayer().get(0) + " KV heads, peer "
-                    + peer.kvHeadsPerLayer().get(0) + " (the model's heads must be the same on both sides)");
-        }
-        int sc = self.contextParallelism();
-        int pc = peer.contextParallelism();
-        if (sc > 1 && pc > 1 && sc != pc) {
-            why.add("contextParallelism: self " + sc + ", peer " + pc + " (context CP > 1 is supported only when"
-                    + " the other side has CP 1 or the same CP; unequal CP > 1 on both sides would need blocks"
-                    + " from ranks outside the target mapping)");
-        }
-        return why.isEmpty() ? Support.yes() : Support.no(String.join("; ", why));
+        return support.inquire(self, peer);
     }
 
     @Override
@@ -782,54 +598,14 @@ public final class StandardCacheFormatter implements CacheFormatter {
         Objects.requireNonNull(self, "self");
         Objects.requireNonNull(peer, "peer");
         TargetRanks t = RankMapping.targetRanks(peer, self, selfIndex);
-        return pick(self, t);
-    }
-
-    static List<Integer> pick(CacheState self, TargetRanks t) {
-        int n = t.size();
-        List<Integer> out = new ArrayList<>(n);
-        int peerDup = t.peerDupHeadFactor();
-        if (peerDup <= 1) {
-            for (int p = 0; p < n; p++) {
-                out.add(p);
-            }
-            return out;
-        }
-        int selfDp = self.attentionDpEnabled() ? self.dpRank() : 0;
-        for (int c = 0; c < t.domainCp(); c++) {
-            for (int i = 0; i < t.domainTp(); i++) {
-                if (i % peerDup == selfDp % peerDup) {
-                    for (int j = 0; j < t.domainPp(); j++) {
-                        out.add((c * t.domainTp() + i) * t.domainPp() + j);
-                    }
-                }
-            }
-        }
-        return out;
+        return PeerSelection.pick(self, t);
     }
 
     @Override
     public boolean needSendCache(CacheState self, int selfIndex, CacheState peer) {
         Objects.requireNonNull(self, "self");
         Objects.requireNonNull(peer, "peer");
-        return needSendCache(self, selfIndex, peer, RankMapping.targetRanks(peer, self, selfIndex));
+        return PeerSelection.needSendCache(self, selfIndex, peer, RankMapping.targetRanks(peer, self, selfIndex));
     }
 
-    /**
-     * Reference §3: a rank sends unless it belongs to a duplicate-head group ({@code dupHeadFactor > 1}) and is
-     * not the member designated by the peer's DP rank.
-     */
-    static boolean needSendCache(CacheState self, int selfIndex, CacheState peer, TargetRanks t) {
-        if (t.isEmpty()) {
-            return false;
-        }
-        int dup = t.dupHeadFactor();
-        if (dup <= 1) {
-            return true;
-        }
-        int tpRank = self.tpRank(selfIndex);
-        int g = self.attentionDpEnabled() ? tpRank % self.tpPerDpGroup() : tpRank;
-        int peerDp = peer.attentionDpEnabled() ? peer.dpRank() : 0;
-        return peerDp % dup == g % dup;
-    }
 }

@@ -33,7 +33,7 @@ final class TcpConnection implements Connection {
 
     private final TcpConnectionManager manager;
     private final String peer;
-    private final TcpConnectionManager.Peer state;
+    private final ReceiveMatcher.Peer state;
     private final ReentrantLock writeLock = new ReentrantLock();
     private final ByteBuffer header = ByteBuffer.allocateDirect(16).order(ByteOrder.LITTLE_ENDIAN);
     /** Guarded by {@link #writeLock} (and {@code this} for close). */
@@ -43,13 +43,13 @@ final class TcpConnection implements Connection {
     private volatile boolean broken;
     private volatile boolean closed;
 
-    TcpConnection(TcpConnectionManager manager, String peer, TcpConnectionManager.Peer state) {
+    TcpConnection(TcpConnectionManager manager, String peer, ReceiveMatcher.Peer state) {
         this.manager = manager;
         this.peer = peer;
         this.state = state;
     }
 
-    TcpConnectionManager.Peer peerState() {
+    ReceiveMatcher.Peer peerState() {
         return state;
     }
 
@@ -83,7 +83,7 @@ final class TcpConnection implements Connection {
     public void send(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         Objects.requireNonNull(timeout, "timeout");
         manager.ensureOpen();
-        ByteBuffer[] views = TcpConnectionManager.views(buffer, offset, length);
+        ByteBuffer[] views = TcpBuffers.views(buffer, offset, length);
         long deadline = System.nanoTime() + Math.min(Long.MAX_VALUE / 4, nanos(timeout));
         String lost = manager.lostReason(state);
         if (lost != null) {
