@@ -77,12 +77,18 @@ public final class AeronSettings {
      * receiver window is always open). IPC streams have no congestion control.
      */
     public static final String CONGESTION_CONTROL = "aeron.congestionControl";
+    /**
+     * The deployment group that may use the host's shared media driver ({@code AeronHostSupport}): its directory,
+     * cnc.dat and log buffers become group read-write ({@code 02750} parent, umask {@code 007}). Unset (default):
+     * owner-only ({@code 0700} parent, umask {@code 077}). An embedded driver is always owner-only.
+     */
+    public static final String DIR_GROUP = "aeron.dirGroup";
 
     /** Every property this transport reads; any other {@code aeron.*} key is refused at create. */
     public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
             PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
             IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS,
-            CALLER_POLL_MICROS, CONGESTION_CONTROL);
+            CALLER_POLL_MICROS, CONGESTION_CONTROL, DIR_GROUP);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
@@ -133,6 +139,8 @@ public final class AeronSettings {
     final long callerPollNs;
     /** {@code static} or {@code cubic}: the {@code cc} parameter of the UDP subscription channel. */
     final String congestionControl;
+    /** The group that may use the shared driver, or null (owner-only). */
+    final String dirGroup;
 
     private AeronSettings(TransportConfig config) {
         config.checkKnownProperties(PREFIX, KNOWN);
@@ -213,6 +221,12 @@ public final class AeronSettings {
                 DEFAULT_HANDSHAKE_TIMEOUT_MS, 100, 600_000));
         this.maxImages = (int) range(config, MAX_IMAGES, DEFAULT_MAX_IMAGES, 16, 1 << 20);
         this.authWindowMs = range(config, AUTH_WINDOW_MS, DEFAULT_AUTH_WINDOW_MS, 1000, 86_400_000);
+        String g = config.property(DIR_GROUP, "").trim();
+        if (!g.isEmpty() && !g.matches("[A-Za-z0-9._][A-Za-z0-9._-]{0,31}")) {
+            throw new IllegalArgumentException("transport property " + DIR_GROUP + " = '" + g + "': must be a group"
+                    + " name (letters, digits, '.', '_', '-'; at most 32)");
+        }
+        this.dirGroup = g.isEmpty() ? null : g;
     }
 
     private static long range(TransportConfig config, String key, long defaultValue, long min, long max) {
