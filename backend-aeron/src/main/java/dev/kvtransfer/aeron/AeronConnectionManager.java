@@ -604,6 +604,10 @@ public final class AeronConnectionManager implements ConnectionManager {
     }
 
     TransportException peerLostError(Peer p, String what) {
+        if (p.lostCode != ErrorCode.PEER_LOST) {
+            return new TransportException(p.lostCode, "aeron " + name + ": " + what + " failed: peer "
+                    + ErrorReporter.peerText(p.address) + " " + p.lostReason);
+        }
         return new TransportException(ErrorCode.PEER_LOST, "aeron " + name + ": " + what + " failed: peer "
                 + ErrorReporter.peerText(p.address) + " lost (" + p.lostReason + ")");
     }

@@ -50,6 +50,8 @@ final class TransportAgent {
     private final Dispatcher dispatcher;
     final ManyToOneConcurrentArrayQueue<Op> commands = new ManyToOneConcurrentArrayQueue<>(1 << 14);
     private final ConcurrentLinkedQueue<ImageEvent> imageEvents = new ConcurrentLinkedQueue<>();
+    /** Our publications a peer's driver rejected: (registration id, its reason); bounded, see onPublicationRejected. */
+    private final ManyToOneConcurrentArrayQueue<Rejection> rejections = new ManyToOneConcurrentArrayQueue<>(256);
 
     private final List<ImageState> images = new ArrayList<>();
     private final Long2ObjectHashMap<ImageState> imagesByKey = new Long2ObjectHashMap<>();
@@ -97,6 +99,11 @@ final class TransportAgent {
 
     void onUnavailable(Image image, boolean ipc) {
         imageEvents.add(new ImageEvent(image, ipc, false));
+    }
+
+    /** A peer's driver rejected a publication of this process (client conductor thread): only queue it. */
+    void onPublicationRejected(long registrationId, String reason) {
+        rejections.offer(new Rejection(registrationId, reason)); // full: one of many; the next frames retry
     }
 
     /**
@@ -180,6 +187,7 @@ final class TransportAgent {
         }
         work += checkClient();
         work += drainImageEvents();
+        work += drainRejections();
         work += poll();
         work += flushControl();
         long now = System.nanoTime();
@@ -269,6 +277,26 @@ final class TransportAgent {
         return n;
     }
 
+    /**
+     * Peers that refused our stream: lost, with UNAUTHORIZED when their reason says so (a wrong or missing secret),
+     * else NETWORK. Only a rejection of a publication of ours names a peer, so nobody can fail a third peer this way.
+     */
+    private int drainRejections() {
+        int n = 0;
+        Rejection r;
+        while ((r = rejections.poll()) != null) {
+            n++;
+            for (Peer p : m.peers.values()) {
+                if (!p.lost && p.connection.registrationId() == r.registrationId()) {
+                    String reason = ErrorReporter.peerText(r.reason());
+                    p.lostCode = reason.contains(REJECT_UNAUTHORIZED) ? ErrorCode.UNAUTHORIZED : ErrorCode.NETWORK;
+                    peerLost(p, "refused our stream: " + reason);
+                }
+            }
+        }
+        return n;
+    }
+
     /** A stream went away (or was replaced): its peer is lost when it was that peer's stream. */
     private void retire(ImageState img) {
         images.remove(img);
@@ -342,7 +370,20 @@ final class TransportAgent {
         }
         reportError(new TransportException(unauthorized ? ErrorCode.UNAUTHORIZED : ErrorCode.MALFORMED, "aeron "
                 + m.name + ": refused the stream " + img.describe() + ": " + why));
+        // Tell the sender (its driver gets an error frame, its manager fails the calls waiting on us at once): a
+        // peer with a wrong secret sees UNAUTHORIZED, not a TIMEOUT. The frame goes to where the stream came from,
+        // never to the address a HELLO claims.
+        String text = (unauthorized ? REJECT_UNAUTHORIZED : REJECT_MALFORMED) + why;
+        try {
+            img.image.reject(text.length() > MAX_REJECT_TEXT ? text.substring(0, MAX_REJECT_TEXT) : text);
+        } catch (RuntimeException e) {
+            // the image closed meanwhile, or the client is going away: nothing to tell
+        }
     }
+
+    static final String REJECT_UNAUTHORIZED = "kvtransfer UNAUTHORIZED: ";
+    static final String REJECT_MALFORMED = "kvtransfer refused: ";
+    private static final int MAX_REJECT_TEXT = 300;
 
     // ------------------------------------------------------------------------------------------ peers
 
@@ -653,6 +694,10 @@ final class TransportAgent {
             removed = true;
             duty.unlock();
         }
+    }
+
+    /** A rejected publication of ours. */
+    private record Rejection(long registrationId, String reason) {
     }
 
     /** An image event from the client conductor. */

@@ -195,4 +195,49 @@ class AeronAuthTest {
         assertThat(buf.asByteBuffer().getLong(0)).isEqualTo(0x1234_5678_9abc_def0L);
         assertThat(a.counters().get("peersLost")).isGreaterThanOrEqualTo(1);
     }
+
+    /**
+     * Issue 29 §6: a peer with a wrong secret (or none) used to wait out its whole deadline and see TIMEOUT. The
+     * refusing manager now rejects the stream (Aeron's error frame), and the peer's waiting calls fail UNAUTHORIZED
+     * long before their 20 s deadline, over UDP and IPC, for a receive and for a large send waiting for its CTS.
+     */
+    @Test
+    void aPeerWithAWrongSecretSeesUnauthorizedNotATimeout() throws Exception {
+        for (String ipc : new String[] {"false", "true"}) {
+            errors.clear();
+            AeronConnectionManager a = manager("a-" + ipc, SECRET, AeronSettings.IPC, ipc);
+            AeronConnectionManager other = manager("other-" + ipc,
+                    "another-secret-of-sixteen+".getBytes(StandardCharsets.UTF_8), AeronSettings.IPC, ipc);
+            AeronConnectionManager none = manager("none-" + ipc, null, AeronSettings.IPC, ipc);
+            OffHeapBuffer buf = buffer(2 << 20);
+            TestPattern.fill(buf, 0, 64, 9);
+            for (AeronConnectionManager intruder : List.of(other, none)) {
+                Connection c = intruder.connection(a.localAddress());
+                long t0 = System.nanoTime();
+                c.send(60, buf, 0, 64, T); // eager: it is in the log buffer, a accepts nothing of it
+                assertThatThrownBy(() -> c.recv(61, buf, 1000, 64, T))
+                        .isInstanceOfSatisfying(TransportException.class, e -> {
+                            assertThat(e.code()).as("%s", e).isEqualTo(ErrorCode.UNAUTHORIZED);
+                            assertThat(e.getMessage()).contains("refused our stream")
+                                    .doesNotContain(new String(SECRET, StandardCharsets.UTF_8));
+                        });
+                long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+                // A large send waits for a CTS that never comes: it fails the same way, on a fresh connection.
+                Connection again = intruder.connection(a.localAddress());
+                long t1 = System.nanoTime();
+                assertThatThrownBy(() -> again.send(62, buf, 0, 1 << 20, T))
+                        .isInstanceOfSatisfying(TransportException.class,
+                                e -> assertThat(e.code()).as("%s", e).isEqualTo(ErrorCode.UNAUTHORIZED));
+                long ms2 = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t1);
+                System.out.println("wrong secret (" + intruder.name + ", ipc=" + ipc + "): recv UNAUTHORIZED after "
+                        + ms + " ms, 1 MiB send after " + ms2 + " ms (deadline " + T.toMillis() + " ms)");
+            }
+            // a delivered nothing of theirs and serves a genuine peer as before.
+            assertThatThrownBy(() -> a.recvConnect(60, buf, 1000, 64, Duration.ofMillis(300)))
+                    .isInstanceOfSatisfying(TransportException.class,
+                            e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+            AeronConnectionManager b = manager("b-" + ipc, SECRET, AeronSettings.IPC, ipc);
+            roundTrip(b, a, 63, 10, 70_000, buf);
+        }
+    }
 }
