@@ -130,7 +130,8 @@ public final class AeronConnectionManager implements ConnectionManager {
         this.ipcStream = stream;
         this.udpSubscription = udp;
         this.ipcSubscription = ipc;
-        this.localAddress = Address.format(host, port, stream != 0 ? rt.driverId() : null, stream);
+        this.localAddress = Address.format(host, port, incarnation, stream != 0 ? rt.driverId() : null,
+                stream);
         this.self = Address.parse(localAddress);
         this.agent = a;
         this.oneSided = new EmulatedOneSided(this, new ControlBuffers(), reporter::report, defaultTimeout, name);

@@ -240,4 +240,86 @@ class AeronAuthTest {
             roundTrip(b, a, 63, 10, 70_000, buf);
         }
     }
+
+    private AeronConnectionManager managerOnPort(String name, int port) {
+        // The old socket may take a moment to be released by the driver after the first manager closed.
+        AeronConnectionManager[] m = new AeronConnectionManager[1];
+        await().atMost(T).ignoreExceptions().until(() -> {
+            m[0] = (AeronConnectionManager) new AeronTransportProvider().create(TransportConfig.builder().name(name)
+                    .port(port).defaultTimeout(T).authSecret(SECRET).property(AeronSettings.PEER_TIMEOUT_MS, "1500")
+                    .property(AeronSettings.IPC, "false").errorHandler(errors::add).build());
+            return true;
+        });
+        closeables.add(m[0]);
+        return m[0];
+    }
+
+    /** Request/response pairs gen -> ctx -> gen, every byte checked both ways; returns how many were served. */
+    private static int requests(AeronConnectionManager gen, AeronConnectionManager ctx, int n, int tag,
+                                OffHeapBuffer buf) throws Exception {
+        Connection toCtx = gen.connection(ctx.localAddress());
+        int served = 0;
+        for (int i = 0; i < n; i++) {
+            long seed = 1000L * tag + i;
+            int size = 64 + (i % 5) * 4000;
+            TestPattern.fill(buf, 0, size, seed);
+            toCtx.send(tag, buf, 0, size, T);
+            Connection back = ctx.recvConnect(tag, buf, 100_000, size, T);
+            TestPattern.assertPattern(buf, 100_000, size, seed);
+            TestPattern.fill(buf, 200_000, size, seed + 1);
+            back.send(tag + 1, buf, 200_000, size, T);
+            toCtx.recv(tag + 1, buf, 300_000, size, T);
+            TestPattern.assertPattern(buf, 300_000, size, seed + 1);
+            served++;
+        }
+        return served;
+    }
+
+    /**
+     * Issue 29 §1: a HELLO captured on the wire (here: the bytes the context side's handshake writes for the
+     * generation side) and replayed after the generation side restarted on the same port, within the 120 s
+     * window. It used to be accepted (the nonce cache had restarted too) and cut the pair off. The HELLO's MAC
+     * covers the receiver's address, which carries its incarnation: the restarted manager refuses it, and genuine
+     * requests both ways keep succeeding.
+     */
+    @Test
+    void aHelloReplayedAfterTheReceiverRestartedOnTheSamePortIsRefused() throws Exception {
+        int port;
+        try (java.net.DatagramSocket probe = new java.net.DatagramSocket(0)) {
+            port = probe.getLocalPort();
+        }
+        AeronConnectionManager ctx = manager("ctx", SECRET, AeronSettings.IPC, "false");
+        AeronConnectionManager gen1 = managerOnPort("gen1", port);
+        OffHeapBuffer buf = buffer(1 << 20);
+        assertThat(requests(gen1, ctx, 20, 70, buf)).isEqualTo(20);
+        // What an eavesdropper holds: the context side's HELLO to gen1, valid MAC, fresh timestamp.
+        org.agrona.concurrent.UnsafeBuffer captured = new org.agrona.concurrent.UnsafeBuffer(
+                java.nio.ByteBuffer.allocateDirect(Wire.HEADER_LENGTH + Handshake.maxLength()));
+        int body = ctx.handshake.encode(captured, Wire.HEADER_LENGTH, ctx.localAddress(), gen1.localAddress(),
+                ctx.incarnation);
+        Wire.write(captured, Wire.HELLO, 0, 0, body);
+        int len = Wire.HEADER_LENGTH + body;
+        String oldAddress = gen1.localAddress();
+        gen1.close();
+        AeronConnectionManager gen2 = managerOnPort("gen2", port);
+        assertThat(Address.parse(gen2.localAddress()).hostPort()).isEqualTo(Address.parse(oldAddress).hostPort());
+        assertThat(gen2.localAddress()).isNotEqualTo(oldAddress);
+        RawPeer raw = new RawPeer(gen2);
+        closeables.add(raw);
+        RawPeer.Stream replay = raw.stream();
+        closeables.add(replay);
+        replay.buffer.putBytes(0, captured, 0, len);
+        long t0 = System.nanoTime();
+        assertThat(replay.offer(len, T)).isTrue();
+        assertRefusedWithoutTheSecret(gen2, 1);
+        long refusedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertThat(errors).anySatisfy(e -> assertThat(e.getMessage()).contains("is for incarnation"));
+        assertThat(gen2.peerCount()).as("the replay bound no peer").isZero();
+        // The genuine pair is not cut off: requests both ways, every byte checked.
+        int served = requests(gen2, ctx, 200, 80, buf);
+        System.out.println("replayed HELLO after restart: refused in " + refusedMs + " ms; genuine requests served "
+                + served + " of 200, unauthorized at gen2 " + gen2.counters().get("unauthorized"));
+        assertThat(served).isEqualTo(200);
+        assertThat(gen2.counters().get("unauthorized")).isEqualTo(1);
+    }
 }
