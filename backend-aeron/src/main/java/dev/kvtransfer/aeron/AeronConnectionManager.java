@@ -247,7 +247,9 @@ public final class AeronConnectionManager implements ConnectionManager {
 
     /** @return this manager's counters (monotonic counts and the early-buffer gauge), by name */
     public Map<String, Long> counters() {
-        return counters.snapshot(reporter);
+        Map<String, Long> m = counters.snapshot(reporter);
+        Counters.driverErrors(m, runtime.driverErrors());
+        return m;
     }
 
     /** @return bytes of early messages held right now, their bookkeeping included (agent's last tick) */
@@ -723,6 +725,14 @@ public final class AeronConnectionManager implements ConnectionManager {
             m.put("errors", r.count());
             m.put("errorsSuppressed", r.suppressed());
             return m;
+        }
+
+        /** The embedded driver's error counts (absent on an external driver). */
+        static void driverErrors(Map<String, Long> m, DriverErrorLog d) {
+            if (d != null) {
+                m.put("driverErrors", d.count());
+                m.put("driverErrorLinesLogged", d.linesLogged());
+            }
         }
 
         void close() {

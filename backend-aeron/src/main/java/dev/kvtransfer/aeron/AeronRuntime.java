@@ -236,6 +236,11 @@ final class AeronRuntime {
         return directory;
     }
 
+    /** @return the embedded driver's error log, or null on an external driver (its errors are its process's) */
+    DriverErrorLog driverErrors() {
+        return driver == null ? null : driver.errors();
+    }
+
     String driverId() {
         return driverId;
     }

@@ -12,7 +12,6 @@ import java.nio.file.Path;
 import java.nio.file.attribute.GroupPrincipal;
 import java.nio.file.attribute.PosixFileAttributeView;
 import java.nio.file.attribute.PosixFilePermissions;
-import java.lang.System.Logger.Level;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.UUID;
@@ -25,7 +24,6 @@ import java.util.concurrent.TimeUnit;
  * CPU to one backing-off thread however many ranks the process hosts.
  */
 final class EmbeddedDriver {
-    private static final System.Logger LOG = System.getLogger(EmbeddedDriver.class.getName());
     private static final Map<String, EmbeddedDriver> DRIVERS = new HashMap<>();
     static final String PREFIX = "kvtransfer-aeron-";
     /** rwxr-s---: owner, and the deployment group may enter; the setgid bit passes the group on. */
@@ -34,12 +32,14 @@ final class EmbeddedDriver {
     private final String key;
     private final MediaDriver driver;
     private final File dir;
+    private final DriverErrorLog errors;
     private int refs;
 
-    private EmbeddedDriver(String key, MediaDriver driver, File dir) {
+    private EmbeddedDriver(String key, MediaDriver driver, File dir, DriverErrorLog errors) {
         this.key = key;
         this.driver = driver;
         this.dir = dir;
+        this.errors = errors;
     }
 
     /** A manager's hold on the shared driver. */
@@ -49,6 +49,11 @@ final class EmbeddedDriver {
 
         private Lease(EmbeddedDriver driver) {
             this.driver = driver;
+        }
+
+        /** @return the driver's error handler (counts; tests and counters) */
+        DriverErrorLog errors() {
+            return driver.errors;
         }
 
         /** @return the driver's directory, for the Aeron client */
@@ -198,15 +203,17 @@ final class EmbeddedDriver {
     private static EmbeddedDriver launch(AeronSettings s) {
         // An embedded driver serves this process only: owner-only, whatever aeron.dirGroup says.
         File dir = newDirectory("", null);
+        MediaDriver.Context ctx = context(s, dir);
+        DriverErrorLog errors = (DriverErrorLog) ctx.errorHandler();
         MediaDriver driver;
         try {
-            driver = MediaDriver.launch(context(s, dir));
+            driver = MediaDriver.launch(ctx);
         } catch (RuntimeException | Error e) {
             deleteDirectory(dir);
             throw e;
         }
         tighten(dir, null);
-        return new EmbeddedDriver(s.driverKey(), driver, dir);
+        return new EmbeddedDriver(s.driverKey(), driver, dir, errors);
     }
 
     /**
@@ -238,7 +245,7 @@ final class EmbeddedDriver {
                 .publicationUnblockTimeoutNs(s.clientTimeoutNs + TimeUnit.SECONDS.toNanos(5))
                 .timerIntervalNs(TimeUnit.MILLISECONDS.toNanos(100))
                 .publicationLingerTimeoutNs(TimeUnit.MILLISECONDS.toNanos(200))
-                .errorHandler(t -> LOG.log(Level.WARNING, "aeron media driver error in " + dir, t));
+                .errorHandler(new DriverErrorLog(dir.getAbsolutePath()));
         if (s.threading == ThreadingMode.SHARED) {
             ctx.sharedIdleStrategy(s.newIdleStrategy());
         } else if (s.threading == ThreadingMode.SHARED_NETWORK) {

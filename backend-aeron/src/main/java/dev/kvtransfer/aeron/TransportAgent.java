@@ -56,6 +56,11 @@ final class TransportAgent {
     private final List<ImageState> images = new ArrayList<>();
     private final Long2ObjectHashMap<ImageState> imagesByKey = new Long2ObjectHashMap<>();
     private final List<ImageState> pending = new ArrayList<>();
+    /** Streams awaiting their HELLO, oldest first (entries that left that state are dropped lazily). */
+    private final java.util.ArrayDeque<ImageState> awaitingOrder = new java.util.ArrayDeque<>();
+    /** Streams awaiting their HELLO per source ({@code ip:port}), and in all. */
+    private final java.util.HashMap<String, int[]> awaitingBySource = new java.util.HashMap<>();
+    private int awaitingCount;
     private final List<Peer> needsControl = new ArrayList<>();
     private final List<Peer> needsEstablish = new ArrayList<>();
     private final List<Peer> lingering = new ArrayList<>();
@@ -253,11 +258,20 @@ final class TransportAgent {
                 if (e.image.subscription() != m.subscription(e.ipc)) {
                     continue; // an image of a subscription we replaced (client rebuilt)
                 }
+                String source = String.valueOf(e.image.sourceIdentity());
+                int[] fromSource = awaitingBySource.get(source);
+                if (fromSource != null && fromSource[0] >= m.settings.maxPendingPerSource) {
+                    rejectNew(e.image, "too many streams awaiting their HELLO from one source ("
+                            + m.settings.maxPendingPerSource + "); rejected a new one from "
+                            + ErrorReporter.peerText(source));
+                    continue;
+                }
+                if (awaitingCount >= m.settings.maxPendingHandshakes) {
+                    evictOldestAwaiting();
+                }
                 if (imagesByKey.size() >= m.settings.maxImages) {
-                    m.counters.imagesRefused.increment();
-                    reportError(new TransportException(ErrorCode.NETWORK, "aeron " + m.name + ": "
-                            + m.settings.maxImages + " streams open already; a new one from "
-                            + ErrorReporter.peerText(e.image.sourceIdentity()) + " is ignored"));
+                    rejectNew(e.image, m.settings.maxImages + " streams open already; rejected a new one from "
+                            + ErrorReporter.peerText(source));
                     continue;
                 }
                 ImageState img = new ImageState(e.image, e.ipc, System.nanoTime(), dispatcher);
@@ -266,6 +280,10 @@ final class TransportAgent {
                     retire(old);
                 }
                 images.add(img);
+                awaitingCount++;
+                awaitingBySource.computeIfAbsent(source, x -> new int[1])[0]++;
+                trimAwaitingOrder();
+                awaitingOrder.addLast(img);
             } else {
                 ImageState img = imagesByKey.get(k);
                 if (img != null && img.image == e.image) {
@@ -297,8 +315,48 @@ final class TransportAgent {
         return n;
     }
 
+    /** A stream that gets no state at all: rejected at once (its sender's driver is told), counted, reported. */
+    private void rejectNew(Image image, String why) {
+        m.counters.imagesRefused.increment();
+        reportError(new TransportException(ErrorCode.NETWORK, "aeron " + m.name + ": " + why));
+        reject(image, REJECT_MALFORMED + why);
+    }
+
+    /** Rejects the stream that has waited longest for its HELLO: the bound on such streams is reached. */
+    private void evictOldestAwaiting() {
+        ImageState oldest;
+        while ((oldest = awaitingOrder.pollFirst()) != null) {
+            if (oldest.awaiting && oldest.state == ImageState.AWAIT_HELLO) {
+                refuse(oldest, "evicted before its HELLO: " + m.settings.maxPendingHandshakes + " streams were"
+                        + " awaiting theirs (a flood of streams that never greet?)", false);
+                return;
+            }
+        }
+    }
+
+    private void trimAwaitingOrder() {
+        while (!awaitingOrder.isEmpty() && !awaitingOrder.peekFirst().awaiting) {
+            awaitingOrder.pollFirst();
+        }
+    }
+
+    /** The stream leaves the HELLO wait (bound, held, refused or gone): its place in the bounds is free again. */
+    private void leaveAwait(ImageState img) {
+        if (!img.awaiting) {
+            return;
+        }
+        img.awaiting = false;
+        awaitingCount--;
+        String source = String.valueOf(img.image.sourceIdentity());
+        int[] c = awaitingBySource.get(source);
+        if (c != null && --c[0] <= 0) {
+            awaitingBySource.remove(source);
+        }
+    }
+
     /** A stream went away (or was replaced): its peer is lost when it was that peer's stream. */
     private void retire(ImageState img) {
+        leaveAwait(img);
         images.remove(img);
         pending.remove(img);
         Peer p = img.peer;
@@ -315,6 +373,7 @@ final class TransportAgent {
 
     /** A stream said a valid HELLO: bind it to its peer (Dispatcher). */
     void bind(ImageState img, String claimed, long incarnation, boolean authenticated) {
+        leaveAwait(img);
         Address a;
         try {
             a = Address.parse(claimed);
@@ -362,8 +421,15 @@ final class TransportAgent {
 
     /** Refuses a stream: never read again (Dispatcher, handshake timeouts). */
     void refuse(ImageState img, String why, boolean unauthorized) {
+        leaveAwait(img);
         img.state = ImageState.REFUSED;
         pending.remove(img);
+        // Never read again and rejected below: its state goes now, not when the driver drops the image.
+        images.remove(img);
+        long k = key(img.ipc, img.image.sessionId());
+        if (imagesByKey.get(k) == img) {
+            imagesByKey.remove(k);
+        }
         m.counters.imagesRefused.increment();
         if (unauthorized) {
             m.counters.unauthorized.increment();
@@ -373,9 +439,19 @@ final class TransportAgent {
         // Tell the sender (its driver gets an error frame, its manager fails the calls waiting on us at once): a
         // peer with a wrong secret sees UNAUTHORIZED, not a TIMEOUT. The frame goes to where the stream came from,
         // never to the address a HELLO claims.
-        String text = (unauthorized ? REJECT_UNAUTHORIZED : REJECT_MALFORMED) + why;
+        reject(img.image, (unauthorized ? REJECT_UNAUTHORIZED : REJECT_MALFORMED) + why);
+    }
+
+    /**
+     * Asks the driver to drop an image and tell its sender. Not for an image that is gone already: the driver would
+     * answer each such request with an error of its own (a flood of short-lived forged streams made thousands).
+     */
+    private static void reject(Image image, String text) {
+        if (image.isClosed()) {
+            return;
+        }
         try {
-            img.image.reject(text.length() > MAX_REJECT_TEXT ? text.substring(0, MAX_REJECT_TEXT) : text);
+            image.reject(text.length() > MAX_REJECT_TEXT ? text.substring(0, MAX_REJECT_TEXT) : text);
         } catch (RuntimeException e) {
             // the image closed meanwhile, or the client is going away: nothing to tell
         }
@@ -517,6 +593,7 @@ final class TransportAgent {
                 work++;
             }
         }
+        trimAwaitingOrder();
         m.counters.earlyBytes.setOrdered(matcher.earlyBytes);
         if (now - nextLivenessNs >= 0) {
             // Our own stall (GC, SIGSTOP, an overloaded host) is not the peers' silence: never-answered clocks
