@@ -39,6 +39,7 @@ final class ImageState {
     /** The claim of a PENDING image: its address and incarnation. */
     String pendingAddress;
     long pendingIncarnation;
+    boolean pendingAuthenticated;
 
     int assemble = ASSEMBLE_NONE;
     Op op;

@@ -386,17 +386,17 @@ final class TransportAgent {
             existing = null;
         }
         if (existing != null && existing.image != null) {
-            if (!authenticated) {
-                // Never join a live peer's session: hold the stream until that one ends (a peer reconnecting
-                // before its old stream timed out) or the handshake time runs out (anyone else).
-                img.state = ImageState.PENDING;
-                img.pendingAddress = claimed;
-                img.pendingIncarnation = incarnation;
-                pending.add(img);
-                return;
-            }
-            peerLost(existing, "a new authenticated stream from it arrived (it restarted or reconnected)");
-            existing = null;
+            // Never join or replace a live peer's session on a claim, authenticated or not: hold the stream until
+            // the current one ends (the proof that the first peer is gone: its stream closed or went silent for the
+            // peer timeout; a restarted peer then gets in) or the pending time runs out (anyone else). With one
+            // secret for all, an insider's valid HELLO claiming the context's address used to cut the genuine
+            // session off (issue 29 §5).
+            img.state = ImageState.PENDING;
+            img.pendingAddress = claimed;
+            img.pendingIncarnation = incarnation;
+            img.pendingAuthenticated = authenticated;
+            pending.add(img);
+            return;
         }
         if (existing == null) {
             if (helloPeers >= m.settings.maxImages) {
@@ -497,7 +497,7 @@ final class TransportAgent {
             if (Address.hostPortOf(w.pendingAddress).equals(key)) {
                 pending.remove(i);
                 w.state = ImageState.AWAIT_HELLO;
-                bind(w, w.pendingAddress, w.pendingIncarnation, false);
+                bind(w, w.pendingAddress, w.pendingIncarnation, w.pendingAuthenticated);
             }
         }
     }
