@@ -259,7 +259,9 @@ final class TransportAgent {
                     continue; // an image of a subscription we replaced (client rebuilt)
                 }
                 String source = String.valueOf(e.image.sourceIdentity());
-                int[] fromSource = awaitingBySource.get(source);
+                // IPC streams all come from "aeron:ipc": processes of our own uid (the driver directory is
+                // owner-only), so only the total bound applies to them.
+                int[] fromSource = e.ipc ? null : awaitingBySource.get(source);
                 if (fromSource != null && fromSource[0] >= m.settings.maxPendingPerSource) {
                     rejectNew(e.image, "too many streams awaiting their HELLO from one source ("
                             + m.settings.maxPendingPerSource + "); rejected a new one from "
