@@ -34,7 +34,8 @@ import static org.awaitility.Awaitility.await;
  */
 @Timeout(value = 3, unit = TimeUnit.MINUTES)
 class AeronSetupFloodTest {
-    private static final Duration T = Duration.ofSeconds(20);
+    /** Generous: the driver works through the flood's backlog (an image per SETUP) before it sees a new peer. */
+    private static final Duration T = Duration.ofSeconds(40);
     private static final byte[] SECRET = "kvtransfer-test-secret-0123456789".getBytes(StandardCharsets.UTF_8);
     private final List<AutoCloseable> closeables = new ArrayList<>();
     private final AtomicLong handlerErrors = new AtomicLong();
@@ -113,8 +114,8 @@ class AeronSetupFloodTest {
         Throwable[] floodFailure = new Throwable[1];
         Thread flooder = new Thread(() -> {
             try {
-                sent[0] = flood(port, 1, 1000, 64 * 1024, 1); // one source: its bound
-                sent[1] = flood(port, 48, 2000, 64 * 1024, 2); // many sources: the total bound, oldest evicted
+                sent[0] = flood(port, 1, 600, 64 * 1024, 1); // one source: its bound
+                sent[1] = flood(port, 48, 1200, 64 * 1024, 2); // many sources: the total bound, oldest evicted
             } catch (Throwable t) {
                 floodFailure[0] = t;
             }
