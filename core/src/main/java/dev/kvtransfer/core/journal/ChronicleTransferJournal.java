@@ -102,7 +102,8 @@ public final class ChronicleTransferJournal implements TransferJournal {
         this.checksums = checksums;
         this.directory = root.resolve(directoryName(instance, rank));
         try {
-            Files.createDirectories(directory);
+            Files.createDirectories(root);
+            ownerOnly(directory);
         } catch (IOException e) {
             throw new UncheckedIOException("cannot create the journal directory " + directory, e);
         }
@@ -157,6 +158,26 @@ public final class ChronicleTransferJournal implements TransferJournal {
         }
         return new ChronicleTransferJournal(root, instance, rank, selfState, checksums, ringCapacity, blockSize,
                 errors);
+    }
+
+    /**
+     * Creates (or tightens) a rank's queue directory as {@code 0700}: Chronicle creates its files with the process
+     * umask (usually world readable), and a journal holds request ids, sizes, timings, checksums and peer
+     * addresses; the directory's mode keeps every file in it, also those Chronicle creates later, from other uids.
+     * Best effort on a file system without POSIX permissions.
+     */
+    private static void ownerOnly(Path dir) throws IOException {
+        var mode = java.nio.file.attribute.PosixFilePermissions.fromString("rwx------");
+        try {
+            if (!Files.isDirectory(dir)) {
+                Files.createDirectory(dir, java.nio.file.attribute.PosixFilePermissions.asFileAttribute(mode));
+            }
+            Files.setPosixFilePermissions(dir, mode);
+        } catch (UnsupportedOperationException e) {
+            Files.createDirectories(dir);
+        } catch (java.nio.file.FileAlreadyExistsException e) {
+            Files.setPosixFilePermissions(dir, mode); // another rank's thread made it meanwhile
+        }
     }
 
     /**

@@ -222,4 +222,42 @@ class JournalIntegrityTest {
         }
         System.out.println("journal cut inside a record: " + messages.get(0));
     }
+
+    /**
+     * Issue 28 §7 applied to the journal: another local uid cannot open a rank's journal files (request ids, sizes,
+     * timings, checksums, peer addresses). A child as uid {@code nobody} tries every path; run as root only.
+     */
+    @Test
+    void anotherUidCannotOpenAJournal() throws Exception {
+        org.junit.jupiter.api.Assumptions.assumeTrue("root".equals(System.getProperty("user.name")),
+                "only root can run a child as another uid; this test runs as " + System.getProperty("user.name"));
+        org.junit.jupiter.api.Assumptions.assumeTrue(new java.io.File("/usr/bin/setpriv").canExecute(),
+                "setpriv (util-linux) is not installed");
+        writeTwoRanks(5);
+        Path rankDir = dir.resolve("ctx-rank-0");
+        assertThat(java.nio.file.attribute.PosixFilePermissions.toString(Files.getPosixFilePermissions(rankDir)))
+                .isEqualTo("rwx------");
+        List<Path> all;
+        try (Stream<Path> s = Files.walk(rankDir)) {
+            all = s.toList();
+        }
+        assertThat(all).anySatisfy(p -> assertThat(p.toString()).endsWith(".cq4"));
+        long leaked = 0;
+        for (Path p : all) {
+            List<String> cmd = new ArrayList<>(List.of("/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                    "--clear-groups"));
+            cmd.addAll(Files.isDirectory(p) ? List.of("ls", "-a", p.toString()) : List.of("head", "-c", "65536",
+                    p.toString()));
+            Process pr = new ProcessBuilder(cmd).start();
+            pr.getOutputStream().close();
+            byte[] out = pr.getInputStream().readAllBytes();
+            String err = new String(pr.getErrorStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+            assertThat(pr.waitFor(20, java.util.concurrent.TimeUnit.SECONDS)).isTrue();
+            assertThat(pr.exitValue()).as("uid nobody opening %s: %s", p, err).isNotZero();
+            assertThat(err).contains("Permission denied");
+            leaked += out.length;
+        }
+        System.out.println("journal: uid nobody tried " + all.size() + " paths, bytes read: " + leaked);
+        assertThat(leaked).isZero();
+    }
 }
