@@ -200,13 +200,4 @@ class AeronSharedMemoryModeTest {
                 + STRANGER + " tried " + all.size() + " paths, bytes read: " + leaked);
         assertThat(leaked).isZero();
     }
-
-    @Test
-    void anUnknownGroupOrABadNameIsRefusedNamingTheKey() {
-        org.assertj.core.api.Assertions.assertThatThrownBy(() -> AeronSettings.from(TransportConfig.builder()
-                .property(AeronSettings.DIR_GROUP, "a b;rm").build()))
-                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining(AeronSettings.DIR_GROUP);
-        org.assertj.core.api.Assertions.assertThatThrownBy(() -> EmbeddedDriver.newDirectory("t",
-                "no-such-group-kvt")).hasMessageContaining("no-such-group-kvt");
-    }
 }
