@@ -578,11 +578,14 @@ final class TransportAgent {
                         + " (stream at " + img.image.position() + ", joined at " + img.image.joinPosition() + ")", false);
             }
         }
+        // A held claim waits for the proof that the claimed peer's stream is gone: silent for the peer timeout
+        // (UDP), or, on a shared driver, its killed process's client timed out (IPC).
         long pendingLimit = Math.max(m.settings.handshakeTimeoutNs, m.settings.peerTimeoutNs
                 + TimeUnit.SECONDS.toNanos(2));
+        long ipcPendingLimit = Math.max(pendingLimit, m.settings.clientTimeoutNs + TimeUnit.SECONDS.toNanos(2));
         for (int i = pending.size() - 1; i >= 0; i--) {
             ImageState img = pending.get(i);
-            if (now - img.createdNs > pendingLimit) {
+            if (now - img.createdNs > (img.ipc ? ipcPendingLimit : pendingLimit)) {
                 refuse(img, "it claims " + ErrorReporter.peerText(img.pendingAddress) + ", whose current stream is"
                         + " still alive (a second stream may not join it)", false);
             }
