@@ -148,7 +148,8 @@ final class EmbeddedDriver {
         Path p = parent.toPath();
         try {
             // Created 0700 (umask can only take bits away): never visible to anyone else, not even for a moment.
-            Files.createDirectory(p, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------")));
+            Files.createDirectory(p, PosixFilePermissions.asFileAttribute(
+                    PosixFilePermissions.fromString("rwx------")));
             if (group != null) {
                 GroupPrincipal g = p.getFileSystem().getUserPrincipalLookupService().lookupPrincipalByGroupName(group);
                 Files.getFileAttributeView(p, PosixFileAttributeView.class).setGroup(g);

@@ -36,8 +36,8 @@ import java.util.Map;
  * {@code aeron.authWindowMs} from its clock, one whose nonce it has seen within that window (a replay), one
  * addressed to another manager, and one for another incarnation of its own address (the receiver address carries
  * the receiver's random incarnation, {@link Address}: a HELLO captured before the receiver restarted on the same
- * port is refused, though its nonce is new to the restarted manager's memory); every receiver refuses malformed HELLOs and overlong addresses. Verification runs
- * on the agent only.
+ * port is refused, though its nonce is new to the restarted manager's memory); every receiver refuses malformed
+ * HELLOs and overlong addresses. Verification runs on the agent only.
  */
 final class Handshake {
     static final int MAGIC = 0x3248564B; // "KVH2" little-endian
