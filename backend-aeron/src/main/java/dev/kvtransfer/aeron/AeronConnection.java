@@ -58,7 +58,7 @@ final class AeronConnection implements Connection {
     // Establishment: a non-blocking state machine, stepped under establishLock by callers and by the agent.
     private final ReentrantLock establishLock = new ReentrantLock();
     private int estState = NEW;
-    private long registrationId = -1;
+    private volatile long registrationId = -1;
     private Aeron client;
     private volatile boolean established;
     private volatile TransportException establishFailure;
@@ -148,6 +148,11 @@ final class AeronConnection implements Connection {
 
     boolean isEstablished() {
         return established;
+    }
+
+    /** @return the registration id of our publication to the peer (-1 before it was asked for) */
+    long registrationId() {
+        return registrationId;
     }
 
     /** Blocks (bounded by the deadline) until the publication is connected and our HELLO is out. */

@@ -130,7 +130,8 @@ public final class AeronConnectionManager implements ConnectionManager {
         this.ipcStream = stream;
         this.udpSubscription = udp;
         this.ipcSubscription = ipc;
-        this.localAddress = Address.format(host, port, stream != 0 ? rt.driverId() : null, stream);
+        this.localAddress = Address.format(host, port, incarnation, stream != 0 ? rt.driverId() : null,
+                stream);
         this.self = Address.parse(localAddress);
         this.agent = a;
         this.oneSided = new EmulatedOneSided(this, new ControlBuffers(), reporter::report, defaultTimeout, name);
@@ -246,7 +247,9 @@ public final class AeronConnectionManager implements ConnectionManager {
 
     /** @return this manager's counters (monotonic counts and the early-buffer gauge), by name */
     public Map<String, Long> counters() {
-        return counters.snapshot(reporter);
+        Map<String, Long> m = counters.snapshot(reporter);
+        Counters.driverErrors(m, runtime.driverErrors());
+        return m;
     }
 
     /** @return bytes of early messages held right now, their bookkeeping included (agent's last tick) */
@@ -604,6 +607,10 @@ public final class AeronConnectionManager implements ConnectionManager {
     }
 
     TransportException peerLostError(Peer p, String what) {
+        if (p.lostCode != ErrorCode.PEER_LOST) {
+            return new TransportException(p.lostCode, "aeron " + name + ": " + what + " failed: peer "
+                    + ErrorReporter.peerText(p.address) + " " + p.lostReason);
+        }
         return new TransportException(ErrorCode.PEER_LOST, "aeron " + name + ": " + what + " failed: peer "
                 + ErrorReporter.peerText(p.address) + " lost (" + p.lostReason + ")");
     }
@@ -718,6 +725,14 @@ public final class AeronConnectionManager implements ConnectionManager {
             m.put("errors", r.count());
             m.put("errorsSuppressed", r.suppressed());
             return m;
+        }
+
+        /** The embedded driver's error counts (absent on an external driver). */
+        static void driverErrors(Map<String, Long> m, DriverErrorLog d) {
+            if (d != null) {
+                m.put("driverErrors", d.count());
+                m.put("driverErrorLinesLogged", d.linesLogged());
+            }
         }
 
         void close() {

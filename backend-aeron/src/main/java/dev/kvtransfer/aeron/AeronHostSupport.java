@@ -3,7 +3,6 @@ package dev.kvtransfer.aeron;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.transport.HostSupport;
 import dev.kvtransfer.api.transport.TransportException;
-import org.agrona.IoUtil;
 
 import java.io.BufferedReader;
 import java.io.File;
@@ -60,6 +59,14 @@ public final class AeronHostSupport implements HostSupport {
     /** Starts the driver with these driver properties ({@code aeron.*}, no {@code aeron.dir}). */
     static AeronHostSupport start(Map<String, String> properties) {
         List<String> cmd = new ArrayList<>();
+        // The driver creates its files (cnc.dat, every log buffer, later too) with its process's umask, which Java
+        // cannot set: start it under one that keeps them owner-only (or group read-write for aeron.dirGroup).
+        boolean group = !properties.getOrDefault(AeronSettings.DIR_GROUP, "").trim().isEmpty();
+        if (new File("/bin/sh").canExecute()) {
+            cmd.add("/bin/sh");
+            cmd.add("-c");
+            cmd.add("umask " + (group ? "007" : "077") + " && exec \"$0\" \"$@\"");
+        }
         cmd.add(System.getProperty("java.home") + File.separator + "bin" + File.separator + "java");
         for (String a : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
             if (a.startsWith("--add-opens") || a.startsWith("--add-exports")) {
@@ -161,7 +168,7 @@ public final class AeronHostSupport implements HostSupport {
             Thread.currentThread().interrupt();
             process.destroyForcibly();
         }
-        IoUtil.delete(new File(directory), true);
+        EmbeddedDriver.deleteDirectory(new File(directory));
     }
 
     @Override

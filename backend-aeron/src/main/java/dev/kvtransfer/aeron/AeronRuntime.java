@@ -2,6 +2,7 @@ package dev.kvtransfer.aeron;
 
 import io.aeron.Aeron;
 import io.aeron.CncFileDescriptor;
+import io.aeron.status.PublicationErrorFrame;
 import org.agrona.CloseHelper;
 import org.agrona.IoUtil;
 import org.agrona.concurrent.AgentInvoker;
@@ -92,7 +93,22 @@ final class AeronRuntime {
                 .useConductorAgentInvoker(true)
                 .driverTimeoutMs(TimeUnit.NANOSECONDS.toMillis(settings.clientTimeoutNs))
                 .errorHandler(this::onClientError)
-                .subscriberErrorHandler(this::onClientError));
+                .subscriberErrorHandler(this::onClientError)
+                .publicationErrorFrameHandler(this::onPublicationError));
+    }
+
+    /**
+     * A peer's driver rejected one of our publications (its manager refused our stream: {@code Image.reject}, see
+     * {@link TransportAgent#refuse}): the manager that owns the publication fails that peer with the refusal's
+     * code, so a caller with a wrong secret learns UNAUTHORIZED at once instead of waiting for a TIMEOUT. Client
+     * conductor thread: the frame is reused, so only its registration id and text are handed on.
+     */
+    private void onPublicationError(PublicationErrorFrame frame) {
+        long registrationId = frame.registrationId();
+        String message = String.valueOf(frame.errorMessage());
+        for (TransportAgent a : members) {
+            a.onPublicationRejected(registrationId, message);
+        }
     }
 
     /**
@@ -218,6 +234,11 @@ final class AeronRuntime {
 
     String directory() {
         return directory;
+    }
+
+    /** @return the embedded driver's error log, or null on an external driver (its errors are its process's) */
+    DriverErrorLog driverErrors() {
+        return driver == null ? null : driver.errors();
     }
 
     String driverId() {

@@ -58,6 +58,13 @@ public final class AeronSettings {
     public static final String HANDSHAKE_TIMEOUT_MS = "aeron.handshakeTimeoutMs";
     /** Bound on the streams (images) a manager keeps state for; beyond it new streams are ignored. */
     public static final String MAX_IMAGES = "aeron.maxImages";
+    /**
+     * Bound on the streams awaiting their HELLO: a new one beyond it evicts (rejects) the oldest, so a flood of
+     * streams that never greet (forged SETUPs) cannot keep a genuine peer, which greets at once, out.
+     */
+    public static final String MAX_PENDING_HANDSHAKES = "aeron.maxPendingHandshakes";
+    /** Bound on the streams awaiting their HELLO from one source ({@code ip:port}); beyond it new ones are rejected. */
+    public static final String MAX_PENDING_PER_SOURCE = "aeron.maxPendingPerSource";
     /** How far an authenticated HELLO's timestamp may be from the receiver's clock. */
     public static final String AUTH_WINDOW_MS = "aeron.authWindowMs";
     /** How long an agent (and the embedded driver) keeps spinning after work before it parks (µs). */
@@ -77,12 +84,18 @@ public final class AeronSettings {
      * receiver window is always open). IPC streams have no congestion control.
      */
     public static final String CONGESTION_CONTROL = "aeron.congestionControl";
+    /**
+     * The deployment group that may use the host's shared media driver ({@code AeronHostSupport}): its directory,
+     * cnc.dat and log buffers become group read-write ({@code 02750} parent, umask {@code 007}). Unset (default):
+     * owner-only ({@code 0700} parent, umask {@code 077}). An embedded driver is always owner-only.
+     */
+    public static final String DIR_GROUP = "aeron.dirGroup";
 
     /** Every property this transport reads; any other {@code aeron.*} key is refused at create. */
     public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
             PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
             IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS,
-            CALLER_POLL_MICROS, CONGESTION_CONTROL);
+            CALLER_POLL_MICROS, CONGESTION_CONTROL, DIR_GROUP, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_SOURCE);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
@@ -98,6 +111,8 @@ public final class AeronSettings {
     static final long DEFAULT_HANDSHAKE_TIMEOUT_MS = 5000;
     static final long DEFAULT_MAX_IMAGES = 4096;
     static final long DEFAULT_AUTH_WINDOW_MS = 120_000;
+    static final long DEFAULT_MAX_PENDING_HANDSHAKES = 1024;
+    static final long DEFAULT_MAX_PENDING_PER_SOURCE = 256;
     static final long DEFAULT_SPIN_MICROS = 100;
     static final long DEFAULT_CALLER_POLL_MICROS = 100;
     static final String DEFAULT_CONGESTION_CONTROL = "cubic";
@@ -127,12 +142,16 @@ public final class AeronSettings {
     final int agents;
     final long handshakeTimeoutNs;
     final int maxImages;
+    final int maxPendingHandshakes;
+    final int maxPendingPerSource;
     final long authWindowMs;
     final long spinNs;
     final long callerSpinNs;
     final long callerPollNs;
     /** {@code static} or {@code cubic}: the {@code cc} parameter of the UDP subscription channel. */
     final String congestionControl;
+    /** The group that may use the shared driver, or null (owner-only). */
+    final String dirGroup;
 
     private AeronSettings(TransportConfig config) {
         config.checkKnownProperties(PREFIX, KNOWN);
@@ -212,7 +231,17 @@ public final class AeronSettings {
         this.handshakeTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, HANDSHAKE_TIMEOUT_MS,
                 DEFAULT_HANDSHAKE_TIMEOUT_MS, 100, 600_000));
         this.maxImages = (int) range(config, MAX_IMAGES, DEFAULT_MAX_IMAGES, 16, 1 << 20);
+        this.maxPendingHandshakes = (int) range(config, MAX_PENDING_HANDSHAKES, Math.min(DEFAULT_MAX_PENDING_HANDSHAKES,
+                maxImages / 2), 8, maxImages);
+        this.maxPendingPerSource = (int) range(config, MAX_PENDING_PER_SOURCE, Math.min(DEFAULT_MAX_PENDING_PER_SOURCE,
+                maxPendingHandshakes), 1, maxPendingHandshakes);
         this.authWindowMs = range(config, AUTH_WINDOW_MS, DEFAULT_AUTH_WINDOW_MS, 1000, 86_400_000);
+        String g = config.property(DIR_GROUP, "").trim();
+        if (!g.isEmpty() && !g.matches("[A-Za-z0-9._][A-Za-z0-9._-]{0,31}")) {
+            throw new IllegalArgumentException("transport property " + DIR_GROUP + " = '" + g + "': must be a group"
+                    + " name (letters, digits, '.', '_', '-'; at most 32)");
+        }
+        this.dirGroup = g.isEmpty() ? null : g;
     }
 
     private static long range(TransportConfig config, String key, long defaultValue, long min, long max) {

@@ -110,10 +110,19 @@ final class ErrorReporter {
         }
     }
 
-    private static String kindOf(Throwable t) {
+    /**
+     * The error's class and its message's first 48 characters with digits masked: errors that differ only in a
+     * session id, port or count are one kind (a flood of streams with fresh session ids must not make a kind each).
+     */
+    static String kindOf(Throwable t) {
         String m = String.valueOf(t.getMessage());
         int cut = Math.min(m.length(), 48);
-        return t.getClass().getSimpleName() + ":" + m.substring(0, cut);
+        StringBuilder b = new StringBuilder(cut + 24).append(t.getClass().getSimpleName()).append(':');
+        for (int i = 0; i < cut; i++) {
+            char c = m.charAt(i);
+            b.append(c >= '0' && c <= '9' ? '#' : c);
+        }
+        return b.toString();
     }
 
     /**

@@ -33,9 +33,11 @@ import java.util.Map;
  * </pre>
  *
  * A receiver with a secret refuses a HELLO without a valid MAC, one whose timestamp is more than
- * {@code aeron.authWindowMs} from its clock, one whose nonce it has seen within that window (a replay), and one
- * addressed to another manager; every receiver refuses malformed HELLOs and overlong addresses. Verification runs
- * on the agent only.
+ * {@code aeron.authWindowMs} from its clock, one whose nonce it has seen within that window (a replay), one
+ * addressed to another manager, and one for another incarnation of its own address (the receiver address carries
+ * the receiver's random incarnation, {@link Address}: a HELLO captured before the receiver restarted on the same
+ * port is refused, though its nonce is new to the restarted manager's memory); every receiver refuses malformed
+ * HELLOs and overlong addresses. Verification runs on the agent only.
  */
 final class Handshake {
     static final int MAGIC = 0x3248564B; // "KVH2" little-endian
@@ -185,6 +187,21 @@ final class Handshake {
         }
         if (secret == null) {
             return r;
+        }
+        long forIncarnation;
+        long ours;
+        try {
+            forIncarnation = Address.parse(receiver).incarnation();
+            ours = Address.parse(self).incarnation();
+        } catch (IllegalArgumentException e) {
+            return r.refuse("HELLO from " + ErrorReporter.peerText(r.sender) + " names a malformed receiver: "
+                    + e.getMessage(), true);
+        }
+        if (forIncarnation != ours) {
+            // The MAC covers the receiver's address, incarnation included: a HELLO is good for one start of ours.
+            return r.refuse("HELLO from " + ErrorReporter.peerText(r.sender) + " is for incarnation "
+                    + Long.toHexString(forIncarnation) + " of this address, not the current "
+                    + Long.toHexString(ours) + " (replayed from before a restart, or an old address of ours)", true);
         }
         if (!hasMac) {
             return r.refuse("HELLO from " + ErrorReporter.peerText(r.sender) + " carries no MAC and this manager"

@@ -33,10 +33,13 @@ final class ImageState {
     final long createdNs;
     final ControlledFragmentHandler handler;
     int state = AWAIT_HELLO;
+    /** Counted among the streams awaiting their HELLO (agent's bounds); cleared once, when it leaves that. */
+    boolean awaiting = true;
     Peer peer;
     /** The claim of a PENDING image: its address and incarnation. */
     String pendingAddress;
     long pendingIncarnation;
+    boolean pendingAuthenticated;
 
     int assemble = ASSEMBLE_NONE;
     Op op;

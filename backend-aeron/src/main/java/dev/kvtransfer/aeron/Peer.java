@@ -1,5 +1,6 @@
 package dev.kvtransfer.aeron;
 
+import dev.kvtransfer.api.ErrorCode;
 import org.agrona.collections.Int2ObjectHashMap;
 import org.agrona.collections.Long2ObjectHashMap;
 
@@ -35,6 +36,8 @@ final class Peer {
     // Shared with callers.
     volatile boolean lost;
     volatile String lostReason;
+    /** What callers are told when the peer is lost: PEER_LOST, or UNAUTHORIZED when it refused our stream. */
+    volatile ErrorCode lostCode = ErrorCode.PEER_LOST;
 
     Peer(String address, AeronConnectionManager manager) {
         this.address = address;

@@ -11,7 +11,9 @@ import java.io.IOException;
  * {@link MediaDriver} with this transport's driver settings (the {@code aeron.*} properties given as
  * {@code key=value} arguments), in a fresh directory. Prints {@code READY <directory>} once clients may connect,
  * then runs until its standard input ends (its parent closed it, or died) or it is terminated, and deletes the
- * directory on the way out. Peers on it talk {@code aeron:ipc}.
+ * directory on the way out. Peers on it talk {@code aeron:ipc}. Its directory and files are owner-only, or open to
+ * the group {@code aeron.dirGroup} names ({@link EmbeddedDriver#newDirectory}; {@link AeronHostSupport} starts it
+ * under the matching umask).
  */
 public final class SharedDriverMain {
     private SharedDriverMain() {
@@ -33,15 +35,24 @@ public final class SharedDriverMain {
             b.property(a.substring(0, eq), a.substring(eq + 1));
         }
         AeronSettings s = AeronSettings.from(b.build());
-        File dir = EmbeddedDriver.newDirectory("host");
-        MediaDriver driver = MediaDriver.launch(EmbeddedDriver.context(s, dir));
-        Runtime.getRuntime().addShutdownHook(new Thread(driver::close, "shared-driver-shutdown"));
+        File dir = EmbeddedDriver.newDirectory("host", s.dirGroup);
+        MediaDriver driver;
+        try {
+            driver = MediaDriver.launch(EmbeddedDriver.context(s, dir));
+        } catch (RuntimeException | Error e) {
+            EmbeddedDriver.deleteDirectory(dir);
+            throw e;
+        }
+        EmbeddedDriver.tighten(dir, s.dirGroup);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            driver.close();
+            EmbeddedDriver.deleteDirectory(dir);
+        }, "shared-driver-shutdown"));
         System.out.println("READY " + dir.getAbsolutePath());
         System.out.flush();
         while (System.in.read() >= 0) {
             // the parent keeps our stdin open while the host needs the driver
         }
-        driver.close();
-        System.exit(0);
+        System.exit(0); // the shutdown hook closes the driver and deletes its directory
     }
 }

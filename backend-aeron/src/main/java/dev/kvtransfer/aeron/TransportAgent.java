@@ -50,10 +50,17 @@ final class TransportAgent {
     private final Dispatcher dispatcher;
     final ManyToOneConcurrentArrayQueue<Op> commands = new ManyToOneConcurrentArrayQueue<>(1 << 14);
     private final ConcurrentLinkedQueue<ImageEvent> imageEvents = new ConcurrentLinkedQueue<>();
+    /** Our publications a peer's driver rejected: (registration id, its reason); bounded, see onPublicationRejected. */
+    private final ManyToOneConcurrentArrayQueue<Rejection> rejections = new ManyToOneConcurrentArrayQueue<>(256);
 
     private final List<ImageState> images = new ArrayList<>();
     private final Long2ObjectHashMap<ImageState> imagesByKey = new Long2ObjectHashMap<>();
     private final List<ImageState> pending = new ArrayList<>();
+    /** Streams awaiting their HELLO, oldest first (entries that left that state are dropped lazily). */
+    private final java.util.ArrayDeque<ImageState> awaitingOrder = new java.util.ArrayDeque<>();
+    /** Streams awaiting their HELLO per source ({@code ip:port}), and in all. */
+    private final java.util.HashMap<String, int[]> awaitingBySource = new java.util.HashMap<>();
+    private int awaitingCount;
     private final List<Peer> needsControl = new ArrayList<>();
     private final List<Peer> needsEstablish = new ArrayList<>();
     private final List<Peer> lingering = new ArrayList<>();
@@ -97,6 +104,11 @@ final class TransportAgent {
 
     void onUnavailable(Image image, boolean ipc) {
         imageEvents.add(new ImageEvent(image, ipc, false));
+    }
+
+    /** A peer's driver rejected a publication of this process (client conductor thread): only queue it. */
+    void onPublicationRejected(long registrationId, String reason) {
+        rejections.offer(new Rejection(registrationId, reason)); // full: one of many; the next frames retry
     }
 
     /**
@@ -180,6 +192,7 @@ final class TransportAgent {
         }
         work += checkClient();
         work += drainImageEvents();
+        work += drainRejections();
         work += poll();
         work += flushControl();
         long now = System.nanoTime();
@@ -245,11 +258,22 @@ final class TransportAgent {
                 if (e.image.subscription() != m.subscription(e.ipc)) {
                     continue; // an image of a subscription we replaced (client rebuilt)
                 }
+                String source = String.valueOf(e.image.sourceIdentity());
+                // IPC streams all come from "aeron:ipc": processes of our own uid (the driver directory is
+                // owner-only), so only the total bound applies to them.
+                int[] fromSource = e.ipc ? null : awaitingBySource.get(source);
+                if (fromSource != null && fromSource[0] >= m.settings.maxPendingPerSource) {
+                    rejectNew(e.image, "too many streams awaiting their HELLO from one source ("
+                            + m.settings.maxPendingPerSource + "); rejected a new one from "
+                            + ErrorReporter.peerText(source));
+                    continue;
+                }
+                if (awaitingCount >= m.settings.maxPendingHandshakes) {
+                    evictOldestAwaiting();
+                }
                 if (imagesByKey.size() >= m.settings.maxImages) {
-                    m.counters.imagesRefused.increment();
-                    reportError(new TransportException(ErrorCode.NETWORK, "aeron " + m.name + ": "
-                            + m.settings.maxImages + " streams open already; a new one from "
-                            + ErrorReporter.peerText(e.image.sourceIdentity()) + " is ignored"));
+                    rejectNew(e.image, m.settings.maxImages + " streams open already; rejected a new one from "
+                            + ErrorReporter.peerText(source));
                     continue;
                 }
                 ImageState img = new ImageState(e.image, e.ipc, System.nanoTime(), dispatcher);
@@ -258,6 +282,10 @@ final class TransportAgent {
                     retire(old);
                 }
                 images.add(img);
+                awaitingCount++;
+                awaitingBySource.computeIfAbsent(source, x -> new int[1])[0]++;
+                trimAwaitingOrder();
+                awaitingOrder.addLast(img);
             } else {
                 ImageState img = imagesByKey.get(k);
                 if (img != null && img.image == e.image) {
@@ -269,8 +297,68 @@ final class TransportAgent {
         return n;
     }
 
+    /**
+     * Peers that refused our stream: lost, with UNAUTHORIZED when their reason says so (a wrong or missing secret),
+     * else NETWORK. Only a rejection of a publication of ours names a peer, so nobody can fail a third peer this way.
+     */
+    private int drainRejections() {
+        int n = 0;
+        Rejection r;
+        while ((r = rejections.poll()) != null) {
+            n++;
+            for (Peer p : m.peers.values()) {
+                if (!p.lost && p.connection.registrationId() == r.registrationId()) {
+                    String reason = ErrorReporter.peerText(r.reason());
+                    p.lostCode = reason.contains(REJECT_UNAUTHORIZED) ? ErrorCode.UNAUTHORIZED : ErrorCode.NETWORK;
+                    peerLost(p, "refused our stream: " + reason);
+                }
+            }
+        }
+        return n;
+    }
+
+    /** A stream that gets no state at all: rejected at once (its sender's driver is told), counted, reported. */
+    private void rejectNew(Image image, String why) {
+        m.counters.imagesRefused.increment();
+        reportError(new TransportException(ErrorCode.NETWORK, "aeron " + m.name + ": " + why));
+        reject(image, REJECT_MALFORMED + why);
+    }
+
+    /** Rejects the stream that has waited longest for its HELLO: the bound on such streams is reached. */
+    private void evictOldestAwaiting() {
+        ImageState oldest;
+        while ((oldest = awaitingOrder.pollFirst()) != null) {
+            if (oldest.awaiting && oldest.state == ImageState.AWAIT_HELLO) {
+                refuse(oldest, "evicted before its HELLO: " + m.settings.maxPendingHandshakes + " streams were"
+                        + " awaiting theirs (a flood of streams that never greet?)", false);
+                return;
+            }
+        }
+    }
+
+    private void trimAwaitingOrder() {
+        while (!awaitingOrder.isEmpty() && !awaitingOrder.peekFirst().awaiting) {
+            awaitingOrder.pollFirst();
+        }
+    }
+
+    /** The stream leaves the HELLO wait (bound, held, refused or gone): its place in the bounds is free again. */
+    private void leaveAwait(ImageState img) {
+        if (!img.awaiting) {
+            return;
+        }
+        img.awaiting = false;
+        awaitingCount--;
+        String source = String.valueOf(img.image.sourceIdentity());
+        int[] c = awaitingBySource.get(source);
+        if (c != null && --c[0] <= 0) {
+            awaitingBySource.remove(source);
+        }
+    }
+
     /** A stream went away (or was replaced): its peer is lost when it was that peer's stream. */
     private void retire(ImageState img) {
+        leaveAwait(img);
         images.remove(img);
         pending.remove(img);
         Peer p = img.peer;
@@ -287,6 +375,7 @@ final class TransportAgent {
 
     /** A stream said a valid HELLO: bind it to its peer (Dispatcher). */
     void bind(ImageState img, String claimed, long incarnation, boolean authenticated) {
+        leaveAwait(img);
         Address a;
         try {
             a = Address.parse(claimed);
@@ -299,17 +388,17 @@ final class TransportAgent {
             existing = null;
         }
         if (existing != null && existing.image != null) {
-            if (!authenticated) {
-                // Never join a live peer's session: hold the stream until that one ends (a peer reconnecting
-                // before its old stream timed out) or the handshake time runs out (anyone else).
-                img.state = ImageState.PENDING;
-                img.pendingAddress = claimed;
-                img.pendingIncarnation = incarnation;
-                pending.add(img);
-                return;
-            }
-            peerLost(existing, "a new authenticated stream from it arrived (it restarted or reconnected)");
-            existing = null;
+            // Never join or replace a live peer's session on a claim, authenticated or not: hold the stream until
+            // the current one ends (the proof that the first peer is gone: its stream closed or went silent for the
+            // peer timeout; a restarted peer then gets in) or the pending time runs out (anyone else). With one
+            // secret for all, an insider's valid HELLO claiming the context's address used to cut the genuine
+            // session off (issue 29 §5).
+            img.state = ImageState.PENDING;
+            img.pendingAddress = claimed;
+            img.pendingIncarnation = incarnation;
+            img.pendingAuthenticated = authenticated;
+            pending.add(img);
+            return;
         }
         if (existing == null) {
             if (helloPeers >= m.settings.maxImages) {
@@ -334,15 +423,45 @@ final class TransportAgent {
 
     /** Refuses a stream: never read again (Dispatcher, handshake timeouts). */
     void refuse(ImageState img, String why, boolean unauthorized) {
+        leaveAwait(img);
         img.state = ImageState.REFUSED;
         pending.remove(img);
+        // Never read again and rejected below: its state goes now, not when the driver drops the image.
+        images.remove(img);
+        long k = key(img.ipc, img.image.sessionId());
+        if (imagesByKey.get(k) == img) {
+            imagesByKey.remove(k);
+        }
         m.counters.imagesRefused.increment();
         if (unauthorized) {
             m.counters.unauthorized.increment();
         }
         reportError(new TransportException(unauthorized ? ErrorCode.UNAUTHORIZED : ErrorCode.MALFORMED, "aeron "
                 + m.name + ": refused the stream " + img.describe() + ": " + why));
+        // Tell the sender (its driver gets an error frame, its manager fails the calls waiting on us at once): a
+        // peer with a wrong secret sees UNAUTHORIZED, not a TIMEOUT. The frame goes to where the stream came from,
+        // never to the address a HELLO claims.
+        reject(img.image, (unauthorized ? REJECT_UNAUTHORIZED : REJECT_MALFORMED) + why);
     }
+
+    /**
+     * Asks the driver to drop an image and tell its sender. Not for an image that is gone already: the driver would
+     * answer each such request with an error of its own (a flood of short-lived forged streams made thousands).
+     */
+    private static void reject(Image image, String text) {
+        if (image.isClosed()) {
+            return;
+        }
+        try {
+            image.reject(text.length() > MAX_REJECT_TEXT ? text.substring(0, MAX_REJECT_TEXT) : text);
+        } catch (RuntimeException e) {
+            // the image closed meanwhile, or the client is going away: nothing to tell
+        }
+    }
+
+    static final String REJECT_UNAUTHORIZED = "kvtransfer UNAUTHORIZED: ";
+    static final String REJECT_MALFORMED = "kvtransfer refused: ";
+    private static final int MAX_REJECT_TEXT = 300;
 
     // ------------------------------------------------------------------------------------------ peers
 
@@ -380,7 +499,7 @@ final class TransportAgent {
             if (Address.hostPortOf(w.pendingAddress).equals(key)) {
                 pending.remove(i);
                 w.state = ImageState.AWAIT_HELLO;
-                bind(w, w.pendingAddress, w.pendingIncarnation, false);
+                bind(w, w.pendingAddress, w.pendingIncarnation, w.pendingAuthenticated);
             }
         }
     }
@@ -459,11 +578,14 @@ final class TransportAgent {
                         + " (stream at " + img.image.position() + ", joined at " + img.image.joinPosition() + ")", false);
             }
         }
+        // A held claim waits for the proof that the claimed peer's stream is gone: silent for the peer timeout
+        // (UDP), or, on a shared driver, its killed process's client timed out (IPC).
         long pendingLimit = Math.max(m.settings.handshakeTimeoutNs, m.settings.peerTimeoutNs
                 + TimeUnit.SECONDS.toNanos(2));
+        long ipcPendingLimit = Math.max(pendingLimit, m.settings.clientTimeoutNs + TimeUnit.SECONDS.toNanos(2));
         for (int i = pending.size() - 1; i >= 0; i--) {
             ImageState img = pending.get(i);
-            if (now - img.createdNs > pendingLimit) {
+            if (now - img.createdNs > (img.ipc ? ipcPendingLimit : pendingLimit)) {
                 refuse(img, "it claims " + ErrorReporter.peerText(img.pendingAddress) + ", whose current stream is"
                         + " still alive (a second stream may not join it)", false);
             }
@@ -476,6 +598,7 @@ final class TransportAgent {
                 work++;
             }
         }
+        trimAwaitingOrder();
         m.counters.earlyBytes.setOrdered(matcher.earlyBytes);
         if (now - nextLivenessNs >= 0) {
             // Our own stall (GC, SIGSTOP, an overloaded host) is not the peers' silence: never-answered clocks
@@ -653,6 +776,10 @@ final class TransportAgent {
             removed = true;
             duty.unlock();
         }
+    }
+
+    /** A rejected publication of ours. */
+    private record Rejection(long registrationId, String reason) {
     }
 
     /** An image event from the client conductor. */

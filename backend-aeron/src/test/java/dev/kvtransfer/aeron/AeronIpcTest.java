@@ -118,7 +118,7 @@ class AeronIpcTest {
         assertThat(a.ipcEnabled()).isTrue();
         assertThat(b.ipcEnabled()).isTrue();
         assertThat(a.localAddress()).as("UDP host:port, then the driver and the IPC stream")
-                .matches("127\\.0\\.0\\.1:\\d+/ipc/[0-9a-f-]+/\\d+");
+                .matches("127\\.0\\.0\\.1:\\d+/inc/[0-9a-f]{16}/ipc/[0-9a-f-]+/\\d+");
         Connection[] c = roundTrip(a, b, 100, size);
         assertThat(channel(c[0])).startsWith("aeron:ipc?");
         assertThat(channel(c[1])).startsWith("aeron:ipc?");
@@ -253,8 +253,8 @@ class AeronIpcTest {
         AeronConnectionManager b = manager("b", TransportConfig.builder().property(AeronSettings.IPC, "false"));
         assertThat(a.ipcEnabled()).isFalse();
         Connection[] c = roundTrip(a, b, 100, (4 << 20) + 5);
-        assertThat(channel(c[0])).startsWith("aeron:udp?endpoint=" + b.localAddress());
-        assertThat(channel(c[1])).startsWith("aeron:udp?endpoint=" + a.localAddress());
+        assertThat(channel(c[0])).startsWith("aeron:udp?endpoint=" + Address.parse(b.localAddress()).hostPort() + "|");
+        assertThat(channel(c[1])).startsWith("aeron:udp?endpoint=" + Address.parse(a.localAddress()).hostPort() + "|");
     }
 
     @Test

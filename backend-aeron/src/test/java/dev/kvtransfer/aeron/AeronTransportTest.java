@@ -102,7 +102,7 @@ class AeronTransportTest {
     @Test
     void localAddressIsTheBoundLoopbackPort() {
         // host:port of the UDP subscription, then the driver's identity and the IPC stream
-        assertThat(a.localAddress()).matches("127\\.0\\.0\\.1:\\d+/ipc/[0-9a-f-]+/\\d+");
+        assertThat(a.localAddress()).matches("127\\.0\\.0\\.1:\\d+/inc/[0-9a-f]{16}/ipc/[0-9a-f-]+/\\d+");
         assertThat(a.localAddress()).isNotEqualTo(b.localAddress());
         assertThat(Address.parse(a.localAddress()).port()).isPositive();
         assertThat(Address.parse(a.localAddress()).driverId()).isEqualTo(Address.parse(b.localAddress()).driverId());

@@ -18,7 +18,7 @@ import java.util.List;
  * Reads the system counters (NAKs sent / received, retransmits, loss gap fills, bytes, errors, ...) and the loss
  * report of the media driver(s) embedded in this process, straight from their files, as Aeron's {@code AeronStat}
  * and {@code LossStat} do: the CnC file's counters buffers and {@code loss-report.dat} in the driver directory
- * ({@code /dev/shm/kvtransfer-aeron-<pid>-...}, the backend's naming). No Aeron client is added.
+ * ({@code /dev/shm/kvtransfer-aeron-<pid>-.../driver}, the backend's naming). No Aeron client is added.
  */
 final class AeronDriverCounters {
     private AeronDriverCounters() {
@@ -76,10 +76,13 @@ final class AeronDriverCounters {
         String prefix = "kvtransfer-aeron-" + ProcessHandle.current().pid() + "-";
         List<File> out = new ArrayList<>();
         for (String base : List.of("/dev/shm", System.getProperty("java.io.tmpdir"))) {
+            // The driver directory is <parent>/driver; the 0700 parent carries the name (backend-aeron EmbeddedDriver).
             File[] found = new File(base).listFiles((d, n) -> n.startsWith(prefix)
-                    && new File(d, n + File.separator + CncFileDescriptor.CNC_FILE).exists());
+                    && new File(d, n + File.separator + "driver" + File.separator + CncFileDescriptor.CNC_FILE).exists());
             if (found != null) {
-                out.addAll(List.of(found));
+                for (File f : found) {
+                    out.add(new File(f, "driver"));
+                }
             }
         }
         return out;

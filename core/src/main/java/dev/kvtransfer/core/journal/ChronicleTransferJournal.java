@@ -21,6 +21,7 @@ import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
+import java.util.zip.CRC32C;
 
 /**
  * A {@link TransferJournal} that writes one Chronicle Queue per rank, under
@@ -52,8 +53,9 @@ import java.util.concurrent.locks.LockSupport;
  * LOST           count i64 (total dropped so far)
  * CLOSED         written i64, lost i64
  * </pre>
- * A blob is {@code length i32} + bytes ({@code CacheState.toBytes()}, itself versioned by the api). Roll
- * cycle: {@link RollCycles#FAST_DAILY}.
+ * A blob is {@code length i32} + bytes ({@code CacheState.toBytes()}, itself versioned by the api). Every
+ * record (format 2) ends with {@code crc32c i32} over all its bytes before it: a flipped bit anywhere in a record
+ * is reported, never read as a different fact. Roll cycle: {@link RollCycles#FAST_DAILY}.
  */
 public final class ChronicleTransferJournal implements TransferJournal {
     static {
@@ -100,7 +102,8 @@ public final class ChronicleTransferJournal implements TransferJournal {
         this.checksums = checksums;
         this.directory = root.resolve(directoryName(instance, rank));
         try {
-            Files.createDirectories(directory);
+            Files.createDirectories(root);
+            ownerOnly(directory);
         } catch (IOException e) {
             throw new UncheckedIOException("cannot create the journal directory " + directory, e);
         }
@@ -155,6 +158,26 @@ public final class ChronicleTransferJournal implements TransferJournal {
         }
         return new ChronicleTransferJournal(root, instance, rank, selfState, checksums, ringCapacity, blockSize,
                 errors);
+    }
+
+    /**
+     * Creates (or tightens) a rank's queue directory as {@code 0700}: Chronicle creates its files with the process
+     * umask (usually world readable), and a journal holds request ids, sizes, timings, checksums and peer
+     * addresses; the directory's mode keeps every file in it, also those Chronicle creates later, from other uids.
+     * Best effort on a file system without POSIX permissions.
+     */
+    private static void ownerOnly(Path dir) throws IOException {
+        var mode = java.nio.file.attribute.PosixFilePermissions.fromString("rwx------");
+        try {
+            if (!Files.isDirectory(dir)) {
+                Files.createDirectory(dir, java.nio.file.attribute.PosixFilePermissions.asFileAttribute(mode));
+            }
+            Files.setPosixFilePermissions(dir, mode);
+        } catch (UnsupportedOperationException e) {
+            Files.createDirectories(dir);
+        } catch (java.nio.file.FileAlreadyExistsException e) {
+            Files.setPosixFilePermissions(dir, mode); // another rank's thread made it meanwhile
+        }
     }
 
     /**
@@ -353,17 +376,41 @@ public final class ChronicleTransferJournal implements TransferJournal {
         return n;
     }
 
-    private void header(Bytes<?> b, RecordType type, long mono) {
+    /** Journal thread only: reused for every record's checksum (journaling allocates nothing per event). */
+    private final CRC32C recordCrc = new CRC32C();
+
+    /** @return where the record starts, for {@link #seal} */
+    private static long header(Bytes<?> b, RecordType type, long mono) {
+        long start = b.writePosition();
         b.writeUnsignedByte(type.code());
         b.writeUnsignedByte(type.version());
         b.writeLong(mono);
         b.writeLong(WallClock.wallNanos(mono));
+        return start;
+    }
+
+    /** Ends a record with the CRC32C of its bytes (format 2; {@link RecordType}). */
+    private void seal(Bytes<?> b, long start) {
+        b.writeInt(crc32c(recordCrc, b, start, b.writePosition()));
+    }
+
+    /**
+     * The CRC32C of {@code b[start, end)} as a journal record's checksum (the writer and {@link JournalReader}).
+     *
+     * @param crc a CRC32C to reuse (reset here)
+     */
+    static int crc32c(CRC32C crc, Bytes<?> b, long start, long end) {
+        crc.reset();
+        for (long i = start; i < end; i++) {
+            crc.update(b.readUnsignedByte(i));
+        }
+        return (int) crc.getValue();
     }
 
     private void write(ExcerptAppender appender, EventRing.Slot s) {
         try (DocumentContext dc = appender.writingDocument()) {
             Bytes<?> b = dc.wire().bytes();
-            header(b, s.type, s.monoNanos);
+            long start = header(b, s.type, s.monoNanos);
             switch (s.type) {
                 case PEER_CONTACT -> {
                     TransceiverState peer = (TransceiverState) s.ref;
@@ -418,6 +465,7 @@ public final class ChronicleTransferJournal implements TransferJournal {
                 }
                 default -> throw new IllegalStateException("not a producer record: " + s.type);
             }
+            seal(b, start);
         }
     }
 
@@ -429,7 +477,7 @@ public final class ChronicleTransferJournal implements TransferJournal {
     private void writeOpened(ExcerptAppender appender) {
         try (DocumentContext dc = appender.writingDocument()) {
             Bytes<?> b = dc.wire().bytes();
-            header(b, RecordType.OPENED, openedMono);
+            long start = header(b, RecordType.OPENED, openedMono);
             b.writeInt(RecordType.FORMAT_VERSION);
             b.writeUtf8(instance);
             b.writeInt(rank);
@@ -437,6 +485,7 @@ public final class ChronicleTransferJournal implements TransferJournal {
             b.writeUtf8(hostName());
             b.writeBoolean(checksums);
             blob(b, selfState.toBytes());
+            seal(b, start);
         }
     }
 
@@ -444,8 +493,9 @@ public final class ChronicleTransferJournal implements TransferJournal {
         long n = lost.get();
         try (DocumentContext dc = appender.writingDocument()) {
             Bytes<?> b = dc.wire().bytes();
-            header(b, RecordType.LOST, System.nanoTime());
+            long start = header(b, RecordType.LOST, System.nanoTime());
             b.writeLong(n);
+            seal(b, start);
         }
         lostWritten = n;
     }
@@ -453,9 +503,10 @@ public final class ChronicleTransferJournal implements TransferJournal {
     private void writeClosed(ExcerptAppender appender) {
         try (DocumentContext dc = appender.writingDocument()) {
             Bytes<?> b = dc.wire().bytes();
-            header(b, RecordType.CLOSED, System.nanoTime());
+            long start = header(b, RecordType.CLOSED, System.nanoTime());
             b.writeLong(written);
             b.writeLong(lost.get());
+            seal(b, start);
         }
     }
 

@@ -20,12 +20,15 @@ import java.util.Objects;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Stream;
+import java.util.zip.CRC32C;
 
 /**
  * Reads journals back into typed {@link JournalEvent}s: every rank's queue found under a directory (any
  * depth), or one queue. Works on the journal of a live or crashed process (a record being written when the
  * process died is not complete and is not returned). Records of types this version does not know are skipped
- * and counted ({@link Result#skipped()}); fields a newer version appended to a known type are ignored.
+ * and counted ({@link Result#skipped()}); fields a newer version appended to a known type are ignored. A record
+ * whose checksum fails, an unknown record version or format, and a file cut short are refused with a
+ * {@link JournalCorruptedException} naming the file and saying what is wrong ({@link RecordType}).
  */
 public final class JournalReader {
     static {
@@ -98,6 +101,8 @@ public final class JournalReader {
                 : new JournalEvent.Source(dir.getFileName().toString(), -1, rel);
         Path file = checkFiles(dir);
         List<JournalEvent> mine = new ArrayList<>();
+        CRC32C crc = new CRC32C();
+        int format = -1; // this queue's, from its OPENED record
         long documents = 0;
         long lastRead = -1;
         try (ChronicleQueue q = ChronicleQueue.singleBuilder(dir).rollCycle(RollCycles.FAST_DAILY).readOnly(true)
@@ -114,12 +119,22 @@ public final class JournalReader {
                     }
                     documents++;
                     lastRead = dc.index();
+                    Bytes<?> b = dc.wire().bytes();
+                    long start = b.readPosition();
+                    long end = b.readLimit();
+                    int version = checkRecord(file, rel, documents, b, start, end, format, crc);
+                    if (version >= 2) {
+                        b.readLimit(end - RecordType.CHECKSUM_BYTES); // the fields end where the checksum starts
+                    }
                     JournalEvent e;
                     try {
-                        e = decode(source, dc.wire().bytes());
+                        e = decode(source, b);
                     } catch (RuntimeException ex) {
                         throw new JournalCorruptedException(file, "record " + documents + " of " + rel
                                 + " does not decode (" + ex + ")", ex);
+                    }
+                    if (e instanceof JournalEvent.Opened o) {
+                        format = checkFormat(file, rel, documents, o.formatVersion(), version);
                     }
                     if (e == null) {
                         skipped[0]++; // a record type added by a newer version: kept out, counted
@@ -143,9 +158,15 @@ public final class JournalReader {
             }
         } catch (JournalCorruptedException e) {
             throw e;
-        } catch (RuntimeException | InternalError e) {
-            // A memory-mapped read of a truncated file faults (InternalError), Chronicle rejects a bad header.
-            throw new JournalCorruptedException(file, "reading " + rel + " failed (" + e + ")", e);
+        } catch (InternalError e) {
+            // A memory-mapped read past the end of a file that was cut short faults; the JVM reports that as an
+            // InternalError about "unsafe memory access", which tells a reader nothing: say what it means.
+            throw new JournalCorruptedException(file, "the file ends inside its records: it was truncated after it"
+                    + " was written (" + documents + " records of " + rel + " read before the cut)", e);
+        } catch (RuntimeException e) {
+            // Chronicle rejects a bad document header.
+            throw new JournalCorruptedException(file, "reading " + rel + " failed after " + documents + " records ("
+                    + e.getClass().getSimpleName() + ": " + e.getMessage() + ")", e);
         }
         if (mine.isEmpty()) {
             throw new JournalCorruptedException(file, "queue " + rel + " holds no readable record (every queue "
@@ -206,10 +227,65 @@ public final class JournalReader {
         return metaData && length > 0 && length < (1 << 20);
     }
 
+    /**
+     * Checks one record before anything is decoded from it: its version is one this reader knows and agrees with
+     * the queue's format, and a version-2 record's CRC32C matches its bytes ({@link RecordType}).
+     *
+     * @param format the queue's format, or -1 before its OPENED record
+     * @return the record's version
+     */
+    private static int checkRecord(Path file, String rel, long n, Bytes<?> b, long start, long end, int format,
+                                   CRC32C crc) {
+        if (end - start < RecordType.HEADER_BYTES) {
+            throw new JournalCorruptedException(file, "record " + n + " of " + rel + " is " + (end - start)
+                    + " bytes, shorter than a record header (" + RecordType.HEADER_BYTES + ")", null);
+        }
+        int version = b.readUnsignedByte(start + 1);
+        if (version != 1 && version != 2) {
+            throw new JournalCorruptedException(file, "record " + n + " of " + rel + " has version " + version
+                    + "; this reader knows versions 1 and 2 (a journal of a newer kvtransfer, or damaged)", null);
+        }
+        if (format >= 0 && (format >= RecordType.FIRST_CHECKSUMMED_FORMAT) != (version >= 2)) {
+            throw new JournalCorruptedException(file, "record " + n + " of " + rel + " has version " + version
+                    + " in a queue of format " + format + " (spliced or damaged)", null);
+        }
+        if (version == 1) {
+            return 1; // format 1 carries no checksum
+        }
+        if (end - start < RecordType.HEADER_BYTES + RecordType.CHECKSUM_BYTES) {
+            throw new JournalCorruptedException(file, "record " + n + " of " + rel + " is " + (end - start)
+                    + " bytes, too short for a header and its checksum", null);
+        }
+        int stored = b.readInt(end - RecordType.CHECKSUM_BYTES);
+        int actual = ChronicleTransferJournal.crc32c(crc, b, start, end - RecordType.CHECKSUM_BYTES);
+        if (stored != actual) {
+            RecordType t = RecordType.byCode(b.readUnsignedByte(start));
+            throw new JournalCorruptedException(file, "record " + n + " of " + rel + " (" + (t == null
+                    ? "type " + b.readUnsignedByte(start) : t) + ") fails its checksum (CRC32C stored "
+                    + Integer.toHexString(stored) + ", computed " + Integer.toHexString(actual) + "): its bytes were"
+                    + " changed after it was written", null);
+        }
+        return version;
+    }
+
+    /** @return the queue's format, once its OPENED record named one this reader knows */
+    private static int checkFormat(Path file, String rel, long n, int format, int version) {
+        if (format != 1 && format != RecordType.FORMAT_VERSION) {
+            throw new JournalCorruptedException(file, "queue " + rel + " is of format " + format + " (record " + n
+                    + "); this reader knows formats 1 and " + RecordType.FORMAT_VERSION
+                    + " (a journal of a newer kvtransfer, or damaged)", null);
+        }
+        if ((format >= RecordType.FIRST_CHECKSUMMED_FORMAT) != (version >= 2)) {
+            throw new JournalCorruptedException(file, "queue " + rel + " says format " + format + " in a record of"
+                    + " version " + version + " (damaged)", null);
+        }
+        return format;
+    }
+
     /** Decodes one document; null when the type is unknown. */
     static JournalEvent decode(JournalEvent.Source src, Bytes<?> b) {
         RecordType type = RecordType.byCode(b.readUnsignedByte());
-        b.readUnsignedByte(); // version: every known version only appends, so the fields below are always there
+        b.readUnsignedByte(); // version: checked by checkRecord; later versions only append fields
         long mono = b.readLong();
         long wall = b.readLong();
         if (type == null) {
