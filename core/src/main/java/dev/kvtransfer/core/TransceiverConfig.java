@@ -82,7 +82,7 @@ public final class TransceiverConfig {
     public static final int DEFAULT_SEND_CONCURRENCY = 2;
     /** Responder wait for an idle connection's info: the transport's choice (its preferredResponderInfoWaitMicros). */
     public static final int RESPONDER_INFO_WAIT_TRANSPORT = -1;
-    /** Default responder wait for an idle connection's info: the transport's choice. */
+    /** Default responder wait (µs): {@link #RESPONDER_INFO_WAIT_TRANSPORT}. */
     public static final int DEFAULT_RESPONDER_INFO_WAIT_MICROS = RESPONDER_INFO_WAIT_TRANSPORT;
     /** Default receive slots (TensorRT-LLM's TRTLLM_KVCACHE_RECV_BUFFER_COUNT). */
     public static final int DEFAULT_RECV_SLOTS = 2;
@@ -381,9 +381,7 @@ public final class TransceiverConfig {
     /**
      * @return how long (µs) the context side's responder waits for the info behind a header on an idle connection
      *         and reads it itself (one thread hand-off fewer per lone request) before leaving it to an info
-     *         reader; 0 = the responder never reads infos; {@value #RESPONDER_INFO_WAIT_TRANSPORT} (the default) =
-     *         what the transport prefers ({@code ConnectionManager.preferredResponderInfoWaitMicros()}: 200 for
-     *         most, 0 for UCX)
+     *         reader; 0 = never; -1 (the default) = the transport's preferredResponderInfoWaitMicros()
      */
     public int responderInfoWaitMicros() {
         return responderInfoWaitMicros;
