@@ -171,7 +171,7 @@ public abstract class TransceiverCrossProcessTest {
     }
 
     @Test
-    public void required_01_contextInAChildProcessMovesEveryElementExactly() throws Exception {
+    public void required_spec3_13_contextInAChildProcessMovesEveryElementExactly() throws Exception {
         // Context TP2 (two ranks, heads split) -> generation PP2 (two ranks, layers split): the formatter splits
         // and concatenates through staging buffers on both sides of the process boundary.
         String ctxSpec = "2,1,8,8,64,16,FLOAT16";
@@ -212,7 +212,7 @@ public abstract class TransceiverCrossProcessTest {
     }
 
     @Test
-    public void required_02_killedContextProcessFailsTheRequestInFlightAndAFreshOneIsServed() throws Exception {
+    public void required_spec3_14_killedContextProcessFailsTheRequestInFlightAndAFreshOneIsServed() throws Exception {
         killedContext(TransceiverConfig.TransferMode.PULL, 7000);
     }
 

@@ -50,8 +50,8 @@ import static org.assertj.core.api.Assertions.fail;
  * }
  * }</pre>
  *
- * <p>Test names carry the rule they check ({@code required_NN_...} for every transport,
- * {@code optional_NN_...} for capabilities): a failing test tells a transport author which rule broke. A
+ * <p>Test names carry the clause of {@code testkit/SPEC.md} they check ({@code required_spec1_NN_...} for every
+ * transport, {@code optional_specS_NN_...} for capabilities): a failing test names the sentence that broke. A
  * capability the provider does not declare is not skipped: the suite asserts the documented refusal instead.
  * Each test creates its managers with {@link #newManager}; they and the host buffers are closed and checked
  * for leaks after the test. Every payload is filled with a pattern and verified byte by byte.
@@ -285,7 +285,7 @@ public abstract class TransportConformanceTest {
     // ---- required rules ----
 
     @Test
-    public void required_01_sendThenRecvDeliversExactBytes() throws Exception {
+    public void required_spec1_01_sendThenRecvDeliversExactBytes() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -305,7 +305,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_02_recvPostedBeforeSendDeliversExactBytes() throws Exception {
+    public void required_spec1_02_recvPostedBeforeSendDeliversExactBytes() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -329,7 +329,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_03_smallSendCompletesBeforeTheReceiveIsPosted() throws Exception {
+    public void required_spec1_03_smallSendCompletesBeforeTheReceiveIsPosted() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -350,7 +350,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_04_messagesOfOneConnectionAndTagArriveInOrder() throws Exception {
+    public void required_spec1_04_messagesOfOneConnectionAndTagArriveInOrder() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -374,7 +374,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_05_tagsDoNotMix() throws Exception {
+    public void required_spec1_05_tagsDoNotMix() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -404,7 +404,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_06_recvConnectReturnsTheSendersConnectionWhichCanReply() throws Exception {
+    public void required_spec1_06_recvConnectReturnsTheSendersConnectionWhichCanReply() throws Exception {
         ConnectionManager server = newManager();
         ConnectionManager c1 = newManager();
         ConnectionManager c2 = newManager();
@@ -425,7 +425,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_07_manyConcurrentSendersToOneReceiver() throws Exception {
+    public void required_spec1_07_manyConcurrentSendersToOneReceiver() throws Exception {
         ConnectionManager receiver = newManager();
         int managersCount = 4;
         int threadsPerManager = 2;
@@ -469,7 +469,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_08_recvConnectAcceptsManyConcurrentSenders() throws Exception {
+    public void required_spec1_08_recvConnectAcceptsManyConcurrentSenders() throws Exception {
         ConnectionManager receiver = newManager();
         int n = 8;
         List<ConnectionManager> senders = new ArrayList<>();
@@ -508,7 +508,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_09_bothDirectionsAtOnce() throws Exception {
+    public void required_spec1_09_bothDirectionsAtOnce() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         ExecutorService ex = threads(4);
@@ -542,7 +542,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_10_lengthMismatchIsMalformed() throws Exception {
+    public void required_spec1_10_lengthMismatchIsMalformed() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -562,7 +562,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_11_recvDeadlineIsTimeout() {
+    public void required_spec1_11_recvDeadlineIsTimeout() {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ba = b.connection(a.localAddress());
@@ -584,7 +584,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_12_recvConnectDeadlineIsTimeout() {
+    public void required_spec1_12_recvConnectDeadlineIsTimeout() {
         ConnectionManager a = newManager();
         MemoryBuffer dst = buffer(8);
         Duration deadline = Duration.ofMillis(300);
@@ -597,7 +597,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_13_closeWakesBlockedCallsWithTransportClosed() throws Exception {
+    public void required_spec1_13_closeWakesBlockedCallsWithTransportClosed() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ba = b.connection(a.localAddress());
@@ -630,7 +630,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_14_afterCloseNothingRunsAndCallsFail() {
+    public void required_spec1_14_afterCloseNothingRunsAndCallsFail() {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -647,7 +647,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_15_getConnectionsReturnsOnePerRankInOrder() throws Exception {
+    public void required_spec1_15_getConnectionsReturnsOnePerRankInOrder() throws Exception {
         ConnectionManager self = newManager();
         List<ConnectionManager> peers = List.of(newManager(), newManager(), newManager());
         List<String> addrs = new ArrayList<>();
@@ -668,7 +668,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_16_noThreadOutlivesClose() throws Exception {
+    public void required_spec1_16_noThreadOutlivesClose() throws Exception {
         Set<Thread> before = LeakChecks.liveThreads();
         ConnectionManager a = provider().create(config("leak-a"));
         ConnectionManager b = provider().create(config("leak-b"));
@@ -694,7 +694,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_17_untimedRecvConnectOutlivesTheDefaultTimeout() throws Exception {
+    public void required_spec1_17_untimedRecvConnectOutlivesTheDefaultTimeout() throws Exception {
         Duration shortDefault = Duration.ofMillis(300);
         ConnectionManager a = newManager(b -> b.defaultTimeout(shortDefault));
         ConnectionManager b = newManager();
@@ -715,7 +715,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_18_pollConnectReturnsNullWhenNothingArrivedAndNeverThrowsATimeout() throws Exception {
+    public void required_spec1_18_pollConnectReturnsNullWhenNothingArrivedAndNeverThrowsATimeout() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         MemoryBuffer dst = buffer(24);
@@ -741,7 +741,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_19_tagsUseAllThirtyTwoBits() throws Exception {
+    public void required_spec1_19_tagsUseAllThirtyTwoBits() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -767,7 +767,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_20_closeReleasesEveryFileDescriptor() throws Exception {
+    public void required_spec1_20_closeReleasesEveryFileDescriptor() throws Exception {
         java.nio.file.Path fds = java.nio.file.Path.of("/proc/self/fd");
         Assumptions.assumeTrue(java.nio.file.Files.isDirectory(fds), "skipped: no /proc/self/fd on this OS");
         cycle(); // loads classes and opens the jars they come from, which stay open
@@ -804,7 +804,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_21_providerIsFoundThroughServiceLoader() {
+    public void required_spec1_21_providerIsFoundThroughServiceLoader() {
         List<TransportProvider> found = java.util.ServiceLoader.load(TransportProvider.class).stream()
                 .map(java.util.ServiceLoader.Provider::get).toList();
         assertThat(found).as("providers registered in META-INF/services")
@@ -819,7 +819,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_22_unknownPropertiesOfTheTransportsOwnPrefixAreRefused() {
+    public void required_spec1_22_unknownPropertiesOfTheTransportsOwnPrefixAreRefused() {
         String key = provider().name() + ".noSuchSetting";
         assertThatThrownBy(() -> provider().create(config("typo").toBuilder().property(key, "1").build()))
                 .isInstanceOf(IllegalArgumentException.class)
@@ -829,7 +829,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void required_23_crossProcessWhenDeclared() throws Exception {
+    public void required_spec1_23_crossProcessWhenDeclared() throws Exception {
         boolean declared = provider().capabilities().contains(TransportCapability.CROSS_PROCESS);
         TransportConfig base = config("cross");
         List<String> args = new ArrayList<>();
@@ -886,7 +886,7 @@ public abstract class TransportConformanceTest {
     // ---- optional rules: asserted when declared, the documented refusal asserted when not ----
 
     @Test
-    public void optional_01_peerFailureDetection() throws Exception {
+    public void optional_spec1_24_peerFailureDetection() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ba = b.connection(a.localAddress());
@@ -924,7 +924,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void optional_02_deviceMemory() throws Exception {
+    public void optional_spec1_25_deviceMemory() throws Exception {
         ConnectionManager a = newManager();
         ConnectionManager b = newManager();
         Connection ab = a.connection(b.localAddress());
@@ -988,7 +988,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void optional_03_oneSidedWriteLandsExactlyAndOnlyWhereAsked() throws Exception {
+    public void optional_spec2_01_oneSidedWriteLandsExactlyAndOnlyWhereAsked() throws Exception {
         ConnectionManager owner = newManager();
         ConnectionManager writer = newManager();
         if (!oneSided()) {
@@ -1064,7 +1064,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void optional_04_oneSidedWritesOutsideTheRegionOrWithAForgedDescriptorAreRefused() throws Exception {
+    public void optional_spec2_02_oneSidedWritesOutsideTheRegionOrWithAForgedDescriptorAreRefused() throws Exception {
         if (!oneSided()) {
             assertRefusesOneSided();
             return;
@@ -1119,7 +1119,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void optional_05_writesIntoADeregisteredRegionAreRefusedAndTouchNothing() throws Exception {
+    public void optional_spec2_03_writesIntoADeregisteredRegionAreRefusedAndTouchNothing() throws Exception {
         if (!oneSided()) {
             assertRefusesOneSided();
             return;
@@ -1147,7 +1147,7 @@ public abstract class TransportConformanceTest {
     }
 
     @Test
-    public void optional_06_peerLossAndCloseEndAOneSidedWrite() throws Exception {
+    public void optional_spec2_04_peerLossAndCloseEndAOneSidedWrite() throws Exception {
         if (!oneSided()) {
             assertRefusesOneSided();
             return;
