@@ -88,6 +88,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * </ol>
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
+@RuleBound(seconds = 600, suiteSeconds = 1200)
 public abstract class FormatterConformanceTest {
     private List<PairReport> gridRun;
     private Set<Thread> threadsBeforeGridRun;

@@ -27,7 +27,6 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
-import org.junit.jupiter.api.Timeout;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -68,7 +67,7 @@ import static org.awaitility.Awaitility.await;
  * </ol>
  * Every test closes its instances; a leaked buffer fails the close.
  */
-@Timeout(value = 5, unit = TimeUnit.MINUTES)
+@RuleBound(seconds = 300, suiteSeconds = 600)
 @org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverConformanceTest {
 

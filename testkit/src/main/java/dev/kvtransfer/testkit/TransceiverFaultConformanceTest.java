@@ -18,7 +18,6 @@ import dev.kvtransfer.testkit.fault.FaultyTransportProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.Timeout;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -61,7 +60,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  *       request completes).</li>
  * </ul>
  */
-@Timeout(value = 3, unit = TimeUnit.MINUTES, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+@RuleBound(seconds = 180, suiteSeconds = 600)
 @org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverFaultConformanceTest {
     /** Codes a request that was hit by a payload fault may end with. */

@@ -21,7 +21,6 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.Timeout;
 
 import java.nio.ByteBuffer;
 import java.time.Duration;
@@ -56,10 +55,10 @@ import static org.assertj.core.api.Assertions.fail;
  * Each test creates its managers with {@link #newManager}; they and the host buffers are closed and checked
  * for leaks after the test. Every payload is filled with a pattern and verified byte by byte.
  *
- * <p>Every test runs on its own thread with a preemptive 180 s timeout: a transport that ignores deadlines and
- * interrupts fails the rule that hung instead of hanging the build.
+ * <p>Every rule runs under {@link RuleBound} (180 s per rule; once one hung, 420 s for the class): a transport that
+ * ignores deadlines and interrupts fails the rule that hung, naming the call, instead of hanging the build.
  */
-@Timeout(value = 180, unit = TimeUnit.SECONDS, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+@RuleBound(seconds = 180, suiteSeconds = 420)
 @org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransportConformanceTest {
     /** Largest message the suite expects to complete before the receiver posts (control messages). */
