@@ -29,7 +29,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 class SpecConformanceTest {
     /** Every conformance suite of the testkit. A new suite must be listed here, or its rules are unchecked. */
     static final List<Class<?>> SUITES = List.of(TransportConformanceTest.class, TransceiverConformanceTest.class,
-            TransceiverCrossProcessTest.class, TransceiverFaultConformanceTest.class, FormatterConformanceTest.class);
+            TransceiverCrossProcessTest.class, TransceiverFaultConformanceTest.class, FormatterConformanceTest.class,
+            MemoryProviderConformanceTest.class);
 
     static final Pattern RULE = Pattern.compile("(required|optional)_spec(\\d+)_(\\d+)_[A-Za-z0-9]+");
     private static final Pattern CLAUSE = Pattern.compile("^- \\*\\*(\\d+)\\.(\\d+)\\*\\* `([A-Za-z0-9_]+)` — (.+)$");
