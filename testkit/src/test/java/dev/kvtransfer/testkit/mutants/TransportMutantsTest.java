@@ -164,7 +164,7 @@ class TransportMutantsTest {
         assertThat(failures).hasSize(1);
         assertThat(failures.get(0).getMessage()).contains("required_spec1_11_recvDeadlineIsTimeout",
                 "did not end within its bound of 3000 ms", "stuck in MutantTransportProvider$Conn.recv",
-                "called from TransportConformanceTest");
+                "called from TransportLifecycleRules");
         // The bound, the teardown's own bound and the class's leak check: far below the 180 s default.
         assertThat(took).isLessThan(Duration.ofSeconds(60));
     }
