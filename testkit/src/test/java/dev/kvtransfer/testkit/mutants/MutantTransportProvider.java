@@ -51,11 +51,20 @@ public final class MutantTransportProvider implements TransportProvider {
          */
         LATE_BYTE_AFTER_CANCEL,
         /** Declares CROSS_PROCESS without honouring it (loopback reaches only managers of its own JVM). */
-        UNHONOURED_CROSS_PROCESS
+        UNHONOURED_CROSS_PROCESS,
+        /** Tags are cut to their low 24 bits: requests whose tags differ only above collide. */
+        TAG_TRUNCATED_24,
+        /** Every manager starts a thread its close does not end. */
+        THREAD_LEAK,
+        /** Every manager opens a pipe (two descriptors) its close does not close. */
+        FD_LEAK,
+        /** {@code isAvailable()} throws instead of answering. */
+        AVAILABILITY_THROWS
     }
 
     private static final long LARGE = 1L << 20;
     private static volatile CountDownLatch released = new CountDownLatch(1);
+    private static final java.util.List<java.io.Closeable> LEAKED = new java.util.concurrent.CopyOnWriteArrayList<>();
 
     private final Defect defect;
     private final LoopbackTransportProvider real = new LoopbackTransportProvider();
@@ -70,6 +79,14 @@ public final class MutantTransportProvider implements TransportProvider {
         CountDownLatch l = released;
         released = new CountDownLatch(1);
         l.countDown();
+        for (java.io.Closeable c : LEAKED) {
+            try {
+                c.close();
+            } catch (java.io.IOException ignored) {
+                // already closed
+            }
+        }
+        LEAKED.clear();
     }
 
     @Override
@@ -79,6 +96,9 @@ public final class MutantTransportProvider implements TransportProvider {
 
     @Override
     public boolean isAvailable() {
+        if (defect == Defect.AVAILABILITY_THROWS) {
+            throw new IllegalStateException("mutant: no libfoo.so");
+        }
         return true;
     }
 
@@ -99,11 +119,37 @@ public final class MutantTransportProvider implements TransportProvider {
 
     @Override
     public ConnectionManager create(TransportConfig config) {
-        return new Manager(real.create(config));
+        ConnectionManager m = new Manager(real.create(config));
+        if (defect == Defect.THREAD_LEAK) {
+            CountDownLatch until = released;
+            Thread t = new Thread(() -> {
+                try {
+                    until.await();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                }
+            }, "mutant-leaked-poller");
+            t.setDaemon(true);
+            t.start();
+        }
+        if (defect == Defect.FD_LEAK) {
+            try {
+                java.nio.channels.Pipe pipe = java.nio.channels.Pipe.open();
+                LEAKED.add(pipe.sink());
+                LEAKED.add(pipe.source());
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            }
+        }
+        return m;
     }
 
     private int tag(int tag) {
-        return defect == Defect.TAG_TRUNCATED_16 ? tag & 0xFFFF : tag;
+        return switch (defect) {
+            case TAG_TRUNCATED_16 -> tag & 0xFFFF;
+            case TAG_TRUNCATED_24 -> tag & 0xFF_FFFF;
+            default -> tag;
+        };
     }
 
     private RuntimeException mapped(RuntimeException e) {

@@ -53,6 +53,11 @@ class TransportMutantsTest {
         protected Duration peerLossBound() {
             return Duration.ofSeconds(2);
         }
+
+        @Override
+        protected Duration threadEndBound() {
+            return Duration.ofSeconds(2);
+        }
     }
 
     static class HangRecv extends MutantSuite {
@@ -121,6 +126,30 @@ class TransportMutantsTest {
         }
     }
 
+    static class TagTruncated24 extends MutantSuite {
+        Defect defect() {
+            return Defect.TAG_TRUNCATED_24;
+        }
+    }
+
+    static class ThreadLeak extends MutantSuite {
+        Defect defect() {
+            return Defect.THREAD_LEAK;
+        }
+    }
+
+    static class FdLeak extends MutantSuite {
+        Defect defect() {
+            return Defect.FD_LEAK;
+        }
+    }
+
+    static class AvailabilityThrows extends MutantSuite {
+        Defect defect() {
+            return Defect.AVAILABILITY_THROWS;
+        }
+    }
+
     static Stream<Arguments> defects() {
         return Stream.of(
                 Arguments.of(TagTruncated.class, "required_spec1_19_tagsUseAllThirtyTwoBits", "differs"),
@@ -134,14 +163,25 @@ class TransportMutantsTest {
                 Arguments.of(ClosedAsNetwork.class, "required_spec1_14_afterCloseNothingRunsAndCallsFail",
                         "TransportClosedException"),
                 Arguments.of(LateByteAfterCancel.class, "required_spec1_11_recvDeadlineIsTimeout", "TIMEOUT"),
-                Arguments.of(UnhonouredCrossProcess.class, "required_spec1_23_crossProcessWhenDeclared", ""));
+                Arguments.of(UnhonouredCrossProcess.class, "required_spec1_23_crossProcessWhenDeclared", ""),
+                Arguments.of(TagTruncated24.class, "required_spec1_19_tagsUseAllThirtyTwoBits", "differs"),
+                Arguments.of(ThreadLeak.class, "required_spec1_16_noThreadOutlivesClose", "mutant-leaked-poller"),
+                Arguments.of(FdLeak.class, "required_spec1_20_closeReleasesEveryFileDescriptor",
+                        "open file descriptors"),
+                Arguments.of(AvailabilityThrows.class, "required_spec1_21_providerIsFoundThroughServiceLoader",
+                        "META-INF/services"));
     }
 
     @ParameterizedTest(name = "{0} fails {1}")
     @MethodSource("defects")
     void theClauseTheDefectBreaksFails(Class<? extends MutantSuite> suite, String rule, String says) throws Exception {
         Defect defect = suite.getDeclaredConstructor().newInstance().defect();
-        Events tests = run(Map.of(), DiscoverySelectors.selectMethod(suite, rule));
+        Events tests;
+        try {
+            tests = run(Map.of(), DiscoverySelectors.selectMethod(suite, rule));
+        } finally {
+            MutantTransportProvider.release();
+        }
         List<Throwable> failures = failures(tests);
         CAUGHT.put(defect, !failures.isEmpty());
         assertThat(failures).as("%s must fail %s", defect, rule).hasSize(1);
