@@ -91,13 +91,16 @@ public final class RuleBounds implements InvocationInterceptor {
 
     private static <T> T bounded(Invocation<T> invocation, ExtensionContext context, String name, boolean lifecycle)
             throws Throwable {
-        Class<?> suite = context.getRequiredTestClass();
+        // A dynamic test's own context has no test class: its class context has.
+        ExtensionContext classContext = classContext(context);
+        Class<?> suite = classContext.getTestClass().orElseThrow(() -> new IllegalStateException(
+                "no test class above " + context.getUniqueId()));
         RuleBound limits = AnnotationSupport.findAnnotation(suite, RuleBound.class).orElse(null);
         Duration rule = Duration.ofSeconds(seconds(context, RULE_SECONDS_PROPERTY,
                 limits == null ? 180 : limits.seconds()));
         Duration budget = Duration.ofSeconds(seconds(context, SUITE_SECONDS_PROPERTY,
                 limits == null ? 420 : limits.suiteSeconds()));
-        ClassState state = classContext(context).getStore(NS).getOrComputeIfAbsent(ClassState.class);
+        ClassState state = classContext.getStore(NS).getOrComputeIfAbsent(ClassState.class);
         Duration bound = rule;
         if (!state.hung.isEmpty()) {
             Duration left = budget.minusNanos(System.nanoTime() - state.startNanos);
