@@ -82,7 +82,7 @@ class MpiConformanceIT {
                 MpiTransceiverConformanceTest.class, MpiTransceiverFaultConformanceTest.class, MpiCrossRankTest.class);
         for (int r = 0; r < 2; r++) {
             assertThat(job.output()).contains("[rank " + r + "] SUCCESSFUL MpiTransportConformanceTest > "
-                    + "required_23_crossProcessWhenDeclared");
+                    + "required_spec1_23_crossProcessWhenDeclared");
         }
     }
 

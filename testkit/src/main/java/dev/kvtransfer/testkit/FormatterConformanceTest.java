@@ -88,6 +88,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * </ol>
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
+@RuleBound(seconds = 600, suiteSeconds = 1200)
 public abstract class FormatterConformanceTest {
     private List<PairReport> gridRun;
     private Set<Thread> threadsBeforeGridRun;
@@ -179,7 +180,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_01_everyGridPairMovesBytesExactly() {
+    public void required_spec5_01_everyGridPairMovesBytesExactly() {
         List<String> failures = new ArrayList<>();
         long checked = 0;
         for (PairReport r : gridRun()) {
@@ -216,7 +217,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_02_onlyTheDesignatedRankOfADuplicateGroupSends() {
+    public void required_spec5_02_onlyTheDesignatedRankOfADuplicateGroupSends() {
         List<String> failures = new ArrayList<>();
         for (PairReport r : completedRuns()) {
             for (PairReport.RequestReport q : r.requests()) {
@@ -245,7 +246,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_03_everyGenerationRankReceivesExactlyItsBlocks() {
+    public void required_spec5_03_everyGenerationRankReceivesExactlyItsBlocks() {
         List<String> failures = new ArrayList<>();
         for (PairReport r : completedRuns()) {
             for (PairReport.RequestReport q : r.requests()) {
@@ -265,7 +266,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_04_zeroLayerRanksNeitherSendNorReceive() {
+    public void required_spec5_04_zeroLayerRanksNeitherSendNorReceive() {
         List<String> failures = new ArrayList<>();
         int zeroLayerRanks = 0;
         CacheFormatter f = anyFormatter();
@@ -304,7 +305,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_05_unsupportedPairsAreRefusedNamingTheField() {
+    public void required_spec5_05_unsupportedPairsAreRefusedNamingTheField() {
         CacheFormatter f = anyFormatter();
         List<String> failures = new ArrayList<>();
         for (LayoutPair p : grid().unsupported()) {
@@ -324,7 +325,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_06_supportedPairsAreAcceptedBothWays() {
+    public void required_spec5_06_supportedPairsAreAcceptedBothWays() {
         CacheFormatter f = anyFormatter();
         List<String> failures = new ArrayList<>();
         for (LayoutPair p : grid().supported()) {
@@ -342,7 +343,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_07_counterpartsAreSymmetricAndPicksAreCounterpartPositions() {
+    public void required_spec5_07_counterpartsAreSymmetricAndPicksAreCounterpartPositions() {
         CacheFormatter f = anyFormatter();
         List<String> failures = new ArrayList<>();
         for (LayoutPair p : grid().supported()) {
@@ -391,7 +392,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_08_providerNamesItselfAndHandlesTheGridsAttentionTypes() {
+    public void required_spec5_08_providerNamesItselfAndHandlesTheGridsAttentionTypes() {
         FormatterProvider p = provider();
         assertThat(p.name()).as("provider name").isNotBlank();
         for (LayoutPair pair : grid().supported()) {
@@ -402,7 +403,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_09_chunkedMessagesAndSequentialPeersMoveTheSameBytes() {
+    public void required_spec5_09_chunkedMessagesAndSequentialPeersMoveTheSameBytes() {
         List<LayoutPair> some = new ArrayList<>();
         List<LayoutPair> all = grid().supported();
         int step = Math.max(1, all.size() / 8);
@@ -428,7 +429,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_10_concurrentRequestsShareOneFormatterPerRank() {
+    public void required_spec5_10_concurrentRequestsShareOneFormatterPerRank() {
         // Every pair of the grid run moved all its requests at once through one formatter per rank.
         List<String> failures = new ArrayList<>();
         int concurrentPairs = 0;
@@ -447,7 +448,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_11_everyMovedByteIsRecordedAsAMeasure() {
+    public void required_spec5_11_everyMovedByteIsRecordedAsAMeasure() {
         List<String> failures = new ArrayList<>();
         for (PairReport r : completedRuns()) {
             for (PairReport.RequestReport q : r.requests()) {
@@ -470,13 +471,13 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_12_noThreadOutlivesTheGridRun() {
+    public void required_spec5_12_noThreadOutlivesTheGridRun() {
         gridRun();
         LeakChecks.assertNoNewThreads(threadsBeforeGridRun, Duration.ofSeconds(10));
     }
 
     @Test
-    public void required_13_everyMessageSentIsReceived() {
+    public void required_spec5_13_everyMessageSentIsReceived() {
         List<String> failures = new ArrayList<>();
         long messages = 0;
         for (PairReport r : completedRuns()) {
@@ -493,7 +494,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_14_reusedBlocksAreNeitherSentNorWritten() {
+    public void required_spec5_14_reusedBlocksAreNeitherSentNorWritten() {
         List<String> failures = new ArrayList<>();
         int requests = 0;
         for (PairReport r : completedRuns()) {
@@ -520,7 +521,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_15_pushWritesEveryElementExactlyOnce() {
+    public void required_spec5_15_pushWritesEveryElementExactlyOnce() {
         List<PairReport> runs = runSplit(pushGrid().supported(), harnessOptions().withMode(HarnessOptions.Mode.PUSH),
                 harnessOptions().withMode(HarnessOptions.Mode.PUSH_LAYERS));
         List<String> failures = pushFailures(runs);
@@ -530,7 +531,7 @@ public abstract class FormatterConformanceTest {
     }
 
     @Test
-    public void required_16_layerRangesMatchTheWholeTransfer() {
+    public void required_spec5_16_layerRangesMatchTheWholeTransfer() {
         List<PairReport> runs = runSplit(layerGrid().supported(),
                 harnessOptions().withMode(HarnessOptions.Mode.PULL_LAYERS),
                 harnessOptions().withMode(HarnessOptions.Mode.PULL_LAYERS).withLayerStep(2));

@@ -27,7 +27,6 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestFactory;
-import org.junit.jupiter.api.Timeout;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -68,7 +67,7 @@ import static org.awaitility.Awaitility.await;
  * </ol>
  * Every test closes its instances; a leaked buffer fails the close.
  */
-@Timeout(value = 5, unit = TimeUnit.MINUTES)
+@RuleBound(seconds = 300, suiteSeconds = 600)
 @org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverConformanceTest {
 
@@ -167,7 +166,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @TestFactory
-    public Stream<DynamicTest> required_01_everyGridPairMovesEveryElementExactly() {
+    public Stream<DynamicTest> required_spec3_01_everyGridPairMovesEveryElementExactly() {
         return grid().supported().stream().map(p -> DynamicTest.dynamicTest(p.name(), () -> {
             TransceiverConfig c = transceiverConfig().build();
             LocalInstance ctx = start("ctx", p.ctx(), c);
@@ -204,7 +203,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_02_twoHundredConcurrentRequestsArriveExactly() throws Exception {
+    public void required_spec3_02_twoHundredConcurrentRequestsArriveExactly() throws Exception {
         LayoutPair p = workhorsePair();
         TransceiverConfig c = transceiverConfig().requestThreadsPerPeerInstance(8).build();
         LocalInstance ctx = start("ctx", p.ctx(), c);
@@ -236,7 +235,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_03a_contextCancelBeforeReadyCancelsBothSides() {
+    public void required_spec3_03_contextCancelBeforeReadyCancelsBothSides() {
         LayoutPair p = workhorsePair();
         LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
         LocalInstance gen = start("gen", p.gen(), transceiverConfig().build());
@@ -254,7 +253,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_03b_contextCancelAfterDispatchIsRefusedAndTheTransferCompletes() {
+    public void required_spec3_04_contextCancelAfterDispatchIsRefusedAndTheTransferCompletes() {
         LayoutPair p = workhorsePair();
         LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
         LocalInstance gen = start("gen", p.gen(), transceiverConfig().build());
@@ -270,7 +269,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_04_generationCancelBeforeSendingCancelsAndAfterIsRefused() {
+    public void required_spec3_05_generationCancelBeforeSendingCancelsAndAfterIsRefused() {
         LayoutPair p = workhorsePair();
         TransceiverConfig c = transceiverConfig().requestThreadsPerPeerInstance(1).build();
         LocalInstance ctx = start("ctx", p.ctx(), c);
@@ -298,7 +297,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_05_unsupportedPairsFailBothSidesNamingTheFieldAndServingContinues() {
+    public void required_spec3_06_unsupportedPairsFailBothSidesNamingTheFieldAndServingContinues() {
         // A side with different head counts per layer has no block layout (BlockLayout.of needs uniform heads),
         // so no instance of it can start; the formatter suite checks that refusal without instances.
         List<LayoutPair> bad = grid().unsupported().stream()
@@ -335,7 +334,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_06_aRequestWithoutItsCounterpartTimesOutOnTheWaitingSide() {
+    public void required_spec3_07_aRequestWithoutItsCounterpartTimesOutOnTheWaitingSide() {
         LayoutPair p = workhorsePair();
         TransceiverConfig c = transceiverConfig().kvTransferTimeout(Duration.ofMillis(800)).build();
         LocalInstance ctx = start("ctx", p.ctx(), c);
@@ -360,7 +359,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_07_oneFailingRequestDoesNotAffectTheOthers() {
+    public void required_spec3_08_oneFailingRequestDoesNotAffectTheOthers() {
         LayoutPair p = workhorsePair();
         TransceiverConfig c = transceiverConfig().build();
         LocalInstance ctx = start("ctx", p.ctx(), c);
@@ -395,7 +394,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_08_statusChecksAgreeAcrossTheGroupAndReportEachRequestOnce() throws Exception {
+    public void required_spec3_09_statusChecksAgreeAcrossTheGroupAndReportEachRequestOnce() throws Exception {
         LayoutPair p = workhorsePair();
         TransceiverConfig c = transceiverConfig().build();
         LocalInstance ctx = start("ctx", p.ctx(), c);
@@ -454,7 +453,7 @@ public abstract class TransceiverConformanceTest {
     }
 
     @Test
-    public void required_09_closeWithRequestsInFlightLeaksNoBufferConnectionOrThread() {
+    public void required_spec3_10_closeWithRequestsInFlightLeaksNoBufferConnectionOrThread() {
         LayoutPair p = workhorsePair();
         LocalInstance ctx = start("ctx", p.ctx(), transceiverConfig().build());
         LocalInstance gen = start("gen", p.gen(), transceiverConfig().build());
@@ -492,7 +491,7 @@ public abstract class TransceiverConformanceTest {
      * both sides and reuse.
      */
     @Test
-    public void required_10_pushAndLayerWiseMoveEveryElementWithThePullFallback() {
+    public void required_spec3_11_pushAndLayerWiseMoveEveryElementWithThePullFallback() {
         LayoutPair base = workhorsePair();
         // Context layer-hnd, generation layer-nhd.
         LayoutPair p = LayoutGrid.of(List.of(base)).everyPoolLayoutPair(List.of(
@@ -539,11 +538,13 @@ public abstract class TransceiverConformanceTest {
     }
 
     /**
-     * The coalescing switch (a helper each backend's suite calls as its rule 11: loopback, Aeron, MPI): with {@code kvtransfer.coalesce=false} on the requester a pull plans one message per block on both
+     * Clause 3.12, the coalescing switch. Optional: a backend's suite runs it by overriding this method with
+     * {@code @Test} and calling {@code super} (loopback, Aeron and MPI do). With {@code kvtransfer.coalesce=false}
+     * on the requester a pull plans one message per block on both
      * sides (the requester's flag reaches the context side), moves every element exactly, and needs more messages
      * than the default, which coalesces blocks consecutive on both sides (layer-nhd pools on both sides here).
      */
-    protected final void pullWithoutCoalescingMovesEveryElementInMoreMessages() {
+    protected void optional_spec3_12_pullWithoutCoalescingMovesEveryElementInMoreMessages() {
         LayoutPair p = LayoutGrid.of(List.of(workhorsePair())).everyPoolLayoutPair(List.of(
                 dev.kvtransfer.api.layout.PoolLayout.LAYER_NHD)).supported().get(0);
         int[] prompts = {97, 64};

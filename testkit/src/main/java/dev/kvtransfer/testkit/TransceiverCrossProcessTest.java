@@ -16,7 +16,6 @@ import dev.kvtransfer.testkit.process.ChildJvm;
 import dev.kvtransfer.testkit.process.ContextInstanceMain;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.Timeout;
 
 import java.io.IOException;
 import java.io.OutputStream;
@@ -43,7 +42,7 @@ import static org.awaitility.Awaitility.await;
  * and prompt lengths (the child's stdin). Every element arriving here is checked against {@link KvPattern}, which
  * the child filled in.
  */
-@Timeout(value = 150, unit = TimeUnit.SECONDS)
+@RuleBound(seconds = 150, suiteSeconds = 420)
 @org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverCrossProcessTest {
     private static final Duration T = Duration.ofSeconds(60);
@@ -171,7 +170,7 @@ public abstract class TransceiverCrossProcessTest {
     }
 
     @Test
-    public void required_01_contextInAChildProcessMovesEveryElementExactly() throws Exception {
+    public void required_spec3_13_contextInAChildProcessMovesEveryElementExactly() throws Exception {
         // Context TP2 (two ranks, heads split) -> generation PP2 (two ranks, layers split): the formatter splits
         // and concatenates through staging buffers on both sides of the process boundary.
         String ctxSpec = "2,1,8,8,64,16,FLOAT16";
@@ -212,7 +211,7 @@ public abstract class TransceiverCrossProcessTest {
     }
 
     @Test
-    public void required_02_killedContextProcessFailsTheRequestInFlightAndAFreshOneIsServed() throws Exception {
+    public void required_spec3_14_killedContextProcessFailsTheRequestInFlightAndAFreshOneIsServed() throws Exception {
         killedContext(TransceiverConfig.TransferMode.PULL, 7000);
     }
 

@@ -18,7 +18,6 @@ import dev.kvtransfer.testkit.fault.FaultyTransportProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.Timeout;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -49,19 +48,19 @@ import static org.assertj.core.api.Assertions.assertThat;
  * slots, threads — the instances close cleanly); and the same generation instance then serves a fresh request
  * verified. Rule names say the fault:
  * <ul>
- *   <li>{@code fault_01} a dropped ready signal; {@code fault_02} a dropped payload message;
- *       {@code fault_03} a duplicated payload message; {@code fault_04} one corrupted byte in a message of at
- *       least 1 MiB ({@code MALFORMED} naming the peer, the message and its offset); {@code fault_05} a
- *       truncated payload message; {@code fault_06} two payload messages swapped;</li>
- *   <li>{@code fault_07} payload delayed past the deadline ({@code TIMEOUT}); {@code fault_08} the context
- *       side's endpoint closed mid-message; {@code fault_09} a stalled context side (every send stopped longer
+ *   <li>{@code spec4_01} a dropped ready signal; {@code spec4_02} a dropped payload message;
+ *       {@code spec4_03} a duplicated payload message; {@code spec4_04} one corrupted byte in a message of at
+ *       least 1 MiB ({@code MALFORMED} naming the peer, the message and its offset); {@code spec4_05} a
+ *       truncated payload message; {@code spec4_06} two payload messages swapped;</li>
+ *   <li>{@code spec4_07} payload delayed past the deadline ({@code TIMEOUT}); {@code spec4_08} the context
+ *       side's endpoint closed mid-message; {@code spec4_09} a stalled context side (every send stopped longer
  *       than the deadline), serving again afterwards;</li>
- *   <li>{@code fault_10} refused connects ({@code NETWORK}, fast); {@code fault_11} a dropped request info
- *       ({@code TIMEOUT} on both sides); {@code fault_12} duplicated request headers and infos (tolerated: the
+ *   <li>{@code spec4_10} refused connects ({@code NETWORK}, fast); {@code spec4_11} a dropped request info
+ *       ({@code TIMEOUT} on both sides); {@code spec4_12} duplicated request headers and infos (tolerated: the
  *       request completes).</li>
  * </ul>
  */
-@Timeout(value = 3, unit = TimeUnit.MINUTES, threadMode = Timeout.ThreadMode.SEPARATE_THREAD)
+@RuleBound(seconds = 180, suiteSeconds = 600)
 @org.junit.jupiter.api.extension.ExtendWith(LeakCheckExtension.class)
 public abstract class TransceiverFaultConformanceTest {
     /** Codes a request that was hit by a payload fault may end with. */
@@ -269,43 +268,43 @@ public abstract class TransceiverFaultConformanceTest {
     }
 
     @Test
-    public void fault_01_droppedReadySignalFailsTheRequestNeverCompletesIt() throws Exception {
-        payloadFault(Fault.Kind.DROP, 1, 0, PAYLOAD_CODES, "fault_01");
+    public void required_spec4_01_droppedReadySignalFailsTheRequestNeverCompletesIt() throws Exception {
+        payloadFault(Fault.Kind.DROP, 1, 0, PAYLOAD_CODES, "spec 4.1");
     }
 
     @Test
-    public void fault_02_droppedPayloadMessageFailsTheRequestNeverCompletesIt() throws Exception {
-        payloadFault(Fault.Kind.DROP, 3, 1, PAYLOAD_CODES, "fault_02");
+    public void required_spec4_02_droppedPayloadMessageFailsTheRequestNeverCompletesIt() throws Exception {
+        payloadFault(Fault.Kind.DROP, 3, 1, PAYLOAD_CODES, "spec 4.2");
     }
 
     @Test
-    public void fault_03_duplicatedPayloadMessageFailsTheRequestNeverCompletesIt() throws Exception {
-        payloadFault(Fault.Kind.DUPLICATE, 3, 1, PAYLOAD_CODES, "fault_03");
+    public void required_spec4_03_duplicatedPayloadMessageFailsTheRequestNeverCompletesIt() throws Exception {
+        payloadFault(Fault.Kind.DUPLICATE, 3, 1, PAYLOAD_CODES, "spec 4.3");
     }
 
     @Test
-    public void fault_04_corruptedByteInALargeMessageIsCaughtByTheChecksum() throws Exception {
+    public void required_spec4_04_corruptedByteInALargeMessageIsCaughtByTheChecksum() throws Exception {
         // Blocks of 256 tokens x 128 dims: each context rank's share of one block is a 1 MiB message, sent
         // unchunked (4 MiB chunks), so the corruption sits deep inside a message of at least 1 MiB.
         chunk = 4 << 20;
         CacheState gen = CacheState.builder().uniformKvHeads(8, 2).sizePerHead(128).tokensPerBlock(256).build();
         CacheState ctx = resharding() ? gen.toBuilder().tensorParallelism(2).build() : gen;
-        payloadFault(Fault.Kind.CORRUPT, 2, 1 << 20, EnumSet.of(ErrorCode.MALFORMED), "fault_04",
+        payloadFault(Fault.Kind.CORRUPT, 2, 1 << 20, EnumSet.of(ErrorCode.MALFORMED), "spec 4.4",
                 new CacheState[] {ctx, gen});
     }
 
     @Test
-    public void fault_05_truncatedPayloadMessageIsMalformed() throws Exception {
-        payloadFault(Fault.Kind.TRUNCATE, 3, 2, PAYLOAD_CODES, "fault_05");
+    public void required_spec4_05_truncatedPayloadMessageIsMalformed() throws Exception {
+        payloadFault(Fault.Kind.TRUNCATE, 3, 2, PAYLOAD_CODES, "spec 4.5");
     }
 
     @Test
-    public void fault_06_reorderedPayloadMessagesAreCaughtByTheChecksum() throws Exception {
-        payloadFault(Fault.Kind.REORDER, 2, 1, PAYLOAD_CODES, "fault_06");
+    public void required_spec4_06_reorderedPayloadMessagesAreCaughtByTheChecksum() throws Exception {
+        payloadFault(Fault.Kind.REORDER, 2, 1, PAYLOAD_CODES, "spec 4.6");
     }
 
     @Test
-    public void fault_07_payloadDelayedPastTheDeadlineTimesOut() throws Exception {
+    public void required_spec4_07_payloadDelayedPastTheDeadlineTimesOut() throws Exception {
         LocalInstance[] p = pair();
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
@@ -316,11 +315,11 @@ public abstract class TransceiverFaultConformanceTest {
             assertThat(r.error().orElseThrow().code()).as("%s", r).isIn(ErrorCode.TIMEOUT, ErrorCode.MALFORMED);
         }
         expectFailedOthersFineFreshServed(ctx, gen, hit, List.of(), EnumSet.of(ErrorCode.TIMEOUT,
-                ErrorCode.MALFORMED), "fault_07");
+                ErrorCode.MALFORMED), "spec 4.7");
     }
 
     @Test
-    public void fault_08_contextEndpointClosedMidMessageFailsInBoundAndAFreshContextIsServed() throws Exception {
+    public void required_spec4_08_contextEndpointClosedMidMessageFailsInBoundAndAFreshContextIsServed() throws Exception {
         CacheState[] s = states();
         LocalInstance doomed = start("ctx-doomed", s[0], true);
         LocalInstance gen = start("gen", s[1], false);
@@ -346,18 +345,18 @@ public abstract class TransceiverFaultConformanceTest {
     }
 
     @Test
-    public void fault_09_stalledContextSideFailsInBoundThenServesAgain() throws Exception {
+    public void required_spec4_09_stalledContextSideFailsInBoundThenServesAgain() throws Exception {
         LocalInstance[] p = pair();
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
         faults.inject(Fault.stall(deadline().plus(Duration.ofSeconds(1)), nthOnDataTag(ctx, 1, 0)));
         Transfer hit = transfer(ctx, gen, 16 * 40);
         expectFailedOthersFineFreshServed(ctx, gen, hit, List.of(), EnumSet.of(ErrorCode.TIMEOUT,
-                ErrorCode.MALFORMED, ErrorCode.UNAUTHORIZED), "fault_09");
+                ErrorCode.MALFORMED, ErrorCode.UNAUTHORIZED), "spec 4.9");
     }
 
     @Test
-    public void fault_10_refusedConnectsFailFastWithNetwork() throws Exception {
+    public void required_spec4_10_refusedConnectsFailFastWithNetwork() throws Exception {
         LocalInstance[] p = pairFaultyGen();
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
@@ -385,7 +384,7 @@ public abstract class TransceiverFaultConformanceTest {
     }
 
     @Test
-    public void fault_11_droppedRequestInfoTimesOutOnBothSides() throws Exception {
+    public void required_spec4_11_droppedRequestInfoTimesOutOnBothSides() throws Exception {
         LocalInstance[] p = pairFaultyGen();
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
@@ -404,7 +403,7 @@ public abstract class TransceiverFaultConformanceTest {
     }
 
     @Test
-    public void fault_12_duplicatedRequestHeadersAndInfosAreTolerated() throws Exception {
+    public void required_spec4_12_duplicatedRequestHeadersAndInfosAreTolerated() throws Exception {
         LocalInstance[] p = pairFaultyGen();
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
@@ -423,7 +422,7 @@ public abstract class TransceiverFaultConformanceTest {
     }
 
     @Test
-    public void fault_13_aRequestInfoThatComesLateAfterItsHeaderIsStillServed() throws Exception {
+    public void required_spec4_13_aRequestInfoThatComesLateAfterItsHeaderIsStillServed() throws Exception {
         // The context side's responder waits briefly for the info that follows a header, then hands the read to an
         // info reader: an info 50 ms late must reach that later receive, whole, and the request complete exactly.
         LocalInstance[] p = pairFaultyGen();

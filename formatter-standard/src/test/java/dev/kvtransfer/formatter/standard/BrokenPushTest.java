@@ -36,7 +36,7 @@ import static org.junit.platform.engine.discovery.DiscoverySelectors.selectMetho
 /**
  * The push rule catches a formatter that writes a byte twice, writes outside its grants (the reused prefix) or skips
  * bytes: the standard formatter, with its session tampered with one way each, fails
- * {@code required_15_pushWritesEveryElementExactlyOnce} of the testkit's conformance suite (run through the JUnit
+ * {@code required_spec5_15_pushWritesEveryElementExactlyOnce} of the testkit's conformance suite (run through the JUnit
  * engine test kit), naming what went wrong; untampered it passes.
  */
 class BrokenPushTest {
@@ -123,7 +123,7 @@ class BrokenPushTest {
 
     private static Throwable runRule15(Class<?> suite) {
         Events events = EngineTestKit.engine("junit-jupiter")
-                .selectors(selectMethod(suite, "required_15_pushWritesEveryElementExactlyOnce")).execute().testEvents();
+                .selectors(selectMethod(suite, "required_spec5_15_pushWritesEveryElementExactlyOnce")).execute().testEvents();
         assertThat(events.finished().count()).as("rule 15 ran").isEqualTo(1);
         if (events.failed().count() == 0) {
             return null;

@@ -7,28 +7,21 @@ import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.layout.BlockDistribution;
-import dev.kvtransfer.api.layout.BlockLayout;
-import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.memory.MemoryBuffer;
-import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
-import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.Tags;
-import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
-import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.timing.TransferTiming;
 import dev.kvtransfer.core.transfer.DefaultTransferSession;
 import dev.kvtransfer.testkit.KvPattern;
 import dev.kvtransfer.testkit.LayoutPair;
-import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -87,7 +80,7 @@ import java.util.concurrent.atomic.LongAdder;
  */
 public final class FormatterHarness implements AutoCloseable {
     private static final AtomicLong FABRICS = new AtomicLong();
-    private static final AtomicInteger THREADS = new AtomicInteger();
+    static final AtomicInteger THREADS = new AtomicInteger();
     /** First request id of a run; request {@code i} has id {@code FIRST_REQUEST_ID + i}. */
     public static final long FIRST_REQUEST_ID = 7001;
     /** Added to a request id for the poison pattern of the context side's reused prefix. */
@@ -100,8 +93,8 @@ public final class FormatterHarness implements AutoCloseable {
     private final HarnessOptions options;
     private final ExecutorService executor;
     private final int requests;
-    private Instance ctx;
-    private Instance gen;
+    private HarnessInstance ctx;
+    private HarnessInstance gen;
     private RequestRun[] runs;
     private Throwable failure;
     private int transfers;
@@ -179,8 +172,8 @@ public final class FormatterHarness implements AutoCloseable {
 
     private void instances() {
         String fabric = "fmt-harness-" + FABRICS.incrementAndGet();
-        ctx = new Instance("ctx", pair.ctx(), 3, fabric);
-        gen = new Instance("gen", pair.gen(), 2, fabric);
+        ctx = new HarnessInstance("ctx", pair.ctx(), 3, fabric, pair, options, provider, requests);
+        gen = new HarnessInstance("gen", pair.gen(), 2, fabric, pair, options, provider, requests);
         capabilities = Set.copyOf(ctx.formatters[0].capabilities());
     }
 
@@ -298,7 +291,7 @@ public final class FormatterHarness implements AutoCloseable {
     }
 
     private void closeTransports() {
-        for (Instance in : new Instance[] {ctx, gen}) {
+        for (HarnessInstance in : new HarnessInstance[] {ctx, gen}) {
             for (ConnectionManager m : in.managers) {
                 if (m != null) {
                     m.close();
@@ -323,7 +316,7 @@ public final class FormatterHarness implements AutoCloseable {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        for (Instance in : new Instance[] {ctx, gen}) {
+        for (HarnessInstance in : new HarnessInstance[] {ctx, gen}) {
             if (in == null) {
                 continue;
             }
@@ -339,157 +332,6 @@ public final class FormatterHarness implements AutoCloseable {
         }
         if (first != null) {
             throw first;
-        }
-    }
-
-    /** One side (instance) of a run: per-rank caches, pools, formatters and transport endpoints. */
-    private final class Instance implements AutoCloseable {
-        final CacheState state;
-        final HostBufferManager memory = new HostBufferManager();
-        final PagedKvCache[] caches;
-        final DefaultTransferBufferPool[] pools;
-        final CacheFormatter[] formatters;
-        final ConnectionManager[] managers;
-        final int holeEvery;
-        final int[] allocated;
-        CommState comm;
-
-        Instance(String side, CacheState state, int holeEvery, String fabric) {
-            this.state = state;
-            this.holeEvery = holeEvery;
-            int n = state.worldSize();
-            caches = new PagedKvCache[n];
-            pools = new DefaultTransferBufferPool[n];
-            formatters = new CacheFormatter[n];
-            managers = new ConnectionManager[n];
-            allocated = new int[n];
-            List<String> addresses = new ArrayList<>(n);
-            LoopbackTransportProvider transport = new LoopbackTransportProvider();
-            for (int r = 0; r < n; r++) {
-                int blocks = 1;
-                for (int len : pair.promptLengths()) {
-                    int total = BlockDistribution.blocksFor(len, state.tokensPerBlock());
-                    blocks += BlockDistribution.count(total, state.contextParallelism(), state.cpRank(r));
-                }
-                if (options.fragmentBlocks()) {
-                    blocks *= 2; // room for the fillers between the requests' blocks
-                }
-                if (options.indexerDim() > 0) {
-                    BlockLayout main = BlockLayout.of(state, r);
-                    BlockLayout idx = new BlockLayout(main.localLayers(), 1, 1, state.tokensPerBlock(),
-                            options.indexerDim(), 1);
-                    caches[r] = new PagedKvCache(memory, main, state.poolLayout(), MemoryKind.HOST, idx, blocks);
-                } else {
-                    caches[r] = PagedKvCache.of(memory, state, r, blocks);
-                }
-                // Slots of the direction this side uses for every concurrent request, one of the other.
-                boolean sender = side.equals("ctx");
-                pools[r] = new DefaultTransferBufferPool(memory, options.slotBytes(), sender ? requests : 1,
-                        sender ? 1 : requests, true);
-                formatters[r] = provider.create(caches[r], pools[r]);
-                managers[r] = transport.create(TransportConfig.builder().name(side + "-rank-" + r)
-                        .defaultTimeout(options.timeout())
-                        .property(LoopbackTransportProvider.FABRIC_PROPERTY, fabric).build());
-                addresses.add(managers[r].localAddress());
-            }
-            comm = new CommState(LoopbackTransportProvider.NAME, addresses, -1);
-        }
-
-        /** Blocks for a request, with a filler after every {@code holeEvery}-th block when fragmenting. */
-        int[] allocate(int rank, long requestId, int count) {
-            if (count == 0) {
-                return new int[0];
-            }
-            if (!options.fragmentBlocks()) {
-                return caches[rank].allocate(requestId, count);
-            }
-            int[] ids = new int[count];
-            for (int i = 0; i < count; i++) {
-                ids[i] = caches[rank].allocate(requestId, 1)[0];
-                if (++allocated[rank] % holeEvery == 0) {
-                    caches[rank].allocate(fillerId(rank), 1);
-                }
-            }
-            return ids;
-        }
-
-        private long fillerId(int rank) {
-            return -1 - rank;
-        }
-
-        void freeFillers() {
-            for (int r = 0; r < caches.length; r++) {
-                caches[r].free(fillerId(r));
-            }
-        }
-
-        /** Closes everything; the memory manager last, so a leaked buffer shows up as its exception. */
-        @Override
-        public void close() {
-            RuntimeException first = closeManagers();
-            for (int r = 0; r < caches.length; r++) {
-                first = closeQuietly(pools[r], first);
-                first = closeQuietly(caches[r], first);
-            }
-            first = closeQuietly(memory, first);
-            if (first != null) {
-                throw first;
-            }
-        }
-
-        /**
-         * Closes the endpoints, at once when several ran one-sided agents: an emulated agent's close waits for its
-         * poll interval, which would otherwise add up rank by rank.
-         */
-        private RuntimeException closeManagers() {
-            if (!options.mode().push() || managers.length == 1) {
-                RuntimeException first = null;
-                for (ConnectionManager m : managers) {
-                    first = closeQuietly(m, first);
-                }
-                return first;
-            }
-            RuntimeException[] errors = new RuntimeException[managers.length];
-            Thread[] threads = new Thread[managers.length];
-            for (int r = 0; r < managers.length; r++) {
-                int rank = r;
-                threads[r] = new Thread(() -> errors[rank] = closeQuietly(managers[rank], null),
-                        "fmt-harness-close-" + THREADS.incrementAndGet());
-                threads[r].setDaemon(true);
-                threads[r].start();
-            }
-            RuntimeException first = null;
-            for (int r = 0; r < threads.length; r++) {
-                try {
-                    threads[r].join();
-                } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                }
-                if (errors[r] != null) {
-                    if (first == null) {
-                        first = errors[r];
-                    } else {
-                        first.addSuppressed(errors[r]);
-                    }
-                }
-            }
-            return first;
-        }
-
-        private RuntimeException closeQuietly(AutoCloseable c, RuntimeException first) {
-            if (c == null) {
-                return first;
-            }
-            try {
-                c.close();
-            } catch (Exception e) {
-                RuntimeException r = e instanceof RuntimeException re ? re : new IllegalStateException(e);
-                if (first == null) {
-                    return r;
-                }
-                first.addSuppressed(r);
-            }
-            return first;
         }
     }
 
@@ -715,51 +557,12 @@ public final class FormatterHarness implements AutoCloseable {
                     + " on rank " + rank + " did not throw UnsupportedOperationException");
         }
 
-        /**
-         * Registers, for this request only, the bytes of generation rank {@code g}'s blocks after the reused prefix:
-         * every (layer, kv, segment) plane of each, merged into runs per region (core's
-         * {@code CacheReceiver.registerGrants}).
-         */
+        /** This request's grants on generation rank {@code g} ({@link PushChecks#registerGrants}). */
         private List<PeerPool.Grant> registerGrants(int g) {
-            PagedKvCache cache = gen.caches[g];
-            PoolGeometry geo = cache.geometry();
-            BlockLayout bl = cache.layout();
             int firstGlobal = BlockDistribution.firstGlobalBlock(totalBlocks, genState.contextParallelism(),
                     genState.cpRank(g));
-            int[] ids = genBlocks[g];
-            List<long[]> ranges = new ArrayList<>();
-            for (int i = 0; i < ids.length; i++) {
-                if (firstGlobal + i < reused) {
-                    continue;
-                }
-                for (int l = 0; l < bl.localLayers(); l++) {
-                    for (int kv = 0; kv < bl.kvFactor(); kv++) {
-                        for (int seg = 0; seg < geo.segments(); seg++) {
-                            ranges.add(new long[] {geo.region(ids[i], l, kv, seg), geo.planeOffset(ids[i], l, kv, seg),
-                                    geo.segmentPlaneBytes(seg)});
-                        }
-                    }
-                }
-            }
-            ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
-            List<PeerPool.Grant> grants = new ArrayList<>();
-            int i = 0;
-            while (i < ranges.size()) {
-                long region = ranges.get(i)[0];
-                long start = ranges.get(i)[1];
-                long end = start + ranges.get(i)[2];
-                i++;
-                while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
-                    end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
-                    i++;
-                }
-                MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
-                RegisteredRegion reg = gen.managers[g].register(mem);
-                registrations.get(g).add(reg);
-                granted.get(g).put(reg.descriptor().regionId(), mem);
-                grants.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
-            }
-            return grants;
+            return PushChecks.registerGrants(gen.caches[g], gen.managers[g], genBlocks[g], firstGlobal, reused,
+                    registrations.get(g), granted.get(g));
         }
 
         /**
@@ -789,38 +592,10 @@ public final class FormatterHarness implements AutoCloseable {
         }
 
         private void checkWrites(int g) {
-            WriteLog log = logs[g];
-            Map<Long, MemoryBuffer> mem = granted.get(g);
-            String who = "request " + requestId + " gen rank " + g;
             TargetRanks t = RankMapping.targetRanks(ctxState, genState, g);
             boolean[] picked = new boolean[ctxBlocks.length];
             for (int p : gen.formatters[g].pickRecvConnections(genState, g, ctxState)) {
                 picked[t.peerRanks().get(p)] = true;
-            }
-            Map<Long, List<long[]>> byRegion = new HashMap<>();
-            long total = 0;
-            int n = log.size();
-            for (int i = 0; i < n; i++) {
-                int writer = log.writer(i);
-                long region = log.region(i);
-                long off = log.offset(i);
-                long len = log.length(i);
-                MemoryBuffer m = mem.get(region);
-                if (m == null || off < 0 || len < 0 || off > m.size() - len) {
-                    violations.add(who + ": ctx rank " + writer + " wrote " + len + " bytes at offset " + off
-                            + " of grant #" + region + ", outside what this request granted");
-                    continue;
-                }
-                if (!picked[writer]) {
-                    violations.add(who + ": ctx rank " + writer + " wrote " + len + " bytes into it, but it does not"
-                            + " receive from that rank (not picked: another rank of a duplicate group is designated)");
-                }
-                if (log.checksums() && WriteLog.crc(m, off, len) != log.crc(i)) {
-                    violations.add(who + ": the " + len + " bytes ctx rank " + writer + " wrote at offset " + off
-                            + " of grant #" + region + " changed after the write (overwritten by a later entry)");
-                }
-                total += len;
-                byRegion.computeIfAbsent(region, k -> new ArrayList<>()).add(new long[] {off, len, writer});
             }
             long expected = 0;
             int first = BlockDistribution.firstGlobalBlock(totalBlocks, genState.contextParallelism(),
@@ -828,29 +603,13 @@ public final class FormatterHarness implements AutoCloseable {
             for (int i = 0; i < genBlocks[g].length; i++) {
                 expected += first + i >= reused ? gen.caches[g].layout().blockBytes() : 0;
             }
-            written[g] = total;
-            writtenEntries[g] = n;
-            if (total != expected) {
-                violations.add(who + ": the ctx ranks wrote " + total + " bytes into its blocks, " + expected
-                        + " were expected (the blocks after the " + reused + " reused: partial or doubled push)");
-            }
-            for (Map.Entry<Long, List<long[]>> e : byRegion.entrySet()) {
-                List<long[]> runs = e.getValue();
-                runs.sort((a, b) -> Long.compare(a[0], b[0]));
-                for (int i = 1; i < runs.size(); i++) {
-                    long[] a = runs.get(i - 1);
-                    long[] b = runs.get(i);
-                    if (b[0] < a[0] + a[1]) {
-                        violations.add(who + ": writes of ctx ranks " + a[2] + " and " + b[2] + " overlap in grant #"
-                                + e.getKey() + " at byte offset " + b[0] + " (a byte written twice)");
-                        break;
-                    }
-                }
-            }
+            written[g] = PushChecks.checkWrites(logs[g], granted.get(g), "request " + requestId + " gen rank " + g,
+                    picked, expected, reused, violations);
+            writtenEntries[g] = logs[g].size();
         }
 
-        private DefaultTransferSession session(boolean sender, Instance self, CacheState selfState, int rank,
-                                               Instance peer, CacheState peerState, int[][] selfBlocks,
+        private DefaultTransferSession session(boolean sender, HarnessInstance self, CacheState selfState, int rank,
+                                               HarnessInstance peer, CacheState peerState, int[][] selfBlocks,
                                                int[][] peerBlocks, int tag, long deadline, LongAdder messages) {
             TargetRanks t = RankMapping.targetRanks(peerState, selfState, rank);
             List<Integer> counterparts = self.formatters[rank].counterparts(selfState, rank, peerState);

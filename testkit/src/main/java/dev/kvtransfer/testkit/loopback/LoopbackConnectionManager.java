@@ -73,7 +73,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
     /** Unclaimed messages per tag, oldest first. Guarded by {@link #lock}. */
     private final Map<Integer, ArrayDeque<Message>> pending = new HashMap<>();
     /** Waiting receives per tag, oldest first. Guarded by {@link #lock}. */
-    private final Map<Integer, ArrayDeque<Posted>> posted = new HashMap<>();
+    private final Map<Integer, ArrayDeque<PostedReceive>> posted = new HashMap<>();
     private volatile boolean closed;
 
     private LoopbackConnectionManager(String fabricName, Map<String, LoopbackConnectionManager> fabric,
@@ -168,10 +168,10 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 return;
             }
             closed = true;
-            for (ArrayDeque<Posted> q : posted.values()) {
-                for (Iterator<Posted> it = q.iterator(); it.hasNext(); ) {
-                    Posted p = it.next();
-                    if (p.state == Posted.WAITING) {
+            for (ArrayDeque<PostedReceive> q : posted.values()) {
+                for (Iterator<PostedReceive> it = q.iterator(); it.hasNext(); ) {
+                    PostedReceive p = it.next();
+                    if (p.state == PostedReceive.WAITING) {
                         it.remove();
                         p.fail(ErrorCode.NETWORK, "loopback manager " + address + " closed", true);
                     }
@@ -209,10 +209,10 @@ final class LoopbackConnectionManager implements ConnectionManager {
     private void peerClosed(String peer) {
         lock.lock();
         try {
-            for (ArrayDeque<Posted> q : posted.values()) {
-                for (Iterator<Posted> it = q.iterator(); it.hasNext(); ) {
-                    Posted p = it.next();
-                    if (p.state == Posted.WAITING && peer.equals(p.from)) {
+            for (ArrayDeque<PostedReceive> q : posted.values()) {
+                for (Iterator<PostedReceive> it = q.iterator(); it.hasNext(); ) {
+                    PostedReceive p = it.next();
+                    if (p.state == PostedReceive.WAITING && peer.equals(p.from)) {
                         it.remove();
                         p.fail(ErrorCode.PEER_LOST, "peer " + peer + " closed while " + address
                                 + " waited for tag " + p.tag, false);
@@ -312,7 +312,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
      */
     private void deliver(String from, int tag, long src, long length, long wait) {
         // Fast path: a receive is already posted: copy straight into its buffer.
-        Posted p;
+        PostedReceive p;
         Message rts = null;
         lock.lock();
         try {
@@ -448,30 +448,30 @@ final class LoopbackConnectionManager implements ConnectionManager {
      * mismatch fails that receive with MALFORMED (the message is consumed, as on a real network) and returns a
      * claimed-and-done marker so the sender does not queue.
      */
-    private Posted claim(String from, int tag, long length) {
-        ArrayDeque<Posted> q = posted.get(tag);
+    private PostedReceive claim(String from, int tag, long length) {
+        ArrayDeque<PostedReceive> q = posted.get(tag);
         if (q == null) {
             return null;
         }
-        for (Iterator<Posted> it = q.iterator(); it.hasNext(); ) {
-            Posted p = it.next();
+        for (Iterator<PostedReceive> it = q.iterator(); it.hasNext(); ) {
+            PostedReceive p = it.next();
             if (p.from == null || p.from.equals(from)) {
                 it.remove();
                 p.sender = from;
                 if (p.length != length) {
                     p.fail(ErrorCode.MALFORMED, "tag " + tag + " from " + from + ": message of " + length
                             + " bytes, receive expected " + p.length, false);
-                    return Posted.CONSUMED;
+                    return PostedReceive.CONSUMED;
                 }
-                p.state = Posted.CLAIMED;
+                p.state = PostedReceive.CLAIMED;
                 return p;
             }
         }
         return null;
     }
 
-    private void complete(Posted p, long src, long length) {
-        if (p == Posted.CONSUMED) {
+    private void complete(PostedReceive p, long src, long length) {
+        if (p == PostedReceive.CONSUMED) {
             return;
         }
         try {
@@ -479,7 +479,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         } finally {
             lock.lock();
             try {
-                p.state = Posted.DONE;
+                p.state = PostedReceive.DONE;
                 p.cond.signalAll();
             } finally {
                 lock.unlock();
@@ -509,7 +509,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         long dst = length == 0 ? 0 : buffer.address() + offset;
         String what = (from == null ? "recvConnect" : "recv from " + from) + " tag " + tag + " at " + address;
         Message m = null;
-        Posted p;
+        PostedReceive p;
         lock.lock();
         try {
             checkOpen(what);
@@ -536,7 +536,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 if (from != null && peer(from) == null) {
                     throw new TransportException(ErrorCode.PEER_LOST, what + ": peer " + from + " is closed");
                 }
-                p = new Posted(from, tag, dst, length, lock.newCondition());
+                p = new PostedReceive(from, tag, dst, length, lock.newCondition());
                 posted.computeIfAbsent(tag, k -> new ArrayDeque<>()).add(p);
             } else {
                 p = null;
@@ -573,16 +573,16 @@ final class LoopbackConnectionManager implements ConnectionManager {
         return await(p, remaining, what, nullOnTimeout);
     }
 
-    private String await(Posted p, long nanos, String what, boolean nullOnTimeout) {
+    private String await(PostedReceive p, long nanos, String what, boolean nullOnTimeout) {
         boolean interrupted = false;
         lock.lock();
         try {
             long start = System.nanoTime();
-            while (p.state == Posted.WAITING || p.state == Posted.CLAIMED) {
+            while (p.state == PostedReceive.WAITING || p.state == PostedReceive.CLAIMED) {
                 long left = nanos - (System.nanoTime() - start); // overflow-safe for nanos = Long.MAX_VALUE
-                if (p.state == Posted.WAITING) {
+                if (p.state == PostedReceive.WAITING) {
                     if (left <= 0) {
-                        removePosted(p);
+                        removePostedReceive(p);
                         if (nullOnTimeout) {
                             return null;
                         }
@@ -590,7 +590,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                                 + Duration.ofNanos(nanos));
                     }
                     if (interrupted) {
-                        removePosted(p);
+                        removePostedReceive(p);
                         throw new TransportException(ErrorCode.NETWORK, what + ": interrupted");
                     }
                 } else {
@@ -602,7 +602,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                     interrupted = true;
                 }
             }
-            if (p.state == Posted.FAILED) {
+            if (p.state == PostedReceive.FAILED) {
                 if (p.closed) {
                     throw new TransportClosedException(p.failure);
                 }
@@ -617,12 +617,12 @@ final class LoopbackConnectionManager implements ConnectionManager {
         }
     }
 
-    private void removePosted(Posted p) {
-        ArrayDeque<Posted> q = posted.get(p.tag);
+    private void removePostedReceive(PostedReceive p) {
+        ArrayDeque<PostedReceive> q = posted.get(p.tag);
         if (q != null) {
             q.remove(p);
         }
-        p.state = Posted.FAILED;
+        p.state = PostedReceive.FAILED;
     }
 
     /**
@@ -690,128 +690,6 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 pool.give(address, length);
             }
             freed = true;
-        }
-    }
-
-    /**
-     * Eager buffers by power-of-two class (4 KiB and up; smaller ones are plain allocations), keeping at most
-     * {@code retainBytes} between messages; freed on close. Thread-safe.
-     */
-    static final class EagerPool {
-        private static final int MIN_SHIFT = 12;
-        private final long retainBytes;
-        private final ArrayDeque<Long>[] free;
-        private long retained;
-        private boolean closed;
-
-        @SuppressWarnings("unchecked")
-        EagerPool(long retainBytes) {
-            if (retainBytes < 0) {
-                throw new IllegalArgumentException("eager pool of " + retainBytes + " bytes: must be >= 0");
-            }
-            this.retainBytes = retainBytes;
-            this.free = new ArrayDeque[64];
-        }
-
-        private static int shift(long length) {
-            return Math.max(MIN_SHIFT, 64 - Long.numberOfLeadingZeros(length - 1));
-        }
-
-        /** @return a buffer of at least {@code length} bytes (0 for an empty message) */
-        long take(long length) {
-            if (length == 0) {
-                return 0;
-            }
-            if (length < (1L << MIN_SHIFT)) {
-                return MemoryAccess.allocate(length);
-            }
-            int k = shift(length);
-            synchronized (this) {
-                ArrayDeque<Long> q = free[k];
-                if (q != null && !q.isEmpty()) {
-                    retained -= 1L << k;
-                    return q.pop();
-                }
-            }
-            return MemoryAccess.allocate(1L << k);
-        }
-
-        /** Returns a buffer from {@link #take} of the same {@code length}. */
-        void give(long address, long length) {
-            if (address == 0) {
-                return;
-            }
-            if (length < (1L << MIN_SHIFT)) {
-                MemoryAccess.free(address);
-                return;
-            }
-            int k = shift(length);
-            synchronized (this) {
-                if (!closed && retained + (1L << k) <= retainBytes) {
-                    if (free[k] == null) {
-                        free[k] = new ArrayDeque<>();
-                    }
-                    free[k].push(address);
-                    retained += 1L << k;
-                    return;
-                }
-            }
-            MemoryAccess.free(address);
-        }
-
-        /** @return bytes held for reuse */
-        synchronized long retained() {
-            return retained;
-        }
-
-        /** Frees what it holds; later returns are freed at once. */
-        void close() {
-            synchronized (this) {
-                closed = true;
-                for (ArrayDeque<Long> q : free) {
-                    while (q != null && !q.isEmpty()) {
-                        MemoryAccess.free(q.pop());
-                    }
-                }
-                retained = 0;
-            }
-        }
-    }
-
-    /** A waiting receive. State changes under the manager's lock. */
-    private static final class Posted {
-        static final int WAITING = 0;
-        static final int CLAIMED = 1;
-        static final int DONE = 2;
-        static final int FAILED = 3;
-        /** Marker: the matched receive was failed (length mismatch), the message is consumed. */
-        static final Posted CONSUMED = new Posted(null, 0, 0, 0, null);
-
-        final String from;
-        final int tag;
-        final long dst;
-        final long length;
-        final Condition cond;
-        int state = WAITING;
-        String sender;
-        ErrorCode failCode;
-        String failure;
-        boolean closed;
-
-        Posted(String from, int tag, long dst, long length, Condition cond) {
-            this.from = from;
-            this.tag = tag;
-            this.dst = dst;
-            this.length = length;
-            this.cond = cond;
-        }
-
-        void fail(ErrorCode code, String why, boolean byClose) {
-            state = FAILED;
-            failCode = code;
-            failure = why;
-            closed = byClose;
-            cond.signalAll();
         }
     }
 }

@@ -365,7 +365,7 @@ class LoopbackRendezvousTest {
 
     @Test
     void eagerBuffersAreReusedWithinTheirBoundAndFreedOnClose() {
-        LoopbackConnectionManager.EagerPool pool = new LoopbackConnectionManager.EagerPool(1 << 20);
+        EagerPool pool = new EagerPool(1 << 20);
         long a = pool.take(300_000); // 512 KiB class
         pool.give(a, 300_000);
         assertThat(pool.retained()).isEqualTo(512 * 1024);

@@ -1,0 +1,138 @@
+package dev.kvtransfer.testkit.harness;
+
+import dev.kvtransfer.api.format.PeerPool;
+import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RegisteredRegion;
+import dev.kvtransfer.core.cache.PagedKvCache;
+
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The receiving side of a push in {@link FormatterHarness}: the grants a generation rank gives one request, and the
+ * check of what the context ranks wrote into them. Both follow core's {@code CacheReceiver} (its grants are private
+ * to it, so they are restated here; the element check itself is core's {@code KvPattern}, not a copy).
+ */
+final class PushChecks {
+    private PushChecks() {
+    }
+
+    /**
+     * Registers, for one request only, the bytes of a generation rank's blocks after the reused prefix: every
+     * (layer, kv, segment) plane of each block, merged into runs per region.
+     *
+     * @param cache         the rank's pool
+     * @param manager       the rank's transport endpoint
+     * @param ids           the request's block ids on the rank
+     * @param firstGlobal   global index of {@code ids[0]}
+     * @param reused        blocks of the reused prefix (not granted)
+     * @param registrations receives the registrations, for revoking them
+     * @param granted       receives each grant's memory by region id
+     * @return the grants, for the context sessions' {@code PeerPool}
+     */
+    static List<PeerPool.Grant> registerGrants(PagedKvCache cache, ConnectionManager manager, int[] ids,
+                                               int firstGlobal, int reused, List<RegisteredRegion> registrations,
+                                               Map<Long, MemoryBuffer> granted) {
+        PoolGeometry geo = cache.geometry();
+        BlockLayout bl = cache.layout();
+        List<long[]> ranges = new ArrayList<>();
+        for (int i = 0; i < ids.length; i++) {
+            if (firstGlobal + i < reused) {
+                continue;
+            }
+            for (int l = 0; l < bl.localLayers(); l++) {
+                for (int kv = 0; kv < bl.kvFactor(); kv++) {
+                    for (int seg = 0; seg < geo.segments(); seg++) {
+                        ranges.add(new long[] {geo.region(ids[i], l, kv, seg), geo.planeOffset(ids[i], l, kv, seg),
+                                geo.segmentPlaneBytes(seg)});
+                    }
+                }
+            }
+        }
+        ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
+        List<PeerPool.Grant> grants = new ArrayList<>();
+        int i = 0;
+        while (i < ranges.size()) {
+            long region = ranges.get(i)[0];
+            long start = ranges.get(i)[1];
+            long end = start + ranges.get(i)[2];
+            i++;
+            while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
+                end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
+                i++;
+            }
+            MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
+            RegisteredRegion reg = manager.register(mem);
+            registrations.add(reg);
+            granted.put(reg.descriptor().regionId(), mem);
+            grants.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
+        }
+        return grants;
+    }
+
+    /**
+     * Checks every entry written into one generation rank as core's receiver does: inside this request's grants,
+     * unchanged since written, only from picked context ranks, no byte written twice, and together exactly the
+     * bytes expected.
+     *
+     * @param log        what was written
+     * @param mem        each grant's memory by region id
+     * @param who        names the request and rank in violations
+     * @param picked     per context rank, whether this rank receives from it
+     * @param expected   bytes of the rank's blocks after the reused prefix
+     * @param reused     blocks of the reused prefix (for the message)
+     * @param violations receives what broke
+     * @return the bytes written
+     */
+    static long checkWrites(WriteLog log, Map<Long, MemoryBuffer> mem, String who, boolean[] picked, long expected,
+                            int reused, List<String> violations) {
+        Map<Long, List<long[]>> byRegion = new HashMap<>();
+        long total = 0;
+        int n = log.size();
+        for (int i = 0; i < n; i++) {
+            int writer = log.writer(i);
+            long region = log.region(i);
+            long off = log.offset(i);
+            long len = log.length(i);
+            MemoryBuffer m = mem.get(region);
+            if (m == null || off < 0 || len < 0 || off > m.size() - len) {
+                violations.add(who + ": ctx rank " + writer + " wrote " + len + " bytes at offset " + off
+                        + " of grant #" + region + ", outside what this request granted");
+                continue;
+            }
+            if (!picked[writer]) {
+                violations.add(who + ": ctx rank " + writer + " wrote " + len + " bytes into it, but it does not"
+                        + " receive from that rank (not picked: another rank of a duplicate group is designated)");
+            }
+            if (log.checksums() && WriteLog.crc(m, off, len) != log.crc(i)) {
+                violations.add(who + ": the " + len + " bytes ctx rank " + writer + " wrote at offset " + off
+                        + " of grant #" + region + " changed after the write (overwritten by a later entry)");
+            }
+            total += len;
+            byRegion.computeIfAbsent(region, k -> new ArrayList<>()).add(new long[] {off, len, writer});
+        }
+        if (total != expected) {
+            violations.add(who + ": the ctx ranks wrote " + total + " bytes into its blocks, " + expected
+                    + " were expected (the blocks after the " + reused + " reused: partial or doubled push)");
+        }
+        for (Map.Entry<Long, List<long[]>> e : byRegion.entrySet()) {
+            List<long[]> runs = e.getValue();
+            runs.sort((a, b) -> Long.compare(a[0], b[0]));
+            for (int i = 1; i < runs.size(); i++) {
+                long[] a = runs.get(i - 1);
+                long[] b = runs.get(i);
+                if (b[0] < a[0] + a[1]) {
+                    violations.add(who + ": writes of ctx ranks " + a[2] + " and " + b[2] + " overlap in grant #"
+                            + e.getKey() + " at byte offset " + b[0] + " (a byte written twice)");
+                    break;
+                }
+            }
+        }
+        return total;
+    }
+}
