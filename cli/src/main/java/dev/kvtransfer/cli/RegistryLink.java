@@ -2,7 +2,6 @@ package dev.kvtransfer.cli;
 
 import dev.kvtransfer.registry.InstanceRecord;
 import dev.kvtransfer.registry.Registry;
-import dev.kvtransfer.registry.RegistryAuth;
 import dev.kvtransfer.registry.RegistryException;
 import dev.kvtransfer.registry.RemoteRegistry;
 
@@ -38,9 +37,18 @@ final class RegistryLink implements AutoCloseable {
         this.out = out;
     }
 
-    static RegistryLink start(String url, RegistryAuth auth, InstanceRecord record, long periodMs, IntSupplier load,
-                              PrintStream out) {
-        Registry r = RemoteRegistry.open(url, auth);
+    /**
+     * Registers and starts the heartbeats.
+     *
+     * @param r        the registry (from {@link RemoteRegistry#open}, checked before the instance started); closed
+     *                 with the link, or here when registering fails
+     * @param record   the instance
+     * @param periodMs heartbeat period
+     * @param load     the load to report
+     * @param out      where state changes are printed
+     * @return the link
+     */
+    static RegistryLink start(Registry r, InstanceRecord record, long periodMs, IntSupplier load, PrintStream out) {
         RegistryLink link = new RegistryLink(r, record, load, out);
         try {
             long lease = r.register(record);

@@ -20,7 +20,7 @@ import java.util.TreeMap;
 record RouteReport(String run, int requests, int completed, int failed, double requestsPerSecond,
                    double transferP50Ms, double transferP99Ms, double prefillToReadyP50Ms,
                    double prefillToReadyP99Ms, double routerP50Ms, double routerP99Ms, long bytes, long checked,
-                   long mismatches, Map<String, Integer> failuresByCause, String firstError,
+                   long mismatches, Map<String, Integer> failuresByCause, double timeToErrorMaxMs, String firstError,
                    Map<String, Integer> servedBy, int liveInstances, long evictions, long unauthorizedRefused,
                    double wallSeconds) {
 
@@ -49,6 +49,7 @@ record RouteReport(String run, int requests, int completed, int failed, double r
         Map<String, Integer> causes = new TreeMap<>();
         Map<String, Integer> served = new TreeMap<>();
         String first = "";
+        long slowestError = 0;
         for (Router.Outcome o : outcomes) {
             bytes += o.bytes();
             checked += o.checked();
@@ -64,6 +65,7 @@ record RouteReport(String run, int requests, int completed, int failed, double r
                 served.merge(o.context(), 1, Integer::sum);
             } else {
                 causes.merge(o.code().isEmpty() ? "INTERNAL" : o.code(), 1, Integer::sum);
+                slowestError = Math.max(slowestError, o.totalNanos());
                 if (first.isEmpty()) {
                     first = o.error();
                 }
@@ -72,7 +74,7 @@ record RouteReport(String run, int requests, int completed, int failed, double r
         double wall = wallNanos / 1e9;
         return new RouteReport(run, outcomes.size(), completed, outcomes.size() - completed,
                 wall > 0 ? completed / wall : 0, ms(transfer, 50), ms(transfer, 99), ms(toReady, 50), ms(toReady, 99),
-                ms(total, 50), ms(total, 99), bytes, checked, mismatches, causes, first, served, live.size(),
+                ms(total, 50), ms(total, 99), bytes, checked, mismatches, causes, slowestError / 1e6, first, served, live.size(),
                 evictions, refused, wall);
     }
 
@@ -100,7 +102,8 @@ record RouteReport(String run, int requests, int completed, int failed, double r
                         routerP99Ms);
                 out.printf(Locale.ROOT, "%-22s %d B (%.1f MiB)%n", "bytes moved", bytes, bytes / 1048576.0);
                 out.printf(Locale.ROOT, "%-22s %d elements, %d mismatches%n", "verified", checked, mismatches);
-                out.printf(Locale.ROOT, "%-22s %s%n", "failures by cause", causes());
+                out.printf(Locale.ROOT, "%-22s %s%s%n", "failures by cause", causes(), failed == 0 ? ""
+                        : String.format(Locale.ROOT, " (slowest failure after %.1f ms)", timeToErrorMaxMs));
                 if (!firstError.isEmpty()) {
                     out.printf(Locale.ROOT, "%-22s %s%n", "first failure", firstError);
                 }
@@ -131,6 +134,7 @@ record RouteReport(String run, int requests, int completed, int failed, double r
         r.put("verified_elements", Long.toString(checked));
         r.put("mismatches", Long.toString(mismatches));
         r.put("failures_by_cause", "\"" + failuresByCause.toString().replace("\"", "'") + "\"");
+        r.put("time_to_error_max_ms", fmt(timeToErrorMaxMs));
         r.put("wall_s", fmt(wallSeconds));
         return r;
     }

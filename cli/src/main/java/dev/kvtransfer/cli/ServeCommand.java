@@ -4,6 +4,7 @@ import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.registry.InstanceRecord;
 import dev.kvtransfer.registry.RegistryAuth;
+import dev.kvtransfer.registry.RemoteRegistry;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
@@ -108,6 +109,8 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                     + "crosses processes by itself (aeron, ucx)");
         }
         RegistryAuth auth = DeploymentSecret.resolve("serve", secretFile, options.properties);
+        // The URL is checked before anything starts; the registry is reached once the instance runs.
+        dev.kvtransfer.registry.Registry reg = registry == null ? null : RemoteRegistry.open(registry, auth);
         CacheState state = context ? options.contextState() : options.generationState();
         PoolMemory.resolve(options, dev.kvtransfer.core.plugin.Plugins.discover());
         int blocksPerRank = maxInflight * DemoRanks.totalBlocks(state, maxIsl);
@@ -146,8 +149,8 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                 out.printf(Locale.ROOT, "%-18s %s%n", "transports", String.join(" ", record.transportAddresses()));
                 out.printf(Locale.ROOT, "%-18s %s%n", "auth", auth.enabled() ? "HMAC-SHA256 (deployment secret)"
                         : "OFF: control calls and registrations are not authenticated");
-                try (RegistryLink link = registry == null ? null
-                        : RegistryLink.start(registry, auth, record, heartbeatMs, control::load, out)) {
+                try (RegistryLink link = reg == null ? null
+                        : RegistryLink.start(reg, record, heartbeatMs, control::load, out)) {
                     control.ready(true);
                     out.printf(Locale.ROOT, "%-18s %s%n", "ready", registry == null ? "(no registry)"
                             : "registered with " + registry);
