@@ -187,7 +187,8 @@ class ServeRouteTest {
 
         assertThat(unknown.waitFor(60)).isEqualTo(1);
         assertThat(unknown.output().strip()).isEqualTo("kvtransfer: registry URL 'etcd3://127.0.0.1:1': unknown "
-                + "scheme 'etcd3' (expected http://HOST:PORT of a router's registry)  (--verbose for the stack trace)");
+                + "scheme 'etcd3' (expected http://HOST:PORT of a router's registry, or etcd://HOST:PORT)  "
+                + "(--verbose for the stack trace)");
         assertThat(nobody.waitFor(60)).isEqualTo(1);
         assertThat(nobody.output()).contains("kvtransfer: registry " + registryUrl() + ": cannot connect");
         assertThat(nobody.output().lines().filter(l -> l.startsWith("kvtransfer:")).count()).isEqualTo(1);

@@ -149,6 +149,43 @@ public final class RegistryAuth {
         return "";
     }
 
+    /**
+     * The MAC of a stored entry (the etcd registry signs every value it writes, so an entry written without the
+     * secret is never believed).
+     *
+     * @param payload the entry's bytes
+     * @return hex MAC, or empty when off
+     */
+    public String seal(byte[] payload) {
+        if (key == null) {
+            return "";
+        }
+        byte[] domain = "kvtransfer-registry-entry-v1\n".getBytes(StandardCharsets.UTF_8);
+        byte[] all = new byte[domain.length + payload.length];
+        System.arraycopy(domain, 0, all, 0, domain.length);
+        System.arraycopy(payload, 0, all, domain.length, payload.length);
+        return HexFormat.of().formatHex(hmac(key, all));
+    }
+
+    /**
+     * Checks a stored entry's MAC; a refusal is counted.
+     *
+     * @param payload the entry's bytes
+     * @param mac     the MAC stored with it
+     * @return whether it is genuine (always, when off)
+     */
+    public boolean unseal(byte[] payload, String mac) {
+        if (key == null) {
+            return true;
+        }
+        boolean ok = mac != null && MessageDigest.isEqual(seal(payload).getBytes(StandardCharsets.US_ASCII),
+                mac.getBytes(StandardCharsets.US_ASCII));
+        if (!ok) {
+            refused.incrementAndGet();
+        }
+        return ok;
+    }
+
     /** @return requests refused since start */
     public long refused() {
         return refused.get();

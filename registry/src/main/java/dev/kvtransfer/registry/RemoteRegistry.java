@@ -33,8 +33,12 @@ public final class RemoteRegistry implements Registry {
                 "registry");
     }
 
+    /** Lease of the entries an instance writes into etcd. */
+    public static final Duration ETCD_LEASE = Duration.ofSeconds(3);
+
     /**
-     * Opens a registry by URL: {@code http://HOST:PORT} (a router's embedded registry).
+     * Opens a registry by URL: {@code http://HOST:PORT} (a router's embedded registry) or
+     * {@code etcd://HOST:PORT[,HOST:PORT...]} ({@link EtcdRegistry}, lease {@link #ETCD_LEASE}).
      *
      * @param url  the URL
      * @param auth signs every call
@@ -50,9 +54,13 @@ public final class RemoteRegistry implements Registry {
             throw new RegistryException(RegistryException.Kind.BAD_REQUEST, "registry URL '" + url + "': "
                     + e.getMessage());
         }
+        if ("etcd".equals(u.getScheme())) {
+            return EtcdRegistry.open(url, auth, ETCD_LEASE);
+        }
         if (!"http".equals(u.getScheme())) {
             throw new RegistryException(RegistryException.Kind.BAD_REQUEST, "registry URL '" + url
-                    + "': unknown scheme '" + u.getScheme() + "' (expected http://HOST:PORT of a router's registry)");
+                    + "': unknown scheme '" + u.getScheme() + "' (expected http://HOST:PORT of a router's registry, "
+                    + "or etcd://HOST:PORT)");
         }
         return new RemoteRegistry(u, auth);
     }

@@ -109,7 +109,7 @@ class RegistryServerTest {
     void anUnknownRegistryUrlIsOneClearLine() {
         assertThatThrownBy(() -> RemoteRegistry.open("etcd3://somewhere:2379", RegistryAuth.OFF))
                 .hasMessage("registry URL 'etcd3://somewhere:2379': unknown scheme 'etcd3' (expected http://HOST:PORT "
-                        + "of a router's registry)");
+                        + "of a router's registry, or etcd://HOST:PORT)");
         Registry nobody = RemoteRegistry.open("http://127.0.0.1:1", RegistryAuth.OFF);
         open.add(nobody);
         assertThatThrownBy(nobody::list).isInstanceOf(RegistryException.class)
