@@ -3,11 +3,9 @@ package dev.kvtransfer.cli;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.registry.ControlHttp;
-import dev.kvtransfer.registry.EmbeddedRegistry;
 import dev.kvtransfer.registry.InstanceRecord;
 import dev.kvtransfer.registry.RegistryAuth;
 import dev.kvtransfer.registry.RegistryException;
-import dev.kvtransfer.registry.RegistryServer;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -46,6 +44,11 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
 
     @Option(names = "--set", description = "kvtransfer.auth=off turns authentication off (trusted networks only)")
     Map<String, String> properties = new HashMap<>();
+
+    @Option(names = "--registry", paramLabel = "URL", description = "use this registry instead of holding one: "
+            + "etcd://HOST:PORT[,HOST:PORT...] (instances then register there too; --listen serves only the "
+            + "router's stats)")
+    String registryUrl;
 
     @Option(names = "--lease-ms", description = "registry lease: an instance without a heartbeat for this long is "
             + "dropped (default 1500)")
@@ -113,16 +116,21 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
         Listen bind = Listen.parse("--listen", listen);
         RegistryAuth auth = DeploymentSecret.resolve("route", secretFile, properties);
         properties.remove(TransceiverConfig.P_AUTH_SECRET_FILE);
-        EmbeddedRegistry registry = new EmbeddedRegistry(Duration.ofMillis(leaseMs));
-        try (RegistryServer server = new RegistryServer(registry, auth, bind.socket(), RouteCommand::validate)) {
-            server.route("/v1/router/stats", false, (mm, p, b) -> ControlHttp.Reply.ok(Map.of(
+        if (registryUrl != null && !registryUrl.startsWith("etcd://")) {
+            throw new IllegalArgumentException("--registry " + registryUrl + ": route holds the http registry itself "
+                    + "(drop --registry), or give etcd://HOST:PORT");
+        }
+        try (RouterEndpoint endpoint = RouterEndpoint.start(registryUrl, auth, bind, Duration.ofMillis(leaseMs),
+                RouteCommand::validate)) {
+            dev.kvtransfer.registry.Registry registry = endpoint.registry();
+            endpoint.route("/v1/router/stats", (mm, p, b) -> ControlHttp.Reply.ok(Map.of(
                     "done", done.get(), "failed", failed.get(), "servedBy", Map.copyOf(servedBy))));
-            registry.watch(e -> err.printf(Locale.ROOT, "kvtransfer route: %s %s %s (%s)%s%n",
+            AutoCloseable watch = registry.watch(e -> err.printf(Locale.ROOT, "kvtransfer route: %s %s %s (%s)%s%n",
                     e.type().name().toLowerCase(Locale.ROOT), e.instance().role(), e.instance().id(),
                     e.instance().parallelism(), e.type() == dev.kvtransfer.registry.Registry.Event.Type.JOINED
                             ? " at " + e.instance().controlUrl() : ": " + e.reason()));
             err.printf(Locale.ROOT, "kvtransfer route: registry %s (lease %d ms, %s); waiting for %d context and %d "
-                            + "generation instances%n", server.url(), leaseMs,
+                            + "generation instances%n", endpoint.describe(), leaseMs,
                     auth.enabled() ? "signed with the deployment secret" : "NOT authenticated", contexts, generations);
             err.flush();
             awaitInstances(registry);
@@ -131,7 +139,7 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
             long t0 = System.nanoTime();
             List<Router.Outcome> outcomes = drive(router, islSpec);
             long wall = System.nanoTime() - t0;
-            RouteReport report = RouteReport.of(outcomes, wall, registry.list(), registry.evictions(),
+            RouteReport report = RouteReport.of(outcomes, wall, router.live(), endpoint.evictions(),
                     auth.refused(), describe());
             try (PrintStream out = outFile == null ? null : new PrintStream(outFile.toFile(), "UTF-8")) {
                 report.print(out != null ? out : System.out, fmt);
@@ -141,6 +149,7 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
                 Signals.onTermination(stop::countDown);
                 stop.await();
             }
+            watch.close();
             return report.failed() == 0 ? 0 : 1;
         }
     }
@@ -160,7 +169,7 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
         }
     }
 
-    private void awaitInstances(EmbeddedRegistry registry) throws InterruptedException {
+    private void awaitInstances(dev.kvtransfer.registry.Registry registry) throws InterruptedException {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(waitSeconds);
         while (true) {
             List<InstanceRecord> live = registry.list();

@@ -37,6 +37,9 @@ final class Router {
     private final Map<String, Long> aside = new ConcurrentHashMap<>();
     private final Set<String> unsupportedPairs = ConcurrentHashMap.newKeySet();
     private final Map<String, String> unsupportedWhy = new ConcurrentHashMap<>();
+    /** The last listing the registry answered: used while it cannot be reached (etcd stopped). */
+    private volatile List<InstanceRecord> lastLive = List.of();
+    private volatile boolean registryDown;
 
     /**
      * The outcome of one request.
@@ -99,7 +102,7 @@ final class Router {
 
     /** @return why no generation instance can be used, when that is so (every one refused by the formatter) */
     Optional<String> noGenerationLeft() {
-        List<InstanceRecord> live = registry.list();
+        List<InstanceRecord> live = live();
         List<InstanceRecord> gens = live.stream().filter(r -> !r.isContext() && mode.equals(r.mode())).toList();
         List<InstanceRecord> ctxs = live.stream().filter(InstanceRecord::isContext).toList();
         if (gens.isEmpty() || ctxs.isEmpty()) {
@@ -115,9 +118,35 @@ final class Router {
         return Optional.of(unsupportedWhy.values().iterator().next());
     }
 
+    /**
+     * The live instances: the registry's answer, or, while it cannot be reached, the last one it gave (instances
+     * already known keep being served; new ones are seen when it is back).
+     */
+    List<InstanceRecord> live() {
+        try {
+            List<InstanceRecord> l = registry.list();
+            if (registryDown) {
+                registryDown = false;
+                System.err.println("kvtransfer route: registry reachable again");
+            }
+            lastLive = l;
+            return l;
+        } catch (RegistryException e) {
+            if (e.kind() != RegistryException.Kind.UNAVAILABLE) {
+                throw e;
+            }
+            if (!registryDown) {
+                registryDown = true;
+                System.err.println("kvtransfer route: " + e.getMessage() + "; routing to the " + lastLive.size()
+                        + " instances known until it is back");
+            }
+            return lastLive;
+        }
+    }
+
     Outcome run(long rid, int isl) {
         long t0 = System.nanoTime();
-        List<InstanceRecord> live = registry.list();
+        List<InstanceRecord> live = live();
         Optional<InstanceRecord> c = leastLoaded(live, true, null);
         if (c.isEmpty()) {
             return fail(rid, isl, t0, "NO_INSTANCE", "request " + rid + ": no live context instance", "", "");

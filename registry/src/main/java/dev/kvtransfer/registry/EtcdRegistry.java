@@ -42,6 +42,12 @@ public final class EtcdRegistry implements Registry {
     /** Key prefix of the instances. */
     static final String PREFIX = "/kvtransfer/instances/";
     private static final Duration CALL_TIMEOUT = Duration.ofSeconds(3);
+    /** gRPC logs its transport choices at INFO through java.util.logging; kept quiet (a strong reference). */
+    private static final java.util.logging.Logger GRPC_LOG = java.util.logging.Logger.getLogger("io.grpc");
+
+    static {
+        GRPC_LOG.setLevel(java.util.logging.Level.WARNING);
+    }
 
     private final Client client;
     private final String endpoints;
