@@ -166,6 +166,67 @@ class ServeRouteTest {
         assertThat(ctx0.output()).contains("drained").contains("stopped            ctx-0");
     }
 
+    private static void signal(ServeProcess p, String sig) throws Exception {
+        Process k = new ProcessBuilder("kill", "-" + sig, Long.toString(p.process.pid())).start();
+        assertThat(k.waitFor(10, TimeUnit.SECONDS)).isTrue();
+        assertThat(k.exitValue()).isZero();
+    }
+
+    @Test
+    void aStoppedGenerationInstanceRejoinsAndAKilledContextInstanceIsRoutedAround() throws Exception {
+        deployment();
+        Path report = dir.resolve("report.json");
+        int requests = 600;
+        CompletableFuture<Integer> route = CompletableFuture.supplyAsync(() -> KvTransferCli.run("route",
+                "--listen=127.0.0.1:" + port, "--secret-file=" + secretFile, "--contexts=2", "--generations=2",
+                "--lease-ms=" + LEASE.toMillis(), "--requests=" + requests, "--isl=16,64,256", "--rate=40",
+                "--concurrency=6", "--request-timeout-s=20", "--format=json", "--out=" + report, "--wait-s=90"));
+        serve("context", "ctx-0");
+        ServeProcess ctx1 = serve("context", "ctx-1");
+        serve("generation", "gen-0");
+        ServeProcess gen1 = serve("generation", "gen-1");
+        await().atMost(Duration.ofSeconds(90)).ignoreExceptions().until(() -> ((Number) stats().get("done"))
+                .intValue() >= 60);
+
+        // SIGSTOP longer than the liveness bound: the registry drops it; after SIGCONT it registers again and is
+        // served.
+        signal(gen1, "STOP");
+        long stopped = System.nanoTime();
+        await().atMost(LEASE.multipliedBy(3)).pollInterval(Duration.ofMillis(50))
+                .until(() -> live().stream().noneMatch(r -> r.id().equals("gen-1")));
+        long evictedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - stopped);
+        signal(gen1, "CONT");
+        await().atMost(Duration.ofSeconds(20)).until(() -> live().stream().anyMatch(r -> r.id().equals("gen-1")));
+        assertThat(gen1.output()).contains("registered again (the registry had dropped this instance)");
+        int before = served(stats(), "gen-1");
+        await().atMost(Duration.ofSeconds(30)).until(() -> served(stats(), "gen-1") > before);
+
+        // kill -9 of a context instance: dropped within the lease, requests go to the other one.
+        ctx1.kill();
+        long killed = System.nanoTime();
+        await().atMost(LEASE.multipliedBy(3)).pollInterval(Duration.ofMillis(50))
+                .until(() -> live().stream().noneMatch(r -> r.id().equals("ctx-1")));
+        long droppedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - killed);
+        int ctx0 = served(stats(), "ctx-0");
+        await().atMost(Duration.ofSeconds(30)).until(() -> served(stats(), "ctx-0") > ctx0 + 20);
+
+        assertThat(route.get(180, TimeUnit.SECONDS)).isIn(0, 1);
+        JsonNode r = ControlHttp.JSON.readTree(report.toFile());
+        System.out.println("gen-1 SIGSTOP: evicted after " + evictedMs + " ms; ctx-1 SIGKILL: dropped after "
+                + droppedMs + " ms (lease " + LEASE.toMillis() + " ms); failures " + r.get("failuresByCause")
+                + ", slowest after " + r.get("timeToErrorMaxMs") + " ms; route report: " + r);
+        assertThat(evictedMs).isLessThan(LEASE.toMillis() * 2);
+        assertThat(droppedMs).isLessThan(LEASE.toMillis() * 2);
+        assertThat(r.get("requests").asInt()).isEqualTo(requests);
+        assertThat(r.get("mismatches").asLong()).isZero();
+        // Only requests the killed context instance held fail: PEER_LOST on the generation side (Aeron sees the
+        // context's stream end), before the transfer deadline (--timeout-s 8) would have said TIMEOUT.
+        r.get("failuresByCause").fieldNames().forEachRemaining(k -> assertThat(k).isEqualTo("PEER_LOST"));
+        assertThat(r.get("timeToErrorMaxMs").asDouble()).isLessThan(8000);
+        assertThat(r.get("failed").asInt()).isLessThanOrEqualTo(6);
+        assertThat(r.get("completed").asInt()).isEqualTo(requests - r.get("failed").asInt());
+    }
+
     @Test
     void badDeploymentsEndWithOneLine() throws Exception {
         deployment();
