@@ -25,7 +25,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 /**
  * xPyD across network namespaces: {@code kvtransfer route} (with the embedded registry) in a hub namespace, two
  * context and two generation {@code kvtransfer serve} instances each in a namespace of its own, joined to the hub's
- * bridge by veth pairs, over Aeron UDP; 1,000 requests of mixed ISL, every element verified. The same deployment
+ * bridge by veth pairs, over Aeron UDP, then over UCX TCP (where UCX is available); 1,000 requests of mixed ISL
+ * each, every element verified. The same deployment
  * then runs on loopback in the host's namespace, in the same run, for the figures side by side. Needs root and
  * {@code ip netns}; skipped with the reason elsewhere (the loopback variant with the kill -9 fault also runs in
  * cli's {@code ServeRouteTest}, without root).
@@ -77,7 +78,7 @@ class ServeNetnsTest {
 
     /** Starts route and the 2P2D instances at the given addresses and returns route's report. */
     private JsonNode run(String label, List<String> routerNs, String routerHost, List<List<String>> instanceNs,
-                         List<String> instanceHosts, int basePort) throws Exception {
+                         List<String> instanceHosts, int basePort, List<String> backend) throws Exception {
         Path report = dir.resolve(label + ".json");
         String registry = "http://" + routerHost + ":" + basePort;
         Process route = start(routerNs, label + "-route", List.of("route", "--listen=" + routerHost + ":" + basePort,
@@ -88,10 +89,12 @@ class ServeNetnsTest {
         for (int i = 0; i < 4; i++) {
             // In a namespace every instance has an address of its own; on loopback they need ports of their own.
             int port = basePort + 100 + i * 10;
-            start(instanceNs.get(i), label + "-" + ids[i], List.of("serve", "--role=" + roles[i], "--id=" + ids[i],
+            List<String> args = new ArrayList<>(List.of("serve", "--role=" + roles[i], "--id=" + ids[i],
                     "--listen=" + instanceHosts.get(i) + ":" + port, "--registry=" + registry,
                     "--secret-file=" + secretFile, "--timeout-s=20", "--max-inflight=16", "--max-isl=1024",
                     "--layers=4", "--kv-heads=4", "--size-per-head=16", "--tokens-per-block=16"));
+            args.addAll(backend);
+            start(instanceNs.get(i), label + "-" + ids[i], args);
         }
         assertThat(route.waitFor(240, TimeUnit.SECONDS)).as(label + ": route finished").isTrue();
         assertThat(route.exitValue()).as(label + ": route's exit status").isZero();
@@ -118,6 +121,7 @@ class ServeNetnsTest {
         new SecureRandom().nextBytes(secret);
         Files.write(secretFile, secret);
         JsonNode netns;
+        JsonNode ucx = null;
         try (NetnsStar star = NetnsStar.create(4)) {
             List<List<String>> ns = new ArrayList<>();
             List<String> hosts = new ArrayList<>();
@@ -125,15 +129,29 @@ class ServeNetnsTest {
                 ns.add(NetnsPair.exec(star.spoke(i)));
                 hosts.add(star.spoke(i).address());
             }
-            netns = run("netns", NetnsPair.exec(star.hub()), star.hub().address(), ns, hosts, 7000);
+            netns = run("netns", NetnsPair.exec(star.hub()), star.hub().address(), ns, hosts, 7000, List.of());
+            // UCX over TCP between the namespaces (its network transports, on the spokes' veth devices).
+            dev.kvtransfer.ucx.UcxTransportProvider ucxProvider =
+                    new dev.kvtransfer.ucx.UcxTransportProvider();
+            if (ucxProvider.isAvailable()) {
+                ucx = run("netns-ucx", NetnsPair.exec(star.hub()), star.hub().address(), ns, hosts, 7200,
+                        List.of("--backend=ucx", "--transport-set=ucx.transports=net"));
+            } else {
+                System.out.println("netns-ucx: not run: " + ucxProvider.unavailabilityCause());
+            }
         }
         JsonNode loop = run("loopback", List.of(), "127.0.0.1", List.of(List.of(), List.of(), List.of(), List.of()),
                 List.of("127.0.0.1", "127.0.0.1", "127.0.0.1", "127.0.0.1"), 17000 + (int) (ProcessHandle.current()
-                        .pid() % 20000));
+                        .pid() % 20000), List.of());
         System.out.printf(java.util.Locale.ROOT, "2P2D %d requests: netns %.1f req/s, transfer p50 %.2f ms p99 %.2f ms"
                         + " | loopback %.1f req/s, transfer p50 %.2f ms p99 %.2f ms%n", REQUESTS,
                 netns.get("requestsPerSecond").asDouble(), netns.get("transferP50Ms").asDouble(),
                 netns.get("transferP99Ms").asDouble(), loop.get("requestsPerSecond").asDouble(),
                 loop.get("transferP50Ms").asDouble(), loop.get("transferP99Ms").asDouble());
+        if (ucx != null) {
+            System.out.printf(java.util.Locale.ROOT, "2P2D %d requests over UCX TCP: netns %.1f req/s, transfer p50 "
+                    + "%.2f ms p99 %.2f ms%n", REQUESTS, ucx.get("requestsPerSecond").asDouble(),
+                    ucx.get("transferP50Ms").asDouble(), ucx.get("transferP99Ms").asDouble());
+        }
     }
 }
