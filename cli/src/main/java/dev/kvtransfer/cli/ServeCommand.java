@@ -97,8 +97,7 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
             throw new IllegalArgumentException("--max-inflight and --max-isl must be positive, --drain-s 0 or more, "
                     + "--heartbeat-ms at least 50");
         }
-        String instanceId = id != null ? id : role + "-" + ProcessHandle.current().pid();
-        new InstanceRecord(instanceId, role, 0, "", "", "", "", List.of(), "", 0); // validates the id
+        String instanceId = InstanceRecord.checkId(id != null ? id : role + "-" + ProcessHandle.current().pid());
         Listen bind = Listen.parse("--listen", listen);
         if (bind.wildcard() && advertise == null) {
             throw new IllegalArgumentException("--listen " + listen + " is a wildcard address: name the address "

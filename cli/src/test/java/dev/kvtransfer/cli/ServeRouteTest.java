@@ -244,7 +244,26 @@ class ServeRouteTest {
         Files.setPosixFilePermissions(open, PosixFilePermissions.fromString("rw-r--r--"));
         assertThat(KvTransferCli.run("serve", "--role=context", "--secret-file=" + open)).isEqualTo(1);
         assertThat(KvTransferCli.run("serve", "--role=sideways", "--secret-file=" + secretFile)).isEqualTo(1);
-        assertThat(KvTransferCli.run("frobnicate")).isEqualTo(2);
+        java.io.ByteArrayOutputStream errs = new java.io.ByteArrayOutputStream();
+        java.io.PrintStream oldErr = System.err;
+        System.setErr(new java.io.PrintStream(errs, true, java.nio.charset.StandardCharsets.UTF_8));
+        try {
+            assertThat(KvTransferCli.run("frobnicate")).isEqualTo(2);
+        } finally {
+            System.setErr(oldErr);
+        }
+        assertThat(errs.toString(java.nio.charset.StandardCharsets.UTF_8).lines().toList()).singleElement()
+                .asString().startsWith("kvtransfer: unknown command 'frobnicate' (commands: demo, serve, route,");
+        java.io.ByteArrayOutputStream help = new java.io.ByteArrayOutputStream();
+        java.io.PrintStream old = System.out;
+        System.setOut(new java.io.PrintStream(help, true, java.nio.charset.StandardCharsets.UTF_8));
+        try {
+            assertThat(KvTransferCli.run("serve", "--help")).isZero();
+        } finally {
+            System.setOut(old);
+        }
+        assertThat(help.toString(java.nio.charset.StandardCharsets.UTF_8)).startsWith("Usage: kvtransfer serve ")
+                .contains("--role=<role>").contains("--listen=HOST[:PORT]");
 
         assertThat(unknown.waitFor(60)).isEqualTo(1);
         assertThat(unknown.output().strip()).isEqualTo("kvtransfer: registry URL 'etcd3://127.0.0.1:1': unknown "

@@ -34,9 +34,7 @@ public record InstanceRecord(String id, String role, long incarnation, String ba
     public InstanceRecord {
         Objects.requireNonNull(id, "id");
         Objects.requireNonNull(role, "role");
-        if (id.isBlank() || id.length() > 128 || !id.matches("[A-Za-z0-9._-]+")) {
-            throw new IllegalArgumentException("instance id '" + id + "': 1..128 of A-Z a-z 0-9 . _ -");
-        }
+        checkId(id);
         if (!CONTEXT.equals(role) && !GENERATION.equals(role)) {
             throw new IllegalArgumentException("instance " + id + ": role '" + role + "': expected " + CONTEXT
                     + " or " + GENERATION);
@@ -45,6 +43,22 @@ public record InstanceRecord(String id, String role, long incarnation, String ba
         if (load < 0) {
             throw new IllegalArgumentException("instance " + id + ": load " + load + " is negative");
         }
+    }
+
+    /**
+     * Checks an instance id: 1..128 characters of {@code A-Z a-z 0-9 . _ -} (it is a URL path segment and an etcd
+     * key).
+     *
+     * @param id the id
+     * @return the id
+     * @throws IllegalArgumentException naming the id otherwise
+     */
+    public static String checkId(String id) {
+        Objects.requireNonNull(id, "id");
+        if (id.isBlank() || id.length() > 128 || !id.matches("[A-Za-z0-9._-]+")) {
+            throw new IllegalArgumentException("instance id '" + id + "': 1..128 of A-Z a-z 0-9 . _ -");
+        }
+        return id;
     }
 
     /**
