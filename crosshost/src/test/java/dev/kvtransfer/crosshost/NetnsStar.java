@@ -65,6 +65,26 @@ final class NetnsStar implements AutoCloseable {
         return spokes.get(i);
     }
 
+    /**
+     * A token bucket on every spoke's veth egress ({@code tc qdisc replace dev kvt0 root tbf rate <rate> burst
+     * 256kb latency 50ms}): each instance's link to the bridge is limited both ways through its peers' limits.
+     *
+     * @param rate e.g. {@code 500mbit}
+     */
+    void rateLimit(String rate) {
+        for (NetnsPair.Side sp : spokes) {
+            run("tc", "-n", sp.namespace(), "qdisc", "replace", "dev", sp.device(), "root", "tbf", "rate", rate,
+                    "burst", "256kb", "latency", "50ms");
+        }
+    }
+
+    /** Removes the spokes' token buckets. */
+    void clearRateLimit() {
+        for (NetnsPair.Side sp : spokes) {
+            run("tc", "-n", sp.namespace(), "qdisc", "del", "dev", sp.device(), "root");
+        }
+    }
+
     private static void run(String... cmd) {
         try {
             Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();

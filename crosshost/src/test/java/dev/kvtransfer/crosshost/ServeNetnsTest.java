@@ -25,8 +25,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 /**
  * xPyD across network namespaces: {@code kvtransfer route} (with the embedded registry) in a hub namespace, two
  * context and two generation {@code kvtransfer serve} instances each in a namespace of its own, joined to the hub's
- * bridge by veth pairs, over Aeron UDP, then over UCX TCP (where UCX is available); 1,000 requests of mixed ISL
- * each, every element verified. The same deployment
+ * bridge by veth pairs, over Aeron UDP, again with every link limited to 500 Mbit/s (tc tbf), then over UCX TCP
+ * (where UCX is available); 1,000 requests of mixed ISL each, every element verified. The same deployment
  * then runs on loopback in the host's namespace, in the same run, for the figures side by side. Needs root and
  * {@code ip netns}; skipped with the reason elsewhere (the loopback variant with the kill -9 fault also runs in
  * cli's {@code ServeRouteTest}, without root).
@@ -122,6 +122,7 @@ class ServeNetnsTest {
         Files.write(secretFile, secret);
         JsonNode netns;
         JsonNode ucx = null;
+        JsonNode tbf;
         try (NetnsStar star = NetnsStar.create(4)) {
             List<List<String>> ns = new ArrayList<>();
             List<String> hosts = new ArrayList<>();
@@ -130,11 +131,15 @@ class ServeNetnsTest {
                 hosts.add(star.spoke(i).address());
             }
             netns = run("netns", NetnsPair.exec(star.hub()), star.hub().address(), ns, hosts, 7000, List.of());
+            // Every instance's link limited to 500 Mbit/s: requests complete, the figures say what the limit costs.
+            star.rateLimit("500mbit");
+            tbf = run("netns-tbf", NetnsPair.exec(star.hub()), star.hub().address(), ns, hosts, 8000, List.of());
+            star.clearRateLimit();
             // UCX over TCP between the namespaces (its network transports, on the spokes' veth devices).
             dev.kvtransfer.ucx.UcxTransportProvider ucxProvider =
                     new dev.kvtransfer.ucx.UcxTransportProvider();
             if (ucxProvider.isAvailable()) {
-                ucx = run("netns-ucx", NetnsPair.exec(star.hub()), star.hub().address(), ns, hosts, 7200,
+                ucx = run("netns-ucx", NetnsPair.exec(star.hub()), star.hub().address(), ns, hosts, 9000,
                         List.of("--backend=ucx", "--transport-set=ucx.transports=net"));
             } else {
                 System.out.println("netns-ucx: not run: " + ucxProvider.unavailabilityCause());
@@ -148,6 +153,9 @@ class ServeNetnsTest {
                 netns.get("requestsPerSecond").asDouble(), netns.get("transferP50Ms").asDouble(),
                 netns.get("transferP99Ms").asDouble(), loop.get("requestsPerSecond").asDouble(),
                 loop.get("transferP50Ms").asDouble(), loop.get("transferP99Ms").asDouble());
+        System.out.printf(java.util.Locale.ROOT, "2P2D %d requests, links at 500 Mbit/s: netns %.1f req/s, transfer "
+                + "p50 %.2f ms p99 %.2f ms%n", REQUESTS, tbf.get("requestsPerSecond").asDouble(),
+                tbf.get("transferP50Ms").asDouble(), tbf.get("transferP99Ms").asDouble());
         if (ucx != null) {
             System.out.printf(java.util.Locale.ROOT, "2P2D %d requests over UCX TCP: netns %.1f req/s, transfer p50 "
                     + "%.2f ms p99 %.2f ms%n", REQUESTS, ucx.get("requestsPerSecond").asDouble(),
