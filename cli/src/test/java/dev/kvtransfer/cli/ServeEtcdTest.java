@@ -131,7 +131,8 @@ class ServeEtcdTest {
         int during = ((Number) router.call("GET", "/v1/router/stats", null, Map.class, Duration.ofSeconds(5))
                 .get("done")).intValue();
         assertThat(during).isGreaterThan(atStop);
-        assertThat(g.output()).contains("heartbeat failed, still serving known peers");
+        await().atMost(Duration.ofSeconds(15)).until(() -> g.output()
+                .contains("heartbeat failed, still serving known peers"));
 
         // etcd back: a new instance registers and the running ones say so.
         startEtcd(client, peer);
