@@ -79,8 +79,19 @@ public final class EmbeddedRegistry implements Registry {
     public void heartbeat(String id, long incarnation, int load) {
         Objects.requireNonNull(id, "id");
         long now = System.nanoTime();
-        Entry e = entries.computeIfPresent(id, (k, v) -> v.record.incarnation() == incarnation
-                ? new Entry(v.record.withLoad(load), now + leaseNanos) : v);
+        Entry[] expired = new Entry[1];
+        Entry e = entries.computeIfPresent(id, (k, v) -> {
+            if (v.deadlineNanos - now <= 0) {
+                // Expired but not swept yet: expired all the same (a heartbeat never revives a lapsed lease).
+                expired[0] = v;
+                return null;
+            }
+            return v.record.incarnation() == incarnation ? new Entry(v.record.withLoad(load), now + leaseNanos) : v;
+        });
+        if (expired[0] != null) {
+            evictions.incrementAndGet();
+            publish(new Event(Event.Type.EVICTED, expired[0].record, "no heartbeat for " + leaseMillis() + " ms"));
+        }
         if (e == null || e.record.incarnation() != incarnation) {
             throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "instance " + id + " (incarnation "
                     + incarnation + ") is not registered: its lease ran out or it never registered; register again");
