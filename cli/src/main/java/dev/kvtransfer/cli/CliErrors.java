@@ -134,7 +134,14 @@ public final class CliErrors {
             CommandLine cmd = ex.getCommandLine();
             PrintWriter err = cmd.getErr();
             String help = cmd.getCommandSpec().qualifiedName();
-            err.println("kvtransfer: " + oneLine(ex) + " (see '" + help + " --help')");
+            if (ex instanceof CommandLine.UnmatchedArgumentException u && cmd.getParent() == null
+                    && !u.getUnmatched().isEmpty() && !u.getUnmatched().get(0).startsWith("-")) {
+                // The root's first word names no command: say that, not "unmatched argument at index 0".
+                err.println("kvtransfer: unknown command '" + u.getUnmatched().get(0) + "' (commands: "
+                        + String.join(", ", cmd.getSubcommands().keySet()) + "; see 'kvtransfer --help')");
+            } else {
+                err.println("kvtransfer: " + oneLine(ex) + " (see '" + help + " --help')");
+            }
             if (verbose) {
                 ex.printStackTrace(err);
             }

@@ -355,10 +355,7 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     }
 
     private static long perRankBytes(CacheState s, int rank, int totalBlocks) {
-        int layers = s.layerCount(s.ppRank(rank));
-        long blockBytes = (long) layers * s.kvFactor() * s.kvHeadsPerRank() * s.tokensPerBlock() * s.sizePerHead()
-                * s.dataType().bytes();
-        return blockBytes * DemoRanks.blocksOnRank(s, rank, totalBlocks);
+        return DemoRanks.perRankBytes(s, rank, totalBlocks);
     }
 
     private String describe(CacheState s) {

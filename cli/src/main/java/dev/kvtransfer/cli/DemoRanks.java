@@ -35,6 +35,23 @@ final class DemoRanks {
         return BlockDistribution.count(totalBlocks, s.contextParallelism(), s.cpRank(rank));
     }
 
+    /** Bytes of a request's blocks on one rank. */
+    static long perRankBytes(CacheState s, int rank, int totalBlocks) {
+        int layers = s.layerCount(s.ppRank(rank));
+        long blockBytes = (long) layers * s.kvFactor() * s.kvHeadsPerRank() * s.tokensPerBlock() * s.sizePerHead()
+                * s.dataType().bytes();
+        return blockBytes * blocksOnRank(s, rank, totalBlocks);
+    }
+
+    /** The largest {@link #perRankBytes} over an instance's ranks. */
+    static long maxPerRankBytes(CacheState s, int totalBlocks) {
+        long max = 0;
+        for (int r = 0; r < s.worldSize(); r++) {
+            max = Math.max(max, perRankBytes(s, r, totalBlocks));
+        }
+        return max;
+    }
+
     static int totalBlocks(CacheState s, int isl) {
         return BlockDistribution.blocksFor(isl, s.tokensPerBlock());
     }

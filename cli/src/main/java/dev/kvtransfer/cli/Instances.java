@@ -20,12 +20,23 @@ final class Instances {
 
     static LocalInstance start(String name, CacheState state, DemoOptions options, int blocksPerRank,
                                io.micrometer.core.instrument.MeterRegistry meters) {
+        return start(name, state, options, blocksPerRank, meters, TransportConfig.DEFAULT_HOST, 0);
+    }
+
+    /**
+     * Starts an instance whose ranks bind {@code host}: rank {@code r} on {@code basePort + r} when
+     * {@code basePort > 0}, else on any free port ({@code kvtransfer serve --listen}).
+     */
+    static LocalInstance start(String name, CacheState state, DemoOptions options, int blocksPerRank,
+                               io.micrometer.core.instrument.MeterRegistry meters, String host, int basePort) {
         Plugins plugins = Plugins.discover();
         PoolMemory memory = PoolMemory.resolve(options, plugins);
         TransceiverConfig config = options.transceiverConfig();
         TransportProvider transport = plugins.transport(config.backend());
         TransportConfig base = TransportConfig.builder()
                 .name(name)
+                .host(host)
+                .port(basePort)
                 .defaultTimeout(Duration.ofSeconds(options.timeoutSeconds))
                 .properties(options.transportProperties)
                 .build();

@@ -22,7 +22,7 @@ import java.util.stream.Collectors;
  */
 @Command(name = "kvtransfer", mixinStandardHelpOptions = true, version = "kvtransfer 0.1.0",
         description = "KV-cache transfer for disaggregated LLM serving on the JVM.",
-        subcommands = {DemoCommand.class, DemoWorkerCommand.class, MpiDemoRankCommand.class,
+        subcommands = {DemoCommand.class, ServeCommand.class, RouteCommand.class, DemoWorkerCommand.class, MpiDemoRankCommand.class,
                 dev.kvtransfer.cli.journal.JournalCommand.class, PluginsCommand.class,
                 dev.kvtransfer.bench.BenchCommand.class})
 public final class KvTransferCli implements Runnable {

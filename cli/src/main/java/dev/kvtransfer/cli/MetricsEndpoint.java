@@ -1,7 +1,7 @@
 package dev.kvtransfer.cli;
 
 import com.sun.net.httpserver.HttpExchange;
-import com.sun.net.httpserver.HttpServer;
+import dev.kvtransfer.registry.HttpServers;
 import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tags;
@@ -25,9 +25,6 @@ import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.TimeUnit;
 
 /**
  * Serves a {@link PrometheusMeterRegistry} over HTTP for a Prometheus server to scrape, while a command runs:
@@ -36,9 +33,11 @@ import java.util.concurrent.TimeUnit;
  * {@code 405}.
  *
  * <p>The server is the JDK's {@code com.sun.net.httpserver.HttpServer} bound to the loopback address only
- * ({@code 127.0.0.1}): nothing outside the host reaches it (put a reverse proxy or a node agent in front of it to
- * expose it). One daemon thread answers scrapes, so a slow scraper never holds the command up. {@link #close()}
- * stops the server at once (open exchanges are dropped) and waits a bounded time for the thread.
+ * ({@code 127.0.0.1}) unless the caller names another address ({@code serve --metrics-listen}): nothing outside the
+ * host reaches it otherwise. A few daemon threads answer scrapes, and a connection that has not delivered its
+ * request line and headers within {@link HttpServers#READ_DEADLINE_SECONDS} s is dropped, so one peer holding a
+ * partial request never makes every scrape time out. {@link #close()} stops the server at once (open exchanges are
+ * dropped) and waits a bounded time for the threads.
  *
  * <p>Meters of the same name must carry the same tag keys in Prometheus, and the ranks of two instances in one
  * JVM carry the same {@code rank} tags: give each instance {@link #instanceRegistry(String)}, which adds an
@@ -55,8 +54,8 @@ public final class MetricsEndpoint implements AutoCloseable {
     public static final String CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
     /** The path served. */
     public static final String PATH = "/metrics";
-    /** Longest wait in {@link #close()} for the scrape thread. */
-    private static final long CLOSE_WAIT_MS = 2000;
+    /** Scrape threads: a few, so one slow scraper never holds the others (each read is bounded too). */
+    private static final int WORKERS = 4;
     /**
      * Bucket upper bounds of the histograms the endpoint's registry publishes, by meter name (seconds for the
      * timers, the meter's base unit otherwise). Transfer time: vLLM's NIXL buckets (1 ms .. 5 s) plus 10, 30, 60 s
@@ -84,16 +83,14 @@ public final class MetricsEndpoint implements AutoCloseable {
     }
 
     private final PrometheusMeterRegistry registry;
-    private final HttpServer server;
-    private final ExecutorService executor;
+    private final HttpServers.Server server;
     private final InetSocketAddress address;
     private volatile boolean closed;
 
-    private MetricsEndpoint(PrometheusMeterRegistry registry, HttpServer server, ExecutorService executor) {
+    private MetricsEndpoint(PrometheusMeterRegistry registry, HttpServers.Server server) {
         this.registry = registry;
         this.server = server;
-        this.executor = executor;
-        this.address = server.getAddress();
+        this.address = server.address();
     }
 
     /**
@@ -106,6 +103,17 @@ public final class MetricsEndpoint implements AutoCloseable {
      * @throws UncheckedIOException     naming the address when it cannot be bound (e.g. in use)
      */
     public static MetricsEndpoint start(int port) {
+        return start(LOOPBACK, port);
+    }
+
+    /**
+     * As {@link #start(int)}, on {@code host:port}.
+     *
+     * @param host the address to bind
+     * @param port the TCP port, 1..65535, or 0 for any free port
+     * @return the running endpoint
+     */
+    public static MetricsEndpoint start(InetAddress host, int port) {
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         registry.config().meterFilter(histogramBuckets());
         new JvmMemoryMetrics().bindTo(registry);
@@ -113,7 +121,7 @@ public final class MetricsEndpoint implements AutoCloseable {
         new ProcessorMetrics().bindTo(registry);
         new UptimeMetrics().bindTo(registry);
         try {
-            return start(registry, port);
+            return start(registry, host, port);
         } catch (RuntimeException e) {
             registry.close();
             throw e;
@@ -130,27 +138,37 @@ public final class MetricsEndpoint implements AutoCloseable {
      * @throws UncheckedIOException     naming the address when it cannot be bound
      */
     public static MetricsEndpoint start(PrometheusMeterRegistry registry, int port) {
+        return start(registry, LOOPBACK, port);
+    }
+
+    /**
+     * Starts serving the caller's registry on {@code host:port} (a long-running instance that is scraped from
+     * another machine names its interface explicitly); {@link #close()} closes the registry too.
+     *
+     * @param registry the registry to serve
+     * @param host     the address to bind
+     * @param port     the TCP port, 1..65535, or 0 for any free port
+     * @return the running endpoint
+     * @throws IllegalArgumentException when the port is outside 0..65535
+     * @throws UncheckedIOException     naming the address when it cannot be bound
+     */
+    public static MetricsEndpoint start(PrometheusMeterRegistry registry, InetAddress host, int port) {
         Objects.requireNonNull(registry, "registry");
+        Objects.requireNonNull(host, "host");
         if (port < 0 || port > 65535) {
             throw new IllegalArgumentException("metrics port " + port + ": must be 0..65535");
         }
-        InetSocketAddress bind = new InetSocketAddress(LOOPBACK, port);
-        HttpServer server;
+        InetSocketAddress bind = new InetSocketAddress(host, port);
+        HttpServers.Server server;
         try {
-            server = HttpServer.create(bind, 16);
-        } catch (IOException e) {
-            throw new UncheckedIOException("cannot serve metrics on " + LOOPBACK.getHostAddress() + ":" + port + ": "
-                    + e.getMessage(), e);
+            server = HttpServers.create(bind, WORKERS, "kvtransfer-metrics");
+        } catch (UncheckedIOException e) {
+            throw new UncheckedIOException("cannot serve metrics on " + host.getHostAddress() + ":" + port + ": "
+                    + e.getCause().getMessage(), e.getCause());
         }
-        ExecutorService executor = Executors.newSingleThreadExecutor(r -> {
-            Thread t = new Thread(r, "kvtransfer-metrics-" + server.getAddress().getPort());
-            t.setDaemon(true);
-            return t;
-        });
-        server.setExecutor(executor);
-        MetricsEndpoint endpoint = new MetricsEndpoint(registry, server, executor);
-        server.createContext("/", endpoint::handle);
-        server.start();
+        MetricsEndpoint endpoint = new MetricsEndpoint(registry, server);
+        server.http().createContext("/", endpoint::handle);
+        server.http().start();
         return endpoint;
     }
 
@@ -265,20 +283,14 @@ public final class MetricsEndpoint implements AutoCloseable {
         }
     }
 
-    /** Stops serving (at once), waits at most {@value #CLOSE_WAIT_MS} ms for the thread, closes the registry. */
+    /** Stops serving (at once), waits at most 2 s for the scrape threads, closes the registry. */
     @Override
     public void close() {
         if (closed) {
             return;
         }
         closed = true;
-        server.stop(0);
-        executor.shutdownNow();
-        try {
-            executor.awaitTermination(CLOSE_WAIT_MS, TimeUnit.MILLISECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
+        server.stop();
         registry.close();
     }
 

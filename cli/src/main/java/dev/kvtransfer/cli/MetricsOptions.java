@@ -40,6 +40,10 @@ public final class MetricsOptions {
         this.port = p;
     }
 
+    @Option(names = "--metrics-listen", paramLabel = "HOST", description = "address the metrics endpoint binds "
+            + "(default 127.0.0.1: loopback only; name an interface address for a scraper on another machine)")
+    String listen = "127.0.0.1";
+
     /** @return the port given, 0 when off */
     public int port() {
         return port;
@@ -62,7 +66,18 @@ public final class MetricsOptions {
         if (!enabled()) {
             return new Scope(null);
         }
-        MetricsEndpoint endpoint = MetricsEndpoint.start(port);
+        MetricsEndpoint endpoint;
+        if ("127.0.0.1".equals(listen)) {
+            endpoint = MetricsEndpoint.start(port);
+        } else {
+            java.net.InetAddress host;
+            try {
+                host = java.net.InetAddress.getByName(listen);
+            } catch (java.net.UnknownHostException e) {
+                throw new IllegalArgumentException("--metrics-listen " + listen + ": unknown host");
+            }
+            endpoint = MetricsEndpoint.start(host, port);
+        }
         out.printf(Locale.ROOT, "%-18s %s%n", "metrics", endpoint.uri());
         return new Scope(endpoint);
     }
