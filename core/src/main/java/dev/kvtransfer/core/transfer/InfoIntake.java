@@ -36,6 +36,12 @@ final class InfoIntake {
     static final int MAX_QUEUED_PER_CONNECTION = CacheSender.MAX_QUEUED_PER_CONNECTION;
     /** Headers of a connection read the usual way after one of its infos came late to the responder. */
     static final int RESPONDER_SKIPS_AFTER_LATE = CacheSender.RESPONDER_SKIPS_AFTER_LATE;
+    /** Longest an info reader waits for one info before it parks the connection and serves others. */
+    static final Duration READER_INFO_WAIT = Duration.ofMillis(2);
+    /** A parked connection's later reads wait this long: a retry costs a reader next to nothing. */
+    static final Duration RETRY_INFO_WAIT = Duration.ofNanos(100_000);
+    /** How often a parked connection is tried again; also the responder's poll slice while one is parked. */
+    static final Duration PARKED_RETRY = Duration.ofMillis(5);
 
     private final TransferEnv env;
     private final ControlBuffers control;
@@ -44,6 +50,8 @@ final class InfoIntake {
     /** {@code kvtransfer.responderInfoWaitMicros}, or null when the responder never reads infos. */
     private final Duration responderInfoWait;
     private final Map<Connection, InfoQueue> infoQueues = new java.util.concurrent.ConcurrentHashMap<>();
+    /** Connections parked with a late info ({@link #drain}). */
+    private final java.util.concurrent.atomic.AtomicInteger parkedCount = new java.util.concurrent.atomic.AtomicInteger();
     private volatile ExecutorService infoReaders;
     /** The responder's thread once it runs. */
     private volatile Thread responderThread;
@@ -91,9 +99,11 @@ final class InfoIntake {
                 throw new org.agrona.concurrent.AgentTerminationException();
             }
             owner.expire();
+            retryParked();
             Connection conn;
             try {
-                conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH, POLL);
+                conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH,
+                        hasParked() ? PARKED_RETRY : POLL);
             } catch (TransportClosedException e) {
                 if (!owner.isClosing()) {
                     env.metrics().error(new KvTransferException(ErrorCode.NETWORK, KvTransferException.NO_REQUEST,
@@ -151,6 +161,12 @@ final class InfoIntake {
         boolean reading;
         /** Headers of this connection whose info the responder leaves to a reader after one came late. */
         int responderSkips;
+        /** The head's info is late: no reader holds this connection; the responder's tick retries it. */
+        boolean parked;
+        /** When the head's info was first found late (0: it was not). */
+        long lateSince;
+        /** When a parked connection is tried again. */
+        long retryAt;
 
         /** Takes over a later request's queued header whose info arrived in place of a lost one. */
         void adopt(long id) {
@@ -294,23 +310,96 @@ final class InfoIntake {
         }
     }
 
-    /** Reads one connection's announced infos in order; a requester that never sends one delays only itself. */
+    /**
+     * Reads one connection's announced infos in order. Each read waits at most {@link #READER_INFO_WAIT}: when the
+     * info is late the header keeps its place, the connection is parked and the reader moves on, so a requester
+     * that sends headers without infos holds no reader (before, each such header held one for the control
+     * timeout, and two of them stalled every other requester). The responder's tick retries parked connections
+     * every {@link #PARKED_RETRY}, each retry waiting {@link #RETRY_INFO_WAIT}; a header whose info is still missing after the control timeout is dropped as
+     * before, {@code TIMEOUT} naming the request and the peer.
+     */
     private void drain(Connection conn, InfoQueue q) {
         while (true) {
             long nextId;
             long nextSize;
+            Duration wait;
             synchronized (q) {
                 if (q.pending.isEmpty() || owner.isClosing()) {
                     q.reading = false;
+                    q.lateSince = 0;
                     q.pending.clear();
                     return;
                 }
                 nextId = q.pending.firstA();
                 nextSize = q.pending.firstB();
                 q.pending.removeFirst();
+                wait = q.lateSince == 0 ? READER_INFO_WAIT : RETRY_INFO_WAIT;
             }
-            if (readReporting(conn, q, nextId, nextSize, null) == Read.CLOSED) {
+            Read r = readReporting(conn, q, nextId, nextSize, wait);
+            if (r == Read.CLOSED) {
                 return;
+            }
+            long now = System.nanoTime();
+            synchronized (q) {
+                if (r != Read.LATE) {
+                    q.lateSince = 0;
+                    continue;
+                }
+                if (q.lateSince == 0) {
+                    q.lateSince = now;
+                }
+                if (now - q.lateSince < env.controlTimeout().toNanos()) {
+                    q.pending.addFirst(nextId, nextSize);
+                    q.reading = false;
+                    q.retryAt = now + PARKED_RETRY.toNanos();
+                    if (!q.parked) {
+                        q.parked = true;
+                        parkedCount.incrementAndGet();
+                    }
+                    return;
+                }
+                q.lateSince = 0;
+            }
+            env.metrics().error(new KvTransferException(ErrorCode.TIMEOUT, nextId, "rank " + env.selfIndex()
+                    + ": the info of request " + nextId + " announced by " + Texts.peer(conn.peer())
+                    + " did not arrive within " + env.controlTimeout().toMillis() + " ms; dropped", null));
+        }
+    }
+
+    /** @return whether some connection is parked (the responder then polls in shorter slices) */
+    boolean hasParked() {
+        return parkedCount.get() > 0;
+    }
+
+    /** On the responder's tick: parked connections whose retry time came get a reader again. */
+    void retryParked() {
+        if (parkedCount.get() == 0) {
+            return;
+        }
+        long now = System.nanoTime();
+        for (Map.Entry<Connection, InfoQueue> e : infoQueues.entrySet()) {
+            InfoQueue q = e.getValue();
+            boolean start = false;
+            synchronized (q) {
+                if (q.parked && now - q.retryAt >= 0) {
+                    q.parked = false;
+                    parkedCount.decrementAndGet();
+                    if (!q.reading) {
+                        q.reading = true;
+                        start = true;
+                    }
+                }
+            }
+            if (start) {
+                Connection conn = e.getKey();
+                try {
+                    infoReaders.execute(() -> drain(conn, q));
+                } catch (RejectedExecutionException closing) {
+                    synchronized (q) {
+                        q.reading = false;
+                        q.pending.clear();
+                    }
+                }
             }
         }
     }

@@ -53,6 +53,29 @@ final class LongPairQueue {
         size++;
     }
 
+    /**
+     * Puts a pair back in front, as the oldest (a read that must be tried again later keeps its place).
+     *
+     * @param a first value
+     * @param b second value
+     */
+    void addFirst(long a, long b) {
+        add(a, b);
+        // Rotate the new last pair to the front: move head back one and copy the pair there.
+        int pairs = ring.length / 2;
+        int last = 2 * ((head + size - 1) % pairs);
+        long la = ring[last];
+        long lb = ring[last + 1];
+        for (int i = size - 1; i > 0; i--) {
+            int to = 2 * ((head + i) % pairs);
+            int from = 2 * ((head + i - 1) % pairs);
+            ring[to] = ring[from];
+            ring[to + 1] = ring[from + 1];
+        }
+        ring[2 * head] = la;
+        ring[2 * head + 1] = lb;
+    }
+
     /** @return the first value of the oldest pair (the queue must not be empty) */
     long firstA() {
         check();

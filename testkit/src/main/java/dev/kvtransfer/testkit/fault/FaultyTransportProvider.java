@@ -98,6 +98,11 @@ public final class FaultyTransportProvider implements TransportProvider {
         }
 
         @Override
+        public int preferredResponderInfoWaitMicros() {
+            return real.preferredResponderInfoWaitMicros();
+        }
+
+        @Override
         public Duration defaultTimeout() {
             return real.defaultTimeout();
         }
