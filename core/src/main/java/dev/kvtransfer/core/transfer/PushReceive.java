@@ -243,52 +243,16 @@ final class PushReceive {
      * @return the grants, empty when the transport cannot register (then the transfer is a pull)
      */
     List<dev.kvtransfer.api.format.PeerPool.Grant> registerGrants(GenerationJob job, int totalBlocks, int reused) {
-        dev.kvtransfer.api.cache.KvCacheView cache = env.cache();
-        dev.kvtransfer.api.layout.PoolGeometry g = cache.geometry();
-        dev.kvtransfer.api.layout.BlockLayout bl = cache.layout();
         CacheState self = env.selfCache();
-        int cp = self.contextParallelism();
-        int cpRank = self.cpRank(env.selfIndex());
-        int firstGlobal = BlockDistribution.firstGlobalBlock(totalBlocks, cp, cpRank);
-        int[] ids = job.handle.blockIds();
-        List<long[]> ranges = new ArrayList<>();
-        for (int i = 0; i < ids.length; i++) {
-            if (firstGlobal + i < reused) {
-                continue;
-            }
-            for (int l = 0; l < bl.localLayers(); l++) {
-                for (int kv = 0; kv < bl.kvFactor(); kv++) {
-                    for (int seg = 0; seg < g.segments(); seg++) {
-                        ranges.add(new long[] {g.region(ids[i], l, kv, seg), g.planeOffset(ids[i], l, kv, seg),
-                                g.segmentPlaneBytes(seg)});
-                    }
-                }
-            }
-        }
-        ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
-        List<dev.kvtransfer.api.format.PeerPool.Grant> grants = new ArrayList<>();
-        int i = 0;
+        int firstGlobal = BlockDistribution.firstGlobalBlock(totalBlocks, self.contextParallelism(),
+                self.cpRank(env.selfIndex()));
         try {
-            while (i < ranges.size()) {
-                long region = ranges.get(i)[0];
-                long start = ranges.get(i)[1];
-                long end = start + ranges.get(i)[2];
-                i++;
-                while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
-                    end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
-                    i++;
-                }
-                MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
-                dev.kvtransfer.api.transport.RegisteredRegion reg = env.connections().register(mem);
-                job.registrations.add(reg);
-                job.granted.put(reg.descriptor().regionId(), mem);
-                grants.add(new dev.kvtransfer.api.format.PeerPool.Grant((int) region, start, reg.descriptor()));
-            }
+            return PushGrants.register(env.cache(), env.connections(), job.handle.blockIds(), firstGlobal, reused,
+                    job.registrations, job.granted);
         } catch (UnsupportedOperationException e) {
             revokeGrants(job);
             return List.of();
         }
-        return grants;
     }
 
     void revokeGrants(GenerationJob job) {

@@ -2,25 +2,17 @@ package dev.kvtransfer.formatter.standard;
 
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
-import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.api.format.FormatterProvider;
-import dev.kvtransfer.api.format.PeerPool;
-import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.PoolLayout;
-import dev.kvtransfer.api.layout.TargetRanks;
-import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.AttentionType;
-import dev.kvtransfer.api.model.CacheState;
-import dev.kvtransfer.api.model.TransceiverState;
-import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.core.memory.MemoryAccess;
 import dev.kvtransfer.testkit.FormatterConformanceTest;
-import dev.kvtransfer.testkit.LayoutGrid;
 import dev.kvtransfer.testkit.LayoutGrid.Side;
+import dev.kvtransfer.testkit.LayoutGrid;
 import dev.kvtransfer.testkit.harness.HarnessOptions;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -29,9 +21,6 @@ import org.junit.platform.testkit.engine.EngineTestKit;
 import org.junit.platform.testkit.engine.Events;
 
 import java.time.Duration;
-import java.util.List;
-import java.util.Set;
-import java.util.function.IntConsumer;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.platform.engine.discovery.DiscoverySelectors.selectMethod;
@@ -164,22 +153,16 @@ class BrokenPullTest {
     }
 
     /** The standard formatter, pulling through a session that breaks it one way. */
-    private static final class Tampering implements CacheFormatter {
-        private final CacheFormatter inner;
+    private static final class Tampering extends ForwardingFormatter {
         private final Breakage breakage;
 
         Tampering(CacheFormatter inner, Breakage breakage) {
-            this.inner = inner;
+            super(inner);
             this.breakage = breakage;
         }
 
         private TransferSession wrap(TransferSession s) {
             return breakage == Breakage.NONE ? s : new TamperedSession(s, breakage);
-        }
-
-        @Override
-        public Set<FormatterCapability> capabilities() {
-            return inner.capabilities();
         }
 
         @Override
@@ -202,39 +185,14 @@ class BrokenPullTest {
             inner.unformat(wrap(session), firstLayer, layers);
         }
 
-        @Override
-        public void push(TransferSession session, int firstLayer, int layers) {
-            inner.push(session, firstLayer, layers);
-        }
-
-        @Override
-        public Support inquireSupport(CacheState self, CacheState peer) {
-            return inner.inquireSupport(self, peer);
-        }
-
-        @Override
-        public List<Integer> counterparts(CacheState self, int selfIndex, CacheState peer) {
-            return inner.counterparts(self, selfIndex, peer);
-        }
-
-        @Override
-        public List<Integer> pickRecvConnections(CacheState self, int selfIndex, CacheState peer) {
-            return inner.pickRecvConnections(self, selfIndex, peer);
-        }
-
-        @Override
-        public boolean needSendCache(CacheState self, int selfIndex, CacheState peer) {
-            return inner.needSendCache(self, selfIndex, peer);
-        }
     }
 
     /** Delegates everything except the one thing its breakage changes. */
-    private static final class TamperedSession implements TransferSession {
-        private final TransferSession s;
+    private static final class TamperedSession extends ForwardingSession {
         private final Breakage breakage;
 
         TamperedSession(TransferSession s, Breakage breakage) {
-            this.s = s;
+            super(s);
             this.breakage = breakage;
         }
 
@@ -251,11 +209,6 @@ class BrokenPullTest {
         }
 
         @Override
-        public int[] peerBlockIds(int peerIndex) {
-            return s.peerBlockIds(peerIndex);
-        }
-
-        @Override
         public void recv(int peerIndex, MemoryBuffer buffer, long offset, long length) {
             s.recv(peerIndex, buffer, offset, length);
             if (breakage == Breakage.BIT_FLIP && length > 0 && buffer.kind() != MemoryKind.DEVICE) {
@@ -264,89 +217,5 @@ class BrokenPullTest {
             }
         }
 
-        @Override
-        public long requestId() {
-            return s.requestId();
-        }
-
-        @Override
-        public boolean isSender() {
-            return s.isSender();
-        }
-
-        @Override
-        public TransceiverState selfState() {
-            return s.selfState();
-        }
-
-        @Override
-        public CacheState peerCacheState() {
-            return s.peerCacheState();
-        }
-
-        @Override
-        public TargetRanks targets() {
-            return s.targets();
-        }
-
-        @Override
-        public int[] blockIds() {
-            return s.blockIds();
-        }
-
-        @Override
-        public int totalBlocks() {
-            return s.totalBlocks();
-        }
-
-        @Override
-        public int peerBlocksPerRegion(int peerIndex) {
-            return s.peerBlocksPerRegion(peerIndex);
-        }
-
-        @Override
-        public boolean isPush() {
-            return s.isPush();
-        }
-
-        @Override
-        public PeerPool peerPool(int peerIndex) {
-            return s.peerPool(peerIndex);
-        }
-
-        @Override
-        public void write(int peerIndex, WriteBatch batch) {
-            s.write(peerIndex, batch);
-        }
-
-        @Override
-        public MemoryBuffer[] stagingBuffers(long[] sizes) {
-            return s.stagingBuffers(sizes);
-        }
-
-        @Override
-        public BufferManager bufferManager() {
-            return s.bufferManager();
-        }
-
-        @Override
-        public boolean transportAccepts(MemoryKind kind) {
-            return s.transportAccepts(kind);
-        }
-
-        @Override
-        public void send(int peerIndex, MemoryBuffer buffer, long offset, long length) {
-            s.send(peerIndex, buffer, offset, length);
-        }
-
-        @Override
-        public void forEachPeer(int[] peerIndexes, IntConsumer action) {
-            s.forEachPeer(peerIndexes, action);
-        }
-
-        @Override
-        public void recordMeasure(int peerIndex, long startNanos, long endNanos, long bytes) {
-            s.recordMeasure(peerIndex, startNanos, endNanos, bytes);
-        }
     }
 }

@@ -2,33 +2,23 @@ package dev.kvtransfer.formatter.standard;
 
 import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
-import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.format.PeerPool;
-import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.PoolGeometry;
-import dev.kvtransfer.api.layout.TargetRanks;
-import dev.kvtransfer.api.memory.BufferManager;
-import dev.kvtransfer.api.memory.MemoryBuffer;
-import dev.kvtransfer.api.model.AttentionType;
-import dev.kvtransfer.api.model.CacheState;
-import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.layout.PoolLayout;
+import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.testkit.FormatterConformanceTest;
-import dev.kvtransfer.testkit.LayoutGrid;
 import dev.kvtransfer.testkit.LayoutGrid.Side;
+import dev.kvtransfer.testkit.LayoutGrid;
 import org.junit.jupiter.api.Test;
 import org.junit.platform.engine.TestExecutionResult;
 import org.junit.platform.testkit.engine.EngineTestKit;
 import org.junit.platform.testkit.engine.Events;
 
-import java.util.List;
-import java.util.Set;
 import java.util.concurrent.atomic.AtomicBoolean;
-import java.util.function.IntConsumer;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.platform.engine.discovery.DiscoverySelectors.selectMethod;
@@ -159,12 +149,11 @@ class BrokenPushTest {
     }
 
     /** The standard formatter, pushing through a session that breaks its writes. */
-    private static final class Tampering implements CacheFormatter {
-        private final CacheFormatter inner;
+    private static final class Tampering extends ForwardingFormatter {
         private final Breakage breakage;
 
         Tampering(CacheFormatter inner, Breakage breakage) {
-            this.inner = inner;
+            super(inner);
             this.breakage = breakage;
         }
 
@@ -173,60 +162,15 @@ class BrokenPushTest {
             inner.push(new TamperedSession(session, breakage), firstLayer, layers);
         }
 
-        @Override
-        public Set<FormatterCapability> capabilities() {
-            return inner.capabilities();
-        }
-
-        @Override
-        public void format(TransferSession session) {
-            inner.format(session);
-        }
-
-        @Override
-        public void unformat(TransferSession session) {
-            inner.unformat(session);
-        }
-
-        @Override
-        public void format(TransferSession session, int firstLayer, int layers) {
-            inner.format(session, firstLayer, layers);
-        }
-
-        @Override
-        public void unformat(TransferSession session, int firstLayer, int layers) {
-            inner.unformat(session, firstLayer, layers);
-        }
-
-        @Override
-        public Support inquireSupport(CacheState self, CacheState peer) {
-            return inner.inquireSupport(self, peer);
-        }
-
-        @Override
-        public List<Integer> counterparts(CacheState self, int selfIndex, CacheState peer) {
-            return inner.counterparts(self, selfIndex, peer);
-        }
-
-        @Override
-        public List<Integer> pickRecvConnections(CacheState self, int selfIndex, CacheState peer) {
-            return inner.pickRecvConnections(self, selfIndex, peer);
-        }
-
-        @Override
-        public boolean needSendCache(CacheState self, int selfIndex, CacheState peer) {
-            return inner.needSendCache(self, selfIndex, peer);
-        }
     }
 
     /** Delegates everything; breaks the first write it sees. */
-    private static final class TamperedSession implements TransferSession {
-        private final TransferSession s;
+    private static final class TamperedSession extends ForwardingSession {
         private final Breakage breakage;
         private final AtomicBoolean done = new AtomicBoolean();
 
         TamperedSession(TransferSession s, Breakage breakage) {
-            this.s = s;
+            super(s);
             this.breakage = breakage;
         }
 
@@ -269,94 +213,5 @@ class BrokenPushTest {
             }
         }
 
-        @Override
-        public long requestId() {
-            return s.requestId();
-        }
-
-        @Override
-        public boolean isSender() {
-            return s.isSender();
-        }
-
-        @Override
-        public TransceiverState selfState() {
-            return s.selfState();
-        }
-
-        @Override
-        public CacheState peerCacheState() {
-            return s.peerCacheState();
-        }
-
-        @Override
-        public TargetRanks targets() {
-            return s.targets();
-        }
-
-        @Override
-        public int[] blockIds() {
-            return s.blockIds();
-        }
-
-        @Override
-        public int totalBlocks() {
-            return s.totalBlocks();
-        }
-
-        @Override
-        public int reusedBlocks() {
-            return s.reusedBlocks();
-        }
-
-        @Override
-        public int[] peerBlockIds(int peerIndex) {
-            return s.peerBlockIds(peerIndex);
-        }
-
-        @Override
-        public int peerBlocksPerRegion(int peerIndex) {
-            return s.peerBlocksPerRegion(peerIndex);
-        }
-
-        @Override
-        public boolean isPush() {
-            return s.isPush();
-        }
-
-        @Override
-        public PeerPool peerPool(int peerIndex) {
-            return s.peerPool(peerIndex);
-        }
-
-        @Override
-        public MemoryBuffer[] stagingBuffers(long[] sizes) {
-            return s.stagingBuffers(sizes);
-        }
-
-        @Override
-        public BufferManager bufferManager() {
-            return s.bufferManager();
-        }
-
-        @Override
-        public void send(int peerIndex, MemoryBuffer buffer, long offset, long length) {
-            s.send(peerIndex, buffer, offset, length);
-        }
-
-        @Override
-        public void recv(int peerIndex, MemoryBuffer buffer, long offset, long length) {
-            s.recv(peerIndex, buffer, offset, length);
-        }
-
-        @Override
-        public void forEachPeer(int[] peerIndexes, IntConsumer action) {
-            s.forEachPeer(peerIndexes, action);
-        }
-
-        @Override
-        public void recordMeasure(int peerIndex, long startNanos, long endNanos, long bytes) {
-            s.recordMeasure(peerIndex, startNanos, endNanos, bytes);
-        }
     }
 }

@@ -1,8 +1,6 @@
 package dev.kvtransfer.testkit.harness;
 
 import dev.kvtransfer.api.format.PeerPool;
-import dev.kvtransfer.api.layout.BlockLayout;
-import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.RegisteredRegion;
@@ -24,7 +22,7 @@ final class PushChecks {
 
     /**
      * Registers, for one request only, the bytes of a generation rank's blocks after the reused prefix: every
-     * (layer, kv, segment) plane of each block, merged into runs per region.
+     * (layer, kv, segment) plane of each block, merged into runs per region: core's rule ({@code PushGrants}).
      *
      * @param cache         the rank's pool
      * @param manager       the rank's transport endpoint
@@ -38,41 +36,8 @@ final class PushChecks {
     static List<PeerPool.Grant> registerGrants(PagedKvCache cache, ConnectionManager manager, int[] ids,
                                                int firstGlobal, int reused, List<RegisteredRegion> registrations,
                                                Map<Long, MemoryBuffer> granted) {
-        PoolGeometry geo = cache.geometry();
-        BlockLayout bl = cache.layout();
-        List<long[]> ranges = new ArrayList<>();
-        for (int i = 0; i < ids.length; i++) {
-            if (firstGlobal + i < reused) {
-                continue;
-            }
-            for (int l = 0; l < bl.localLayers(); l++) {
-                for (int kv = 0; kv < bl.kvFactor(); kv++) {
-                    for (int seg = 0; seg < geo.segments(); seg++) {
-                        ranges.add(new long[] {geo.region(ids[i], l, kv, seg), geo.planeOffset(ids[i], l, kv, seg),
-                                geo.segmentPlaneBytes(seg)});
-                    }
-                }
-            }
-        }
-        ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
-        List<PeerPool.Grant> grants = new ArrayList<>();
-        int i = 0;
-        while (i < ranges.size()) {
-            long region = ranges.get(i)[0];
-            long start = ranges.get(i)[1];
-            long end = start + ranges.get(i)[2];
-            i++;
-            while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
-                end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
-                i++;
-            }
-            MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
-            RegisteredRegion reg = manager.register(mem);
-            registrations.add(reg);
-            granted.put(reg.descriptor().regionId(), mem);
-            grants.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
-        }
-        return grants;
+        return dev.kvtransfer.core.transfer.PushGrants.register(cache, manager, ids, firstGlobal, reused,
+                registrations, granted);
     }
 
     /**

@@ -1,0 +1,79 @@
+package dev.kvtransfer.core.transfer;
+
+import dev.kvtransfer.api.cache.KvCacheView;
+import dev.kvtransfer.api.format.PeerPool;
+import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RegisteredRegion;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * The push grants of a generation rank's request: every plane of its blocks after the reused prefix, merged into one
+ * registration per contiguous range of a pool region, so a context rank can write there one-sided. The receiver
+ * ({@link PushReceive}) and the testkit's formatter harness both register grants through this one rule.
+ */
+public final class PushGrants {
+    private PushGrants() {
+    }
+
+    /**
+     * Registers a request's grants.
+     *
+     * @param cache         the rank's pool
+     * @param manager       registers memory for one-sided writes
+     * @param ids           the rank's block ids of the request
+     * @param firstGlobal   the request's global index of {@code ids[0]}
+     * @param reused        blocks of the reused prefix (global), not granted
+     * @param registrations receives each registration (to revoke when the request ends)
+     * @param granted       receives each grant's memory by region id
+     * @return the grants, for the context sessions' {@code PeerPool}
+     * @throws UnsupportedOperationException when the transport cannot register (the caller revokes what it got)
+     */
+    public static List<PeerPool.Grant> register(KvCacheView cache, ConnectionManager manager, int[] ids,
+                                                int firstGlobal, int reused, List<RegisteredRegion> registrations,
+                                                Map<Long, MemoryBuffer> granted) {
+        Objects.requireNonNull(cache, "cache");
+        Objects.requireNonNull(manager, "manager");
+        PoolGeometry geo = cache.geometry();
+        BlockLayout bl = cache.layout();
+        List<long[]> ranges = new ArrayList<>();
+        for (int i = 0; i < ids.length; i++) {
+            if (firstGlobal + i < reused) {
+                continue;
+            }
+            for (int l = 0; l < bl.localLayers(); l++) {
+                for (int kv = 0; kv < bl.kvFactor(); kv++) {
+                    for (int seg = 0; seg < geo.segments(); seg++) {
+                        ranges.add(new long[] {geo.region(ids[i], l, kv, seg), geo.planeOffset(ids[i], l, kv, seg),
+                                geo.segmentPlaneBytes(seg)});
+                    }
+                }
+            }
+        }
+        ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
+        List<PeerPool.Grant> grants = new ArrayList<>();
+        int i = 0;
+        while (i < ranges.size()) {
+            long region = ranges.get(i)[0];
+            long start = ranges.get(i)[1];
+            long end = start + ranges.get(i)[2];
+            i++;
+            while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
+                end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
+                i++;
+            }
+            MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
+            RegisteredRegion reg = manager.register(mem);
+            registrations.add(reg);
+            granted.put(reg.descriptor().regionId(), mem);
+            grants.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
+        }
+        return grants;
+    }
+}
