@@ -4,8 +4,6 @@ import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.layout.BlockDistribution;
-import dev.kvtransfer.api.layout.BlockLayout;
-import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.memory.BufferManager;
@@ -233,39 +231,11 @@ final class DevicePoolTransfer {
         return b.build();
     }
 
-    /** Registers every plane of the request's blocks, merged into runs per region, as core's receiver does. */
+    /** Registers every plane of the request's blocks, merged into runs per region: core's rule. */
     private static List<PeerPool.Grant> grants(PagedKvCache cache, int[] ids, ConnectionManager cm,
                                                List<RegisteredRegion> registered) {
-        PoolGeometry geo = cache.geometry();
-        BlockLayout bl = cache.layout();
-        List<long[]> ranges = new ArrayList<>();
-        for (int id : ids) {
-            for (int l = 0; l < bl.localLayers(); l++) {
-                for (int kv = 0; kv < bl.kvFactor(); kv++) {
-                    for (int seg = 0; seg < geo.segments(); seg++) {
-                        ranges.add(new long[] {geo.region(id, l, kv, seg), geo.planeOffset(id, l, kv, seg),
-                                geo.segmentPlaneBytes(seg)});
-                    }
-                }
-            }
-        }
-        ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
-        List<PeerPool.Grant> out = new ArrayList<>();
-        int i = 0;
-        while (i < ranges.size()) {
-            long region = ranges.get(i)[0];
-            long start = ranges.get(i)[1];
-            long end = start + ranges.get(i)[2];
-            i++;
-            while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
-                end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
-                i++;
-            }
-            RegisteredRegion reg = cm.register(cache.region((int) region).slice(start, end - start));
-            registered.add(reg);
-            out.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
-        }
-        return out;
+        return dev.kvtransfer.core.transfer.PushGrants.register(cache, cm, ids, 0, 0, registered,
+                new java.util.HashMap<>());
     }
 
     /** One instance: per rank its pool, staging, formatter, endpoint and blocks of the request. */
