@@ -360,11 +360,6 @@ final class ContextRequests<C, L> {
         return pending.size();
     }
 
-    /** @return whether {@link #close} ran */
-    boolean closed() {
-        return closed;
-    }
-
     private void maybeDispatch(Pending<C, L> p, long now, Outbox<C, L> out) {
         if (p.local == null || p.targets == null || p.dispatched || p.refusalCode != null
                 || p.askedCount < p.targets.size()) {

@@ -14,9 +14,10 @@ import java.util.Objects;
  * ({@link CacheReceiver}, {@link GenerationHandshake}) to carry out:
  *
  * <pre>
- *   QUEUED --begin--> ASKING --ready x n--> RECEIVING --peerDone x n / end--> ENDED
- *     |  \--cancel / close / tick past deadline--> ENDED (failed)
- *   ASKING --refused ready / disagreeing ready / peerLost / tick past deadline--> failed (ENDED at end)
+ *   QUEUED --begin--> ASKING --ready x n--> RECEIVING --end--> ENDED
+ *     |  \--cancel / close / taken past its deadline--> ENDED (failed)
+ *   ASKING --disagreeing ready--> failed (ENDED at end; a refusal, a lost peer or a deadline fail it through the
+ *            request thread's own bounded waits)
  * </pre>
  *
  * A request can be cancelled only while {@code QUEUED} (before any info left); once asking it ends by its own
@@ -52,7 +53,6 @@ final class GenerationRequests<L> {
         Phase phase = Phase.QUEUED;
         int counterparts;
         int readies;
-        int done;
         boolean push;
         boolean layered;
         boolean failed;
@@ -161,29 +161,6 @@ final class GenerationRequests<L> {
         return ReadyOutcome.WAIT;
     }
 
-    /** @return whether the counterparts push (valid once {@link ReadyOutcome#ALL_READY}) */
-    boolean push(L local) {
-        Entry<L> e = entries.get(local);
-        return e != null && e.push;
-    }
-
-    /** @return whether layer by layer (valid once {@link ReadyOutcome#ALL_READY}) */
-    boolean layered(L local) {
-        Entry<L> e = entries.get(local);
-        return e != null && e.layered;
-    }
-
-    /**
-     * A counterpart finished sending (its last part, or its done notice).
-     *
-     * @param local the request
-     * @return true when every counterpart is done
-     */
-    boolean peerDone(L local) {
-        Entry<L> e = entries.get(local);
-        return e != null && e.phase == Phase.RECEIVING && !e.failed && ++e.done >= e.counterparts;
-    }
-
     /**
      * The engine cancels: possible while queued only.
      *
@@ -196,21 +173,6 @@ final class GenerationRequests<L> {
             return null;
         }
         return fail(e, ErrorCode.CANCELLED, "cancelled by the generation side before its request was sent");
-    }
-
-    /**
-     * Time passes: queued requests past their deadline fail {@code TIMEOUT} (a request being asked or received is
-     * bounded by its thread's own deadline-bound waits, which end it).
-     *
-     * @param now {@code System.nanoTime()}
-     * @param out receives the failures
-     */
-    void tick(long now, List<Failure<L>> out) {
-        for (Entry<L> e : new ArrayList<>(entries.values())) {
-            if (e.phase == Phase.QUEUED && now - e.deadlineNanos >= 0) {
-                out.add(fail(e, ErrorCode.TIMEOUT, "deadline passed before the request was sent"));
-            }
-        }
     }
 
     /**

@@ -23,9 +23,9 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
  * {@link GenerationRequests} over generated interleavings of what the engine, the request threads and the clock do:
- * submit, a thread taking the request, counterparts learnt, ready signals (agreeing or not), sends finishing,
+ * submit, a thread taking the request, counterparts learnt, ready signals (agreeing or not),
  * cancel, deadlines passing, close, and threads ending requests. Invariants: every request ends exactly once
- * (failed once, or ended by its thread), a request being asked for is never failed by cancel, close or a tick,
+ * (failed once, or ended by its thread), a request being asked for is never failed by cancel or close,
  * ALL_READY comes once and only after every counterpart agreed, and nothing stays tracked at the end.
  */
 class GenerationRequestsModelTest {
@@ -122,7 +122,7 @@ class GenerationRequestsModelTest {
                         allReady.merge(l, 1, Integer::sum);
                         readies.merge(l, 1, Integer::sum);
                         assertThat(readies.get(l)).isEqualTo(expected.get(l));
-                        assertThat(m.push(l)).isEqualTo(r.push());
+                        assertThat(m.phase(l)).isEqualTo(Phase.RECEIVING);
                     } else if (o == ReadyOutcome.WAIT) {
                         readies.merge(l, 1, Integer::sum);
                         assertThat(readies.get(l)).isLessThan(expected.get(l));
@@ -144,14 +144,7 @@ class GenerationRequestsModelTest {
                     }
                 }
             } else if (e instanceof Tick t) {
-                now += t.advance();
-                out.clear();
-                m.tick(now, out);
-                for (Failure<Local> f : out) {
-                    assertThat(asking).doesNotContainKey(f.local());
-                    assertThat(f.code()).isEqualTo(ErrorCode.TIMEOUT);
-                    ends.merge(f.local(), 1, Integer::sum);
-                }
+                now += t.advance(); // a request taken after its deadline then fails at begin
             } else if (e instanceof Finish fin) {
                 Local l = live.get(fin.request());
                 if (l != null && asking.containsKey(l) && m.end(l)) {
@@ -214,13 +207,15 @@ class GenerationRequestsModelTest {
     }
 
     @Test
-    void aQueuedRequestPastItsDeadlineFailsWithTimeoutAndCannotBeTaken() {
+    void aQueuedRequestTakenPastItsDeadlineFailsWithTimeout() {
         GenerationRequests<Local> m = new GenerationRequests<>();
         Local l = new Local(2);
         m.submit(l, 8, TIMEOUT);
-        List<Failure<Local>> out = new ArrayList<>();
-        m.tick(TIMEOUT, out);
-        assertThat(out).singleElement().satisfies(f -> assertThat(f.code()).isEqualTo(ErrorCode.TIMEOUT));
+        assertThat(m.queued(l)).isTrue();
+        assertThat(m.begin(l, TIMEOUT)).satisfies(f -> {
+            assertThat(f.code()).isEqualTo(ErrorCode.TIMEOUT);
+            assertThat(f.requestId()).isEqualTo(8);
+        });
         assertThat(m.queued(l)).isFalse();
         assertThatThrownBy(() -> m.begin(l, TIMEOUT)).isInstanceOf(IllegalStateException.class);
     }
