@@ -42,7 +42,8 @@ final class ContextSend {
         for (Refusal<Connection> r : refusals) {
             try {
                 sendReady(r.conn(), r.info(), false, null, env.controlTimeout());
-                Signals.sendReason(env.buffers(), r.conn(), r.info().dataTag(), r.code(), r.reason(), env.controlTimeout());
+                Signals.sendReason(env.buffers(), r.conn(), r.info().dataTag(), r.code(), r.reason(),
+                        env.controlTimeout());
                 env.journal().readySignalSent(r.requestId(), -1, false);
             } catch (RuntimeException e) {
                 env.metrics().error(new KvTransferException(TransferErrors.codeOf(e), r.requestId(), "could not tell "
@@ -132,7 +133,8 @@ final class ContextSend {
                 }
                 if (asked.get(i).info().coalesce() != coalesce) {
                     throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
-                            + " disagree on coalescing (" + dev.kvtransfer.core.TransceiverConfig.P_COALESCE + ")", null);
+                            + " disagree on coalescing (" + dev.kvtransfer.core.TransceiverConfig.P_COALESCE + ")",
+                            null);
                 }
             }
             boolean push = asked.get(0).info().push() && canPush();

@@ -114,7 +114,7 @@ final class GenerationHandshake {
                 System.currentTimeMillis(), flags, env.cache().blocksPerRegion(), grants);
         int infoBytes = info.messageSize();
         int mac = auth.macBytes();
-        int infoAt = HEADER_BYTES;
+        int infoAt = RequestHeaderFlyweight.LENGTH;
         owner.expect(h, positions.length);
         int[] readyAt = new int[positions.length];
         int[] ctxBlocks = new int[positions.length];
@@ -162,7 +162,8 @@ final class GenerationHandshake {
                 }
                 ReadySignalFlyweight ready = readyFly.wrap(bb, at);
                 if (mac > 0) {
-                    if (!auth.readyMacValid(bb, at, len - mac, id, tag, nonce, Texts.utf8(c.peer()), Texts.utf8(selfAddress))) {
+                    if (!auth.readyMacValid(bb, at, len - mac, id, tag, nonce, Texts.utf8(c.peer()),
+                            Texts.utf8(selfAddress))) {
                         env.metrics().error(new KvTransferException(ErrorCode.UNAUTHORIZED, id, "ready signal on tag "
                                 + tag + " from " + Texts.peer(c.peer()) + " failed authentication; refused", null));
                         throw new KvTransferException(ErrorCode.UNAUTHORIZED, id, "the ready signal of context rank "
@@ -196,9 +197,6 @@ final class GenerationHandshake {
                 .transportCapabilities(env.connections().capabilities()).build();
     }
 
-    /** Bytes of the request header on {@link Tags#ID_TAG} ({@link RequestHeaderFlyweight}). */
-    static final int HEADER_BYTES = RequestHeaderFlyweight.LENGTH;
-
     /**
      * The layouts cannot be converted, so there are no counterparts to compute: the request info goes to every
      * context rank, each of which refuses it and fails its own copy of the request with
@@ -225,16 +223,17 @@ final class GenerationHandshake {
     private void sendInfos(GenerationJob job, List<Connection> conns, RequestInfo info) {
         byte[] bytes = info.toBytes();
         int mac = env.auth().macBytes();
-        try (MemoryBuffer ctl = env.buffers().allocate(HEADER_BYTES + bytes.length + mac, MemoryKind.HOST)) {
+        int at = RequestHeaderFlyweight.LENGTH;
+        try (MemoryBuffer ctl = env.buffers().allocate(at + bytes.length + mac, MemoryKind.HOST)) {
             ByteBuffer bb = ctl.asByteBuffer();
             new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(bytes.length, mac),
                     info.requestId());
-            bb.put(HEADER_BYTES, bytes);
+            bb.put(at, bytes);
             for (Connection c : conns) {
                 if (mac > 0) {
-                    bb.put(HEADER_BYTES + bytes.length, env.auth().mac("INFO", bytes, Texts.utf8(c.peer())));
+                    bb.put(at + bytes.length, env.auth().mac("INFO", bytes, Texts.utf8(c.peer())));
                 }
-                sendInfo(job, c, ctl, HEADER_BYTES, bytes.length + mac);
+                sendInfo(job, c, ctl, at, bytes.length + mac);
             }
         }
     }
@@ -244,7 +243,7 @@ final class GenerationHandshake {
         // The two messages of one request must not interleave with another request's on this connection:
         // the responder reads a header, then that request's info, from each connection in order.
         synchronized (connLock) {
-            c.send(Tags.ID_TAG, ctl, 0, HEADER_BYTES, remaining(job, "sending the request header"));
+            c.send(Tags.ID_TAG, ctl, 0, RequestHeaderFlyweight.LENGTH, remaining(job, "sending the request header"));
             c.send(Tags.INFO_TAG, ctl, infoAt, infoBytes, remaining(job, "sending the request info"));
         }
     }

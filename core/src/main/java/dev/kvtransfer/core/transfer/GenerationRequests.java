@@ -133,7 +133,8 @@ final class GenerationRequests<L> {
     }
 
     /**
-     * A counterpart's accepted ready signal arrived (authenticated). A refused one is not given here: its reason, read from the wire, fails the request.
+     * A counterpart's accepted ready signal arrived (authenticated). A refused one is not given here: its reason,
+     * read from the wire, fails the request.
      *
      * @param local   the request
      * @param push    whether it pushes

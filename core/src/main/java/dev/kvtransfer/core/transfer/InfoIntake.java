@@ -51,7 +51,8 @@ final class InfoIntake {
     private final Duration responderInfoWait;
     private final Map<Connection, InfoQueue> infoQueues = new java.util.concurrent.ConcurrentHashMap<>();
     /** Connections parked with a late info ({@link #drain}). */
-    private final java.util.concurrent.atomic.AtomicInteger parkedCount = new java.util.concurrent.atomic.AtomicInteger();
+    private final java.util.concurrent.atomic.AtomicInteger parkedCount =
+            new java.util.concurrent.atomic.AtomicInteger();
     private volatile ExecutorService infoReaders;
     /** The responder's thread once it runs. */
     private volatile Thread responderThread;
@@ -315,7 +316,8 @@ final class InfoIntake {
      * info is late the header keeps its place, the connection is parked and the reader moves on, so a requester
      * that sends headers without infos holds no reader (before, each such header held one for the control
      * timeout, and two of them stalled every other requester). The responder's tick retries parked connections
-     * every {@link #PARKED_RETRY}, each retry waiting {@link #RETRY_INFO_WAIT}; a header whose info is still missing after the control timeout is dropped as
+     * every {@link #PARKED_RETRY}, each retry waiting {@link #RETRY_INFO_WAIT}; a header whose info is still
+     * missing after the control timeout is dropped as
      * before, {@code TIMEOUT} naming the request and the peer.
      */
     private void drain(Connection conn, InfoQueue q) {
