@@ -1,14 +1,11 @@
 package dev.kvtransfer.formatter.standard;
 
-import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.FormatterProvider;
-import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
-import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.core.memory.MemoryAccess;
 import dev.kvtransfer.testkit.FormatterConformanceTest;
 import dev.kvtransfer.testkit.LayoutGrid.Side;
@@ -52,24 +49,10 @@ class BrokenPullTest {
         @Override
         protected FormatterProvider provider() {
             Breakage b = breakage();
-            return new FormatterProvider() {
-                @Override
-                public String name() {
-                    return "standard-broken-pull-" + b;
-                }
-
-                @Override
-                public boolean handles(AttentionType type) {
-                    return type == AttentionType.DEFAULT;
-                }
-
-                @Override
-                public CacheFormatter create(KvCacheView cache, TransferBufferPool buffers) {
-                    // Both sides direct wherever both pools are contiguous (threshold 0): runs decide the messages.
-                    return new Tampering(new PolicyFormatterProvider(0, true, 0,
-                            dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK).create(cache, buffers), b);
-                }
-            };
+            // Both sides direct wherever both pools are contiguous (threshold 0): runs decide the messages.
+            return ForwardingFormatter.provider("standard-broken-pull-" + b, (cache, buffers) -> new Tampering(
+                    new PolicyFormatterProvider(0, true, 0, dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK)
+                            .create(cache, buffers), b));
         }
 
         @Override

@@ -1,14 +1,11 @@
 package dev.kvtransfer.formatter.standard;
 
-import dev.kvtransfer.api.cache.KvCacheView;
 import dev.kvtransfer.api.format.CacheFormatter;
 import dev.kvtransfer.api.format.FormatterProvider;
 import dev.kvtransfer.api.format.PeerPool;
-import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.PoolLayout;
-import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.testkit.FormatterConformanceTest;
 import dev.kvtransfer.testkit.LayoutGrid.Side;
@@ -49,22 +46,8 @@ class BrokenPushTest {
         @Override
         protected FormatterProvider provider() {
             Breakage b = breakage();
-            return new FormatterProvider() {
-                @Override
-                public String name() {
-                    return "standard-broken-" + b;
-                }
-
-                @Override
-                public boolean handles(AttentionType type) {
-                    return type == AttentionType.DEFAULT;
-                }
-
-                @Override
-                public CacheFormatter create(KvCacheView cache, TransferBufferPool buffers) {
-                    return new Tampering(new StandardCacheFormatter(cache, buffers), b);
-                }
-            };
+            return ForwardingFormatter.provider("standard-broken-" + b,
+                    (cache, buffers) -> new Tampering(new StandardCacheFormatter(cache, buffers), b));
         }
 
         @Override
@@ -113,7 +96,8 @@ class BrokenPushTest {
 
     private static Throwable runRule15(Class<?> suite) {
         Events events = EngineTestKit.engine("junit-jupiter")
-                .selectors(selectMethod(suite, "required_spec5_15_pushWritesEveryElementExactlyOnce")).execute().testEvents();
+                .selectors(selectMethod(suite, "required_spec5_15_pushWritesEveryElementExactlyOnce")).execute()
+                .testEvents();
         assertThat(events.finished().count()).as("rule 15 ran").isEqualTo(1);
         if (events.failed().count() == 0) {
             return null;
