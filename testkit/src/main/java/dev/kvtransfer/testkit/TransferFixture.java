@@ -170,7 +170,9 @@ public final class TransferFixture {
     /** Asserts both sides completed and every element of every generation rank is the pattern. */
     public static void assertExact(LocalInstance gen, Transfer t) {
         for (TransferRequest r : t.ctx) {
-            assertThat(r.state()).as("context side of request %d: %s", t.id, r).isEqualTo(RequestState.CONTEXT_COMPLETE);
+            // Both sides in the message: a context send that timed out is explained by its counterpart's end.
+            assertThat(r.state()).as("context side of request %d: %s; its generation side: %s", t.id, r, t.gen)
+                    .isEqualTo(RequestState.CONTEXT_COMPLETE);
         }
         for (int i = 0; i < t.genRanks.size(); i++) {
             int rank = t.genRanks.get(i);
