@@ -92,6 +92,9 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
         GroupComm ctxStatus = ranks.group(instance * 1_000_000 + pp * 1_000 + dpGroup, rank, timeout);
         GroupComm genStatus = ranks.group(2_000_000 + instance * 1_000_000 + dpGroup, rank, timeout);
         GroupComm all = ranks.group(0, world, timeout);
+        // The context instance's ranks share one token issuing key, drawn by its rank 0; no generation rank sees it.
+        GroupComm instanceRanks = ranks.group(5_000_000 + instance, rank, timeout);
+        byte[] tokenKey = isCtx ? sharedIssuingKey(instanceRanks, rank, timeout) : null;
 
         int totalBlocks = DemoRanks.totalBlocks(ctxState, isl);
         int blocksPerRank = Math.max(1, window * totalBlocks);
@@ -114,9 +117,13 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
             // The one assembly: journal queue <dir>/<ctx|gen>-rank-<r>, timing, metrics as for every entry point.
             try (CacheTransceiver t = RankAssembly.of(config).rank(isCtx ? "ctx" : "gen", mine, rank, myComm)
                     .connections(cm).memory(cache, mm).groups(ctxStatus, genStatus).plugins(plugins)
-                    .observability(errors, meters).build()) {
+                    .observability(errors, meters).tokenIssuingKey(tokenKey).build()) {
                 for (int start = 0; start < requests; start += window) {
                     int end = Math.min(requests, start + window);
+                    // The context side hands out each request's token (as a router would carry it in the params).
+                    List<long[]> handedOut = all.allgather(isCtx && rank == 0 ? tokens(t, start, end)
+                            : new long[0], timeout);
+                    long[] tokens = handedOut.get(0);
                     List<TransferRequest> mineReqs = new ArrayList<>();
                     List<Long> ids = new ArrayList<>();
                     for (int i = start; i < end; i++) {
@@ -140,11 +147,9 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                             CacheState ctxForRequest = ctxState.attentionDpEnabled()
                                     ? ctxState.withDpRank(i % ctxState.dpSize()) : ctxState;
                             int firstServing = DemoRanks.serving(ctxState, i).get(0);
-                            // The context side would hand these out; every rank of this run shares the secret, so
-                            // the generation rank derives the same request token the context ranks check.
                             ContextPhaseParams params = new ContextPhaseParams(id, new long[0],
                                     new TransceiverState(ctxForRequest, ctxComm.withSelfIndex(firstServing)),
-                                    dev.kvtransfer.core.transfer.ControlAuth.of(config.authSecret()).token(id));
+                                    token(tokens, i - start));
                             mineReqs.add(TransferRequest.generation(params, isl, blocks, reused,
                                     java.util.Arrays.copyOf(hashes, reused)));
                         }
@@ -266,5 +271,39 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
             a.add(Integer.toString(first + i));
         }
         return a;
+    }
+
+    /** Rank 0 of the context instance draws the key; every rank of the instance takes it. */
+    private static byte[] sharedIssuingKey(GroupComm instanceRanks, int rank, Duration timeout) {
+        long[] mine = new long[0];
+        if (rank == 0) {
+            java.nio.ByteBuffer k = java.nio.ByteBuffer.wrap(dev.kvtransfer.core.transfer.ControlAuth.newIssuingKey());
+            mine = new long[] {k.getLong(), k.getLong(), k.getLong(), k.getLong()};
+        }
+        long[] key = instanceRanks.allgather(mine, timeout).get(0);
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(8 * key.length);
+        for (long v : key) {
+            b.putLong(v);
+        }
+        return b.array();
+    }
+
+    /** The tokens of requests {@code start+1 .. end}: per request its length in bytes, then its bytes (padded). */
+    private static long[] tokens(CacheTransceiver t, int start, int end) {
+        long[] out = new long[(end - start) * 3];
+        for (int i = start; i < end; i++) {
+            byte[] token = t.contextPhaseParams(i + 1, new long[0]).requestToken();
+            java.nio.ByteBuffer b = java.nio.ByteBuffer.wrap(java.util.Arrays.copyOf(token, 16));
+            int at = (i - start) * 3;
+            out[at] = token.length;
+            out[at + 1] = b.getLong();
+            out[at + 2] = b.getLong();
+        }
+        return out;
+    }
+
+    private static byte[] token(long[] tokens, int k) {
+        java.nio.ByteBuffer b = java.nio.ByteBuffer.allocate(16).putLong(tokens[k * 3 + 1]).putLong(tokens[k * 3 + 2]);
+        return java.util.Arrays.copyOf(b.array(), (int) tokens[k * 3]);
     }
 }

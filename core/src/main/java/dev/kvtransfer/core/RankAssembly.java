@@ -47,6 +47,7 @@ public final class RankAssembly {
     private Plugins plugins;
     private ErrorHandler errors = e -> { };
     private MeterRegistry meters;
+    private byte[] tokenIssuingKey;
 
     private RankAssembly(TransceiverConfig config) {
         this.config = Objects.requireNonNull(config, "config");
@@ -155,6 +156,19 @@ public final class RankAssembly {
     }
 
     /**
+     * The key the ranks of this rank's instance issue and check request tokens with (every rank of one context
+     * instance gets the same; no generation instance ever does). Without it the rank draws a random key of its
+     * own, and its tokens verify on this rank only.
+     *
+     * @param key at least 16 bytes (e.g. {@code ControlAuth.newIssuingKey()}), or null for a key of the rank's own
+     * @return this assembly
+     */
+    public RankAssembly tokenIssuingKey(byte[] key) {
+        this.tokenIssuingKey = key == null ? null : key.clone();
+        return this;
+    }
+
+    /**
      * Builds the rank's transceiver.
      *
      * @return the transceiver, owning its pool and journal
@@ -181,7 +195,7 @@ public final class RankAssembly {
             }
             return new CacheTransceiver(config, state, selfIndex, commState, connections, f, cache, pool, buffers,
                     contextGroup, generationGroup, errors, meters != null ? meters : new SimpleMeterRegistry(),
-                    journal, instance).closeWith(pool).closeWith(journal);
+                    journal, instance, tokenIssuingKey).closeWith(pool).closeWith(journal);
         } catch (RuntimeException | Error e) {
             journal.close();
             pool.close();

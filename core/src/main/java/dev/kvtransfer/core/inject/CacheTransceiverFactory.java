@@ -28,6 +28,8 @@ public final class CacheTransceiverFactory {
     private final BufferManager buffers;
     private final MeterRegistry meters;
     private final ErrorHandler errors;
+    /** Per instance name, the token issuing key its ranks built here share. */
+    private final java.util.Map<String, byte[]> tokenKeys = new java.util.concurrent.ConcurrentHashMap<>();
 
     /**
      * Creates the factory.
@@ -65,7 +67,9 @@ public final class CacheTransceiverFactory {
 
     /**
      * Builds a rank's transceiver through {@link RankAssembly}, so every {@link TransceiverConfig} key (journal,
-     * timing, metrics, pool sizes) takes effect exactly as for any other entry point.
+     * timing, metrics, pool sizes) takes effect exactly as for any other entry point. The ranks of one instance
+     * name built by this factory share a token issuing key (ranks in other processes need their own assembly's
+     * {@code RankAssembly.tokenIssuingKey}).
      *
      * @param instanceName    the instance's name (journal queue, thread names)
      * @param cacheState      the rank's cache state
@@ -82,6 +86,8 @@ public final class CacheTransceiverFactory {
                                    GroupComm generationGroup) {
         return RankAssembly.of(config).rank(instanceName, cacheState, selfIndex, commState).connections(connections)
                 .memory(cache, buffers).groups(contextGroup, generationGroup).plugins(plugins)
-                .observability(errors, meters).build();
+                .observability(errors, meters)
+                .tokenIssuingKey(tokenKeys.computeIfAbsent(instanceName,
+                        n -> dev.kvtransfer.core.transfer.ControlAuth.newIssuingKey())).build();
     }
 }

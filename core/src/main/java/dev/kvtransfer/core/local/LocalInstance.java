@@ -451,11 +451,13 @@ public final class LocalInstance implements AutoCloseable {
                 GroupComm[] ctxGroups = groups(groups, n, r -> contextGroupKey(state, r));
                 GroupComm[] genGroups = groups(groups, n, r -> generationGroupKey(state, r));
                 List<Rank> ranks = new ArrayList<>();
+                // One token issuing key for the instance's ranks: a token handed out by any rank verifies on all.
+                byte[] tokenKey = dev.kvtransfer.core.transfer.ControlAuth.newIssuingKey();
                 for (int r = 0; r < n; r++) {
                     BufferManager bm = shared != null ? shared : bms.get(r);
                     CacheTransceiver t = RankAssembly.of(config).rank(name, states.get(r), r, comm)
                             .connections(cms.get(r)).memory(caches.get(r), bm).groups(ctxGroups[r], genGroups[r])
-                            .formatter(fp).observability(errors, registry).build();
+                            .formatter(fp).observability(errors, registry).tokenIssuingKey(tokenKey).build();
                     transceivers.add(t);
                     ranks.add(new Rank(states.get(r), bm, caches.get(r), cms.get(r), t, ctxGroups[r],
                             genGroups[r]));

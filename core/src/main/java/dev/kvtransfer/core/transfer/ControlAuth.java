@@ -12,8 +12,9 @@ import java.util.Arrays;
 
 /**
  * Authentication of the control plane with the deployment's shared secret (HMAC-SHA256 from the JDK): MACs over
- * control messages, unguessable per-request tokens, fresh nonces and a replay window. Two keys are derived from
- * the secret (one for MACs, one for tokens), so neither a MAC nor a token reveals the other. With no secret
+ * control messages, unguessable per-request tokens, fresh nonces and a replay window. The MAC key is derived from
+ * the secret; the token key from the context instance's own issuing key, which no generation instance holds, so
+ * a holder of the secret cannot compute a request's token, only present one it was handed. With no secret
  * ({@link #OFF}) every method is a no-op: MACs are empty, tokens are empty, everything verifies.
  *
  * <p>What each MAC covers is fixed by its caller: the message's bytes, the sender's and the receiver's transport
@@ -34,7 +35,7 @@ public final class ControlAuth {
     static final int MAX_NONCES = 1 << 20;
 
     /** No authentication. */
-    static final ControlAuth OFF = new ControlAuth(null);
+    static final ControlAuth OFF = new ControlAuth(null, null);
 
     private final byte[] macKey;
     private final byte[] tokenKey;
@@ -43,7 +44,7 @@ public final class ControlAuth {
     private final SecureRandom random = new SecureRandom();
     private final ReplayWindow seen = new ReplayWindow();
 
-    private ControlAuth(byte[] secret) {
+    private ControlAuth(byte[] secret, byte[] issuingKey) {
         if (secret == null) {
             macKey = null;
             tokenKey = null;
@@ -52,17 +53,44 @@ public final class ControlAuth {
             return;
         }
         macKey = hmac(secret, "kvtransfer-control-mac-v1".getBytes(StandardCharsets.US_ASCII));
-        tokenKey = hmac(secret, "kvtransfer-request-token-v1".getBytes(StandardCharsets.US_ASCII));
+        // Tokens come from the context instance's own issuing key, never from the deployment secret: every holder
+        // of the secret (each generation instance of the deployment) could otherwise compute any request's token.
+        tokenKey = hmac(issuingKey != null ? issuingKey.clone() : newIssuingKey(),
+                "kvtransfer-request-token-v2".getBytes(StandardCharsets.US_ASCII));
         macs = ThreadLocal.withInitial(() -> new Hmac(macKey));
         tokens = ThreadLocal.withInitial(() -> new Hmac(tokenKey));
     }
 
     /**
+     * Authentication with tokens only this context rank can issue and check: its issuing key is drawn at random.
+     * The ranks of a context instance that share one key use {@link #of(byte[], byte[])}.
+     *
      * @param secret the deployment secret, or null for no authentication
      * @return the context
      */
     public static ControlAuth of(byte[] secret) {
-        return secret == null ? OFF : new ControlAuth(secret);
+        return of(secret, null);
+    }
+
+    /**
+     * @param secret     the deployment secret, or null for no authentication
+     * @param issuingKey the key the ranks of one context instance issue request tokens with (kept by that
+     *                   instance, never given to a generation instance); null: a random key of this rank's own
+     * @return the context
+     */
+    public static ControlAuth of(byte[] secret, byte[] issuingKey) {
+        if (issuingKey != null && issuingKey.length < 16) {
+            throw new IllegalArgumentException("a token issuing key needs at least 16 bytes, got "
+                    + issuingKey.length);
+        }
+        return secret == null ? OFF : new ControlAuth(secret, issuingKey);
+    }
+
+    /** @return a fresh random issuing key for the ranks of one context instance to share */
+    public static byte[] newIssuingKey() {
+        byte[] k = new byte[32];
+        new SecureRandom().nextBytes(k);
+        return k;
     }
 
     /** @return whether messages are authenticated */
@@ -76,7 +104,8 @@ public final class ControlAuth {
     }
 
     /**
-     * The request's token: the same on every context rank sharing the secret, unguessable without it.
+     * The request's token: the same on every context rank sharing the issuing key, unguessable without that key
+     * (the deployment secret alone does not give it).
      *
      * @param requestId the context request id
      * @return {@link #TOKEN_BYTES} bytes, or empty when off

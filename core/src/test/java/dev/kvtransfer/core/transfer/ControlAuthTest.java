@@ -52,9 +52,14 @@ class ControlAuthTest {
 
     @Test
     void macsAndTokensAreTheJdksHmacBytes() throws Exception {
-        ControlAuth auth = ControlAuth.of(SECRET);
+        byte[] issuing = ControlAuth.newIssuingKey();
+        ControlAuth auth = ControlAuth.of(SECRET, issuing);
         byte[] macKey = jdkHmac(SECRET, "kvtransfer-control-mac-v1".getBytes(StandardCharsets.US_ASCII));
-        byte[] tokenKey = jdkHmac(SECRET, "kvtransfer-request-token-v1".getBytes(StandardCharsets.US_ASCII));
+        byte[] tokenKey = jdkHmac(issuing, "kvtransfer-request-token-v2".getBytes(StandardCharsets.US_ASCII));
+        // What a holder of the deployment secret alone can derive (the former tokens) is no token.
+        byte[] fromSecret = jdkHmac(SECRET, "kvtransfer-request-token-v1".getBytes(StandardCharsets.US_ASCII));
+        ControlAuth sameSecretOtherRank = ControlAuth.of(SECRET);
+        ControlAuth sameKey = ControlAuth.of(SECRET, issuing);
         Random random = new Random(3);
         for (int round = 0; round < 200; round++) {
             byte[] a = new byte[random.nextInt(300)];
@@ -67,12 +72,18 @@ class ControlAuthTest {
             byte[] token = java.util.Arrays.copyOf(jdkHmac(tokenKey, le), ControlAuth.TOKEN_BYTES);
             assertThat(auth.token(id)).isEqualTo(token);
             assertThat(auth.tokenValid(id, token)).isTrue();
+            assertThat(sameKey.tokenValid(id, token)).as("another rank of the instance").isTrue();
+            assertThat(sameSecretOtherRank.tokenValid(id, token)).as("a rank with its own key").isFalse();
+            assertThat(auth.tokenValid(id, java.util.Arrays.copyOf(jdkHmac(fromSecret, le), ControlAuth.TOKEN_BYTES)))
+                    .as("derived from the secret").isFalse();
             token[random.nextInt(token.length)] ^= 1;
             assertThat(auth.tokenValid(id, token)).isFalse();
         }
         ControlAuth off = ControlAuth.of(null);
         assertThat(off.mac("INFO", new byte[3])).isEmpty();
         assertThat(off.tokenValid(1, new byte[0])).isTrue();
+        org.assertj.core.api.Assertions.assertThatThrownBy(() -> ControlAuth.of(SECRET, new byte[8]))
+                .isInstanceOf(IllegalArgumentException.class).hasMessageContaining("16 bytes");
     }
 
     @Test

@@ -208,4 +208,94 @@ class ControlPlaneAuthTest {
         ctx.cache(0).free(720);
         ctxErrors.clear();
     }
+    @Test
+    void aSecretHolderWhoDerivesTheTokenFromTheSecretIsRefusedAndTheGenuineOneIsServed() throws Exception {
+        // Issue 29 item 5: tokens were an HMAC of the request id under a key derived from the deployment secret, so
+        // any holder of the secret (every generation instance) computed any request's token and took its KV.
+        Path deployment = secret("deployment.key");
+        MeterRegistry ctxMeters = new SimpleMeterRegistry();
+        LocalInstance ctx = start("ctx", deployment, ctxMeters, true);
+        LocalInstance insider = start("insider", deployment, new SimpleMeterRegistry(), false);
+        LocalInstance gen = start("gen", deployment, new SimpleMeterRegistry(), false);
+        int prompt = 8 * 4;
+        TransferRequest served = respond(ctx, 730, prompt);
+        ContextPhaseParams real = ctx.contextPhaseParams(730, 0);
+        byte[] secret = Files.readAllBytes(deployment);
+        byte[][] derived = {
+                // the former derivation, computed with the JDK as an attacker would
+                formerToken(secret, 730),
+                // the project's own code in the insider's process: its own rank's key, not the context's
+                dev.kvtransfer.core.transfer.ControlAuth.of(secret).token(730),
+                insider.transceiver(0).contextPhaseParams(730, new long[0]).requestToken()};
+        for (int k = 0; k < derived.length; k++) {
+            // Each attempt from an instance of its own (an id ends its life on a rank once).
+            LocalInstance from = k == 0 ? insider : start("insider-" + k, deployment, new SimpleMeterRegistry(), false);
+            ContextPhaseParams forged = new ContextPhaseParams(730, new long[0], real.contextState(), derived[k]);
+            TransferRequest stolen = ask(from, forged, prompt);
+            assertRefusedAndUntouched(from, stolen, prompt);
+        }
+        await().atMost(BOUND).until(() -> unauthorized(ctxMeters) >= derived.length);
+        assertThat(served.isDone()).as("refused askers do not end the request").isFalse();
+
+        TransferRequest genuine = ask(gen, real, prompt);
+        assertServed(gen, genuine, served, prompt);
+        assertThat(unauthorized(ctxMeters)).isEqualTo(derived.length);
+        gen.cache(0).free(730);
+        ctx.cache(0).free(730);
+        ctxErrors.clear();
+    }
+
+    @Test
+    void aTokenHandedOutByOneRankOfATensorParallelContextVerifiesOnEveryRank() throws Exception {
+        Path deployment = secret("deployment.key");
+        CacheState tp2 = STATE.toBuilder().tensorParallelism(2).build();
+        TransceiverConfig c = TransceiverConfig.builder().transferBufferBytes(1 << 20).authSecretFile(deployment)
+                .kvTransferTimeout(Duration.ofSeconds(20)).build();
+        LocalInstance ctx = LocalInstance.builder("ctx", tp2).transport(new LoopbackTransportProvider(),
+                TransportConfig.builder().property(LoopbackTransportProvider.FABRIC_PROPERTY, "auth").build())
+                .config(c).blocksPerRank(32).errorHandler(ctxErrors::add).start();
+        instances.add(ctx);
+        // The same layout on the generation side (the whole-block formatter here): each generation rank asks its
+        // own context rank, both with the token rank 0 handed out.
+        LocalInstance gen = LocalInstance.builder("gen", tp2).transport(new LoopbackTransportProvider(),
+                TransportConfig.builder().property(LoopbackTransportProvider.FABRIC_PROPERTY, "auth").build())
+                .config(c).blocksPerRank(32).start();
+        instances.add(gen);
+        int prompt = 8 * 5;
+        int blocks = BlockDistribution.blocksFor(prompt, STATE.tokensPerBlock());
+        List<TransferRequest> sides = new ArrayList<>();
+        for (int r = 0; r < 2; r++) {
+            int[] ids = ctx.cache(r).allocate(740, blocks);
+            KvPattern.fill(ctx.cache(r), ids, tp2, r, 740, blocks);
+            TransferRequest q = TransferRequest.context(740, prompt, ids);
+            ctx.transceiver(r).respondAndSendAsync(q);
+            sides.add(q);
+        }
+        ContextPhaseParams fromRank0 = ctx.transceiver(0).contextPhaseParams(740, new long[0]);
+        for (int r = 0; r < 2; r++) {
+            int[] g = gen.cache(r).allocate(740, blocks);
+            TransferRequest q = TransferRequest.generation(fromRank0, prompt, g);
+            gen.transceiver(r).requestAndReceiveAsync(q);
+            sides.add(q);
+        }
+        await().atMost(BOUND).until(() -> sides.stream().allMatch(TransferRequest::isDone));
+        for (int r = 0; r < 2; r++) {
+            assertThat(sides.get(r).state()).as("%s", sides.get(r)).isEqualTo(RequestState.CONTEXT_COMPLETE);
+            TransferRequest q = sides.get(2 + r);
+            assertThat(q.state()).as("%s", q).isEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
+            KvPattern.verify(gen.cache(r), q.blockIds(), tp2, r, 740, blocks).assertOk();
+            gen.cache(r).free(740);
+            ctx.cache(r).free(740);
+        }
+    }
+
+    /** The token as it was derived before issue 29: HMAC(HMAC(secret, label), little-endian id), 16 bytes. */
+    private static byte[] formerToken(byte[] secret, long id) throws Exception {
+        javax.crypto.Mac m = javax.crypto.Mac.getInstance("HmacSHA256");
+        m.init(new javax.crypto.spec.SecretKeySpec(secret, "HmacSHA256"));
+        byte[] key = m.doFinal("kvtransfer-request-token-v1".getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+        m.init(new javax.crypto.spec.SecretKeySpec(key, "HmacSHA256"));
+        byte[] le = java.nio.ByteBuffer.allocate(8).order(java.nio.ByteOrder.LITTLE_ENDIAN).putLong(id).array();
+        return java.util.Arrays.copyOf(m.doFinal(le), ContextPhaseParams.TOKEN_BYTES);
+    }
 }
