@@ -231,6 +231,14 @@ public final class AeronConnectionManager implements ConnectionManager {
         return oneSided.register(memory);
     }
 
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
+        Objects.requireNonNull(memory, "memory");
+        Objects.requireNonNull(writers, "writers");
+        ensureOpen();
+        return oneSided.register(memory, writers);
+    }
+
     EmulatedOneSided oneSided() {
         return oneSided;
     }

@@ -231,6 +231,19 @@ public final class MpiConnectionManager implements ConnectionManager {
         return nativeOneSided != null ? nativeOneSided.register(memory) : emulated().register(memory);
     }
 
+    /** Emulated writes arrive on a connection, so the writer is known; MPI windows cannot tell it (refused). */
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
+        Objects.requireNonNull(memory, "memory");
+        Objects.requireNonNull(writers, "writers");
+        ensureOpen("register");
+        if (nativeOneSided != null) {
+            throw new UnsupportedOperationException("MPI one-sided windows cannot be bound to their writers at "
+                    + localAddress());
+        }
+        return emulated().register(memory, writers);
+    }
+
     void write(MpiConnection conn, WriteBatch batch, Duration timeout) {
         Objects.requireNonNull(batch, "batch");
         Objects.requireNonNull(timeout, "timeout");

@@ -353,6 +353,21 @@ public final class UcxConnectionManager implements ConnectionManager {
         return regions.register(memory);
     }
 
+    /** Emulated writes arrive on a connection, so the writer is known; native RMA cannot tell it (refused). */
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
+        Objects.requireNonNull(memory, "memory");
+        Objects.requireNonNull(writers, "writers");
+        if (!life.running()) {
+            throw closedException("register at " + localAddress);
+        }
+        if (emulated == null) {
+            throw new UnsupportedOperationException("native UCX one-sided writes cannot be bound to their writers"
+                    + " (any holder of the rkey writes) at " + localAddress);
+        }
+        return emulated.register(memory, writers);
+    }
+
     @Override
     public boolean isRunning() {
         return life.running();

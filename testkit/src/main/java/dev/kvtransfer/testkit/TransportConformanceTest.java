@@ -277,4 +277,48 @@ public abstract class TransportConformanceTest extends TransportLifecycleRules {
             assertThat(provider().capabilities()).contains(TransportCapability.ONE_SIDED_WRITE);
         }
     }
+
+    @Test
+    public void optional_spec2_05_aRegionBoundToItsWritersRefusesEveryOtherPeer() throws Exception {
+        if (!oneSided()) {
+            assertRefusesOneSided();
+            return;
+        }
+        ConnectionManager owner = newManager();
+        ConnectionManager granted = newManager();
+        ConnectionManager other = newManager();
+        long size = 64 * 1024;
+        MemoryBuffer whole = guarded(size);
+        MemoryBuffer src = buffer(size);
+        fill(src, 0, size, 707);
+        RegisteredRegion region;
+        try {
+            region = owner.register(whole.slice(GUARD, size), java.util.Set.of(granted.localAddress()));
+        } catch (UnsupportedOperationException cannotBind) {
+            // Allowed (native RMA cannot tell a writer): the plain registration still works and says nothing else.
+            owner.register(whole.slice(GUARD, size)).close();
+            return;
+        }
+        try (region) {
+            RegionDescriptor d = region.descriptor();
+            // Another peer holding the genuine descriptor (its key travelled in clear) is refused, touching nothing.
+            Connection fromOther = other.connection(owner.localAddress());
+            assertThatThrownBy(() -> fromOther.write(new WriteBatch().add(src, 0, d, 0, size), Duration.ofSeconds(30)))
+                    .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code())
+                            .as("code of %s", e).isEqualTo(ErrorCode.UNAUTHORIZED));
+            assertSentinel(whole, 0, size + 2 * GUARD, "region after another peer's write");
+            // The granted peer's write lands exactly.
+            granted.connection(owner.localAddress()).write(new WriteBatch().add(src, 0, d, 0, size),
+                    Duration.ofSeconds(30));
+            ByteBuffer s = src.asByteBuffer();
+            ByteBuffer w = whole.asByteBuffer();
+            for (int i = 0; i < size; i++) {
+                if (w.get(GUARD + i) != s.get(i)) {
+                    fail("region byte " + i + " of the granted peer's write: expected " + s.get(i) + ", found "
+                            + w.get(GUARD + i));
+                }
+            }
+            assertSentinel(whole, GUARD + size, size + 2 * GUARD, "guard after the region");
+        }
+    }
 }

@@ -130,6 +130,24 @@ public interface ConnectionManager extends AutoCloseable {
     }
 
     /**
+     * Registers memory that only the named peers may write into: a write arriving from any other peer is refused
+     * with {@code UNAUTHORIZED} and touches nothing, even when it carries the genuine descriptor (whose key travels
+     * in the request info). Core binds a request's push grants to the request's counterparts this way.
+     *
+     * @param memory  the memory the writers may write
+     * @param writers the {@link #localAddress()} of every peer allowed to write
+     * @return the registration
+     * @throws UnsupportedOperationException when the transport cannot tell a write's sender (native RMA), or does
+     *                                       not declare {@link TransportCapability#ONE_SIDED_WRITE}; the default.
+     *                                       Core then registers with {@link #register(MemoryBuffer)}: the key alone
+     *                                       guards the region
+     */
+    default RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
+        throw new UnsupportedOperationException("this transport cannot bind a registration to its writers at "
+                + localAddress());
+    }
+
+    /**
      * What this manager can do as configured: a subset of its provider's {@link TransportProvider#capabilities()}
      * (e.g. {@link TransportCapability#DEVICE_MEMORY} only where the native library found here supports it). Core
      * asks it per request whether the formatter may hand {@code DEVICE} buffers to the connections.

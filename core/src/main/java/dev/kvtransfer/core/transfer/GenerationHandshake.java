@@ -107,7 +107,7 @@ final class GenerationHandshake {
                 | (env.config().coalesce() ? 0 : RequestInfo.FLAG_NO_COALESCE);
         List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
                 == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
-                ? push.registerGrants(job, totalBlocks, reused) : List.of();
+                ? push.registerGrants(job, totalBlocks, reused, writers(conns)) : List.of();
         // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
         RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, new long[0], env.selfState(), tag,
                 env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,
@@ -255,5 +255,16 @@ final class GenerationHandshake {
                     + what, null);
         }
         return Waits.left(left);
+    }
+
+    /** The request's counterparts: the only peers its push grants take writes from. */
+    private static java.util.Set<String> writers(Connection[] conns) {
+        java.util.Set<String> w = new java.util.HashSet<>();
+        for (Connection c : conns) {
+            if (c != null) {
+                w.add(c.peer());
+            }
+        }
+        return w;
     }
 }

@@ -16,7 +16,9 @@ import java.util.Objects;
 /**
  * The push grants of a generation rank's request: every plane of its blocks after the reused prefix, merged into one
  * registration per contiguous range of a pool region, so a context rank can write there one-sided. The receiver
- * ({@link PushReceive}) and the testkit's formatter harness both register grants through this one rule.
+ * ({@link PushReceive}) and the testkit's formatter harness both register grants through this one rule. Where the
+ * transport can tell a write's sender, the grants are bound to the request's counterparts: a peer that learnt a
+ * grant's descriptor (it travels in the request info) but is not one of them is refused.
  */
 public final class PushGrants {
     private PushGrants() {
@@ -37,6 +39,21 @@ public final class PushGrants {
      */
     public static List<PeerPool.Grant> register(KvCacheView cache, ConnectionManager manager, int[] ids,
                                                 int firstGlobal, int reused, List<RegisteredRegion> registrations,
+                                                Map<Long, MemoryBuffer> granted) {
+        return register(cache, manager, ids, firstGlobal, reused, null, registrations, granted);
+    }
+
+    /**
+     * Registers a request's grants for the named writers only, where the transport can bind a registration to
+     * its writers ({@link ConnectionManager#register(MemoryBuffer, java.util.Set)}); elsewhere the key alone
+     * guards them.
+     *
+     * @param writers the request's counterparts ({@code Connection.peer()} of each), or null for any key holder
+     * @see #register(KvCacheView, ConnectionManager, int[], int, int, List, Map)
+     */
+    public static List<PeerPool.Grant> register(KvCacheView cache, ConnectionManager manager, int[] ids,
+                                                int firstGlobal, int reused, java.util.Set<String> writers,
+                                                List<RegisteredRegion> registrations,
                                                 Map<Long, MemoryBuffer> granted) {
         Objects.requireNonNull(cache, "cache");
         Objects.requireNonNull(manager, "manager");
@@ -69,11 +86,22 @@ public final class PushGrants {
                 i++;
             }
             MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
-            RegisteredRegion reg = manager.register(mem);
+            RegisteredRegion reg = bound(manager, mem, writers);
             registrations.add(reg);
             granted.put(reg.descriptor().regionId(), mem);
             grants.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
         }
         return grants;
+    }
+
+    private static RegisteredRegion bound(ConnectionManager manager, MemoryBuffer mem, java.util.Set<String> writers) {
+        if (writers != null) {
+            try {
+                return manager.register(mem, writers);
+            } catch (UnsupportedOperationException cannotBind) {
+                // Native RMA, or a transport without the overload: the key is the guard.
+            }
+        }
+        return manager.register(mem);
     }
 }

@@ -242,13 +242,14 @@ final class PushReceive {
      *
      * @return the grants, empty when the transport cannot register (then the transfer is a pull)
      */
-    List<dev.kvtransfer.api.format.PeerPool.Grant> registerGrants(GenerationJob job, int totalBlocks, int reused) {
+    List<dev.kvtransfer.api.format.PeerPool.Grant> registerGrants(GenerationJob job, int totalBlocks, int reused,
+                                                                  java.util.Set<String> writers) {
         CacheState self = env.selfCache();
         int firstGlobal = BlockDistribution.firstGlobalBlock(totalBlocks, self.contextParallelism(),
                 self.cpRank(env.selfIndex()));
         try {
             return PushGrants.register(env.cache(), env.connections(), job.handle.blockIds(), firstGlobal, reused,
-                    job.registrations, job.granted);
+                    writers, job.registrations, job.granted);
         } catch (UnsupportedOperationException e) {
             revokeGrants(job);
             return List.of();

@@ -143,6 +143,11 @@ public final class FaultyTransportProvider implements TransportProvider {
         }
 
         @Override
+        public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
+            return real.register(memory, writers);
+        }
+
+        @Override
         public boolean isRunning() {
             return real.isRunning();
         }

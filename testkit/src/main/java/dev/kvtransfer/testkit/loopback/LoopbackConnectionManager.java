@@ -121,6 +121,13 @@ final class LoopbackConnectionManager implements ConnectionManager {
         return oneSided().register(memory);
     }
 
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
+        java.util.Objects.requireNonNull(writers, "writers");
+        checkOpen("register");
+        return oneSided().register(memory, writers);
+    }
+
     /** The emulated one-sided writes of this manager (created on first use). */
     EmulatedOneSided oneSided() {
         EmulatedOneSided o = oneSided;

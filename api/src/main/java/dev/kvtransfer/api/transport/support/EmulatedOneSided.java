@@ -123,6 +123,19 @@ public final class EmulatedOneSided implements AutoCloseable {
      * @return the registration
      */
     public RegisteredRegion register(MemoryBuffer memory) {
+        return register(memory, null);
+    }
+
+    /**
+     * Registers memory for writes by the named peers only: a batch arriving on a connection to any other peer is
+     * refused {@code UNAUTHORIZED}, genuine descriptor or not.
+     *
+     * @param memory  host memory
+     * @param writers the peers allowed to write ({@link Connection#peer()} as this manager sees them), or null for
+     *                any holder of the descriptor
+     * @return the registration
+     */
+    public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
         Objects.requireNonNull(memory, "memory");
         if (memory.kind() == MemoryKind.DEVICE) {
             throw new UnsupportedOperationException("emulated one-sided writes need host memory, not " + memory);
@@ -135,7 +148,7 @@ public final class EmulatedOneSided implements AutoCloseable {
         random.nextBytes(key);
         long id = nextRegionId.getAndIncrement();
         Region r = new Region(id, memory, key, new RegionDescriptor(manager.localAddress(), id, memory.address(),
-                memory.size(), key));
+                memory.size(), key), writers == null ? null : java.util.Set.copyOf(writers));
         regions.put(id, r);
         return r;
     }
@@ -344,6 +357,9 @@ public final class EmulatedOneSided implements AutoCloseable {
                 } else if (!MessageDigest.isEqual(key, r.key)) {
                     code = ErrorCode.UNAUTHORIZED;
                     refusal = "wrong key for region #" + id;
+                } else if (r.writers != null && !r.writers.contains(c.peer())) {
+                    code = ErrorCode.UNAUTHORIZED;
+                    refusal = "region #" + id + " is granted to other peers, not to " + c.peer();
                 } else if (claimedAddress != r.memory.address()) {
                     code = ErrorCode.UNAUTHORIZED;
                     refusal = "region #" + id + " is not at the address its descriptor claims";
@@ -477,14 +493,17 @@ public final class EmulatedOneSided implements AutoCloseable {
         final MemoryBuffer memory;
         final byte[] key;
         final RegionDescriptor descriptor;
+        /** The peers allowed to write, or null for any holder of the descriptor. */
+        final java.util.Set<String> writers;
         private int inFlight;
         private boolean revoked;
 
-        Region(long id, MemoryBuffer memory, byte[] key, RegionDescriptor descriptor) {
+        Region(long id, MemoryBuffer memory, byte[] key, RegionDescriptor descriptor, java.util.Set<String> writers) {
             this.id = id;
             this.memory = memory;
             this.key = key;
             this.descriptor = descriptor;
+            this.writers = writers;
         }
 
         synchronized boolean acquire() {

@@ -209,6 +209,13 @@ final class TcpConnectionManager implements ConnectionManager {
         return oneSided.register(memory);
     }
 
+    @Override
+    public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
+        java.util.Objects.requireNonNull(writers, "writers");
+        ensureOpen();
+        return oneSided.register(memory, writers);
+    }
+
     EmulatedOneSided oneSided() {
         return oneSided;
     }
