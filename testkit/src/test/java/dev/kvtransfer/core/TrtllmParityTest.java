@@ -18,17 +18,19 @@ import org.junit.jupiter.api.io.TempDir;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalInt;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.function.IntFunction;
-
-import java.time.Duration;
-import java.util.ArrayList;
-import java.util.List;
-import java.util.Map;
-import java.util.OptionalInt;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -38,7 +40,8 @@ import static org.awaitility.Awaitility.await;
  * TensorRT-LLM functions with a counterpart here: {@code requestAndReceiveSync}, {@code checkGenTransferComplete},
  * {@code checkContextTransferStatus} with {@code markComplete}, {@code updateKVCacheTransferBW} and its
  * {@code gen_transfer_summary.csv}, the duplicate {@code respondAndSendAsync} upstream warns about (refused here,
- * the first transfer unharmed), and the {@code TRTLLM_*} environment aliases. Every transfer verifies every element with KvPattern.
+ * the first transfer unharmed), and the {@code TRTLLM_*} environment aliases. Every transfer verifies every element
+ * with KvPattern.
  */
 @Timeout(60)
 class TrtllmParityTest {
@@ -104,7 +107,8 @@ class TrtllmParityTest {
             assertThat(p.gen().state()).isEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
             KvPattern.Result r = KvPattern.verify(gen.cache(k), p.genBlocks(), gen.cacheState(k), k, id, blocks);
             assertThat(r.mismatches()).as(r.firstMismatch()).isZero();
-            assertThat(r.checkedElements()).isGreaterThanOrEqualTo((long) prompt * 4 * 2 * 2 * 8); // tokens·L·kv·H/TP·D
+            // Every token of the prompt: tokens · layers · K,V · heads per rank · dim.
+            assertThat(r.checkedElements()).isGreaterThanOrEqualTo((long) prompt * 4 * 2 * 2 * 8);
         }
         return out;
     }
@@ -159,7 +163,7 @@ class TrtllmParityTest {
 
     @Test
     void genStatusAllGathersTheBandwidthAndWritesTheUpstreamSummary() throws Exception {
-        LocalInstance ctx = start("ctx", BOUND, 2, null);
+        LocalInstance ctx = start("ctx", BOUND, 2, timingDir);
         LocalInstance gen = start("gen", BOUND, 2, timingDir);
         List<Pair> one = submitOnEveryRank(ctx, gen, 61, 23);
         List<Pair> two = submitOnEveryRank(ctx, gen, 62, 41);
@@ -176,7 +180,7 @@ class TrtllmParityTest {
                 assertThat(p.gen().instanceKvCacheSize()).isEqualTo(bytes);
                 assertThat(p.gen().instanceTransferDuration()).contains(Duration.ofNanos(end - start));
             }
-            expectedRows.add(id + "," + String.format(java.util.Locale.ROOT, "%.3f", (end - start) / 1e6) + ","
+            expectedRows.add(id + "," + String.format(Locale.ROOT, "%.3f", (end - start) / 1e6) + ","
                     + bytes);
         }
         for (int k = 0; k < 2; k++) {
@@ -186,14 +190,17 @@ class TrtllmParityTest {
             assertThat(lines.subList(1, lines.size())).as("every rank writes the merged values")
                     .containsExactlyInAnyOrderElementsOf(expectedRows);
         }
-        // The context side writes no summary, and a check that completes nothing adds no row (and no round).
+        // The context side writes no summary (its status check has no all-gather), and a generation check that
+        // completes nothing adds no row (and no round).
+        onEveryRank(ctx, k -> ctx.transceiver(k).checkContextTransferStatus(OptionalInt.empty()));
         assertThat(timingDir.resolve("ctx_0_gen_transfer_summary.csv")).doesNotExist();
+        assertThat(timingDir.resolve("rank_0_send.csv")).as("the timing CSVs are still written").exists();
         onEveryRank(gen, k -> gen.transceiver(k).checkGenTransferStatus(OptionalInt.of(0)));
         assertThat(Files.readAllLines(timingDir.resolve("gen_0_gen_transfer_summary.csv"))).hasSize(3);
     }
 
-    private static long nanos(java.util.Optional<java.time.Instant> t) {
-        java.time.Instant i = t.orElseThrow();
+    private static long nanos(Optional<Instant> t) {
+        Instant i = t.orElseThrow();
         return i.getEpochSecond() * 1_000_000_000L + i.getNano();
     }
 
