@@ -159,6 +159,28 @@ class TrtllmParityTest {
             assertThat(ctx.cache(k).freeBlocks()).isEqualTo(free - a.get(k).ctx().blockIds().length);
             ctx.cache(k).free(51);
         }
+        // A failed request is reported failed and never released, markComplete or not.
+        WholeBlockFormatterProvider.failRequestId = 53;
+        try {
+            ContextPhaseParams params = ctx.contextPhaseParams(53, 0);
+            List<TransferRequest> failing = new ArrayList<>();
+            for (int k = 0; k < 2; k++) {
+                failing.add(TransferRequest.context(53, 8, ctx.cache(k).allocate(53, 2)));
+                ctx.transceiver(k).respondAndSendAsync(failing.get(k));
+                gen.transceiver(k).requestAndReceiveAsync(TransferRequest.generation(params, 8,
+                        gen.cache(k).allocate(53, 2)));
+            }
+            List<TransferStatus> st = onEveryRank(ctx, k -> ctx.transceiver(k)
+                    .checkContextTransferStatus(OptionalInt.empty(), true));
+            for (int k = 0; k < 2; k++) {
+                assertThat(st.get(k).failed()).containsExactly(53L);
+                assertThat(failing.get(k).state()).isEqualTo(RequestState.TRANS_ERROR);
+                assertThat(failing.get(k).isMarkedComplete()).isFalse();
+                assertThat(ctx.cache(k).blocksOf(53)).containsExactly(failing.get(k).blockIds());
+            }
+        } finally {
+            WholeBlockFormatterProvider.failRequestId = Long.MIN_VALUE;
+        }
     }
 
     @Test
