@@ -16,6 +16,7 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.core.journal.TransferJournal;
 import dev.kvtransfer.core.memory.LiveResources;
 import dev.kvtransfer.core.sync.StatusAgreement;
+import dev.kvtransfer.core.timing.GenTransferSummary;
 import dev.kvtransfer.core.timing.TimingCsvWriter;
 import dev.kvtransfer.core.transfer.CacheReceiver;
 import dev.kvtransfer.core.transfer.CacheSender;
@@ -65,6 +66,9 @@ public final class CacheTransceiver implements AutoCloseable {
     private final GroupComm generationGroup;
     private final TransferMetrics metrics;
     private final TimingCsvWriter timing;
+    /** The generation summary file and its bandwidth all-gather: only with a timing directory, as upstream. */
+    private final GenTransferSummary summary;
+    private final KvCacheView cache;
     private final ThreadPoolExecutor peerExecutor;
     private final CacheSender sender;
     private final CacheReceiver receiver;
@@ -74,6 +78,7 @@ public final class CacheTransceiver implements AutoCloseable {
     private final ArrayList<Long> checkPending = new ArrayList<>();
     private final ArrayList<Long> checkCompleted = new ArrayList<>();
     private final ArrayList<Long> checkFailed = new ArrayList<>();
+    private final ArrayList<TransferRequest> checkCompletedRequests = new ArrayList<>();
     private final Map<Long, Tracked> contextRequests = new LinkedHashMap<>();
     private final Map<Long, Tracked> generationRequests = new LinkedHashMap<>();
     private final Deque<AutoCloseable> owned = new ArrayDeque<>();
@@ -140,7 +145,7 @@ public final class CacheTransceiver implements AutoCloseable {
         Objects.requireNonNull(connections, "connections");
         Objects.requireNonNull(formatter, "formatter");
         this.formatterCapabilities = java.util.Set.copyOf(formatter.capabilities());
-        Objects.requireNonNull(cache, "cache");
+        this.cache = Objects.requireNonNull(cache, "cache");
         Objects.requireNonNull(pool, "pool");
         Objects.requireNonNull(buffers, "buffers");
         this.contextGroup = Objects.requireNonNull(contextGroup, "contextGroup");
@@ -169,6 +174,8 @@ public final class CacheTransceiver implements AutoCloseable {
             d.onWait(metrics::stagingWait);
         }
         this.timing = config.timingDir().map(d -> new TimingCsvWriter(d, selfIndex, metrics::error)).orElse(null);
+        this.summary = config.timingDir().map(d -> new GenTransferSummary(d, instanceName, selfIndex,
+                metrics::error)).orElse(null);
         String prefix = "kvt-" + instanceName + "-" + commState.transport() + "-" + rank;
         if (config.parallelReceive()) {
             AtomicInteger n = new AtomicInteger();
@@ -410,7 +417,24 @@ public final class CacheTransceiver implements AutoCloseable {
      * @throws KvTransferException {@code TIMEOUT} when the group does not gather within kvTransferTimeout
      */
     public TransferStatus checkContextTransferStatus(OptionalInt atLeast) {
-        return check(contextRequests, contextGroup, true, atLeast);
+        return checkContextTransferStatus(atLeast, false);
+    }
+
+    /**
+     * {@link #checkContextTransferStatus(OptionalInt)} with TensorRT-LLM's {@code markComplete}: with it, every
+     * request reported completed is marked complete ({@link TransferRequest#isMarkedComplete()}, upstream's move
+     * to {@code DISAGG_CONTEXT_COMPLETE}) and released: when this rank's cache is the reference
+     * {@link dev.kvtransfer.core.cache.PagedKvCache} and holds exactly the request's blocks under its id, they go
+     * back to the pool. That happens only once the whole context group finished the request, so no rank frees
+     * blocks a transfer still reads. Without it (the default, as upstream) the engine releases them itself.
+     * Failed requests are reported, never released.
+     *
+     * @param atLeast      the minimum number of requests to wait for, or empty to wait for all
+     * @param markComplete whether to mark and release the completed requests
+     * @return the completed and failed request ids, each reported once
+     */
+    public TransferStatus checkContextTransferStatus(OptionalInt atLeast, boolean markComplete) {
+        return check(contextRequests, contextGroup, true, atLeast, markComplete);
     }
 
     /**
@@ -420,11 +444,17 @@ public final class CacheTransceiver implements AutoCloseable {
      * {@link #checkContextTransferStatus}, with the generation selection rule for whom to wait for (ids finished
      * on most members first, then the oldest).
      *
+     * <p>With a timing directory ({@code kvtransfer.timingDir}) the completed requests' times and sizes are then
+     * all-gathered over the same group (TensorRT-LLM's {@code updateKVCacheTransferBW}, one round, only when some
+     * request succeeded everywhere), merged by request id (earliest start, latest end, summed bytes) into
+     * {@link TransferRequest#instanceTransferDuration()} / {@link TransferRequest#instanceKvCacheSize()}, and
+     * appended to {@code <instance>_<rank>_gen_transfer_summary.csv}.
+     *
      * @param atLeast the minimum number of requests to wait for, or empty to wait for all
      * @return the completed and failed request ids, each reported once
      */
     public TransferStatus checkGenTransferStatus(OptionalInt atLeast) {
-        return check(generationRequests, generationGroup, false, atLeast);
+        return check(generationRequests, generationGroup, false, atLeast, false);
     }
 
     /** Encodes this rank's finished requests as (id, 1 = succeeded / 0 = failed) pairs. */
@@ -466,7 +496,8 @@ public final class CacheTransceiver implements AutoCloseable {
         return out;
     }
 
-    private TransferStatus check(Map<Long, Tracked> map, GroupComm group, boolean context, OptionalInt atLeast) {
+    private TransferStatus check(Map<Long, Tracked> map, GroupComm group, boolean context, OptionalInt atLeast,
+                                 boolean markComplete) {
         Objects.requireNonNull(atLeast, "atLeast");
         synchronized (checkLock) {
             List<Long> pending = checkPending;
@@ -501,18 +532,30 @@ public final class CacheTransceiver implements AutoCloseable {
             StatusAgreement.Outcome agreed = StatusAgreement.agree(gathered);
             List<Long> completed = checkCompleted;
             List<Long> failed = checkFailed;
+            List<TransferRequest> done = checkCompletedRequests;
             completed.clear();
             failed.clear();
+            done.clear();
             synchronized (statusLock) {
                 for (Long id : pending) {
                     Boolean ok = agreed.outcome(id);
                     if (ok == null || !map.containsKey(id)) {
                         continue;
                     }
-                    map.remove(id);
+                    Tracked t = map.remove(id);
                     (ok ? completed : failed).add(id);
+                    if (ok) {
+                        done.add(t.request);
+                    }
                 }
             }
+            if (markComplete) {
+                release(done);
+            }
+            if (!context && summary != null && agreed.anySucceeded()) {
+                updateTransferBandwidth(group, done);
+            }
+            done.clear();
             // The record copies both lists (an empty one into the shared empty list), so reusing them is safe.
             TransferStatus status = completed.isEmpty() && failed.isEmpty() ? TransferStatus.EMPTY
                     : new TransferStatus(completed, failed);
@@ -521,6 +564,51 @@ public final class CacheTransceiver implements AutoCloseable {
             failed.clear();
             return status;
         }
+    }
+
+    private void release(List<TransferRequest> done) {
+        for (TransferRequest r : done) {
+            r.markComplete();
+            if (cache instanceof dev.kvtransfer.core.cache.PagedKvCache p) {
+                p.freeIfHeld(r.requestId(), r.blockIds());
+            }
+        }
+    }
+
+    /**
+     * TensorRT-LLM's {@code updateKVCacheTransferBW}: every member contributes (id, start, end, bytes) of the
+     * requests it reports completed, and each gets the group's merge. Every member calls it in the same check (the
+     * condition is the agreed outcome, the same everywhere); a member with nothing completed contributes nothing.
+     */
+    private void updateTransferBandwidth(GroupComm group, List<TransferRequest> done) {
+        long[] mine = new long[GenTransferSummary.FIELDS * done.size()];
+        int n = 0;
+        for (TransferRequest r : done) {
+            mine[n++] = r.requestId();
+            mine[n++] = r.startNanos();
+            mine[n++] = r.endNanos();
+            mine[n++] = r.kvCacheSize();
+        }
+        List<long[]> gathered;
+        try {
+            gathered = gather(group, mine);
+        } catch (KvTransferException e) {
+            // The group is broken (a member did not come); the status stays valid, the summary holds local values.
+            metrics.error(e);
+            gathered = List.of(mine);
+        }
+        Map<Long, long[]> merged = GenTransferSummary.merge(gathered);
+        long[] rows = new long[3 * done.size()];
+        n = 0;
+        for (TransferRequest r : done) {
+            long[] m = merged.get(r.requestId());
+            long nanos = GenTransferSummary.nanos(m);
+            r.instanceTotals(m[2], nanos);
+            rows[n++] = r.requestId();
+            rows[n++] = nanos;
+            rows[n++] = m[2];
+        }
+        summary.write(rows);
     }
 
     private void awaitBounded(TransferRequest r) {
@@ -608,6 +696,9 @@ public final class CacheTransceiver implements AutoCloseable {
         boolean stopped = awaitTermination(CLOSE_WAIT);
         if (timing != null) {
             timing.closeAndWait(CLOSE_WAIT);
+        }
+        if (summary != null) {
+            summary.close();
         }
         if (!stopped) {
             throw new IllegalStateException("transceiver of rank " + selfState.selfIndex() + ": threads still "

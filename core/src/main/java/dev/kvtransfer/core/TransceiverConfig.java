@@ -37,8 +37,6 @@ public final class TransceiverConfig {
     public static final String P_PARALLEL_RECEIVE = PREFIX + "parallelReceive";
     /** Whether parts that do not fit a slot get dynamically allocated staging buffers. */
     public static final String P_ALLOW_DYNAMIC_BUFFERS = PREFIX + "allowDynamicBuffers";
-    /** Whether formatters may send blocks without staging when the layouts match. */
-    public static final String P_ZERO_COPY = PREFIX + "zeroCopy";
     /** Largest payload message in bytes (the requester's value travels in RequestInfo); 0 = no chunking. */
     public static final String P_CHUNK_BYTES = PREFIX + "chunkBytes";
     /** Overall deadline of one request's transfer, in milliseconds, from the async call. */
@@ -90,8 +88,6 @@ public final class TransceiverConfig {
     public static final boolean DEFAULT_PARALLEL_RECEIVE = false;
     /** Default: dynamic staging allowed. */
     public static final boolean DEFAULT_ALLOW_DYNAMIC_BUFFERS = true;
-    /** Default: zero copy when layouts match. */
-    public static final boolean DEFAULT_ZERO_COPY = true;
     /** Default largest payload message: 8 MiB. */
     public static final long DEFAULT_CHUNK_BYTES = 8L << 20;
     /** Default overall per-request deadline: 60 s (TensorRT-LLM's documented value). */
@@ -129,7 +125,6 @@ public final class TransceiverConfig {
     private final int recvSlots;
     private final boolean parallelReceive;
     private final boolean allowDynamicBuffers;
-    private final boolean zeroCopy;
     private final long chunkBytes;
     private final Duration kvTransferTimeout;
     private final Duration senderFutureTimeout;
@@ -163,7 +158,6 @@ public final class TransceiverConfig {
         this.recvSlots = b.recvSlots;
         this.parallelReceive = b.parallelReceive;
         this.allowDynamicBuffers = b.allowDynamicBuffers;
-        this.zeroCopy = b.zeroCopy;
         this.chunkBytes = b.chunkBytes;
         this.kvTransferTimeout = b.kvTransferTimeout;
         this.senderFutureTimeout = b.senderFutureTimeout;
@@ -223,7 +217,6 @@ public final class TransceiverConfig {
                 case P_RECV_SLOTS -> b.recvSlots(parseInt(key, v));
                 case P_PARALLEL_RECEIVE -> b.parallelReceive(parseBool(key, v));
                 case P_ALLOW_DYNAMIC_BUFFERS -> b.allowDynamicBuffers(parseBool(key, v));
-                case P_ZERO_COPY -> b.zeroCopy(parseBool(key, v));
                 case P_CHUNK_BYTES -> b.chunkBytes(parseBytes(key, v));
                 case P_KV_TRANSFER_TIMEOUT_MS -> b.kvTransferTimeout(Duration.ofMillis(parseLong(key, v)));
                 case P_SENDER_FUTURE_TIMEOUT_MS -> b.senderFutureTimeout(Duration.ofMillis(parseLong(key, v)));
@@ -256,7 +249,6 @@ public final class TransceiverConfig {
         m.put(P_RECV_SLOTS, Integer.toString(recvSlots));
         m.put(P_PARALLEL_RECEIVE, Boolean.toString(parallelReceive));
         m.put(P_ALLOW_DYNAMIC_BUFFERS, Boolean.toString(allowDynamicBuffers));
-        m.put(P_ZERO_COPY, Boolean.toString(zeroCopy));
         m.put(P_CHUNK_BYTES, Long.toString(chunkBytes));
         m.put(P_KV_TRANSFER_TIMEOUT_MS, Long.toString(kvTransferTimeout.toMillis()));
         m.put(P_SENDER_FUTURE_TIMEOUT_MS, Long.toString(senderFutureTimeout.toMillis()));
@@ -402,11 +394,6 @@ public final class TransceiverConfig {
         return allowDynamicBuffers;
     }
 
-    /** @return whether zero-copy sends are allowed when layouts match */
-    public boolean zeroCopy() {
-        return zeroCopy;
-    }
-
     /** @return largest payload message, 0 = unchunked */
     public long chunkBytes() {
         return chunkBytes;
@@ -516,7 +503,6 @@ public final class TransceiverConfig {
         b.recvSlots = recvSlots;
         b.parallelReceive = parallelReceive;
         b.allowDynamicBuffers = allowDynamicBuffers;
-        b.zeroCopy = zeroCopy;
         b.chunkBytes = chunkBytes;
         b.kvTransferTimeout = kvTransferTimeout;
         b.senderFutureTimeout = senderFutureTimeout;
@@ -559,7 +545,6 @@ public final class TransceiverConfig {
         private int recvSlots = DEFAULT_RECV_SLOTS;
         private boolean parallelReceive = DEFAULT_PARALLEL_RECEIVE;
         private boolean allowDynamicBuffers = DEFAULT_ALLOW_DYNAMIC_BUFFERS;
-        private boolean zeroCopy = DEFAULT_ZERO_COPY;
         private long chunkBytes = DEFAULT_CHUNK_BYTES;
         private Duration kvTransferTimeout = Duration.ofMillis(DEFAULT_KV_TRANSFER_TIMEOUT_MS);
         private Duration senderFutureTimeout = Duration.ofMillis(DEFAULT_SENDER_FUTURE_TIMEOUT_MS);
@@ -628,12 +613,6 @@ public final class TransceiverConfig {
         /** @param v dynamic staging fallback @return this builder */
         public Builder allowDynamicBuffers(boolean v) {
             this.allowDynamicBuffers = v;
-            return this;
-        }
-
-        /** @param v zero copy when layouts match @return this builder */
-        public Builder zeroCopy(boolean v) {
-            this.zeroCopy = v;
             return this;
         }
 

@@ -62,6 +62,11 @@ public final class TransferRequest {
     private volatile boolean pushed;
     private volatile long startEpochNanos;
     private volatile long endEpochNanos;
+    /** Set by a context status check with {@code markComplete}. */
+    private volatile boolean markedComplete;
+    /** Set by the generation status check's bandwidth all-gather (timing on); -1 nanos = not yet. */
+    private volatile long instanceBytes;
+    private volatile long instanceNanos = -1;
 
     private TransferRequest(long requestId, int promptLength, int[] blockIds, ContextPhaseParams params,
                             RequestState initial, long[] blockHashes, int reusedBlocks) {
@@ -337,6 +342,53 @@ public final class TransferRequest {
     /** @return leading global blocks the generation side already held (0 on the context side) */
     public int reusedBlocks() {
         return reusedBlocks;
+    }
+
+    /**
+     * @return whether a context status check called with {@code markComplete} reported the request completed:
+     *         every rank of the context group finished it, and this rank's blocks of it were released
+     *         (TensorRT-LLM's {@code markComplete}, which moves the request to {@code DISAGG_CONTEXT_COMPLETE})
+     */
+    public boolean isMarkedComplete() {
+        return markedComplete;
+    }
+
+    void markComplete() {
+        markedComplete = true;
+    }
+
+    /**
+     * Generation side, with a timing directory configured (TensorRT-LLM's {@code updateKVCacheTransferBW}): the
+     * bytes every rank of the generation group received for the request, summed by the status check that reported
+     * it; 0 before that or without timing.
+     *
+     * @return the instance's bytes of the request
+     */
+    public long instanceKvCacheSize() {
+        return instanceBytes;
+    }
+
+    /**
+     * @return generation side, as {@link #instanceKvCacheSize}: from the earliest start to the latest end over the
+     *         group's ranks (upstream's {@code gen_side_transfer_time}); empty before that or without timing
+     */
+    public Optional<Duration> instanceTransferDuration() {
+        long n = instanceNanos;
+        return n < 0 ? Optional.empty() : Optional.of(Duration.ofNanos(n));
+    }
+
+    void instanceTotals(long bytes, long nanos) {
+        instanceBytes = bytes;
+        instanceNanos = nanos;
+    }
+
+    /** @return start and end in epoch nanoseconds (0 when unknown), for the bandwidth all-gather */
+    long startNanos() {
+        return startEpochNanos;
+    }
+
+    long endNanos() {
+        return endEpochNanos;
     }
 
     /** Marks the request as handed to a transceiver; a request is transferred once. */

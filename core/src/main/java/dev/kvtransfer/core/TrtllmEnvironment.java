@@ -17,12 +17,15 @@ import java.util.Objects;
  *   <tr><td>TRTLLM_KVCACHE_SEND_MAX_CONCURRENCY_NUM</td><td>kvtransfer.sendConcurrency</td></tr>
  *   <tr><td>TRTLLM_KVCACHE_RECV_BUFFER_COUNT</td><td>kvtransfer.recvSlots</td></tr>
  *   <tr><td>TRTLLM_ENABLE_KVCACHE_RECEIVE_PARALLEL</td><td>kvtransfer.parallelReceive</td></tr>
- *   <tr><td>TRTLLM_TRY_ZCOPY_FOR_KVCACHE_TRANSFER</td><td>kvtransfer.zeroCopy</td></tr>
  *   <tr><td>TRTLLM_KVCACHE_TIME_OUTPUT_PATH</td><td>kvtransfer.timingDir</td></tr>
  *   <tr><td>TRTLLM_USE_UCX_KVCACHE / TRTLLM_USE_MPI_KVCACHE</td><td>kvtransfer.backend = ucx / mpi</td></tr>
  * </table>
  *
- * {@code TRTLLM_USE_NIXL_KVCACHE} and {@code TRTLLM_USE_MOONCAKE_KVCACHE} name backends kvtransfer does not have:
+ * {@code TRTLLM_TRY_ZCOPY_FOR_KVCACHE_TRANSFER} has no key: the formatters decide zero copy themselves (the
+ * standard and MLA ones move contiguous runs straight from / into the pools above a message-size threshold),
+ * with the same bytes either way; its value is still checked ({@code 1} or {@code 0}).
+ *
+ * <p>{@code TRTLLM_USE_NIXL_KVCACHE} and {@code TRTLLM_USE_MOONCAKE_KVCACHE} name backends kvtransfer does not have:
  * set to 1 they are refused naming what is available, never silently replaced.
  */
 public final class TrtllmEnvironment {
@@ -35,13 +38,14 @@ public final class TrtllmEnvironment {
         m.put("TRTLLM_KVCACHE_SEND_MAX_CONCURRENCY_NUM", TransceiverConfig.P_SEND_CONCURRENCY);
         m.put("TRTLLM_KVCACHE_RECV_BUFFER_COUNT", TransceiverConfig.P_RECV_SLOTS);
         m.put("TRTLLM_ENABLE_KVCACHE_RECEIVE_PARALLEL", TransceiverConfig.P_PARALLEL_RECEIVE);
-        m.put("TRTLLM_TRY_ZCOPY_FOR_KVCACHE_TRANSFER", TransceiverConfig.P_ZERO_COPY);
         m.put("TRTLLM_KVCACHE_TIME_OUTPUT_PATH", TransceiverConfig.P_TIMING_DIR);
         ALIASES = java.util.Collections.unmodifiableMap(m);
     }
 
     private static final Map<String, String> BACKENDS = Map.of("TRTLLM_USE_UCX_KVCACHE", "ucx",
             "TRTLLM_USE_MPI_KVCACHE", "mpi");
+    /** Accepted and checked, mapped to no key (see the class comment). */
+    public static final String ZERO_COPY = "TRTLLM_TRY_ZCOPY_FOR_KVCACHE_TRANSFER";
     private static final String[] FOREIGN_BACKENDS = {"TRTLLM_USE_NIXL_KVCACHE", "TRTLLM_USE_MOONCAKE_KVCACHE"};
 
     private TrtllmEnvironment() {
@@ -67,10 +71,14 @@ public final class TrtllmEnvironment {
                 continue;
             }
             String key = a.getValue();
-            if (key.equals(TransceiverConfig.P_PARALLEL_RECEIVE) || key.equals(TransceiverConfig.P_ZERO_COPY)) {
+            if (key.equals(TransceiverConfig.P_PARALLEL_RECEIVE)) {
                 v = flag(a.getKey(), v) ? "true" : "false";
             }
             out.put(key, v.trim());
+        }
+        String zcopy = environment.get(ZERO_COPY);
+        if (zcopy != null) {
+            flag(ZERO_COPY, zcopy); // no key: the formatters decide zero copy
         }
         String backend = null;
         for (Map.Entry<String, String> b : BACKENDS.entrySet()) {

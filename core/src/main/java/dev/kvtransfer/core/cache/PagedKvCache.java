@@ -288,6 +288,22 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
         }
     }
 
+    /**
+     * Gives a request's blocks back only when it holds exactly {@code blockIds} (so a caller that allocated under
+     * another key, or already freed and reallocated, is never robbed).
+     *
+     * @param requestId the request
+     * @param blockIds  the blocks it is expected to hold, in allocation order
+     * @return whether they were freed
+     */
+    public synchronized boolean freeIfHeld(long requestId, int[] blockIds) {
+        if (!Arrays.equals(owned.get(requestId), blockIds)) {
+            return false;
+        }
+        free(requestId);
+        return true;
+    }
+
     /** @return blocks not held by any request */
     public synchronized int freeBlocks() {
         return free.cardinality();

@@ -226,5 +226,26 @@ public final class StatusAgreement {
             }
             return failed[k] == 0;
         }
+
+        /**
+         * @return whether some request succeeded on every member: the same answer on every member (they agree on
+         *         the same gathered arrays), so a collective that follows only on success stays in step
+         */
+        public boolean anySucceeded() {
+            if (single != null) {
+                for (int i = 0; i + 1 < single.length; i += 2) {
+                    if (single[i + 1] != 0 && outcome(single[i]) == Boolean.TRUE) {
+                        return true;
+                    }
+                }
+                return false;
+            }
+            for (int k = 0; k < distinct; k++) {
+                if (finished[k] == members && failed[k] == 0) {
+                    return true;
+                }
+            }
+            return false;
+        }
     }
 }

@@ -57,4 +57,15 @@ class StatusAgreementTest {
         assertThat(twice.outcome(5)).isNull();
         assertThat(StatusAgreement.agree(List.of()).outcome(1)).isNull();
     }
+
+    @Test
+    void anySucceededIsTrueOnlyForAnIdEveryMemberFinishedWithoutFailure() {
+        assertThat(StatusAgreement.agree(List.of(new long[] {1, 0, 2, 1})).anySucceeded()).isTrue();
+        assertThat(StatusAgreement.agree(List.of(new long[] {1, 0})).anySucceeded()).isFalse();
+        assertThat(StatusAgreement.agree(List.of(new long[] {3, 1}, new long[] {3, 0})).anySucceeded()).isFalse();
+        assertThat(StatusAgreement.agree(List.of(new long[] {3, 1, 4, 1}, new long[] {4, 1})).anySucceeded())
+                .isTrue();
+        assertThat(StatusAgreement.agree(List.of(new long[] {5, 1, 5, 1}, new long[] {})).anySucceeded()).isFalse();
+        assertThat(StatusAgreement.agree(List.of()).anySucceeded()).isFalse();
+    }
 }
