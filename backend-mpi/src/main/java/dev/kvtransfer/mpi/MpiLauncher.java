@@ -120,7 +120,8 @@ public final class MpiLauncher {
 
     /**
      * @param v restrict Open MPI's out-of-band and TCP traffic to the loopback interface ({@code --mca
-     *          oob_tcp_if_include lo --mca btl_tcp_if_include lo}; default true: every launch of this project is one
+     *          oob_tcp_if_include lo --mca btl_tcp_if_include lo}, and {@code --mca btl self,vader} unless a flag
+     *          names the BTLs: no rank listens on a socket); default true: every launch of this project is one
      *          host, and nothing may leave it)
      * @return this builder
      */
@@ -227,6 +228,16 @@ public final class MpiLauncher {
         return List.copyOf(cmd);
     }
 
+    /** @return whether the extra flags set the MCA parameter (Open MPI refuses one listed twice) */
+    private boolean setsMca(String key) {
+        for (int i = 0; i + 1 < mpiFlags.size(); i++) {
+            if (mpiFlags.get(i).equals("--mca") && mpiFlags.get(i + 1).equals(key)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     /**
      * The mpirun part alone ({@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [loopback flags] [mpi
      * flags]}), to launch a program that is not Java (e.g. the C bandwidth baseline) the same way.
@@ -246,6 +257,11 @@ public final class MpiLauncher {
         cmd.add(Integer.toString(np));
         if (loopbackOnly) {
             cmd.addAll(List.of("--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"));
+            if (!setsMca("btl")) {
+                // One host: shared memory only. The TCP BTL listens on the wildcard address whatever
+                // btl_tcp_if_include says, so without it no rank listens on any socket.
+                cmd.addAll(List.of("--mca", "btl", "self,vader"));
+            }
         }
         cmd.addAll(mpiFlags);
         return List.copyOf(cmd);

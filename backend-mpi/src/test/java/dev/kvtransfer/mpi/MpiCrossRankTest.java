@@ -689,6 +689,51 @@ public class MpiCrossRankTest {
     }
 
     @Test
+    void s01_noRankListensOnASocketBeyondLoopback() throws Exception {
+        // Issue 29: the TCP BTL listened on the wildcard address despite btl_tcp_if_include lo. The launcher now
+        // names the shared-memory BTLs for a one-host job, so an initialised rank listens on no TCP socket at all.
+        manager(Map.of());
+        List<String> listening = listeningSockets();
+        assertThat(listening).as("TCP sockets rank %d listens on (hex address:port, as /proc shows them)", rank())
+                .allMatch(MpiCrossRankTest::loopback);
+    }
+
+    /** @return the local address of every TCP socket of this process in the LISTEN state */
+    private static List<String> listeningSockets() throws java.io.IOException {
+        Set<String> inodes = new HashSet<>();
+        try (java.nio.file.DirectoryStream<java.nio.file.Path> fds =
+                     java.nio.file.Files.newDirectoryStream(java.nio.file.Path.of("/proc/self/fd"))) {
+            for (java.nio.file.Path fd : fds) {
+                try {
+                    String target = java.nio.file.Files.readSymbolicLink(fd).toString();
+                    if (target.startsWith("socket:[")) {
+                        inodes.add(target.substring(8, target.length() - 1));
+                    }
+                } catch (java.io.IOException closedMeanwhile) {
+                    // an fd of the listing itself, or one closed since
+                }
+            }
+        }
+        List<String> out = new ArrayList<>();
+        for (String table : List.of("/proc/self/net/tcp", "/proc/self/net/tcp6")) {
+            List<String> lines = java.nio.file.Files.readAllLines(java.nio.file.Path.of(table));
+            for (String line : lines.subList(1, lines.size())) {
+                String[] f = line.trim().split("\\s+");
+                if (f[3].equals("0A") && inodes.contains(f[9])) {
+                    out.add(f[1]);
+                }
+            }
+        }
+        return out;
+    }
+
+    /** @return whether a /proc address (IPv4 as one host-order word, IPv6 as four) is 127.0.0.0/8 or ::1 */
+    private static boolean loopback(String hexAddressAndPort) {
+        String a = hexAddressAndPort.substring(0, hexAddressAndPort.indexOf(':'));
+        return a.length() == 8 ? a.endsWith("7F") : a.equals("00000000000000000000000001000000");
+    }
+
+    @Test
     void z01_aMessageAboveTwoGibibytesIsChunkedAndExact() throws Exception {
         needRanks(2);
         Assumptions.assumeTrue(Boolean.getBoolean("mpi.test.big"), "the 2.5 GiB message runs in its own job"
