@@ -47,7 +47,7 @@ class MetadataCodecTest {
         assertThat(back).isEqualTo(m);
         assertThat(back.loads().get(0).params().contextState()).isEqualTo(PARAMS.contextState());
         assertThat(back.loads().get(0).blocks().rank(1)).containsExactly(1, 2, 3, 8);
-        assertThat(back.preempted()).containsExactly(10L, 12L);
+        assertThat(back.preempted()).containsExactlyInAnyOrder(10L, 12L);
         ConnectorMetadata empty = new ConnectorMetadata(1, List.of(), List.of(), Set.of());
         assertThat(ConnectorMetadata.fromBytes(empty.toBytes())).isEqualTo(empty);
         assertThat(Arrays.equals(m.toBytes(), back.toBytes())).isTrue();
