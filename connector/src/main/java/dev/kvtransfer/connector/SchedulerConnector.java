@@ -216,9 +216,7 @@ public final class SchedulerConnector {
         }
         if (blocks.ranks() != config.ranks()) {
             throw new IllegalArgumentException("request " + id + ": block table of " + blocks.ranks()
-                    + " ranks for an instance of " + config.ranks()
-                    + (config.members().size() == config.ranks() && config.dpRank() > 0 ? " (DP rank "
-                    + config.dpRank() + ")" : ""));
+                    + " ranks for an instance of " + config.ranks() + " (members " + config.members() + ")");
         }
         if (numExternalTokens > 0) {
             Match m = matches.remove(id);

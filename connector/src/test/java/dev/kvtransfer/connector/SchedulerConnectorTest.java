@@ -216,7 +216,8 @@ class SchedulerConnectorTest {
             assertThat(f.error()).isSameAs(lost);
             assertThat(f.recompute()).isEqualTo(policy == LoadFailurePolicy.RECOMPUTE);
             assertThat(u.invalidBlockIds()).containsExactlyInAnyOrder(5, 6, 9);
-            assertThat(s.takeEvents()).extracting(ConnectorEvent::kind).containsExactly(ConnectorEvent.Kind.LOAD_FAILED);
+            assertThat(s.takeEvents()).extracting(ConnectorEvent::kind)
+                    .containsExactly(ConnectorEvent.Kind.LOAD_FAILED);
         }
     }
 

@@ -39,12 +39,16 @@ import static org.awaitility.Awaitility.await;
 
 /**
  * The connector README's example, run as a test: a prefill engine (TP2) and a decode engine (PP2), each a
- * {@link MiniEngine} over a {@link LocalInstance}, driven only through the connector API. Six requests: four move and
- * verify element by element ({@code KvPattern}), one of them reusing a two-block prefix the decode side already holds;
- * the fifth is aborted (cancelled) on the prefill side after its prefill, so its load fails {@code CANCELLED}; the
- * sixth claims a cached prefix block the prefill side's prefix cache disagrees with, so its load is refused before any
- * byte moves. The blocks of both failed loads come back from {@code getBlockIdsWithLoadErrors}. Prefill saves layer by layer (a per-layer step copies the layer in just before {@code saveKvLayer}); decode
- * loads layer by layer inside its step or asynchronously.
+ * {@link MiniEngine} over a {@link LocalInstance}, driven only through the connector API (the workers get the
+ * metadata only as bytes). Six requests: four move and verify element by element ({@code KvPattern}), one of them
+ * reusing a two-block prefix the decode side already holds, one reaching the decode side before its params (the
+ * connector answers "ask again later" until they arrive); three are prefilled in chunks, their saves handed over with
+ * the last chunk. The fifth is aborted (cancelled) on the prefill side after its prefill, so its load fails
+ * {@code CANCELLED}; the sixth claims a cached prefix block the prefill side's prefix cache disagrees with, so its load
+ * is refused before any byte moves. The blocks of both failed loads come back from {@code getBlockIdsWithLoadErrors};
+ * under the default {@code RECOMPUTE} policy their valid prefix is verified as kept and the rest recomputed. Prefill
+ * saves layer by layer (a per-layer step copies the layer in just before {@code saveKvLayer}); decode loads layer by
+ * layer inside its step or asynchronously.
  */
 @ExtendWith(LeakCheckExtension.class)
 class ConnectorExampleTest {
