@@ -45,4 +45,19 @@ public record ConnectorUpdate(Set<Long> finishedSending, Set<Long> finishedRecvi
         invalidBlockIds = Set.copyOf(Objects.requireNonNull(invalidBlockIds, "invalidBlockIds"));
         loadFailures = Map.copyOf(Objects.requireNonNull(loadFailures, "loadFailures"));
     }
+
+    /**
+     * An update without load-failure detail.
+     *
+     * @param finishedSending ended saves
+     * @param finishedRecving ended loads
+     * @param failedLoads     failed loads
+     * @param failedSends     failed saves
+     * @param invalidBlockIds failed blocks
+     */
+    public ConnectorUpdate(Set<Long> finishedSending, Set<Long> finishedRecving,
+                           Map<Long, KvTransferException> failedLoads, Map<Long, KvTransferException> failedSends,
+                           Set<Integer> invalidBlockIds) {
+        this(finishedSending, finishedRecving, failedLoads, failedSends, invalidBlockIds, Map.of());
+    }
 }
