@@ -158,7 +158,8 @@ public final class SchedulerConnector {
 
     /**
      * The params of a {@link ConnectorRequest#remotePrefill} arrived (from the router, once the prefill side handed
-     * them out): the next {@link #getNumNewMatchedTokens} for the request answers with a number.
+     * them out): the next {@link #getNumNewMatchedTokens} for the request answers with a number. They are kept until
+     * the request's load is allocated, or it is finished or aborted.
      *
      * @param requestId this engine's id of the request
      * @param params    what the prefill instance handed out
