@@ -10,32 +10,72 @@ import java.util.Set;
  * What the scheduler tells every worker for one step (vLLM's {@code KVConnectorMetadata}), built by
  * {@link SchedulerConnector#buildConnectorMeta()} and bound on each rank with
  * {@link WorkerConnector#bindConnectorMetadata}: the loads to start, the saves of requests computed in this step,
- * and the transfers the engine aborted. Immutable; an in-JVM object (an engine whose workers are other processes
- * sends its parts — ids, block tables, {@link ContextPhaseParams#writeTo} — over its own channel).
+ * the transfers the engine aborted and the requests it preempted. Immutable. It serializes
+ * ({@link #toBytes()} / {@link #fromBytes(byte[])}, a versioned, bounds-checked format), so workers in other
+ * processes get it as bytes from the scheduler's process.
  *
- * @param step    the scheduler's step number (from 1)
- * @param loads   requests whose KV the workers load
- * @param saves   requests whose KV the workers save, layer by layer, while the step computes them
- * @param cancels request ids whose transfers the engine aborted
+ * @param step      the scheduler's step number (from 1)
+ * @param loads     requests whose KV the workers load
+ * @param saves     requests whose KV the workers save, layer by layer, while the step computes them
+ * @param cancels   request ids whose transfers the engine aborted
+ * @param preempted request ids the engine preempted (vLLM's {@code preempted_req_ids}): the workers stop using their
+ *                  blocks before the step ({@link WorkerConnector#handlePreemptions})
  */
-public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> saves, Set<Long> cancels) {
+public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> saves, Set<Long> cancels,
+                                Set<Long> preempted) {
     /**
      * Copies.
+     *
+     * @param step      step number
+     * @param loads     loads
+     * @param saves     saves
+     * @param cancels   cancels
+     * @param preempted preempted requests
+     */
+    public ConnectorMetadata {
+        loads = List.copyOf(Objects.requireNonNull(loads, "loads"));
+        saves = List.copyOf(Objects.requireNonNull(saves, "saves"));
+        cancels = java.util.Collections.unmodifiableSet(new java.util.LinkedHashSet<>(
+                Objects.requireNonNull(cancels, "cancels")));
+        preempted = java.util.Collections.unmodifiableSet(new java.util.LinkedHashSet<>(
+                Objects.requireNonNull(preempted, "preempted")));
+    }
+
+    /**
+     * Metadata without preemptions.
      *
      * @param step    step number
      * @param loads   loads
      * @param saves   saves
      * @param cancels cancels
      */
-    public ConnectorMetadata {
-        loads = List.copyOf(Objects.requireNonNull(loads, "loads"));
-        saves = List.copyOf(Objects.requireNonNull(saves, "saves"));
-        cancels = Set.copyOf(Objects.requireNonNull(cancels, "cancels"));
+    public ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> saves, Set<Long> cancels) {
+        this(step, loads, saves, cancels, Set.of());
     }
 
     /** @return whether there is nothing to do */
     public boolean isEmpty() {
-        return loads.isEmpty() && saves.isEmpty() && cancels.isEmpty();
+        return loads.isEmpty() && saves.isEmpty() && cancels.isEmpty() && preempted.isEmpty();
+    }
+
+    /**
+     * Encodes for a worker in another process (see {@link MetadataCodec} for the format).
+     *
+     * @return the bytes
+     */
+    public byte[] toBytes() {
+        return MetadataCodec.encode(this);
+    }
+
+    /**
+     * Decodes what {@link #toBytes()} wrote, checking every count and bound.
+     *
+     * @param bytes the bytes
+     * @return the metadata
+     * @throws dev.kvtransfer.api.wire.MalformedMessageException on any bad byte (naming what and where)
+     */
+    public static ConnectorMetadata fromBytes(byte[] bytes) {
+        return MetadataCodec.decode(bytes);
     }
 
     /**
@@ -76,6 +116,19 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
         public long[] reusedHashes() {
             return reusedHashes.clone();
         }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof LoadSpec l && requestId == l.requestId && promptTokens == l.promptTokens
+                    && reusedBlocks == l.reusedBlocks && async == l.async && params.equals(l.params)
+                    && blocks.equals(l.blocks) && java.util.Arrays.equals(reusedHashes, l.reusedHashes);
+        }
+
+        @Override
+        public int hashCode() {
+            return Objects.hash(requestId, promptTokens, blocks, reusedBlocks, async) * 31
+                    + java.util.Arrays.hashCode(reusedHashes);
+        }
     }
 
     /**
@@ -103,6 +156,17 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
         @Override
         public long[] blockHashes() {
             return blockHashes.clone();
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof SaveSpec x && requestId == x.requestId && promptTokens == x.promptTokens
+                    && blocks.equals(x.blocks) && java.util.Arrays.equals(blockHashes, x.blockHashes);
+        }
+
+        @Override
+        public int hashCode() {
+            return Objects.hash(requestId, promptTokens, blocks) * 31 + java.util.Arrays.hashCode(blockHashes);
         }
     }
 }

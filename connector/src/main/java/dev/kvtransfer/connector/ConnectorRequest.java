@@ -17,9 +17,15 @@ public final class ConnectorRequest {
     private final long[] blockHashes;
     private final boolean saveForRemote;
     private final ContextPhaseParams loadFrom;
+    private final boolean remotePrefill;
 
     private ConnectorRequest(long requestId, int promptTokens, long[] blockHashes, boolean saveForRemote,
                              ContextPhaseParams loadFrom) {
+        this(requestId, promptTokens, blockHashes, saveForRemote, loadFrom, loadFrom != null);
+    }
+
+    private ConnectorRequest(long requestId, int promptTokens, long[] blockHashes, boolean saveForRemote,
+                             ContextPhaseParams loadFrom, boolean remotePrefill) {
         if (promptTokens < 1) {
             throw new IllegalArgumentException("request " + requestId + ": promptTokens = " + promptTokens
                     + ": must be >= 1");
@@ -29,6 +35,7 @@ public final class ConnectorRequest {
         this.blockHashes = Objects.requireNonNull(blockHashes, "blockHashes").clone();
         this.saveForRemote = saveForRemote;
         this.loadFrom = loadFrom;
+        this.remotePrefill = remotePrefill;
     }
 
     /**
@@ -59,6 +66,21 @@ public final class ConnectorRequest {
                                           ContextPhaseParams kvTransferParams) {
         return new ConnectorRequest(requestId, promptTokens, blockHashes, false,
                 Objects.requireNonNull(kvTransferParams, "kvTransferParams"));
+    }
+
+    /**
+     * A decode request whose prompt KV comes from a remote prefill whose params have not arrived yet (vLLM's
+     * {@code do_remote_prefill} before its {@code kv_transfer_params}: e.g. a router that sends the request to the
+     * decode side first). Until {@link SchedulerConnector#kvTransferParamsArrived} hands them over,
+     * {@link SchedulerConnector#getNumNewMatchedTokens} answers {@link MatchResult#LATER}.
+     *
+     * @param requestId    this engine's id of the request
+     * @param promptTokens prompt length (as on the prefill side)
+     * @param blockHashes  prefix-cache key of each full block of the prompt, in order
+     * @return the request
+     */
+    public static ConnectorRequest remotePrefill(long requestId, int promptTokens, long[] blockHashes) {
+        return new ConnectorRequest(requestId, promptTokens, blockHashes, false, null, true);
     }
 
     /**
@@ -96,6 +118,17 @@ public final class ConnectorRequest {
         return saveForRemote;
     }
 
+    /** @return whether the KV comes from a remote prefill (params known or not yet) */
+    public boolean loadsFromRemote() {
+        return remotePrefill;
+    }
+
+    /** @return this request with the params that arrived */
+    ConnectorRequest withParams(ContextPhaseParams params) {
+        return new ConnectorRequest(requestId, promptTokens, blockHashes, saveForRemote,
+                Objects.requireNonNull(params, "params"), true);
+    }
+
     /** @return where the KV is loaded from, for a decode request */
     public Optional<ContextPhaseParams> kvTransferParams() {
         return Optional.ofNullable(loadFrom);
@@ -104,6 +137,7 @@ public final class ConnectorRequest {
     @Override
     public String toString() {
         return "ConnectorRequest{" + requestId + " prompt=" + promptTokens + (saveForRemote ? " save" : "")
-                + (loadFrom != null ? " load from context request " + loadFrom.requestId() : "") + "}";
+                + (loadFrom != null ? " load from context request " + loadFrom.requestId()
+                : remotePrefill ? " load (params pending)" : "") + "}";
     }
 }

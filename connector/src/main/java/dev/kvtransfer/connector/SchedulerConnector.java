@@ -1,6 +1,7 @@
 package dev.kvtransfer.connector;
 
 import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.model.ContextPhaseParams;
 
 import java.util.ArrayList;
@@ -14,6 +15,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
+import java.util.TreeMap;
 
 /**
  * The scheduler side of the connector (vLLM's {@code KVConnectorBase_V1} in the {@code SCHEDULER} role): one per
@@ -51,13 +53,18 @@ public final class SchedulerConnector {
     private static final class Entry {
         final Kind kind;
         final ConnectorRequest request;
-        final BlockTable blocks;
+        /** Grows with chunked prefill until the save is scheduled. */
+        BlockTable blocks;
+        /** Prompt tokens computed once the latest scheduled step ran (chunked prefill: a save waits for all). */
+        int computedTokens;
         final int reusedBlocks;
         final boolean async;
         boolean scheduled;
         boolean finishedByEngine;
+        boolean preempted;
         boolean ended;
         final BitSet reported = new BitSet();
+        final Map<Integer, FinishedTransfer> byMember = new HashMap<>();
         KvTransferException error;
 
         Entry(Kind kind, ConnectorRequest request, BlockTable blocks, int reusedBlocks, boolean async) {
@@ -78,7 +85,11 @@ public final class SchedulerConnector {
     private final Map<Long, Entry> saves = new LinkedHashMap<>();
     private final Map<Long, Entry> loads = new LinkedHashMap<>();
     private final Set<Long> cancels = new LinkedHashSet<>();
+    private final Set<Long> preempted = new LinkedHashSet<>();
+    private final Map<Long, ContextPhaseParams> arrivedParams = new HashMap<>();
+    private final List<ConnectorEvent> events = new ArrayList<>();
     private long step;
+    private boolean shutDown;
 
     /**
      * A scheduler connector.
@@ -104,7 +115,9 @@ public final class SchedulerConnector {
      * instance already holds (vLLM's {@code get_num_new_matched_tokens}). Prefix reuse is by whole blocks: the first
      * {@code numComputedTokens / tokensPerBlock} blocks are not loaded (their hashes are sent along for the prefill
      * side to check), and a partly computed block is loaded whole. A request without {@code kvTransferParams}, or on
-     * an instance that does not load, gets {@link MatchResult#NONE}.
+     * an instance that does not load, gets {@link MatchResult#NONE}; a {@link ConnectorRequest#remotePrefill} whose
+     * params have not arrived ({@link #kvTransferParamsArrived}) gets {@link MatchResult#LATER} (vLLM's {@code None}:
+     * do not schedule it now, ask again in a later step).
      *
      * @param request           the request
      * @param numComputedTokens prompt tokens this instance already holds (its local prefix-cache hit)
@@ -114,12 +127,20 @@ public final class SchedulerConnector {
      */
     public synchronized MatchResult getNumNewMatchedTokens(ConnectorRequest request, int numComputedTokens) {
         Objects.requireNonNull(request, "request");
+        open();
         if (numComputedTokens < 0 || numComputedTokens > request.promptTokens()) {
             throw new IllegalArgumentException("request " + request.requestId() + ": numComputedTokens = "
                     + numComputedTokens + " outside [0, " + request.promptTokens() + "]");
         }
-        if (!config.role().loads() || request.kvTransferParams().isEmpty()) {
+        if (!config.role().loads() || !request.loadsFromRemote()) {
             return MatchResult.NONE;
+        }
+        if (request.kvTransferParams().isEmpty()) {
+            ContextPhaseParams p = arrivedParams.get(request.requestId());
+            if (p == null) {
+                return MatchResult.LATER;
+            }
+            request = request.withParams(p);
         }
         int tokens = request.promptTokens() - numComputedTokens;
         if (tokens == 0) {
@@ -136,24 +157,67 @@ public final class SchedulerConnector {
     }
 
     /**
-     * The engine allocated blocks for a request (vLLM's {@code update_state_after_alloc}): a request saved for a
-     * remote decode is saved in the next step's metadata; a request with {@code numExternalTokens > 0} is loaded
-     * into these blocks.
+     * The params of a {@link ConnectorRequest#remotePrefill} arrived (from the router, once the prefill side handed
+     * them out): the next {@link #getNumNewMatchedTokens} for the request answers with a number. They are kept until
+     * the request's load is allocated, or it is finished or aborted.
+     *
+     * @param requestId this engine's id of the request
+     * @param params    what the prefill instance handed out
+     */
+    public synchronized void kvTransferParamsArrived(long requestId, ContextPhaseParams params) {
+        Objects.requireNonNull(params, "params");
+        open();
+        arrivedParams.put(requestId, params);
+    }
+
+    /**
+     * The engine allocated blocks for a request whose whole prompt is computed in this step (vLLM's
+     * {@code update_state_after_alloc}); see {@link #updateStateAfterAlloc(ConnectorRequest, BlockTable, int, int)}.
      *
      * @param request           the request
      * @param blocks            its blocks on every rank (reused ones included, in prompt order)
      * @param numExternalTokens the tokens {@link #getNumNewMatchedTokens} offered, or 0 when the engine takes none
-     * @throws IllegalArgumentException when the table does not cover every rank, the request is already tracked,
-     *                                  or {@code numExternalTokens} is not what was offered
+     */
+    public void updateStateAfterAlloc(ConnectorRequest request, BlockTable blocks, int numExternalTokens) {
+        updateStateAfterAlloc(request, blocks, numExternalTokens, Objects.requireNonNull(request, "request")
+                .promptTokens());
+    }
+
+    /**
+     * The engine allocated blocks for a request (vLLM's {@code update_state_after_alloc}): a request with
+     * {@code numExternalTokens > 0} is loaded into these blocks; a request saved for a remote decode is saved in the
+     * metadata of the step that computes the last tokens of its prompt.
+     *
+     * <p>Chunked prefill: the engine calls this again in each later step that computes another chunk, with the
+     * request's blocks so far (each rank's earlier blocks first, the chunk's new ones after) and the prompt tokens
+     * computed once that step ran. The save is handed to the workers in the step of the last chunk
+     * ({@code computedTokensAfterStep == promptTokens}), with the whole block table: its layer-wise saves then move
+     * layer {@code l} of every block of the prompt as soon as the last chunk's layer {@code l} is computed (the
+     * earlier chunks' layers were computed in earlier steps). Core's transfer has a fixed block list and the decode
+     * side asks for the whole prompt at once, so no chunk moves before the last one is computed.
+     *
+     * @param request                 the request
+     * @param blocks                  its blocks on every rank (reused ones included, in prompt order)
+     * @param numExternalTokens       the tokens {@link #getNumNewMatchedTokens} offered, or 0 when the engine takes
+     *                                none (always 0 after the first call of a request)
+     * @param computedTokensAfterStep prompt tokens computed once this step ran ({@code promptTokens}: the last chunk)
+     * @throws IllegalArgumentException when the table does not cover every rank, does not extend the request's
+     *                                  earlier table, the tokens go back, the request is already being loaded or
+     *                                  saved, or {@code numExternalTokens} is not what was offered
      */
     public synchronized void updateStateAfterAlloc(ConnectorRequest request, BlockTable blocks,
-                                                   int numExternalTokens) {
+                                                   int numExternalTokens, int computedTokensAfterStep) {
         Objects.requireNonNull(request, "request");
         Objects.requireNonNull(blocks, "blocks");
+        open();
         long id = request.requestId();
+        if (computedTokensAfterStep < 1 || computedTokensAfterStep > request.promptTokens()) {
+            throw new IllegalArgumentException("request " + id + ": computedTokensAfterStep = "
+                    + computedTokensAfterStep + " outside [1, " + request.promptTokens() + "]");
+        }
         if (blocks.ranks() != config.ranks()) {
             throw new IllegalArgumentException("request " + id + ": block table of " + blocks.ranks()
-                    + " ranks for an instance of " + config.ranks());
+                    + " ranks for an instance of " + config.ranks() + " (members " + config.members() + ")");
         }
         if (numExternalTokens > 0) {
             Match m = matches.remove(id);
@@ -166,15 +230,45 @@ public final class SchedulerConnector {
             }
             // Whole blocks only; numComputedTokens < promptTokens here, so at least one block moves.
             int reused = m.numComputedTokens / config.tokensPerBlock();
-            loads.put(id, new Entry(Kind.LOAD, request, blocks, reused, config.loadAsync()));
+            loads.put(id, new Entry(Kind.LOAD, m.request, blocks, reused, config.loadAsync()));
+            arrivedParams.remove(id);
         } else if (numExternalTokens < 0) {
             throw new IllegalArgumentException("request " + id + ": numExternalTokens = " + numExternalTokens);
         } else {
             matches.remove(id);
         }
-        if (request.saveForRemote() && config.role().saves() && !saves.containsKey(id)) {
-            saves.put(id, new Entry(Kind.SAVE, request, blocks, 0, false));
+        if (request.saveForRemote() && config.role().saves()) {
+            Entry e = saves.get(id);
+            if (e == null) {
+                e = new Entry(Kind.SAVE, request, blocks, 0, false);
+                saves.put(id, e);
+            } else {
+                extend(e, blocks, computedTokensAfterStep);
+            }
+            e.computedTokens = computedTokensAfterStep;
         }
+    }
+
+    /** A later chunk of a save: the new table must extend the old one on every rank. */
+    private void extend(Entry e, BlockTable blocks, int computedTokens) {
+        long id = e.request.requestId();
+        if (e.scheduled) {
+            throw new IllegalArgumentException("request " + id + " is already being saved (its last chunk was "
+                    + "computed)");
+        }
+        if (computedTokens < e.computedTokens) {
+            throw new IllegalArgumentException("request " + id + ": computedTokensAfterStep = " + computedTokens
+                    + " goes back from " + e.computedTokens);
+        }
+        for (int r = 0; r < blocks.ranks(); r++) {
+            int[] was = e.blocks.rankView(r);
+            int[] now = blocks.rankView(r);
+            if (now.length < was.length || !Arrays.equals(was, Arrays.copyOf(now, was.length))) {
+                throw new IllegalArgumentException("request " + id + ": rank row " + r + " blocks "
+                        + Arrays.toString(now) + " do not extend the earlier " + Arrays.toString(was));
+            }
+        }
+        e.blocks = blocks;
     }
 
     /**
@@ -199,6 +293,7 @@ public final class SchedulerConnector {
      * @return the metadata (possibly empty)
      */
     public synchronized ConnectorMetadata buildConnectorMeta() {
+        open();
         step++;
         List<ConnectorMetadata.LoadSpec> l = new ArrayList<>();
         List<ConnectorMetadata.SaveSpec> s = new ArrayList<>();
@@ -212,14 +307,15 @@ public final class SchedulerConnector {
             }
         }
         for (Entry e : saves.values()) {
-            if (!e.scheduled) {
+            if (!e.scheduled && e.computedTokens == e.request.promptTokens()) {
                 e.scheduled = true;
                 s.add(new ConnectorMetadata.SaveSpec(e.request.requestId(), e.request.promptTokens(), e.blocks,
                         e.request.blockHashesView()));
             }
         }
-        ConnectorMetadata meta = new ConnectorMetadata(step, l, s, cancels);
+        ConnectorMetadata meta = new ConnectorMetadata(step, l, s, cancels, preempted);
         cancels.clear();
+        preempted.clear();
         return meta;
     }
 
@@ -244,8 +340,15 @@ public final class SchedulerConnector {
      */
     public synchronized FinishResult requestFinished(long requestId, long[] firstGenTokens) {
         Objects.requireNonNull(firstGenTokens, "firstGenTokens");
+        open();
         matches.remove(requestId);
+        arrivedParams.remove(requestId);
         Entry save = saves.get(requestId);
+        if (save != null && !save.scheduled && save.computedTokens < save.request.promptTokens()) {
+            // Finished (e.g. aborted) between chunks: nothing was handed to the workers, there is nothing to load.
+            saves.remove(requestId);
+            return FinishResult.FREE;
+        }
         if (save != null) {
             Optional<ContextPhaseParams> p = Optional.of(params.paramsFor(requestId, firstGenTokens));
             if (!save.scheduled || save.ended) {
@@ -278,7 +381,9 @@ public final class SchedulerConnector {
      * @return whether a transfer was in flight on the workers (its end will be reported)
      */
     public synchronized boolean abort(long requestId) {
+        open();
         matches.remove(requestId);
+        arrivedParams.remove(requestId);
         Entry e = saves.get(requestId);
         if (e == null) {
             e = loads.get(requestId);
@@ -296,51 +401,79 @@ public final class SchedulerConnector {
 
     /**
      * Folds in what the workers reported for a step (vLLM's {@code update_connector_output}): a transfer has ended
-     * when every rank of the instance reported it.
+     * when every rank of the connector ({@link ConnectorConfig#members()}) reported it. A load that failed on any
+     * rank is described in {@link ConnectorUpdate#loadFailures()}: exactly which blocks of which rank are invalid, the
+     * valid prefix, and what the {@link LoadFailurePolicy} asks. A preempted request's end is not handed to the engine
+     * (it took the blocks back when it preempted); it shows up in {@link #takeEvents()} only.
      *
      * @param outputs the ranks' outputs of the step (any order; a rank may be missing and report later)
      * @return what ended on every rank and concerns the engine now
+     * @throws IndexOutOfBoundsException when an output's rank is not a member of this connector
      */
     public synchronized ConnectorUpdate updateConnectorOutput(List<WorkerOutput> outputs) {
         Objects.requireNonNull(outputs, "outputs");
+        open();
         Set<Long> sending = new LinkedHashSet<>();
         Set<Long> recving = new LinkedHashSet<>();
         Map<Long, KvTransferException> failedLoads = new LinkedHashMap<>();
         Map<Long, KvTransferException> failedSends = new LinkedHashMap<>();
+        Map<Long, LoadFailure> failures = new LinkedHashMap<>();
         Set<Integer> invalid = new LinkedHashSet<>();
         for (WorkerOutput o : outputs) {
-            Objects.checkIndex(o.rank(), config.ranks());
-            invalid.addAll(o.invalidBlockIds());
+            int member = config.memberIndex(o.rank());
+            if (member < 0) {
+                throw new IndexOutOfBoundsException("output of rank " + o.rank() + ": not a member of "
+                        + config.members());
+            }
             for (FinishedTransfer f : o.sent()) {
                 Entry e = saves.get(f.requestId());
-                if (e != null && report(e, o.rank(), f) && e.finishedByEngine) {
-                    saves.remove(f.requestId());
-                    sending.add(f.requestId());
-                    if (e.error != null) {
-                        failedSends.put(f.requestId(), e.error);
+                if (e != null && report(e, member, f)) {
+                    events.add(event(e, e.error == null ? ConnectorEvent.Kind.SAVED : ConnectorEvent.Kind.SAVE_FAILED,
+                            new long[0]));
+                    if (e.finishedByEngine || e.preempted) {
+                        saves.remove(f.requestId());
+                    }
+                    if (e.finishedByEngine) {
+                        sending.add(f.requestId());
+                        if (e.error != null) {
+                            failedSends.put(f.requestId(), e.error);
+                        }
                     }
                 }
             }
             for (FinishedTransfer f : o.received()) {
                 Entry e = loads.get(f.requestId());
-                if (e != null && report(e, o.rank(), f)) {
-                    loads.remove(f.requestId());
-                    recving.add(f.requestId());
-                    if (e.error != null) {
+                if (e == null || !report(e, member, f)) {
+                    continue;
+                }
+                loads.remove(f.requestId());
+                if (e.error == null) {
+                    events.add(event(e, ConnectorEvent.Kind.LOADED, loadedHashes(e)));
+                } else {
+                    LoadFailure lf = failure(e);
+                    events.add(event(e, ConnectorEvent.Kind.LOAD_FAILED, Arrays.copyOf(e.request.blockHashesView(),
+                            Math.min(lf.validBlocks(), e.request.blockHashesView().length))));
+                    if (!e.preempted) {
                         failedLoads.put(f.requestId(), e.error);
+                        failures.put(f.requestId(), lf);
+                        lf.invalidBlocks().values().forEach(invalid::addAll);
                     }
+                }
+                if (!e.preempted) {
+                    recving.add(f.requestId());
                 }
             }
         }
-        return new ConnectorUpdate(sending, recving, failedLoads, failedSends, invalid);
+        return new ConnectorUpdate(sending, recving, failedLoads, failedSends, invalid, failures);
     }
 
-    /** @return whether this report completed the set of ranks */
-    private boolean report(Entry e, int rank, FinishedTransfer f) {
-        if (e.ended || e.reported.get(rank)) {
+    /** @return whether this report completed the set of members */
+    private boolean report(Entry e, int member, FinishedTransfer f) {
+        if (e.ended || e.reported.get(member)) {
             return false;
         }
-        e.reported.set(rank);
+        e.reported.set(member);
+        e.byMember.put(member, f);
         if (f.error() != null && e.error == null) {
             e.error = f.error();
         }
@@ -349,6 +482,148 @@ public final class SchedulerConnector {
             return true;
         }
         return false;
+    }
+
+    /** The valid prefix and the invalid blocks of a failed load, from every member's end. */
+    private LoadFailure failure(Entry e) {
+        int total = BlockDistribution.blocksFor(e.request.promptTokens(), config.tokensPerBlock());
+        int valid = total;
+        Map<Integer, Set<Integer>> invalid = new TreeMap<>();
+        for (Map.Entry<Integer, FinishedTransfer> m : e.byMember.entrySet()) {
+            FinishedTransfer f = m.getValue();
+            if (f.ok()) {
+                continue;
+            }
+            // A failure without detail (a refused submit reported by an older worker): nothing loaded is valid.
+            valid = Math.min(valid, f.firstInvalidBlock() >= 0 ? f.firstInvalidBlock() : e.reusedBlocks);
+            invalid.put(m.getKey(), new LinkedHashSet<>(f.invalidBlockIds().isEmpty()
+                    ? loadedRow(e, m.getKey()) : f.invalidBlockIds()));
+        }
+        valid = Math.max(valid, e.reusedBlocks);
+        int tokens = Math.min(e.request.promptTokens(), valid * config.tokensPerBlock());
+        return new LoadFailure(e.request.requestId(), e.request.kvTransferParams().orElseThrow().requestId(),
+                e.error, valid, tokens, invalid, config.loadFailurePolicy() == LoadFailurePolicy.RECOMPUTE);
+    }
+
+    /** A member's whole row but the reused prefix (no CP information here: only used without detail). */
+    private static List<Integer> loadedRow(Entry e, int member) {
+        int[] row = e.blocks.rankView(member);
+        List<Integer> out = new ArrayList<>();
+        for (int i = Math.min(e.reusedBlocks, row.length); i < row.length; i++) {
+            out.add(row[i]);
+        }
+        return out;
+    }
+
+    /** Keys of the full blocks a completed load wrote. */
+    private long[] loadedHashes(Entry e) {
+        long[] h = e.request.blockHashesView();
+        int full = e.request.promptTokens() / config.tokensPerBlock();
+        int to = Math.min(h.length, full);
+        return e.reusedBlocks >= to ? new long[0] : Arrays.copyOfRange(h, e.reusedBlocks, to);
+    }
+
+    private ConnectorEvent event(Entry e, ConnectorEvent.Kind kind, long[] hashes) {
+        long bytes = 0;
+        for (FinishedTransfer f : e.byMember.values()) {
+            bytes += f.bytes();
+        }
+        long ctx = e.kind == Kind.LOAD ? e.request.kvTransferParams().orElseThrow().requestId()
+                : e.request.requestId();
+        return new ConnectorEvent(kind, e.request.requestId(), ctx, hashes, bytes);
+    }
+
+    /**
+     * The engine preempted requests (their blocks go back to its pool and will be overwritten; vLLM's
+     * {@code preempted_req_ids}). A save or load not yet handed to the workers is dropped (a preempted request is
+     * scheduled anew, and {@link #updateStateAfterAlloc} then starts it from its first chunk); one on the workers is
+     * cancelled and named in the next metadata's {@link ConnectorMetadata#preempted()}, where
+     * {@link WorkerConnector#handlePreemptions} makes each rank stop using the blocks before the step runs. Its end
+     * is not reported to the engine (it already took the blocks back); a {@link ConnectorEvent.Kind#PREEMPTED} event
+     * is recorded.
+     *
+     * @param requestIds the preempted requests
+     */
+    public synchronized void handlePreemptions(Set<Long> requestIds) {
+        Objects.requireNonNull(requestIds, "requestIds");
+        open();
+        for (Long id : requestIds) {
+            matches.remove(id);
+            for (Map<Long, Entry> map : List.of(saves, loads)) {
+                Entry e = map.get(id);
+                if (e == null) {
+                    continue;
+                }
+                events.add(event(e, ConnectorEvent.Kind.PREEMPTED, new long[0]));
+                if (!e.scheduled || e.ended) {
+                    map.remove(id);
+                } else {
+                    e.preempted = true;
+                    cancels.add(id);
+                    preempted.add(id);
+                }
+            }
+        }
+    }
+
+    /**
+     * The events since the last call (vLLM's {@code take_events}), oldest first; each is returned once.
+     *
+     * @return the events
+     */
+    public synchronized List<ConnectorEvent> takeEvents() {
+        List<ConnectorEvent> out = List.copyOf(events);
+        events.clear();
+        return out;
+    }
+
+    /**
+     * How many worker reports make a transfer ended (vLLM's {@code get_finished_count}, which sizes the engine's
+     * output aggregator): this connector's members, one report each.
+     *
+     * @return {@link ConnectorConfig#ranks()}
+     */
+    public int getFinishedCount() {
+        return config.ranks();
+    }
+
+    /**
+     * @return whether a save handed to the workers has not ended on every rank (the instance still has data to send:
+     *         an engine that stops keeps stepping, or waits for {@link WorkerConnector#shutdown}, before it exits)
+     */
+    public synchronized boolean hasPendingPushWork() {
+        for (Entry e : saves.values()) {
+            if (e.scheduled && !e.ended) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * Shuts the scheduler side down (vLLM's {@code shutdown}): nothing is scheduled any more and every later call
+     * but {@link #takeEvents()} and the counters fails. The workers' {@link WorkerConnector#shutdown} ends the
+     * transfers; the engine frees the returned requests' blocks once it has.
+     *
+     * @return the requests whose blocks the connector held or tracked (saves and loads not yet reported ended)
+     */
+    public synchronized Set<Long> shutdown() {
+        Set<Long> held = new LinkedHashSet<>(saves.keySet());
+        held.addAll(loads.keySet());
+        shutDown = true;
+        saves.clear();
+        loads.clear();
+        matches.clear();
+        cancels.clear();
+        preempted.clear();
+        arrivedParams.clear();
+        return held;
+    }
+
+    private void open() {
+        if (shutDown) {
+            throw new IllegalStateException("the scheduler connector (" + config.role() + ") is shut down");
+        }
     }
 
     /** @return saves tracked (scheduled or not, until their end is handed to the engine) */

@@ -44,6 +44,8 @@ import java.util.concurrent.TimeoutException;
 public final class WorkerConnector {
     private final CacheTransceiver transceiver;
     private final int rank;
+    /** This rank's row of the block tables (its index among the connector's members). */
+    private final int member;
     private final ConnectorConfig config;
     private final int localLayers;
 
@@ -60,29 +62,40 @@ public final class WorkerConnector {
     private final List<TransferRequest> stepSaves = new ArrayList<>();
     private final List<Load> stepLoads = new ArrayList<>();
     private boolean loadsStarted;
+    private boolean shutDown;
 
-    private record Load(long engineId, TransferRequest request, int[] loadedBlocks, boolean async) {
+    private record Load(long engineId, TransferRequest request, int[] loadedBlocks, int firstLoadedBlock,
+                        boolean async) {
     }
 
     /**
      * A worker connector.
      *
      * @param transceiver this rank's transceiver (the caller's: not closed here)
-     * @param rank        this rank's index in its instance
-     * @param config      the instance's connector settings
+     * @param rank        this rank's index in its instance (a member of the config: with attention DP, a rank of
+     *                    the config's DP group)
+     * @param config      the connector settings (the instance's, or its DP rank's)
      */
     public WorkerConnector(CacheTransceiver transceiver, int rank, ConnectorConfig config) {
         this.transceiver = Objects.requireNonNull(transceiver, "transceiver");
         this.config = Objects.requireNonNull(config, "config");
-        Objects.checkIndex(rank, config.ranks());
         CacheState state = transceiver.state().cacheState();
         if (transceiver.state().commState().selfIndex() != rank) {
             throw new IllegalArgumentException("rank " + rank + " but the transceiver is rank "
                     + transceiver.state().commState().selfIndex());
         }
-        if (state.worldSize() != config.ranks()) {
+        this.member = config.memberIndex(rank);
+        if (member < 0) {
+            throw new IllegalArgumentException("rank " + rank + " is not a member " + config.members()
+                    + " of the connector (DP rank " + config.dpRank() + ")");
+        }
+        if (!state.attentionDpEnabled() && state.worldSize() != config.ranks()) {
             throw new IllegalArgumentException("config of " + config.ranks() + " ranks for an instance of "
                     + state.worldSize());
+        }
+        if (state.attentionDpEnabled() && state.dpRank() != config.dpRank()) {
+            throw new IllegalArgumentException("rank " + rank + " is of DP rank " + state.dpRank()
+                    + ", the config serves DP rank " + config.dpRank());
         }
         this.rank = rank;
         this.localLayers = state.layerCount(state.ppRank(rank));
@@ -107,8 +120,16 @@ public final class WorkerConnector {
      *
      * @param meta the step's metadata
      */
-    public synchronized void bindConnectorMetadata(ConnectorMetadata meta) {
+    public void bindConnectorMetadata(ConnectorMetadata meta) {
         Objects.requireNonNull(meta, "meta");
+        if (!meta.preempted().isEmpty()) {
+            handlePreemptions(meta.preempted());
+        }
+        bind(meta);
+    }
+
+    private synchronized void bind(ConnectorMetadata meta) {
+        open();
         if (bound != null) {
             finishStep();
         }
@@ -129,8 +150,8 @@ public final class WorkerConnector {
                 throw new IllegalStateException("request " + s.requestId() + ": role " + config.role()
                         + " does not save");
             }
-            TransferRequest r = TransferRequest.context(s.requestId(), s.promptTokens(), s.blocks().rankView(rank),
-                    s.blockHashes());
+            TransferRequest r = TransferRequest.context(s.requestId(), s.promptTokens(),
+                    s.blocks().rankView(member), s.blockHashes());
             try {
                 transceiver.respondAndSendLayerWise(r);
                 sends.put(s.requestId(), r);
@@ -144,10 +165,13 @@ public final class WorkerConnector {
                 throw new IllegalStateException("request " + l.requestId() + ": role " + config.role()
                         + " does not load");
             }
-            int[] blocks = l.blocks().rankView(rank);
+            int[] blocks = l.blocks().rankView(member);
             TransferRequest r = TransferRequest.generation(l.params(), l.promptTokens(), blocks, l.reusedBlocks(),
                     l.reusedHashes());
-            stepLoads.add(new Load(l.requestId(), r, loadedBlocks(l, blocks), l.async()));
+            int[] loaded = loadedBlocks(l, blocks);
+            int first = loaded.length == 0 ? -1 : globalBlock(transceiver.state().cacheState(),
+                    blocks.length - loaded.length, totalBlocks(l));
+            stepLoads.add(new Load(l.requestId(), r, loaded, first, l.async()));
         }
         loadsStarted = false;
     }
@@ -158,8 +182,7 @@ public final class WorkerConnector {
             return blocks.clone();
         }
         CacheState self = transceiver.state().cacheState();
-        int total = BlockDistribution.blocksFor(l.promptTokens(), l.params().contextState().cacheState()
-                .tokensPerBlock());
+        int total = totalBlocks(l);
         List<Integer> out = new ArrayList<>();
         for (int i = 0; i < blocks.length; i++) {
             int global = globalBlock(self, i, total);
@@ -168,6 +191,10 @@ public final class WorkerConnector {
             }
         }
         return out.stream().mapToInt(Integer::intValue).toArray();
+    }
+
+    private static int totalBlocks(ConnectorMetadata.LoadSpec l) {
+        return BlockDistribution.blocksFor(l.promptTokens(), l.params().contextState().cacheState().tokensPerBlock());
     }
 
     /** The global index of this rank's i-th block of a request (contiguous CP distribution). */
@@ -210,7 +237,9 @@ public final class WorkerConnector {
                 transceiver.requestAndReceiveAsync(l.request);
                 loads.put(ctxId, l);
             } catch (IllegalArgumentException | IllegalStateException e) {
-                localReceived.add(refused(l.engineId, ctxId, "loading", e));
+                FinishedTransfer f = refused(l.engineId, ctxId, "loading", e);
+                localReceived.add(new FinishedTransfer(f.requestId(), f.contextRequestId(), f.state(), 0, 0,
+                        f.duration(), f.error(), asList(l.loadedBlocks), l.firstLoadedBlock));
                 errorBlocks.addAll(asList(l.loadedBlocks));
             }
         }
@@ -363,11 +392,13 @@ public final class WorkerConnector {
                     continue;
                 }
                 FinishedTransfer f = finished(l.engineId, l.request);
-                received.add(f);
                 if (!f.ok()) {
+                    f = new FinishedTransfer(f.requestId(), f.contextRequestId(), f.state(), f.bytes(), f.messages(),
+                            f.duration(), f.error(), asList(l.loadedBlocks), l.firstLoadedBlock);
                     invalid.addAll(asList(l.loadedBlocks));
                     errorBlocks.addAll(asList(l.loadedBlocks));
                 }
+                received.add(f);
             }
         }
         return new WorkerOutput(rank, sent, received, invalid);
@@ -409,6 +440,146 @@ public final class WorkerConnector {
         Set<Integer> out = new LinkedHashSet<>(errorBlocks);
         errorBlocks.clear();
         return out;
+    }
+
+    /**
+     * The engine preempted requests and will overwrite their blocks (vLLM's {@code handle_preemptions}, called
+     * before the step's forward pass; {@link #bindConnectorMetadata} calls it for the metadata's
+     * {@link ConnectorMetadata#preempted()}). Each transfer of this rank for them is cancelled if it has not started
+     * moving data, and this waits (up to {@link ConnectorConfig#layerLoadTimeout()} in all) until each has ended, so
+     * that nothing reads or writes the blocks once it returns true. Their ends are still reported by
+     * {@link #getFinished()} (the scheduler keeps them from the engine).
+     *
+     * @param requestIds the preempted requests (engine ids)
+     * @return whether every transfer of them on this rank has ended (false: some still use the blocks)
+     */
+    public boolean handlePreemptions(Set<Long> requestIds) {
+        Objects.requireNonNull(requestIds, "requestIds");
+        List<TransferRequest> mine = new ArrayList<>();
+        synchronized (this) {
+            open();
+            for (Long id : requestIds) {
+                TransferRequest s = sends.get(id);
+                if (s != null) {
+                    mine.add(s);
+                }
+                for (Load l : loads.values()) {
+                    if (l.engineId == id) {
+                        mine.add(l.request);
+                    }
+                }
+                stepSaves.removeIf(r -> r.requestId() == id);
+                stepLoads.removeIf(l -> l.engineId == id);
+            }
+        }
+        for (TransferRequest r : mine) {
+            transceiver.cancelRequest(r);
+        }
+        return awaitEnd(mine, config.layerLoadTimeout());
+    }
+
+    /**
+     * Cancels this rank's part of one transfer only (e.g. the rank found its blocks of the request unusable): the
+     * other ranks' parts go on, and the peers this rank's part serves or is served by are refused {@code CANCELLED}.
+     * As every cancel, it works before data moves. A load cancelled so fails on this rank only: with context
+     * parallelism the other CP ranks' blocks stay valid ({@link LoadFailure#validBlocks()}).
+     *
+     * @param requestId the engine's request id
+     * @return whether a transfer of this rank was cancelled
+     */
+    public boolean cancelOnThisRank(long requestId) {
+        TransferRequest target = null;
+        synchronized (this) {
+            open();
+            target = sends.get(requestId);
+            for (Load l : loads.values()) {
+                if (l.engineId == requestId) {
+                    target = l.request;
+                }
+            }
+            if (target == null) {
+                for (Load l : stepLoads) {
+                    if (l.engineId == requestId) {
+                        target = l.request;
+                    }
+                }
+            }
+        }
+        return target != null && transceiver.cancelRequest(target);
+    }
+
+    /** @return whether a save of this rank has not been reported ended (data still to send or being sent) */
+    public synchronized boolean hasPendingPushWork() {
+        return !sends.isEmpty();
+    }
+
+    /**
+     * How many worker reports make a transfer ended (vLLM's {@code get_finished_count}).
+     *
+     * @return the connector's members
+     */
+    public int getFinishedCount() {
+        return config.ranks();
+    }
+
+    /**
+     * Shuts this rank's side down (vLLM's {@code shutdown}): cancels every transfer of this rank that has not
+     * started moving data and waits up to {@code timeout} for all of them to end. Later step calls fail. The
+     * transceiver is the caller's (not closed here); transfers still moving end within its {@code kvTransferTimeout}.
+     *
+     * @param timeout how long to wait for the transfers to end
+     * @return whether every transfer of this rank ended
+     */
+    public boolean shutdown(Duration timeout) {
+        Objects.requireNonNull(timeout, "timeout");
+        List<TransferRequest> all = new ArrayList<>();
+        synchronized (this) {
+            if (shutDown) {
+                return sends.values().stream().allMatch(TransferRequest::isDone)
+                        && loads.values().stream().allMatch(l -> l.request.isDone());
+            }
+            shutDown = true;
+            all.addAll(sends.values());
+            loads.values().forEach(l -> all.add(l.request));
+            bound = null;
+            stepSaves.clear();
+            stepLoads.clear();
+        }
+        for (TransferRequest r : all) {
+            transceiver.cancelRequest(r);
+        }
+        return awaitEnd(all, timeout);
+    }
+
+    /** Waits for the requests to end, bounded (a layer not marked ready is never sent: no wrong data moves). */
+    private static boolean awaitEnd(List<TransferRequest> requests, Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        for (TransferRequest r : requests) {
+            long left = deadline - System.nanoTime();
+            if (r.isDone()) {
+                continue;
+            }
+            if (left <= 0) {
+                return false;
+            }
+            try {
+                r.completion().toCompletableFuture().get(left, TimeUnit.NANOSECONDS);
+            } catch (TimeoutException e) {
+                return false;
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return false;
+            } catch (ExecutionException e) {
+                // completion() never completes exceptionally.
+            }
+        }
+        return true;
+    }
+
+    private void open() {
+        if (shutDown) {
+            throw new IllegalStateException("rank " + rank + ": the worker connector is shut down");
+        }
     }
 
     /** @return saves of this rank not yet reported ended */

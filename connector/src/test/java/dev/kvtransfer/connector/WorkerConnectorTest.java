@@ -133,6 +133,61 @@ class WorkerConnectorTest {
         }
     }
 
+    @Test
+    void aPreemptedSaveIsCancelledBeforeTheStepAndShutdownEndsWhatIsLeft() throws Exception {
+        try (LocalInstance p = start("prefill-hooks")) {
+            ConnectorConfig pc = ConnectorConfig.of(KvRole.PRODUCER, STATE);
+            SchedulerConnector ps = new SchedulerConnector(pc, (id, tokens) -> p.transceiver(0)
+                    .contextPhaseParams(id, tokens));
+            WorkerConnector pw = new WorkerConnector(p.transceiver(0), 0, pc);
+            assertThat(pw.getFinishedCount()).isEqualTo(1);
+            int[] a = p.cache(0).allocate(1, 2);
+            int[] b = p.cache(0).allocate(2, 1);
+            ps.updateStateAfterAlloc(ConnectorRequest.prefill(1, 16, new long[0]), BlockTable.uniform(1, a), 0);
+            ps.updateStateAfterAlloc(ConnectorRequest.prefill(2, 8, new long[0]), BlockTable.uniform(1, b), 0);
+            pw.bindConnectorMetadata(ps.buildConnectorMeta());
+            pw.saveKvLayer(0);
+            assertThat(pw.hasPendingPushWork()).isTrue();
+            assertThat(ps.hasPendingPushWork()).isTrue();
+            pw.clearConnectorMetadata();
+
+            // The engine preempts request 1: the next step's metadata makes the worker stop using its blocks first.
+            ps.handlePreemptions(java.util.Set.of(1L));
+            ConnectorMetadata meta = ps.buildConnectorMeta();
+            assertThat(meta.preempted()).containsExactly(1L);
+            pw.bindConnectorMetadata(ConnectorMetadata.fromBytes(meta.toBytes()));
+            List<WorkerOutput> out = new ArrayList<>();
+            await().atMost(BOUND).until(() -> {
+                WorkerOutput o = pw.getFinished();
+                if (!o.isEmpty()) {
+                    out.add(o);
+                }
+                return !out.isEmpty();
+            });
+            FinishedTransfer f = out.get(0).sent().get(0);
+            assertThat(f.requestId()).isEqualTo(1);
+            assertThat(f.error().code()).isEqualTo(ErrorCode.CANCELLED);
+            assertThat(ps.updateConnectorOutput(out).finishedSending()).as("the engine took the blocks back")
+                    .isEmpty();
+            assertThat(ps.takeEvents()).extracting(ConnectorEvent::kind)
+                    .containsExactly(ConnectorEvent.Kind.PREEMPTED, ConnectorEvent.Kind.SAVE_FAILED);
+            pw.clearConnectorMetadata();
+            p.cache(0).free(1);
+
+            // Shutdown: request 2 is still waiting for its decode side; it is cancelled and has ended on return.
+            assertThat(pw.hasPendingPushWork()).isTrue();
+            assertThat(pw.shutdown(BOUND)).isTrue();
+            assertThat(ps.shutdown()).containsExactly(2L);
+            assertThatThrownBy(() -> pw.bindConnectorMetadata(new ConnectorMetadata(9, List.of(), List.of(),
+                    java.util.Set.of()))).isInstanceOf(IllegalStateException.class).hasMessageContaining("shut down");
+            WorkerOutput last = pw.getFinished();
+            assertThat(last.sent()).extracting(FinishedTransfer::requestId).containsExactly(2L);
+            assertThat(last.sent().get(0).error().code()).isEqualTo(ErrorCode.CANCELLED);
+            assertThat(pw.hasPendingPushWork()).isFalse();
+            p.cache(0).free(2);
+        }
+    }
+
     private static void copyLayer(LocalInstance p, PagedKvCache from, int[] to, int[] src, int layer,
                                   long layerBytes) {
         for (int b = 0; b < to.length; b++) {

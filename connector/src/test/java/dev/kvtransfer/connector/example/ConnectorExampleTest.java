@@ -8,6 +8,7 @@ import dev.kvtransfer.api.model.ContextPhaseParams;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
 import dev.kvtransfer.connector.ConnectorConfig;
+import dev.kvtransfer.connector.ConnectorEvent;
 import dev.kvtransfer.connector.ConnectorRequest;
 import dev.kvtransfer.connector.FinishResult;
 import dev.kvtransfer.connector.FinishedTransfer;
@@ -38,12 +39,16 @@ import static org.awaitility.Awaitility.await;
 
 /**
  * The connector README's example, run as a test: a prefill engine (TP2) and a decode engine (PP2), each a
- * {@link MiniEngine} over a {@link LocalInstance}, driven only through the connector API. Six requests: four move and
- * verify element by element ({@code KvPattern}), one of them reusing a two-block prefix the decode side already holds;
- * the fifth is aborted (cancelled) on the prefill side after its prefill, so its load fails {@code CANCELLED}; the
- * sixth claims a cached prefix block the prefill side's prefix cache disagrees with, so its load is refused before any
- * byte moves. The blocks of both failed loads come back from {@code getBlockIdsWithLoadErrors}. Prefill saves layer by layer (a per-layer step copies the layer in just before {@code saveKvLayer}); decode
- * loads layer by layer inside its step or asynchronously.
+ * {@link MiniEngine} over a {@link LocalInstance}, driven only through the connector API (the workers get the
+ * metadata only as bytes). Six requests: four move and verify element by element ({@code KvPattern}), one of them
+ * reusing a two-block prefix the decode side already holds, one reaching the decode side before its params (the
+ * connector answers "ask again later" until they arrive); three are prefilled in chunks, their saves handed over with
+ * the last chunk. The fifth is aborted (cancelled) on the prefill side after its prefill, so its load fails
+ * {@code CANCELLED}; the sixth claims a cached prefix block the prefill side's prefix cache disagrees with, so its load
+ * is refused before any byte moves. The blocks of both failed loads come back from {@code getBlockIdsWithLoadErrors};
+ * under the default {@code RECOMPUTE} policy their valid prefix is verified as kept and the rest recomputed. Prefill
+ * saves layer by layer (a per-layer step copies the layer in just before {@code saveKvLayer}); decode loads layer by
+ * layer inside its step or asynchronously.
  */
 @ExtendWith(LeakCheckExtension.class)
 class ConnectorExampleTest {
@@ -64,6 +69,10 @@ class ConnectorExampleTest {
     private static final int REUSED_BLOCKS = 2;
     private static final long ABORTED = 5;
     private static final long MISMATCHED = 6;
+    /** Request 4 reaches the decode side before its params (the connector answers "ask again later" until then). */
+    private static final long PARAMS_LATE = 4;
+    /** Chunked prefill: tokens per chunk of requests 1..6 (0: the whole prompt in one step). */
+    private static final int[] CHUNKS = {16, 10, 24, 0, 0, 0};
 
     static Stream<Arguments> runs() {
         return Stream.of(
@@ -109,7 +118,13 @@ class ConnectorExampleTest {
 
         @Override
         public void admitted(long id, ContextPhaseParams params) {
-            if (id != ABORTED) {
+            if (id == PARAMS_LATE) {
+                // The decode side gets the request first, without params (do_remote_prefill, params pending).
+                MiniEngine.Job j = decodeJob(id, params);
+                decode.contextIds.put(DECODE_ID + id, id);
+                decode.submit(new MiniEngine.Job(ConnectorRequest.remotePrefill(DECODE_ID + id,
+                        j.request().promptTokens(), j.request().blockHashes()), j.cachedTokens(), false));
+            } else if (id != ABORTED) {
                 // Decode first, as Mooncake's layer-wise connector: its request is waiting while prefill computes,
                 // so each layer moves as soon as it is saved.
                 decode.submit(decodeJob(id, params));
@@ -118,6 +133,17 @@ class ConnectorExampleTest {
 
         @Override
         public void prefilled(long id, FinishResult result) {
+            if (id == PARAMS_LATE) {
+                // The params reach the decode side once it has asked at least once without them (the router is slow).
+                ContextPhaseParams p = result.kvTransferParams().orElseThrow();
+                Thread t = new Thread(() -> {
+                    await().atMost(BOUND).until(() -> decode.laterAnswers.containsKey(DECODE_ID + id)
+                            || decode.failure != null);
+                    decode.paramsArrived(DECODE_ID + id, p);
+                }, "router");
+                t.setDaemon(true);
+                t.start();
+            }
             if (id == ABORTED) {
                 late.put(id, result.kvTransferParams().orElseThrow());
             }
@@ -154,7 +180,7 @@ class ConnectorExampleTest {
                     long id = i + 1;
                     int blocks = BlockDistribution.blocksFor(PROMPTS[i], 8);
                     prefill.submit(new MiniEngine.Job(ConnectorRequest.prefill(id, PROMPTS[i], hashes(id, blocks)),
-                            0, id == ABORTED));
+                            0, id == ABORTED, CHUNKS[i], -1));
                 }
                 await().atMost(BOUND).until(() -> prefill.failure != null || decode.failure != null
                         || prefill.freed.size() == PROMPTS.length && decode.freed.size() == PROMPTS.length);
@@ -169,6 +195,25 @@ class ConnectorExampleTest {
             Set<Long> failed = Set.of(DECODE_ID + ABORTED, DECODE_ID + MISMATCHED);
             // Every element of every good request was verified on every decode rank before its blocks were freed.
             assertThat(decode.verified).containsExactlyInAnyOrderElementsOf(good);
+            // Chunked prefill: the save reached the workers in the step of the last chunk, with every chunk's blocks
+            // (the verification above covers the blocks of the earlier chunks too).
+            for (int i = 0; i < PROMPTS.length; i++) {
+                long id = i + 1;
+                int chunks = CHUNKS[i] == 0 ? 1 : (PROMPTS[i] + CHUNKS[i] - 1) / CHUNKS[i];
+                assertThat(prefill.chunksOf.get(id)).as("request %d chunks", id).isEqualTo(chunks);
+                assertThat(prefill.saveStep.get(id)).as("request %d save step", id)
+                        .isEqualTo(prefill.lastChunkStep.get(id));
+            }
+            // "Ask again later": request 4 was asked about before its params arrived, then loaded.
+            assertThat(decode.laterAnswers.get(DECODE_ID + PARAMS_LATE)).isPositive();
+            // take_events: one LOADED event per good load, naming the keys of the full blocks it wrote.
+            assertThat(decode.events.stream().filter(e -> e.kind() == ConnectorEvent.Kind.LOADED)
+                    .map(ConnectorEvent::requestId)).containsExactlyInAnyOrderElementsOf(good);
+            ConnectorEvent reusing = decode.events.stream().filter(e -> e.requestId() == DECODE_ID + REUSING)
+                    .findFirst().orElseThrow();
+            assertThat(reusing.blockHashes()).containsExactly(Arrays.copyOfRange(hashes(REUSING, 6), REUSED_BLOCKS, 6));
+            assertThat(prefill.events.stream().filter(e -> e.kind() == ConnectorEvent.Kind.SAVE_FAILED)
+                    .map(ConnectorEvent::requestId)).containsExactlyInAnyOrder(ABORTED, MISMATCHED);
             // Prefix reuse: only the tokens beyond the cached prefix were asked for, only the missing blocks moved.
             assertThat(decode.matchedTokens.get(DECODE_ID + REUSING))
                     .isEqualTo(PROMPTS[(int) REUSING - 1] - REUSED_BLOCKS * 8);
@@ -192,6 +237,17 @@ class ConnectorExampleTest {
             assertThat(decode.failedLoads.get(DECODE_ID + ABORTED).requestId()).isEqualTo(ABORTED);
             assertThat(decode.failedLoads.get(DECODE_ID + MISMATCHED).code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
             assertThat(decode.failedLoads.get(DECODE_ID + MISMATCHED).getMessage()).contains("prefix mismatch at block 0");
+            // The failure policy (recompute, the default): the valid prefix (the reused block of request 6, nothing of
+            // request 5) was verified as kept, the rest recomputed, then the whole request verified.
+            assertThat(decode.recomputed).containsExactlyInAnyOrderElementsOf(failed);
+            assertThat(decode.loadFailures.get(DECODE_ID + ABORTED).validBlocks()).isZero();
+            assertThat(decode.loadFailures.get(DECODE_ID + MISMATCHED).validBlocks()).isEqualTo(1);
+            assertThat(decode.loadFailures.get(DECODE_ID + MISMATCHED).validTokens()).isEqualTo(8);
+            for (int r = 0; r < d.ranks(); r++) {
+                int[] row = decode.blocksOf.get(DECODE_ID + MISMATCHED)[r];
+                assertThat(decode.loadFailures.get(DECODE_ID + MISMATCHED).invalidBlocks().get(r))
+                        .containsExactlyInAnyOrderElementsOf(Arrays.stream(row, 1, row.length).boxed().toList());
+            }
             for (int r = 0; r < d.ranks(); r++) {
                 Set<Integer> expected = Arrays.stream(decode.blocksOf.get(DECODE_ID + ABORTED)[r]).boxed()
                         .collect(Collectors.toSet());
