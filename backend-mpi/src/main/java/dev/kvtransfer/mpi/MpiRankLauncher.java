@@ -14,7 +14,7 @@ import java.util.Objects;
  * importing this module.
  * <ul>
  *   <li>{@link #command}: {@code mpirun [--allow-run-as-root] --oversubscribe -np N --mca oob_tcp_if_include lo
- *       --mca btl_tcp_if_include lo <command>} ({@link MpiLauncher}: mpirun from {@code -Dkvtransfer.mpirun} /
+ *       --mca btl_tcp_if_include lo --mca btl self,vader <command>} ({@link MpiLauncher}: mpirun from {@code -Dkvtransfer.mpirun} /
  *       {@code KVTRANSFER_MPIRUN} / the PATH; loopback only, as every launch of this project is one host);</li>
  *   <li>{@link #launchedRank()} / {@link #launchedSize()}: the world rank and size, from MPI when it is initialized,
  *       else from the variables {@code mpirun} gives its ranks ({@code OMPI_COMM_WORLD_RANK} / {@code _SIZE}),

@@ -52,7 +52,7 @@ class MpiLauncherTest {
         assertThat(cmd.subList(cmd.size() - 5, cmd.size())).containsExactly("java", "-cp", "x.jar", "Main",
                 "demo-mpi-rank");
         assertThat(String.join(" ", cmd)).contains("--oversubscribe -np 3 --mca oob_tcp_if_include lo --mca "
-                + "btl_tcp_if_include lo java");
+                + "btl_tcp_if_include lo --mca btl self,vader java");
         assertThat(cmd.get(0)).isEqualTo(MpiLauncher.defaultMpirun());
         // surefire's JVM was not started by mpirun, and asking does not initialize MPI
         assertThat(l.launchedRank()).isEqualTo(-1);

@@ -145,7 +145,13 @@ final class TagMatcher {
             c.outId = peerSenderId;
             c.established = true;
         } catch (UcxException e) {
-            failConnection(c, new UcxFailure(ErrorCode.NETWORK, "cannot create a UCX endpoint to " + c.peer
+            // The handshake just gave the peer's worker address: a worker unreachable now went away meanwhile
+            // (closed or killed between the two), which is the peer's loss, not a network fault.
+            boolean gone = e.getStatus() == UcsConstants.STATUS.UCS_ERR_UNREACHABLE
+                    || e.getStatus() == UcsConstants.STATUS.UCS_ERR_CONNECTION_RESET
+                    || e.getStatus() == UcsConstants.STATUS.UCS_ERR_NOT_CONNECTED;
+            failConnection(c, new UcxFailure(gone ? ErrorCode.PEER_LOST : ErrorCode.NETWORK, (gone ? "peer " + c.peer
+                    + " lost right after its handshake: " : "") + "cannot create a UCX endpoint to " + c.peer
                     + "'s worker: " + e.getMessage(), false, e));
             return;
         }

@@ -328,27 +328,7 @@ public final class WorkerConnector {
                 r.layerReady(l);
             }
         }
-        long deadline = System.nanoTime() + timeout.toNanos();
-        for (TransferRequest r : s) {
-            long left = deadline - System.nanoTime();
-            if (r.isDone()) {
-                continue;
-            }
-            if (left <= 0) {
-                return false;
-            }
-            try {
-                r.completion().toCompletableFuture().get(left, TimeUnit.NANOSECONDS);
-            } catch (TimeoutException e) {
-                return false;
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                return false;
-            } catch (ExecutionException e) {
-                // completion() never completes exceptionally; the request's error says what happened.
-            }
-        }
-        return true;
+        return awaitEnd(s, timeout);
     }
 
     /**

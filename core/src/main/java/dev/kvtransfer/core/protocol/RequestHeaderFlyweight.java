@@ -2,14 +2,16 @@ package dev.kvtransfer.core.protocol;
 
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
+import dev.kvtransfer.api.transport.Tags;
 
 import java.nio.ByteBuffer;
 
 /**
  * The request header, generation to context on {@code Tags.ID_TAG}: {@value #LENGTH} bytes
- * {@code [kind u64][info length u64][request id u64]}. It announces the request info that follows on
- * {@code Tags.INFO_TAG} of the same connection ({@link RequestInfoFrame}). Kind {@link #KIND_REQUEST_SEND} asks for a
- * request; {@link #KIND_TERMINATION} is a peer's orderly goodbye and carries nothing else.
+ * {@code [kind u32][info tag u32][info length u64][request id u64]}. It announces the request info that follows on
+ * the request's own data tag of the same connection ({@link RequestInfoFrame}), so an info lost or duplicated on the
+ * way is that request's alone: the next header's info is never taken for it. Kind {@link #KIND_REQUEST_SEND} asks for
+ * a request; {@link #KIND_TERMINATION} is a peer's orderly goodbye and carries nothing else.
  */
 public final class RequestHeaderFlyweight extends Flyweight {
     /** Bytes of a header. */
@@ -20,6 +22,7 @@ public final class RequestHeaderFlyweight extends Flyweight {
     public static final long KIND_TERMINATION = 2;
 
     static final int KIND_OFFSET = 0;
+    static final int INFO_TAG_OFFSET = 4;
     static final int INFO_LENGTH_OFFSET = 8;
     static final int REQUEST_ID_OFFSET = 16;
 
@@ -35,7 +38,12 @@ public final class RequestHeaderFlyweight extends Flyweight {
 
     /** @return the kind ({@link #KIND_REQUEST_SEND}, {@link #KIND_TERMINATION}, or anything a hostile peer sent) */
     public long kind() {
-        return buffer.getLong(offset + KIND_OFFSET);
+        return buffer.getInt(offset + KIND_OFFSET) & 0xffff_ffffL;
+    }
+
+    /** @return the tag the info frame travels on: the request's data tag (at least {@code Tags.FIRST_DATA_TAG}) */
+    public int infoTag() {
+        return buffer.getInt(offset + INFO_TAG_OFFSET);
     }
 
     /** @return bytes of the announced info frame (request info and MAC), as sent */
@@ -53,10 +61,12 @@ public final class RequestHeaderFlyweight extends Flyweight {
      *
      * @param infoLength bytes of the info frame that follows
      * @param requestId  the request
+     * @param infoTag    the tag the info frame follows on (the request's data tag)
      * @return this
      */
-    public RequestHeaderFlyweight requestSend(long infoLength, long requestId) {
-        buffer.putLong(offset + KIND_OFFSET, KIND_REQUEST_SEND);
+    public RequestHeaderFlyweight requestSend(long infoLength, long requestId, int infoTag) {
+        buffer.putInt(offset + KIND_OFFSET, (int) KIND_REQUEST_SEND);
+        buffer.putInt(offset + INFO_TAG_OFFSET, infoTag);
         buffer.putLong(offset + INFO_LENGTH_OFFSET, infoLength);
         buffer.putLong(offset + REQUEST_ID_OFFSET, requestId);
         return this;
@@ -75,6 +85,10 @@ public final class RequestHeaderFlyweight extends Flyweight {
         if (kind != KIND_REQUEST_SEND) {
             throw new KvTransferException(ErrorCode.MALFORMED, requestId(), who + ": unknown request kind " + kind
                     + " (dropped)", null);
+        }
+        if (infoTag() < Tags.FIRST_DATA_TAG) {
+            throw new KvTransferException(ErrorCode.MALFORMED, requestId(), who + ": request info announced on tag "
+                    + infoTag() + ", not a data tag (dropped)", null);
         }
         long size = infoLength();
         if (size <= macBytes || size > maxInfoBytes + macBytes) {

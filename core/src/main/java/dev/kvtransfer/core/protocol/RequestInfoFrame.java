@@ -1,7 +1,7 @@
 package dev.kvtransfer.core.protocol;
 
 /**
- * The request info frame, generation to context on {@code Tags.INFO_TAG} right after its
+ * The request info frame, generation to context on the request's data tag (the header's info tag) right after its
  * {@link RequestHeaderFlyweight}: {@code [RequestInfo wire bytes][MAC]}. The request info is the api's versioned
  * wire format ({@code RequestInfo.writeTo} / {@code fromBytes}); the MAC ({@code macBytes}, 0 without
  * authentication) is HMAC-SHA256 over the info and the receiving rank's address ({@code ControlAuth}). The header's

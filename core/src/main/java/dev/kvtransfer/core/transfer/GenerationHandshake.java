@@ -132,7 +132,7 @@ final class GenerationHandshake {
         try (ControlBuffers.Lease lease = control.acquire(end)) {
             MemoryBuffer ctl = lease.buffer();
             ByteBuffer bb = lease.bytes();
-            new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(infoBytes, mac), id);
+            new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(infoBytes, mac), id, tag);
             info.writeMessage(bb, infoAt);
             for (int pos : positions) {
                 Connection c = conns[pos];
@@ -141,7 +141,7 @@ final class GenerationHandshake {
                     auth.infoMacInto(bb, infoAt, infoBytes, Texts.utf8(c.peer()), infoAt + infoBytes);
                 }
                 try {
-                    sendInfo(job, c, ctl, infoAt, infoBytes + mac);
+                    sendInfo(job, c, ctl, infoAt, infoBytes + mac, tag);
                     env.journal().requestInfoSent(id, targets.peerRanks().get(pos));
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), id, "request info to context rank "
@@ -227,24 +227,24 @@ final class GenerationHandshake {
         try (MemoryBuffer ctl = env.buffers().allocate(at + bytes.length + mac, MemoryKind.HOST)) {
             ByteBuffer bb = ctl.asByteBuffer();
             new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(bytes.length, mac),
-                    info.requestId());
+                    info.requestId(), info.dataTag());
             bb.put(at, bytes);
             for (Connection c : conns) {
                 if (mac > 0) {
                     bb.put(at + bytes.length, env.auth().mac("INFO", bytes, Texts.utf8(c.peer())));
                 }
-                sendInfo(job, c, ctl, at, bytes.length + mac);
+                sendInfo(job, c, ctl, at, bytes.length + mac, info.dataTag());
             }
         }
     }
 
-    private void sendInfo(GenerationJob job, Connection c, MemoryBuffer ctl, int infoAt, int infoBytes) {
+    private void sendInfo(GenerationJob job, Connection c, MemoryBuffer ctl, int infoAt, int infoBytes, int tag) {
         Object connLock = connectionLocks.computeIfAbsent(c.peer(), k -> new Object());
-        // The two messages of one request must not interleave with another request's on this connection:
-        // the responder reads a header, then that request's info, from each connection in order.
+        // The info goes on the request's own data tag, which its header names: a lost or duplicated info is that
+        // request's alone. Header and info still go together per connection, so a header's info is never far behind.
         synchronized (connLock) {
             c.send(Tags.ID_TAG, ctl, 0, RequestHeaderFlyweight.LENGTH, remaining(job, "sending the request header"));
-            c.send(Tags.INFO_TAG, ctl, infoAt, infoBytes, remaining(job, "sending the request info"));
+            c.send(tag, ctl, infoAt, infoBytes, remaining(job, "sending the request info"));
         }
     }
 

@@ -24,8 +24,10 @@ import java.util.concurrent.TimeUnit;
  * The context rank's intake of requests: the responder agent accepts request headers
  * ({@link RequestHeaderFlyweight}) from every connection and each connection's infos are read in order, by the
  * responder itself when one arrives at once, else by one of the info readers; each info is decoded, authenticated
- * (MAC, requester identity, freshness, token) and handed to {@link CacheSender#onInfo}. Per connection it drops
- * duplicated headers, bounds the queued ones and recognises an info that arrives in place of a lost one.
+ * (MAC, requester identity, freshness, token) and handed to {@link CacheSender#onInfo}. Each info travels on its
+ * request's own data tag, which the header names, so a lost, late or duplicated info concerns its request alone:
+ * a reader that finds one late moves on to the connection's other headers. Per connection it drops duplicated
+ * headers and bounds the queued ones.
  */
 final class InfoIntake {
     /** Largest RequestInfo accepted, in bytes; a larger announced size is dropped as MALFORMED. */
@@ -132,7 +134,7 @@ final class InfoIntake {
                 env.metrics().error(e);
                 return 1;
             }
-            enqueueInfo(conn, h.requestId(), (int) h.infoLength());
+            enqueueInfo(conn, h.requestId(), (int) h.infoLength(), h.infoTag());
             return 1;
         }
 
@@ -149,43 +151,22 @@ final class InfoIntake {
         }
     }
 
-    /** The headers of one connection whose infos are still to read, read in order by one reader at a time. */
+    /** The headers of one connection whose infos are still to read, by one reader at a time. */
     static final class InfoQueue {
-        /** (request id, info bytes) of each header whose info is still to read, oldest first. */
+        /** (request id, {@link #frame info tag and bytes}) of each header whose info is still to read. */
         final LongPairQueue pending = new LongPairQueue();
         /** Request ids of the last headers accepted: a duplicated header (a network artifact) is ignored. */
         final long[] recent = new long[64];
         int recentNext;
-        /** Requests whose info arrived in place of an earlier request's lost one, before their own header. */
-        final long[] adopted = new long[16];
-        int adoptedNext;
         boolean reading;
         /** Headers of this connection whose info the responder leaves to a reader after one came late. */
         int responderSkips;
-        /** The head's info is late: no reader holds this connection; the responder's tick retries it. */
+        /** Every queued header's info is late: no reader holds this connection; the responder's tick retries it. */
         boolean parked;
-        /** When the head's info was first found late (0: it was not). */
-        long lateSince;
+        /** Per request whose info was found late, when that was first seen. */
+        final org.agrona.collections.Long2LongHashMap lateSince = new org.agrona.collections.Long2LongHashMap(0);
         /** When a parked connection is tried again. */
         long retryAt;
-
-        /** Takes over a later request's queued header whose info arrived in place of a lost one. */
-        void adopt(long id) {
-            if (!pending.removeFirstValue(id)) {
-                adopted[adoptedNext] = id;
-                adoptedNext = (adoptedNext + 1) % adopted.length;
-            }
-        }
-
-        boolean wasAdopted(long id) {
-            for (int i = 0; i < adopted.length; i++) {
-                if (adopted[i] == id && id != 0) {
-                    adopted[i] = 0;
-                    return true;
-                }
-            }
-            return false;
-        }
 
         boolean seenRecently(long id) {
             for (long r : recent) {
@@ -202,16 +183,16 @@ final class InfoIntake {
         }
     }
 
+    /** @return a header's info tag and length packed as one queue value */
+    static long frame(int tag, int size) {
+        return ((long) tag << 32) | (size & 0xffff_ffffL);
+    }
+
     /** On the responder: queues an accepted header's info read, reading it here when {@link #readOnResponder} can. */
-    void enqueueInfo(Connection conn, long id, int size) {
+    void enqueueInfo(Connection conn, long id, int size, int tag) {
         InfoQueue q = infoQueues.computeIfAbsent(conn, c -> new InfoQueue());
         boolean start;
         synchronized (q) {
-            if (q.wasAdopted(id)) {
-                // Its info already arrived (read in place of an earlier request's lost info) and was served.
-                q.remember(id);
-                return;
-            }
             if (q.seenRecently(id)) {
                 env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
                         + ": duplicate request header for request " + id + " from " + Texts.peer(conn.peer())
@@ -224,7 +205,7 @@ final class InfoIntake {
                         + "request " + id + " dropped", null));
                 return;
             }
-            q.pending.add(id, size);
+            q.pending.add(id, frame(tag, size));
             q.remember(id);
             start = !q.reading;
             q.reading = true;
@@ -261,7 +242,7 @@ final class InfoIntake {
      */
     private boolean readOnResponder(Connection conn, InfoQueue q) {
         long id;
-        long size;
+        long frame;
         // Only while nothing else is being served: with requests in flight the responder keeps to accepting headers
         // (serving here then delayed every other connection's, and cost requests/s over UCX at 64 in flight).
         if (responderInfoWait == null || !owner.idle()) {
@@ -276,15 +257,15 @@ final class InfoIntake {
                 return false;
             }
             id = q.pending.firstA();
-            size = q.pending.firstB();
+            frame = q.pending.firstB();
             q.pending.removeFirst();
         }
-        boolean late = readReporting(conn, q, id, size, responderInfoWait) == Read.LATE;
+        boolean late = readReporting(conn, q, id, frame, responderInfoWait) == Read.LATE;
         synchronized (q) {
             if (late) {
                 // Nothing was consumed: the header goes back (its queue is empty), and this connection's next
                 // headers go straight to a reader: its infos come later than the wait.
-                q.pending.add(id, size);
+                q.pending.add(id, frame);
                 q.responderSkips = RESPONDER_SKIPS_AFTER_LATE;
                 return false;
             }
@@ -298,9 +279,9 @@ final class InfoIntake {
     private enum Read { DONE, LATE, CLOSED }
 
     /** {@link #readInfo}, its failures reported to the metrics (the transport closing ends it quietly). */
-    private Read readReporting(Connection conn, InfoQueue q, long id, long size, Duration firstWait) {
+    private Read readReporting(Connection conn, InfoQueue q, long id, long frame, Duration firstWait) {
         try {
-            return readInfo(conn, q, id, (int) size, firstWait) ? Read.DONE : Read.LATE;
+            return readInfo(conn, q, id, (int) (frame >>> 32), (int) frame, firstWait) ? Read.DONE : Read.LATE;
         } catch (TransportClosedException e) {
             return Read.CLOSED;
         } catch (RuntimeException e) {
@@ -312,55 +293,63 @@ final class InfoIntake {
     }
 
     /**
-     * Reads one connection's announced infos in order. Each read waits at most {@link #READER_INFO_WAIT}: when the
-     * info is late the header keeps its place, the connection is parked and the reader moves on, so a requester
-     * that sends headers without infos holds no reader (before, each such header held one for the control
-     * timeout, and two of them stalled every other requester). The responder's tick retries parked connections
-     * every {@link #PARKED_RETRY}, each retry waiting {@link #RETRY_INFO_WAIT}; a header whose info is still
-     * missing after the control timeout is dropped as
-     * before, {@code TIMEOUT} naming the request and the peer.
+     * Reads one connection's announced infos. Each read waits at most {@link #READER_INFO_WAIT} (a retry of an info
+     * already found late {@link #RETRY_INFO_WAIT}): a late info's header goes to the back of the queue and the
+     * reader tries the next one, since each info travels on its own request's tag and none waits for another. When
+     * every queued info was late in one pass the connection is parked and the reader moves on, so a requester that
+     * sends headers without infos holds no reader; the responder's tick retries parked connections every
+     * {@link #PARKED_RETRY}. A header whose info is still missing after the control timeout is dropped,
+     * {@code TIMEOUT} naming the request and the peer; the connection's other requests are not held up by it.
      */
     private void drain(Connection conn, InfoQueue q) {
+        int lateInARow = 0;
         while (true) {
             long nextId;
-            long nextSize;
+            long nextFrame;
             Duration wait;
             synchronized (q) {
                 if (q.pending.isEmpty() || owner.isClosing()) {
                     q.reading = false;
-                    q.lateSince = 0;
+                    q.lateSince.clear();
                     q.pending.clear();
                     return;
                 }
-                nextId = q.pending.firstA();
-                nextSize = q.pending.firstB();
-                q.pending.removeFirst();
-                wait = q.lateSince == 0 ? READER_INFO_WAIT : RETRY_INFO_WAIT;
-            }
-            Read r = readReporting(conn, q, nextId, nextSize, wait);
-            if (r == Read.CLOSED) {
-                return;
-            }
-            long now = System.nanoTime();
-            synchronized (q) {
-                if (r != Read.LATE) {
-                    q.lateSince = 0;
-                    continue;
-                }
-                if (q.lateSince == 0) {
-                    q.lateSince = now;
-                }
-                if (now - q.lateSince < env.controlTimeout().toNanos()) {
-                    q.pending.addFirst(nextId, nextSize);
+                if (lateInARow >= q.pending.size()) {
                     q.reading = false;
-                    q.retryAt = now + PARKED_RETRY.toNanos();
+                    q.retryAt = System.nanoTime() + PARKED_RETRY.toNanos();
                     if (!q.parked) {
                         q.parked = true;
                         parkedCount.incrementAndGet();
                     }
                     return;
                 }
-                q.lateSince = 0;
+                nextId = q.pending.firstA();
+                nextFrame = q.pending.firstB();
+                q.pending.removeFirst();
+                wait = q.lateSince.containsKey(nextId) ? RETRY_INFO_WAIT : READER_INFO_WAIT;
+            }
+            Read r = readReporting(conn, q, nextId, nextFrame, wait);
+            if (r == Read.CLOSED) {
+                return;
+            }
+            long now = System.nanoTime();
+            synchronized (q) {
+                if (r != Read.LATE) {
+                    q.lateSince.remove(nextId);
+                    lateInARow = 0;
+                    continue;
+                }
+                long since = q.lateSince.get(nextId);
+                if (since == 0) {
+                    q.lateSince.put(nextId, now);
+                    since = now;
+                }
+                if (now - since < env.controlTimeout().toNanos()) {
+                    q.pending.add(nextId, nextFrame);
+                    lateInARow++;
+                    continue;
+                }
+                q.lateSince.remove(nextId);
             }
             env.metrics().error(new KvTransferException(ErrorCode.TIMEOUT, nextId, "rank " + env.selfIndex()
                     + ": the info of request " + nextId + " announced by " + Texts.peer(conn.peer())
@@ -407,12 +396,12 @@ final class InfoIntake {
     }
 
     /**
-     * Reads, authenticates and dispatches one announced info.
+     * Reads, authenticates and dispatches one announced info, from the tag its header named.
      *
-     * @param firstWait when not null, how long to wait for the info before giving up with nothing consumed
-     * @return false only when {@code firstWait} passed before the info arrived
+     * @param wait how long to wait for the info before giving up with nothing consumed
+     * @return false only when {@code wait} passed before the info arrived
      */
-    private boolean readInfo(Connection conn, InfoQueue q, long headerId, int size, Duration firstWait) {
+    private boolean readInfo(Connection conn, InfoQueue q, long headerId, int tag, int size, Duration wait) {
         ControlAuth auth = env.auth();
         int mac = auth.macBytes();
         RequestInfo info = null;
@@ -420,28 +409,13 @@ final class InfoIntake {
         boolean macOk = false;
         try (ControlBuffers.Lease lease = control.acquire(size)) {
             MemoryBuffer buf = lease.buffer();
-            long deadline = System.nanoTime() + env.controlTimeout().toNanos();
-            for (int attempt = 0; ; attempt++) {
-                try {
-                    if (attempt == 0 && firstWait != null) {
-                        conn.recv(Tags.INFO_TAG, buf, 0, size, firstWait);
-                    } else {
-                        conn.recv(Tags.INFO_TAG, buf, 0, size, Waits.left(deadline - System.nanoTime()));
-                    }
-                    break;
-                } catch (KvTransferException e) {
-                    if (attempt == 0 && firstWait != null && e.code() == ErrorCode.TIMEOUT) {
-                        return false;
-                    }
-                    // A message of another length is consumed by the transport: a stale or duplicated info. The
-                    // header's own info is the next one; try again (a few times, within the deadline).
-                    if (e.code() != ErrorCode.MALFORMED || attempt >= 2 || deadline - System.nanoTime() <= 0) {
-                        throw e;
-                    }
-                    env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, headerId, "rank "
-                            + env.selfIndex() + ": skipped a request info of another length from "
-                            + Texts.peer(conn.peer()) + ": " + e.getMessage(), e));
+            try {
+                conn.recv(tag, buf, 0, size, wait);
+            } catch (KvTransferException e) {
+                if (e.code() == ErrorCode.TIMEOUT) {
+                    return false;
                 }
+                throw e;
             }
             // Decoded and authenticated where it was received (no copy of the message or of its MAC); the lease
             // is reusable once the receive completed, whatever the bytes were.
@@ -462,18 +436,11 @@ final class InfoIntake {
             throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
                     + ": bad request info from " + Texts.peer(conn.peer()) + ": " + malformed.getMessage(), malformed);
         }
-        if (info.requestId() != headerId) {
-            // Infos arrive in the order their headers were sent: the announced request's info was lost and this
-            // is a later request's. Report the lost one and serve this one under its own id (its header, queued
-            // or still to come, is taken over), so one lost message costs one request, not every later one.
-            env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
-                    + ": " + Texts.peer(conn.peer()) + " announced request " + headerId + " but its info never came "
-                    + "(the next info is request " + info.requestId() + "'s); request " + headerId + " dropped",
-                    null));
-            synchronized (q) {
-                q.adopt(info.requestId());
-            }
-            headerId = info.requestId();
+        if (info.requestId() != headerId || info.dataTag() != tag) {
+            // Only a peer that does not speak this protocol sends another request's info on a request's tag.
+            throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex() + ": "
+                    + Texts.peer(conn.peer()) + " announced request " + headerId + " on tag " + tag + " but sent the"
+                    + " info of request " + info.requestId() + " (data tag " + info.dataTag() + "); dropped", null);
         }
         String refused = authenticate(conn, info, macOk);
         if (refused == REPLAYED) {

@@ -32,11 +32,13 @@ class ProtocolFuzzTest {
     @Property(tries = 300)
     void requestHeaderRoundTripsAtAnyOffset(@ForAll @IntRange(min = 0, max = 64) int at, @ForAll long id,
                                             @ForAll @IntRange(min = 1, max = 1 << 20) int info,
+                                            @ForAll @IntRange(min = 1 << 10) int tag,
                                             @ForAll boolean bigEndian) {
         ByteBuffer b = buffer(at + RequestHeaderFlyweight.LENGTH, bigEndian);
-        new RequestHeaderFlyweight().wrap(b, at).requestSend(info + 32L, id);
+        new RequestHeaderFlyweight().wrap(b, at).requestSend(info + 32L, id, tag);
         RequestHeaderFlyweight h = new RequestHeaderFlyweight().wrap(b, at);
         assertThat(h.kind()).isEqualTo(RequestHeaderFlyweight.KIND_REQUEST_SEND);
+        assertThat(h.infoTag()).isEqualTo(tag);
         assertThat(h.infoLength()).isEqualTo(info + 32L);
         assertThat(h.requestId()).isEqualTo(id);
         h.checkRequestSend(32, 1 << 20, "rank 0");
@@ -51,7 +53,7 @@ class ProtocolFuzzTest {
         RequestHeaderFlyweight h = new RequestHeaderFlyweight().wrap(b, 0);
         Throwable t = catchThrowable(() -> h.checkRequestSend(mac, 1 << 20, "rank 3"));
         boolean valid = h.kind() == RequestHeaderFlyweight.KIND_REQUEST_SEND && h.infoLength() > mac
-                && h.infoLength() <= (1 << 20) + mac;
+                && h.infoLength() <= (1 << 20) + mac && h.infoTag() >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG;
         if (valid) {
             assertThat(t).isNull();
         } else {

@@ -90,7 +90,7 @@ class InfoReaderStallTest {
                 ConnectionManager m = transport.create(TransportConfig.builder().build());
                 silent.add(m);
                 Connection conn = m.connection(ctx.commState().addresses().get(0));
-                new RequestHeaderFlyweight().wrap(header.asByteBuffer(), 0).requestSend(200, 900 + k);
+                new RequestHeaderFlyweight().wrap(header.asByteBuffer(), 0).requestSend(200, 900 + k, dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG + k);
                 conn.send(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH, BOUND);
             }
             gen.transceiver(0).requestAndReceiveAsync(genReq);
