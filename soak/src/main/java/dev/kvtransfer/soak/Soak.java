@@ -25,16 +25,19 @@ import java.util.concurrent.locks.LockSupport;
  * take it.
  */
 public final class Soak {
-    /** The fault phases, cycled in this order after the warm-up. */
+    /**
+     * The fault phases, cycled in this order after the warm-up. The losses come before the stall: a stalled
+     * context process holds the requests sent to it until their deadline, which can fill every in-flight slot.
+     */
     public enum FaultKind {
         /** One data message dropped on each context process. */
         LOSS_DATA,
+        /** One request info (generation to context, a control message) dropped on each generation process. */
+        LOSS_CONTROL,
         /** Every data message of the context processes delayed. */
         DELAY,
         /** One context process stopped (every send parked) for longer than the request deadline. */
         STALL,
-        /** One ready signal (context to generation, a control message) dropped on each context process. */
-        LOSS_CONTROL,
         /**
          * Every request of the phase cancelled: half on the generation side as soon as it is asked for (still
          * queued), half on the context side 0-30 ms after (sending).
@@ -116,6 +119,9 @@ public final class Soak {
     private final Path secret;
     final long t0 = System.nanoTime();
     final Map<Long, Req> reqs = new LinkedHashMap<>();
+    /** The requests with a side still open (the driving loop scans these, not every request of the run). */
+    private final java.util.Set<Req> open = new java.util.LinkedHashSet<>();
+    private long servedCount;
     final List<Injection> injections = new ArrayList<>();
     final List<ChildProc> procs = new ArrayList<>();
     final Map<String, ChildProc> current = new LinkedHashMap<>();
@@ -243,7 +249,7 @@ public final class Soak {
             synchronized (this) {
                 checkHangs(System.nanoTime());
                 fireCancels(System.nanoTime());
-                if (reqs.values().stream().noneMatch(Req::open)) {
+                if (openRequests().isEmpty()) {
                     break;
                 }
             }
@@ -264,7 +270,7 @@ public final class Soak {
     }
 
     private synchronized long served() {
-        return reqs.values().stream().filter(r -> "OK".equals(r.genSide.status)).count();
+        return servedCount;
     }
 
     private synchronized List<ChildProc> currentSnapshot() {
@@ -306,12 +312,12 @@ public final class Soak {
                 target = one.slot + ": every send stopped " + ms + " ms";
             }
             case LOSS_CONTROL -> {
-                ctxs.forEach(c -> c.send("FAULT DROP ready 1 0"));
-                target = "ctx-a, ctx-b: one ready signal each";
+                List.of(current.get("gen-a"), current.get("gen-b")).forEach(c -> c.send("FAULT DROP info 1 0"));
+                target = "gen-a, gen-b: one request info each";
             }
             case CANCEL_STORM -> {
                 target = "every request of the phase, and every one open now";
-                for (Req r : reqs.values()) {
+                for (Req r : openRequests()) {
                     if (r.genSide.open() && r.cancelAtNanos < 0) {
                         r.cancelAtNanos = now;
                     }
@@ -367,13 +373,13 @@ public final class Soak {
         if (!victim.alive() || !victim.ready) {
             return;
         }
-        boolean midTransfer = reqs.values().stream().anyMatch(r -> (r.ctx == victim || r.gen == victim)
+        boolean midTransfer = openRequests().stream().anyMatch(r -> (r.ctx == victim || r.gen == victim)
                 && r.genSide.open() && now - r.genSide.startNanos > TimeUnit.MILLISECONDS.toNanos(2));
         if (!midTransfer && now - in.atNanos < o.phase().toNanos() / 2) {
             return;
         }
         int affected = 0;
-        for (Req r : reqs.values()) {
+        for (Req r : openRequests()) {
             if ((r.ctx == victim || r.gen == victim) && r.open()) {
                 affected++;
             }
@@ -389,7 +395,7 @@ public final class Soak {
         if (issuingEndedNanos >= 0) {
             return;
         }
-        long open = reqs.values().stream().filter(Req::open).count();
+        long inFlight = openRequests().size();
         List<ChildProc[]> pairs = new ArrayList<>();
         for (String c : List.of("ctx-a", "ctx-b")) {
             for (String g : List.of("gen-a", "gen-b")) {
@@ -400,12 +406,13 @@ public final class Soak {
                 }
             }
         }
-        while (open < o.inflight() && !pairs.isEmpty()) {
+        while (inFlight < o.inflight() && !pairs.isEmpty()) {
             ChildProc[] p = pairs.get(roundRobin++ % pairs.size());
             int blocks = 1 + random.nextInt(o.maxBlocks());
             int prompt = (blocks - 1) * TOKENS_PER_BLOCK + 1 + random.nextInt(TOKENS_PER_BLOCK);
             Req r = new Req(nextId++, prompt, p[0], p[1]);
             reqs.put(r.id, r);
+            open.add(r);
             r.ctxSide.startNanos = now;
             if (phaseInjection != null && phaseInjection.kind == FaultKind.CANCEL_STORM) {
                 r.cancelAtNanos = -2; // set when its generation side starts
@@ -414,12 +421,18 @@ public final class Soak {
                 r.ctxSide.endNanos = now;
                 r.ctxSide.status = "NOT_SENT";
             }
-            open++;
+            inFlight++;
         }
     }
 
+    /** @return the requests with a side open, after dropping those that ended */
+    private List<Req> openRequests() {
+        open.removeIf(r -> !r.open());
+        return new ArrayList<>(open);
+    }
+
     private void fireCancels(long now) {
-        for (Req r : reqs.values()) {
+        for (Req r : openRequests()) {
             Side side = r.cancelContext ? r.ctxSide : r.genSide;
             if (r.cancelAtNanos >= 0 && r.cancelSentNanos < 0 && now >= r.cancelAtNanos && side.open()) {
                 r.cancelSentNanos = now;
@@ -430,7 +443,7 @@ public final class Soak {
 
     private void checkHangs(long now) {
         long bound = o.hangBound().toNanos();
-        for (Req r : reqs.values()) {
+        for (Req r : openRequests()) {
             for (Side s : List.of(r.ctxSide, r.genSide)) {
                 if (s.open() && now - s.startNanos > bound) {
                     s.hung = true;
@@ -452,6 +465,7 @@ public final class Soak {
                     Side s = w[0].equals("CTXDONE") ? r.ctxSide : r.genSide;
                     done(s, w[2], now);
                     if (s == r.genSide && "OK".equals(s.status)) {
+                        servedCount++;
                         firstServed(r);
                     }
                 }
@@ -541,7 +555,7 @@ public final class Soak {
             unexpectedExits.add(c.name() + " at " + ms(now) + " ms" + (c.lastFailure == null ? "" : ": "
                     + c.lastFailure));
         }
-        for (Req r : reqs.values()) {
+        for (Req r : openRequests()) {
             for (Side s : List.of(r.ctxSide, r.genSide)) {
                 if ((s == r.ctxSide ? r.ctx : r.gen) == c && s.open()) {
                     s.endNanos = now;

@@ -32,8 +32,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentSkipListMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Predicate;
 
 /**
@@ -44,7 +46,7 @@ import java.util.function.Predicate;
  * <p>Arguments: {@code <ctx|gen> <name> <backend> <state spec> <blocksPerRank> [key=value...]}; every
  * {@code key=value} goes to the transport config and to {@link TransceiverConfig#fromProperties(Map)}.
  *
- * <p>Commands, both roles: {@code FAULT <DROP|DELAY|STALL> <data|ready> <times> <millis>} (arms a fault, answers
+ * <p>Commands, both roles: {@code FAULT <DROP|DELAY|STALL> <data|info> <times> <millis>} (arms a fault, answers
  * {@code FAULTED}), {@code CLEAR}, {@code COUNTS <label>} (answers {@code COUNTS <label> injected=<kind:hits,..>}),
  * {@code STATS <label>} (answers {@code STATS <label> heap=.. fds=.. threads=..
  * injected=..} after a {@code System.gc()}), {@code EXIT} (closes, answers {@code CLOSED}). Context role:
@@ -61,6 +63,8 @@ public final class SoakChild {
     private final LocalInstance instance;
     private final Faults faults;
     private final Map<Long, List<TransferRequest>> live = new ConcurrentHashMap<>();
+    /** Messages hit per fault kind and target ({@code DROP/data}), since this process started. */
+    private final Map<String, AtomicInteger> hits = new ConcurrentSkipListMap<>();
     /** Verification runs here, off the transceiver's completion threads. */
     private final ExecutorService verifier = Executors.newSingleThreadExecutor(r -> {
         Thread t = new Thread(r, "soak-verify");
@@ -159,12 +163,22 @@ public final class SoakChild {
         }
     }
 
-    private static Fault fault(String[] w) {
+    private Fault fault(String[] w) {
         Fault.Kind kind = Fault.Kind.valueOf(w[1]);
-        Predicate<Fault.Message> where = switch (w[2]) {
+        Predicate<Fault.Message> base = switch (w[2]) {
             case "data" -> Fault.dataOfAtLeast(1);
-            case "ready" -> Fault.tag(Tags.READY_SIGNAL_TAG);
+            case "info" -> Fault.tag(Tags.INFO_TAG);
             default -> throw new IllegalArgumentException("fault target " + w[2]);
+        };
+        // Faults tests the predicate of an armed fault only while it has hits left, and applies the fault when it
+        // is true: counting the trues counts the messages hit, per kind and target.
+        AtomicInteger n = hits.computeIfAbsent(kind + "/" + w[2], k -> new AtomicInteger());
+        Predicate<Fault.Message> where = m -> {
+            boolean t = base.test(m);
+            if (t) {
+                n.incrementAndGet();
+            }
+            return t;
         };
         int times = Integer.parseInt(w[3]);
         return new Fault(kind, where, times, Duration.ofMillis(Long.parseLong(w[4])));
@@ -172,12 +186,7 @@ public final class SoakChild {
 
     private String injected() {
         StringBuilder b = new StringBuilder();
-        for (Fault.Kind k : Fault.Kind.values()) {
-            int n = faults.injected(k);
-            if (n > 0) {
-                b.append(b.length() == 0 ? "" : ",").append(k).append(':').append(n);
-            }
-        }
+        hits.forEach((k, n) -> b.append(b.length() == 0 ? "" : ",").append(k).append(':').append(n.get()));
         return b.length() == 0 ? "-" : b.toString();
     }
 

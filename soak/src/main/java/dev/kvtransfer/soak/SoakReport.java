@@ -268,6 +268,7 @@ public final class SoakReport {
         parent.put("longLived", true);
         parent.put("warm", s.parentStats.get("warm"));
         parent.put("end", s.parentStats.get("end"));
+        parent.put("growth", growth(s.parentStats.get("warm"), s.parentStats.get("end")));
         out.add(parent);
         for (ChildProc c : s.procs) {
             Map<String, Object> m = new LinkedHashMap<>();
@@ -280,9 +281,33 @@ public final class SoakReport {
             m.put("backgroundErrors", c.backgroundErrors);
             m.put("exit", c.stats.get("exit"));
             m.put("lastFailure", c.lastFailure);
+            m.put("growth", growth(c.stats.get("warm") != null ? c.stats.get("warm") : c.stats.get("start"),
+                    c.stats.get("end")));
             out.add(m);
         }
         return out;
+    }
+
+    /** End minus start of heap, fds and threads, e.g. {@code heap=+1024 fds=0 threads=-1}; null without both. */
+    static String growth(String start, String end) {
+        if (start == null || end == null) {
+            return null;
+        }
+        StringBuilder b = new StringBuilder();
+        for (String key : List.of("heap", "fds", "threads")) {
+            long d = figure(end, key) - figure(start, key);
+            b.append(b.length() == 0 ? "" : " ").append(key).append('=').append(d > 0 ? "+" : "").append(d);
+        }
+        return b.toString();
+    }
+
+    private static long figure(String stats, String key) {
+        for (String kv : stats.split(" ")) {
+            if (kv.startsWith(key + "=")) {
+                return Long.parseLong(kv.substring(key.length() + 1));
+            }
+        }
+        return 0;
     }
 
     private void markdown(Soak s) {
@@ -323,13 +348,15 @@ public final class SoakReport {
         }
         md.append("\n## Processes\n\nheap = bytes used after System.gc(), fds = entries of /proc/self/fd, threads ="
                 + " live threads. `warm`: after the warm-up phase; `start`: a restarted process after its first "
-                + "served request; `end`: after the drain.\n\n| process | long-lived | killed | warm / start | end | "
-                + "background errors | exit |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+                + "served request; `end`: after the drain; growth = end - (warm or start).\n\n| process | long-lived | "
+                + "killed | warm / start | end | growth | background errors | exit |\n| --- | --- | --- | --- | --- | --- "
+                + "| --- | --- |\n");
         for (Map<String, Object> m : processes(s)) {
             Object first = m.get("warm") != null ? m.get("warm") : m.get("start");
             md.append("| ").append(m.get("name")).append(" | ").append(m.get("longLived")).append(" | ")
                     .append(m.getOrDefault("killed", false)).append(" | ").append(first).append(" | ")
-                    .append(m.get("end")).append(" | ").append(m.getOrDefault("backgroundErrors", 0)).append(" | ")
+                    .append(m.get("end")).append(" | ").append(m.get("growth")).append(" | ")
+                    .append(m.getOrDefault("backgroundErrors", 0)).append(" | ")
                     .append(m.getOrDefault("exit", "-")).append(" |\n");
         }
         list("Hangs", hangs);
