@@ -16,7 +16,8 @@ import java.util.concurrent.Callable;
 @Command(name = "soak", mixinStandardHelpOptions = true,
         description = "A soak across processes with mixed faults (loss, delay, stall, kill, cancel storms).")
 public final class SoakMain implements Callable<Integer> {
-    @Option(names = "--backend", defaultValue = "aeron", description = "transport: aeron or ucx (default ${DEFAULT-VALUE})")
+    @Option(names = "--backend", defaultValue = "aeron",
+            description = "transport: aeron or ucx (default ${DEFAULT-VALUE})")
     String backend;
     @Option(names = "--duration", defaultValue = "30m", converter = DurationConverter.class,
             description = "how long requests are issued, e.g. 30m, 180s (default ${DEFAULT-VALUE})")

@@ -348,9 +348,9 @@ public final class SoakReport {
         }
         md.append("\n## Processes\n\nheap = bytes used after System.gc(), fds = entries of /proc/self/fd, threads ="
                 + " live threads. `warm`: after the warm-up phase; `start`: a restarted process after its first "
-                + "served request; `end`: after the drain; growth = end - (warm or start).\n\n| process | long-lived | "
-                + "killed | warm / start | end | growth | background errors | exit |\n| --- | --- | --- | --- | --- | --- "
-                + "| --- | --- |\n");
+                + "served request; `end`: after the drain; growth = end - (warm or start).\n\n"
+                + "| process | long-lived | killed | warm / start | end | growth | background errors | exit |\n"
+                + "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
         for (Map<String, Object> m : processes(s)) {
             Object first = m.get("warm") != null ? m.get("warm") : m.get("start");
             md.append("| ").append(m.get("name")).append(" | ").append(m.get("longLived")).append(" | ")
