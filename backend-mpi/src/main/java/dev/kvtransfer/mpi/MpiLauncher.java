@@ -29,6 +29,7 @@ public final class MpiLauncher {
     private boolean allowRunAsRoot = "root".equals(System.getProperty("user.name"));
     private boolean oversubscribe = true;
     private boolean loopbackOnly = true;
+    private boolean sharedMemoryOnly;
     private String javaBinary = Path.of(System.getProperty("java.home"), "bin", "java").toString();
     private String classpath = System.getProperty("java.class.path");
     private final List<String> mpiFlags = new ArrayList<>();
@@ -120,13 +121,24 @@ public final class MpiLauncher {
 
     /**
      * @param v restrict Open MPI's out-of-band and TCP traffic to the loopback interface ({@code --mca
-     *          oob_tcp_if_include lo --mca btl_tcp_if_include lo}, and {@code --mca btl self,vader} unless a flag
-     *          names the BTLs: no rank listens on a socket); default true: every launch of this project is one
+     *          oob_tcp_if_include lo --mca btl_tcp_if_include lo}; default true: every launch of this project is one
      *          host, and nothing may leave it)
      * @return this builder
      */
     public MpiLauncher loopbackOnly(boolean v) {
         this.loopbackOnly = v;
+        return this;
+    }
+
+    /**
+     * @param v move the job's bytes through shared memory only ({@code --mca btl self,vader}, unless a flag names the
+     *          BTLs): no rank then listens on a TCP socket (the TCP BTL listens on the wildcard address whatever
+     *          {@code btl_tcp_if_include} says). For a job whose ranks talk only to each other: connecting to another
+     *          job ({@code MPI_Comm_connect} through an ompi-server) needs the TCP BTL. Default false
+     * @return this builder
+     */
+    public MpiLauncher sharedMemoryOnly(boolean v) {
+        this.sharedMemoryOnly = v;
         return this;
     }
 
@@ -257,9 +269,9 @@ public final class MpiLauncher {
         cmd.add(Integer.toString(np));
         if (loopbackOnly) {
             cmd.addAll(List.of("--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"));
-            if (!setsMca("btl")) {
-                // One host: shared memory only. The TCP BTL listens on the wildcard address whatever
-                // btl_tcp_if_include says, so without it no rank listens on any socket.
+            if (sharedMemoryOnly && !setsMca("btl")) {
+                // The TCP BTL listens on the wildcard address whatever btl_tcp_if_include says: without it no rank
+                // listens on any socket.
                 cmd.addAll(List.of("--mca", "btl", "self,vader"));
             }
         }

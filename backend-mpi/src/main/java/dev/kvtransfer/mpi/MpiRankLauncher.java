@@ -34,7 +34,8 @@ final class MpiRankLauncher implements RankLauncher {
         if (command.isEmpty()) {
             throw new IllegalArgumentException("command is empty");
         }
-        List<String> out = new ArrayList<>(MpiLauncher.builder().np(processes).mpirunPrefix());
+        // One job whose ranks talk only to each other: shared memory only, so no rank listens on a socket.
+        List<String> out = new ArrayList<>(MpiLauncher.builder().np(processes).sharedMemoryOnly(true).mpirunPrefix());
         for (String c : command) {
             out.add(Objects.requireNonNull(c, "command element"));
         }

@@ -24,10 +24,12 @@ class MpiLauncherTest {
         List<String> prefix = MpiLauncher.builder().mpirun("mpirun").np(2).allowRunAsRoot(false)
                 .oversubscribe(false).mpiFlag("--tag-output").mpirunPrefix();
         assertThat(prefix).containsExactly("mpirun", "-np", "2", "--mca", "oob_tcp_if_include", "lo", "--mca",
-                "btl_tcp_if_include", "lo", "--mca", "btl", "self,vader", "--tag-output");
+                "btl_tcp_if_include", "lo", "--tag-output");
+        assertThat(MpiLauncher.builder().mpirun("mpirun").np(2).sharedMemoryOnly(true).mpirunPrefix())
+                .containsSubsequence("--mca", "btl", "self,vader");
         // A caller naming the BTLs keeps them (Open MPI refuses a parameter listed twice).
-        assertThat(MpiLauncher.builder().mpirun("mpirun").np(2).mca("btl", "self,tcp").mpirunPrefix())
-                .containsSubsequence("--mca", "btl", "self,tcp").doesNotContain("self,vader");
+        assertThat(MpiLauncher.builder().mpirun("mpirun").np(2).sharedMemoryOnly(true).mca("btl", "self,tcp")
+                .mpirunPrefix()).containsSubsequence("--mca", "btl", "self,tcp").doesNotContain("self,vader");
     }
 
     @Test

@@ -6,7 +6,6 @@ import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
 import dev.kvtransfer.api.model.DataType;
-import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransceiverConfig;
@@ -167,7 +166,7 @@ public final class SoakChild {
         Fault.Kind kind = Fault.Kind.valueOf(w[1]);
         Predicate<Fault.Message> base = switch (w[2]) {
             case "data" -> Fault.dataOfAtLeast(1);
-            case "info" -> Fault.tag(Tags.INFO_TAG);
+            case "info" -> Fault.requestInfos();
             default -> throw new IllegalArgumentException("fault target " + w[2]);
         };
         // Faults tests the predicate of an armed fault only while it has hits left, and applies the fault when it

@@ -167,14 +167,6 @@ public abstract class TransceiverFaultConformanceTest {
     }
 
     /**
-     * The request infos of a faulty generation instance: its sends on data tags (each info travels on its request's
-     * data tag; the generation side sends nothing else on them).
-     */
-    private static Predicate<Fault.Message> requestInfos() {
-        return m -> m.tag() >= Tags.FIRST_DATA_TAG;
-    }
-
-    /**
      * {@link TransferFixture#assertExact}, its failure carrying what the instances reported meanwhile (a request
      * that never reached the context side's state machine is explained only there).
      */
@@ -412,7 +404,7 @@ public abstract class TransceiverFaultConformanceTest {
         LocalInstance[] p = pairFaultyGen();
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
-        faults.inject(new Fault(Fault.Kind.DROP, requestInfos(), Fault.UNLIMITED, Duration.ZERO));
+        faults.inject(new Fault(Fault.Kind.DROP, Fault.requestInfos(), Fault.UNLIMITED, Duration.ZERO));
         Transfer hit = transfer(ctx, gen, 16 * 10);
         TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
         for (TransferRequest r : hit.all()) {
@@ -439,7 +431,7 @@ public abstract class TransceiverFaultConformanceTest {
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
         faults.inject(new Fault(Fault.Kind.DUPLICATE, Fault.tag(Tags.ID_TAG), 1, Duration.ZERO));
-        faults.inject(new Fault(Fault.Kind.DUPLICATE, requestInfos(), 3, Duration.ZERO));
+        faults.inject(new Fault(Fault.Kind.DUPLICATE, Fault.requestInfos(), 3, Duration.ZERO));
         List<Transfer> ts = new ArrayList<>();
         for (int i = 0; i < 4; i++) {
             ts.add(transfer(ctx, gen, 16 * (3 + i)));
@@ -459,7 +451,7 @@ public abstract class TransceiverFaultConformanceTest {
         LocalInstance[] p = pairFaultyGen();
         LocalInstance ctx = p[0];
         LocalInstance gen = p[1];
-        faults.inject(new Fault(Fault.Kind.DELAY, requestInfos(), 2, Duration.ofMillis(50)));
+        faults.inject(new Fault(Fault.Kind.DELAY, Fault.requestInfos(), 2, Duration.ofMillis(50)));
         List<Transfer> ts = new ArrayList<>();
         for (int i = 0; i < 3; i++) {
             ts.add(transfer(ctx, gen, 16 * (2 + i)));

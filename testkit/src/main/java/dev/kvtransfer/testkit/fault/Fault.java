@@ -107,6 +107,16 @@ public record Fault(Kind kind, Predicate<Message> where, int times, Duration dur
     }
 
     /**
+     * The request infos a faulty <em>generation</em> side sends: each travels on its request's data tag (named by
+     * its header), and a generation rank sends nothing else on data tags.
+     *
+     * @return the predicate (meant for a generation instance's transport)
+     */
+    public static Predicate<Message> requestInfos() {
+        return m -> m.tag() >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG;
+    }
+
+    /**
      * @param tag a tag
      * @return messages of that tag
      */
