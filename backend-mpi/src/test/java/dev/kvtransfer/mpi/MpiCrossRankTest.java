@@ -731,10 +731,17 @@ public class MpiCrossRankTest {
         return out;
     }
 
-    /** @return whether a /proc address (IPv4 as one host-order word, IPv6 as four) is 127.0.0.0/8 or ::1 */
+    /**
+     * @return whether a /proc address (IPv4 as one host-order word, IPv6 as four) is 127.0.0.0/8, ::1, or
+     *         ::ffff:127.0.0.0/104 (a JVM's IPv4 socket on a dual-stack socket)
+     */
     private static boolean loopback(String hexAddressAndPort) {
         String a = hexAddressAndPort.substring(0, hexAddressAndPort.indexOf(':'));
-        return a.length() == 8 ? a.endsWith("7F") : a.equals("00000000000000000000000001000000");
+        if (a.length() == 8) {
+            return a.endsWith("7F");
+        }
+        return a.equals("00000000000000000000000001000000")
+                || (a.startsWith("0000000000000000FFFF0000") && a.endsWith("7F"));
     }
 
     @Test
