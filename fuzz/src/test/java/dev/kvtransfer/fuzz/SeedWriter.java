@@ -1,0 +1,62 @@
+package dev.kvtransfer.fuzz;
+
+import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.CommState;
+import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.model.RequestInfo;
+import dev.kvtransfer.api.model.TransceiverState;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+
+/**
+ * Writes the valid messages the binary targets start from (their first seeds) under
+ * {@code src/test/resources}: {@code java -cp <test class path> dev.kvtransfer.fuzz.SeedWriter fuzz/src/test/resources}.
+ * Seeds of crashes found are added by hand beside them, named {@code crash-<what>}.
+ */
+public final class SeedWriter {
+    private SeedWriter() {
+    }
+
+    /** @return a small valid cache state */
+    public static CacheState cacheState() {
+        return CacheState.builder().uniformKvHeads(4, 8).sizePerHead(64).tokensPerBlock(16).tensorParallelism(2)
+                .build();
+    }
+
+    /** @return a valid transceiver state of two ranks */
+    public static TransceiverState transceiverState() {
+        return new TransceiverState(cacheState(), new CommState("aeron", List.of("aeron:127.0.0.1:40123#1a2b",
+                "aeron:127.0.0.1:40124#3c4d"), 1));
+    }
+
+    /** @return a valid request info */
+    public static RequestInfo requestInfo() {
+        return new RequestInfo(42, 2, new long[] {7, 8}, transceiverState(), 2048, 65536, 1, new long[] {99},
+                new int[] {3, 4, 5}, new byte[16], new byte[16], 1234L, RequestInfo.FLAG_PART_CHECKSUMS, 2,
+                List.of());
+    }
+
+    /**
+     * @param args the resources directory
+     * @throws IOException when a seed cannot be written
+     */
+    public static void main(String[] args) throws IOException {
+        Path root = Path.of(args[0]);
+        String api = "dev/kvtransfer/api/model/ApiWireFuzzTestInputs/";
+        write(root.resolve(api + "requestInfo/valid"), requestInfo().toBytes());
+        write(root.resolve(api + "requestInfoInPlace/valid"), requestInfo().toBytes());
+        write(root.resolve(api + "cacheState/valid"), cacheState().toBytes());
+        write(root.resolve(api + "commState/valid"), transceiverState().commState().toBytes());
+        write(root.resolve(api + "transceiverState/valid"), transceiverState().toBytes());
+        write(root.resolve(api + "contextPhaseParams/valid"), new ContextPhaseParams(42, new long[] {1, 2, 3},
+                transceiverState(), new byte[ContextPhaseParams.TOKEN_BYTES]).toBytes());
+    }
+
+    static void write(Path file, byte[] bytes) throws IOException {
+        Files.createDirectories(file.getParent());
+        Files.write(file, bytes);
+    }
+}
