@@ -53,6 +53,37 @@ public final class SeedWriter {
         write(root.resolve(api + "transceiverState/valid"), transceiverState().toBytes());
         write(root.resolve(api + "contextPhaseParams/valid"), new ContextPhaseParams(42, new long[] {1, 2, 3},
                 transceiverState(), new byte[ContextPhaseParams.TOKEN_BYTES]).toBytes());
+        for (var e : journalRecords().entrySet()) {
+            write(root.resolve("dev/kvtransfer/core/journal/JournalDecodeFuzzTestInputs/record/" + e.getKey()),
+                    e.getValue());
+        }
+        dev.kvtransfer.ucx.UcxSeeds.write(root);
+        dev.kvtransfer.aeron.AeronSeeds.write(root);
+    }
+
+    /** @return journal records as {@code ChronicleTransferJournal} writes them (fields after the header) */
+    static java.util.Map<String, byte[]> journalRecords() {
+        java.util.Map<String, byte[]> out = new java.util.LinkedHashMap<>();
+        byte[] state = cacheState().toBytes();
+        net.openhft.chronicle.bytes.Bytes<?> b = net.openhft.chronicle.bytes.Bytes.allocateElasticOnHeap(256);
+        b.writeUnsignedByte(1).writeUnsignedByte(2).writeLong(5).writeLong(6).writeInt(2);
+        b.writeUtf8("ctx-a0").writeInt(0).writeLong(123).writeUtf8("host-a").writeBoolean(true);
+        b.writeInt(state.length).write(state);
+        out.put("opened", b.toByteArray());
+        b = net.openhft.chronicle.bytes.Bytes.allocateElasticOnHeap(256);
+        b.writeUnsignedByte(2).writeUnsignedByte(2).writeLong(5).writeLong(6).writeUnsignedByte(0).writeLong(42)
+                .writeInt(1).writeInt(state.length).write(state).writeInt(state.length).write(state)
+                .writeUtf8("aeron").writeInt(2).writeUtf8("aeron:127.0.0.1:1#1").writeUtf8("aeron:127.0.0.1:2#2");
+        out.put("peer-contact", b.toByteArray());
+        b = net.openhft.chronicle.bytes.Bytes.allocateElasticOnHeap(64);
+        b.writeUnsignedByte(9).writeUnsignedByte(2).writeLong(5).writeLong(6).writeLong(42).writeInt(1)
+                .writeLong(0).writeLong(4096).writeLong(77);
+        out.put("part-received", b.toByteArray());
+        b = net.openhft.chronicle.bytes.Bytes.allocateElasticOnHeap(64);
+        b.writeUnsignedByte(11).writeUnsignedByte(2).writeLong(5).writeLong(6).writeUnsignedByte(1).writeLong(42)
+                .writeUtf8("TIMEOUT").writeUtf8("no answer");
+        out.put("failed", b.toByteArray());
+        return out;
     }
 
     static void write(Path file, byte[] bytes) throws IOException {
