@@ -58,6 +58,21 @@ public final class SeedWriter {
                     e.getValue());
         }
         dev.kvtransfer.ucx.UcxSeeds.write(root);
+        String http = "dev/kvtransfer/cli/HttpEndpointsFuzzTestInputs/";
+        byte[] rec = ("{\"id\":\"ctx-a0\",\"role\":\"context\",\"incarnation\":5,\"backend\":\"aeron\","
+                + "\"mode\":\"pull\",\"parallelism\":\"TP2\",\"cacheState\":\""
+                + java.util.Base64.getEncoder().encodeToString(cacheState().toBytes())
+                + "\",\"transportAddresses\":[\"a\"],\"controlUrl\":\"http://127.0.0.1:1\",\"load\":0}")
+                .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        write(root.resolve(http + "routerEndpoint/register"), concat(new byte[] {1, 1, 0}, rec));
+        write(root.resolve(http + "routerEndpoint/heartbeat"), concat(new byte[] {1, 1, 1},
+                "{\"incarnation\":5,\"load\":1}".getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+        write(root.resolve(http + "routerEndpoint/list"), new byte[] {1, 0, 0});
+        write(root.resolve(http + "routerEndpoint/raw"), concat(new byte[] {0},
+                "GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n".getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+        write(root.resolve(http + "metricsEndpoint/scrape"), concat(new byte[] {0},
+                "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+        write(root.resolve(http + "metricsEndpoint/head"), new byte[] {1, 4, 5});
         dev.kvtransfer.aeron.AeronSeeds.write(root);
     }
 
@@ -84,6 +99,12 @@ public final class SeedWriter {
                 .writeUtf8("TIMEOUT").writeUtf8("no answer");
         out.put("failed", b.toByteArray());
         return out;
+    }
+
+    static byte[] concat(byte[] a, byte[] b) {
+        byte[] c = java.util.Arrays.copyOf(a, a.length + b.length);
+        System.arraycopy(b, 0, c, a.length, b.length);
+        return c;
     }
 
     static void write(Path file, byte[] bytes) throws IOException {

@@ -16,7 +16,7 @@ public final class UcxSeeds {
      * @throws IOException when a seed cannot be written
      */
     public static void write(Path root) throws IOException {
-        Path dir = root.resolve("dev/kvtransfer/ucx/UcxBootstrapFuzzTargetsInputs");
+        Path dir = root.resolve("dev/kvtransfer/ucx/UcxBootstrapJazzerTestInputs");
         BootstrapFrames.Hello h = new BootstrapFrames.Hello(77, new byte[BootstrapAuth.NONCE_BYTES], 1000,
                 "127.0.0.1:40001", "127.0.0.1:40002", HostIdentity.id(), BootstrapFrames.MODE_SHM, 12345,
                 new byte[] {1, 2, 3, 4, 5, 6, 7, 8});

@@ -26,7 +26,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * genuine peer would), freshened so that it gets past the clock check, followed by the input's further frames.
  * After each the manager runs, holds no connection, and closes the session within the handshake timeout.
  */
-class UcxBootstrapFuzzTargets {
+class UcxBootstrapJazzerTest {
     static final byte[] SECRET = "fuzzing secret of thirty-two b..".getBytes(StandardCharsets.US_ASCII);
     private static UcxConnectionManager target;
 
