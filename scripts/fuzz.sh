@@ -8,15 +8,16 @@
 # Default 60 s per target. A finding makes the script exit 1 after every target ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROOT="$PWD"
 SECONDS_PER_TARGET="${1:-60}"
 FILTER="${2:-}"
-OUT=fuzz/target/fuzz-report
+OUT="$PWD/fuzz/target/fuzz-report"
 mkdir -p "$OUT"
 MVN=(mvn -B -ntp -o -q -Djapicmp.skip=true)
 
 "${MVN[@]}" -pl fuzz test-compile
 "${MVN[@]}" -pl fuzz dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$OUT/classpath.txt"
-CP="fuzz/target/test-classes:$(cat "$OUT/classpath.txt")"
+CP="$PWD/fuzz/target/test-classes:$(cat "$OUT/classpath.txt")"
 
 # Every @FuzzTest method: Class#method.
 mapfile -t TARGETS < <(grep -rl '@FuzzTest' fuzz/src/test/java | sort | while read -r f; do
@@ -35,8 +36,8 @@ for t in "${TARGETS[@]}"; do
   # Findings and the generated corpus go to the target's own directory (the JVM's working directory).
   (cd "$dir" && JAZZER_FUZZ=1 timeout $((SECONDS_PER_TARGET + 180)) java $FLAGS -XX:+UseParallelGC -Xmx2g \
       -Djazzer.instrumentation_includes='dev.kvtransfer.**:com.fasterxml.**' \
-      -Djazzer.internal.basedir="$PWD/../../.." \
-      -cp "$(sed "s#fuzz/target/test-classes#$PWD/../../test-classes#" <<<"$CP")" \
+      -Djazzer.internal.basedir="$ROOT/fuzz" \
+      -cp "$CP" \
       dev.kvtransfer.fuzz.FuzzMain "$t" "$SECONDS_PER_TARGET") > "$dir/log.txt" 2>&1
   rc=$?
   set -e
