@@ -111,6 +111,27 @@ public final class ControlHttp {
         }
     }
 
+    /**
+     * Decodes a request body that must hold one JSON object of the given type.
+     *
+     * @param body the body
+     * @param type the type
+     * @param what names the call in the error
+     * @param <T>  the type
+     * @return the object, never null
+     * @throws IOException              when the body is not JSON of that type (answered 400)
+     * @throws IllegalArgumentException when the body is the JSON {@code null} (answered 400)
+     */
+    public static <T> T read(byte[] body, Class<T> type, String what) throws IOException {
+        T value = JSON.readValue(body, type);
+        if (value == null) {
+            // A body of "null" decodes to no object: refused here, not dereferenced by the route (a 500).
+            throw new IllegalArgumentException(what + ": the body is the JSON null, expected a "
+                    + type.getSimpleName() + " object");
+        }
+        return value;
+    }
+
     private static int status(RegistryException.Kind kind) {
         return switch (kind) {
             case UNAUTHORIZED -> 401;
