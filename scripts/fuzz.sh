@@ -15,8 +15,9 @@ OUT="$PWD/fuzz/target/fuzz-report"
 mkdir -p "$OUT"
 MVN=(mvn -B -ntp -o -q -Djapicmp.skip=true)
 
-"${MVN[@]}" -pl fuzz test-compile
-"${MVN[@]}" -pl fuzz dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$OUT/classpath.txt"
+# The decoders' modules are built in the same reactor, so that a fix in one is fuzzed without installing it.
+MODULES=api,core,backend-ucx,backend-aeron,registry,cli,fuzz
+"${MVN[@]}" -pl "$MODULES" test-compile dependency:build-classpath -Dmdep.includeScope=test -Dmdep.outputFile="$OUT/classpath.txt"
 CP="$PWD/fuzz/target/test-classes:$(cat "$OUT/classpath.txt")"
 
 # Every @FuzzTest method: Class#method.
