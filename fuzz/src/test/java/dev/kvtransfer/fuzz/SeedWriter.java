@@ -57,6 +57,10 @@ public final class SeedWriter {
             write(root.resolve("dev/kvtransfer/core/journal/JournalDecodeFuzzTestInputs/record/" + e.getKey()),
                     e.getValue());
         }
+        String jf = "dev/kvtransfer/core/journal/JournalFileFuzzTestInputs/journalFile/";
+        write(root.resolve(jf + "pristine"), new byte[4]);
+        write(root.resolve(jf + "flipped-bytes"), new byte[] {0, 0, 0, 0, 0x2c, 0x01, 0x10, 0x40, 0x02, (byte) 0x80});
+        write(root.resolve(jf + "cut-short"), new byte[] {(byte) 0xe8, 0x03, 0, 0});
         dev.kvtransfer.ucx.UcxSeeds.write(root);
         String http = "dev/kvtransfer/cli/HttpEndpointsFuzzTestInputs/";
         byte[] rec = ("{\"id\":\"ctx-a0\",\"role\":\"context\",\"incarnation\":5,\"backend\":\"aeron\","
@@ -65,6 +69,13 @@ public final class SeedWriter {
                 + "\",\"transportAddresses\":[\"a\"],\"controlUrl\":\"http://127.0.0.1:1\",\"load\":0}")
                 .getBytes(java.nio.charset.StandardCharsets.UTF_8);
         write(root.resolve(http + "routerEndpoint/register"), concat(new byte[] {1, 1, 0}, rec));
+        String reg = "dev/kvtransfer/registry/RegistryRecordFuzzTestInputs/";
+        write(root.resolve(reg + "etcdEntry/sealed-with-another-secret"), concat(concat(
+                "{\"record\":".getBytes(java.nio.charset.StandardCharsets.UTF_8), rec),
+                (",\"mac\":\"" + "ab".repeat(32) + "\"}").getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+        write(root.resolve(reg + "signatureHeader/kvt1"), dev.kvtransfer.registry.RegistryAuth.of(new byte[32])
+                .sign("POST", "/v1/registry/instances", new byte[] {1, 2, 3})
+                .getBytes(java.nio.charset.StandardCharsets.UTF_8));
         write(root.resolve(http + "routerEndpoint/heartbeat"), concat(new byte[] {1, 1, 1},
                 "{\"incarnation\":5,\"load\":1}".getBytes(java.nio.charset.StandardCharsets.UTF_8)));
         write(root.resolve(http + "routerEndpoint/list"), new byte[] {1, 0, 0});
