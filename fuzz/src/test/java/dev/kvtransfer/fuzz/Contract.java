@@ -74,8 +74,35 @@ public final class Contract {
                 + ")", t);
     }
 
+    /**
+     * As {@link #only} with an allocation bound of its own (a decoder whose library allocates more than
+     * {@link #BASE_ALLOCATION} by design; the target says why).
+     *
+     * @param bound   bytes the decode may allocate
+     * @param decode  the decode
+     * @param allowed the exception types its documentation names
+     * @return the exception it threw (allowed), or null
+     */
+    @SafeVarargs
+    public static Throwable onlyWithin(long bound, Decode decode, Class<? extends Throwable>... allowed) {
+        Throwable t = measured(-1, bound, decode);
+        if (t == null) {
+            return null;
+        }
+        for (Class<? extends Throwable> c : allowed) {
+            if (c.isInstance(t)) {
+                return t;
+            }
+        }
+        throw new AssertionError("decode failed with " + t + " (allowed: " + java.util.Arrays.toString(allowed)
+                + ")", t);
+    }
+
     private static Throwable measured(int inputBytes, Decode decode) {
-        long bound = BASE_ALLOCATION + PER_INPUT_BYTE * inputBytes;
+        return measured(inputBytes, BASE_ALLOCATION + PER_INPUT_BYTE * inputBytes, decode);
+    }
+
+    private static Throwable measured(int inputBytes, long bound, Decode decode) {
         Throwable thrown = null;
         long allocated = 0;
         // A first decode may load and initialise classes (and Jazzer instruments them): over the bound, it is

@@ -159,10 +159,12 @@ public final class JournalReader {
         } catch (JournalCorruptedException e) {
             throw e;
         } catch (InternalError e) {
-            // A memory-mapped read past the end of a file that was cut short faults; the JVM reports that as an
-            // InternalError about "unsafe memory access", which tells a reader nothing: say what it means.
+            // A memory-mapped read past the end of the file faults; the JVM reports that as an InternalError about
+            // "unsafe memory access", which tells a reader nothing: say what it means. The file was cut short, or
+            // (found by fuzzing: one flipped byte of the queue's header does it) a damaged header points past it.
             throw new JournalCorruptedException(file, "the file ends inside its records: it was truncated after it"
-                    + " was written (" + documents + " records of " + rel + " read before the cut)", e);
+                    + " was written, or a damaged header points past its end (" + documents + " records of " + rel
+                    + " read before that)", e);
         } catch (RuntimeException e) {
             // Chronicle rejects a bad document header.
             throw new JournalCorruptedException(file, "reading " + rel + " failed after " + documents + " records ("
