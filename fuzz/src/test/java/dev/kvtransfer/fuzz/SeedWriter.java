@@ -12,9 +12,9 @@ import java.nio.file.Path;
 import java.util.List;
 
 /**
- * Writes the valid messages the binary targets start from (their first seeds) under
- * {@code src/test/resources}: {@code java -cp <test class path> dev.kvtransfer.fuzz.SeedWriter fuzz/src/test/resources}.
- * Seeds of crashes found are added by hand beside them, named {@code crash-<what>}.
+ * Writes the valid messages the targets start from (their first seeds) under {@code src/test/resources}:
+ * {@code java <jvm flags> -cp <test class path> dev.kvtransfer.fuzz.SeedWriter fuzz/src/test/resources}.
+ * Inputs of crashes found stay beside them, named after what they broke ({@code crash-<what>}).
  */
 public final class SeedWriter {
     private SeedWriter() {
