@@ -119,11 +119,19 @@ public final class ControlHttp {
      * @param what names the call in the error
      * @param <T>  the type
      * @return the object, never null
-     * @throws IOException              when the body is not JSON of that type (answered 400)
-     * @throws IllegalArgumentException when the body is the JSON {@code null} (answered 400)
+     * @throws IllegalArgumentException when the body is not JSON of that type, or is the JSON {@code null}
+     *                                  (answered 400)
      */
-    public static <T> T read(byte[] body, Class<T> type, String what) throws IOException {
-        T value = JSON.readValue(body, type);
+    public static <T> T read(byte[] body, Class<T> type, String what) {
+        T value;
+        try {
+            value = JSON.readValue(body, type);
+        } catch (IOException e) {
+            // Not only Jackson's own exceptions: a body Jackson takes for UTF-32 (it guesses the encoding from the
+            // first bytes) fails with a CharConversionException, which a route would have answered with a 500.
+            throw new IllegalArgumentException(what + ": the body is not a " + type.getSimpleName() + " in JSON ("
+                    + String.valueOf(e.getMessage()).replaceAll("\\s+", " ") + ")", e);
+        }
         if (value == null) {
             // A body of "null" decodes to no object: refused here, not dereferenced by the route (a 500).
             throw new IllegalArgumentException(what + ": the body is the JSON null, expected a "
