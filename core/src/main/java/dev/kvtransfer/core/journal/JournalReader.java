@@ -165,8 +165,9 @@ public final class JournalReader {
             throw new JournalCorruptedException(file, "the file ends inside its records: it was truncated after it"
                     + " was written, or a damaged header points past its end (" + documents + " records of " + rel
                     + " read before that)", e);
-        } catch (RuntimeException e) {
-            // Chronicle rejects a bad document header.
+        } catch (Exception e) {
+            // Chronicle rejects a bad document header; on a damaged store header it throws a checked
+            // StreamCorruptedException without declaring it (found by fuzzing), hence Exception, not RuntimeException.
             throw new JournalCorruptedException(file, "reading " + rel + " failed after " + documents + " records ("
                     + e.getClass().getSimpleName() + ": " + e.getMessage() + ")", e);
         }
