@@ -59,7 +59,7 @@ final class InstanceControl implements AutoCloseable {
         if (draining) {
             return drainingReply();
         }
-        ControlApi.ContextRequest q = ControlHttp.JSON.readValue(body, ControlApi.ContextRequest.class);
+        ControlApi.ContextRequest q = ControlHttp.read(body, ControlApi.ContextRequest.class, method + " " + path);
         try {
             ControlApi.ContextReply r = ctx.start(q);
             served.incrementAndGet();
@@ -79,7 +79,8 @@ final class InstanceControl implements AutoCloseable {
         if (draining) {
             return drainingReply();
         }
-        ControlApi.GenerationRequest q = ControlHttp.JSON.readValue(body, ControlApi.GenerationRequest.class);
+        ControlApi.GenerationRequest q = ControlHttp.read(body, ControlApi.GenerationRequest.class,
+                method + " " + path);
         ControlApi.GenerationReply r = gen.receive(q);
         served.incrementAndGet();
         return ControlHttp.Reply.ok(r);

@@ -111,6 +111,35 @@ public final class ControlHttp {
         }
     }
 
+    /**
+     * Decodes a request body that must hold one JSON object of the given type.
+     *
+     * @param body the body
+     * @param type the type
+     * @param what names the call in the error
+     * @param <T>  the type
+     * @return the object, never null
+     * @throws IllegalArgumentException when the body is not JSON of that type, or is the JSON {@code null}
+     *                                  (answered 400)
+     */
+    public static <T> T read(byte[] body, Class<T> type, String what) {
+        T value;
+        try {
+            value = JSON.readValue(body, type);
+        } catch (IOException e) {
+            // Not only Jackson's own exceptions: a body Jackson takes for UTF-32 (it guesses the encoding from the
+            // first bytes) fails with a CharConversionException, which a route would have answered with a 500.
+            throw new IllegalArgumentException(what + ": the body is not a " + type.getSimpleName() + " in JSON ("
+                    + String.valueOf(e.getMessage()).replaceAll("\\s+", " ") + ")", e);
+        }
+        if (value == null) {
+            // A body of "null" decodes to no object: refused here, not dereferenced by the route (a 500).
+            throw new IllegalArgumentException(what + ": the body is the JSON null, expected a "
+                    + type.getSimpleName() + " object");
+        }
+        return value;
+    }
+
     private static int status(RegistryException.Kind kind) {
         return switch (kind) {
             case UNAUTHORIZED -> 401;

@@ -83,7 +83,7 @@ public final class RegistryServer implements AutoCloseable {
                 return ControlHttp.Reply.ok(new Listing(registry.list()));
             }
             if (method.equals("POST")) {
-                InstanceRecord r = ControlHttp.JSON.readValue(body, InstanceRecord.class);
+                InstanceRecord r = ControlHttp.read(body, InstanceRecord.class, method + " " + path);
                 validator.accept(r);
                 return ControlHttp.Reply.ok(new Lease(registry.register(r)));
             }
@@ -91,7 +91,7 @@ public final class RegistryServer implements AutoCloseable {
         }
         String[] parts = rest.substring(1).split("/");
         if (parts.length == 2 && method.equals("POST")) {
-            Beat beat = ControlHttp.JSON.readValue(body, Beat.class);
+            Beat beat = ControlHttp.read(body, Beat.class, method + " " + path);
             switch (parts[1]) {
                 case "heartbeat" -> registry.heartbeat(parts[0], beat.incarnation(), beat.load());
                 case "deregister" -> registry.deregister(parts[0], beat.incarnation());

@@ -159,12 +159,15 @@ public final class JournalReader {
         } catch (JournalCorruptedException e) {
             throw e;
         } catch (InternalError e) {
-            // A memory-mapped read past the end of a file that was cut short faults; the JVM reports that as an
-            // InternalError about "unsafe memory access", which tells a reader nothing: say what it means.
+            // A memory-mapped read past the end of the file faults; the JVM reports that as an InternalError about
+            // "unsafe memory access", which tells a reader nothing: say what it means. The file was cut short, or
+            // (found by fuzzing: one flipped byte of the queue's header does it) a damaged header points past it.
             throw new JournalCorruptedException(file, "the file ends inside its records: it was truncated after it"
-                    + " was written (" + documents + " records of " + rel + " read before the cut)", e);
-        } catch (RuntimeException e) {
-            // Chronicle rejects a bad document header.
+                    + " was written, or a damaged header points past its end (" + documents + " records of " + rel
+                    + " read before that)", e);
+        } catch (Exception e) {
+            // Chronicle rejects a bad document header; on a damaged store header it throws a checked
+            // StreamCorruptedException without declaring it (found by fuzzing), hence Exception, not RuntimeException.
             throw new JournalCorruptedException(file, "reading " + rel + " failed after " + documents + " records ("
                     + e.getClass().getSimpleName() + ": " + e.getMessage() + ")", e);
         }
