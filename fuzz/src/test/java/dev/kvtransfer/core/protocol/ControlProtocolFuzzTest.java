@@ -50,7 +50,7 @@ class ControlProtocolFuzzTest {
         KvTransferException e = Contract.malformedOnly(RequestHeaderFlyweight.LENGTH,
                 () -> h.checkRequestSend(mac, MAX_INFO, "rank 0"));
         boolean valid = h.kind() == RequestHeaderFlyweight.KIND_REQUEST_SEND && h.infoLength() > mac
-                && h.infoLength() <= MAX_INFO + mac;
+                && h.infoLength() <= MAX_INFO + mac && h.infoTag() >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG;
         assertThat(e == null).as("accepted exactly when PROTOCOL.md allows it").isEqualTo(valid);
         if (e != null) {
             assertThat(e.requestId()).as("names the request").isEqualTo(h.requestId());
