@@ -1,0 +1,104 @@
+package dev.kvtransfer.cli;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import dev.kvtransfer.registry.ControlHttp;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+/**
+ * {@code serve --rank}: a TP2 context instance whose two ranks are two {@code serve} processes (rank 0 leads, rank 1
+ * joins it with {@code --leader}; their status checks agree over {@code TransportGroupComm} on Aeron), a TP2
+ * generation instance in a third, and {@code route} in this JVM: every request routed and every element verified.
+ */
+class ServeRanksTest {
+    private static final Pattern LEADER = Pattern.compile("(?m)^leader +(\\S+) ");
+    @TempDir
+    Path dir;
+    private final List<ServeProcess> procs = new ArrayList<>();
+    private Path secretFile;
+    private int port;
+
+    @AfterEach
+    void stopAll() throws Exception {
+        for (ServeProcess p : procs) {
+            p.close();
+            System.out.println("---- " + p.name + " ----\n" + p.output());
+        }
+    }
+
+    private ServeProcess serve(String name, String role, String id, String... extra) throws IOException {
+        List<String> a = new ArrayList<>(List.of("serve", "--role=" + role, "--id=" + id,
+                "--registry=http://127.0.0.1:" + port, "--secret-file=" + secretFile, "--timeout-s=8",
+                "--heartbeat-ms=300", "--max-inflight=16", "--max-isl=256", "--layers=4", "--size-per-head=16",
+                "--tokens-per-block=16", "--kv-heads=4", "--tp=2"));
+        a.addAll(List.of(extra));
+        ServeProcess p = ServeProcess.start(dir, name, a);
+        procs.add(p);
+        return p;
+    }
+
+    @Test
+    void aTp2ContextInstanceWhoseRanksAreTwoProcessesServesEveryRequestVerified() throws Exception {
+        byte[] secret = new byte[32];
+        new SecureRandom().nextBytes(secret);
+        secretFile = dir.resolve("secret");
+        Files.createFile(secretFile, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+        Files.write(secretFile, secret);
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        Path report = dir.resolve("report.json");
+        int requests = 60;
+        CompletableFuture<Integer> route = CompletableFuture.supplyAsync(() -> KvTransferCli.run("route",
+                "--listen=127.0.0.1:" + port, "--secret-file=" + secretFile, "--contexts=1", "--generations=1",
+                "--requests=" + requests, "--isl=16,64,256", "--concurrency=4", "--request-timeout-s=20",
+                "--format=json", "--out=" + report, "--wait-s=90"));
+        ServeProcess rank0 = serve("ctx-rank-0", "context", "ctx-0", "--rank=0");
+        AtomicReference<String> leader = new AtomicReference<>();
+        await().atMost(Duration.ofSeconds(60)).pollInterval(Duration.ofMillis(50)).until(() -> {
+            Matcher m = LEADER.matcher(rank0.output());
+            if (m.find()) {
+                leader.set(m.group(1));
+            }
+            return leader.get() != null || !rank0.process.isAlive();
+        });
+        assertThat(leader.get()).as(rank0.output()).isNotNull();
+        ServeProcess rank1 = serve("ctx-rank-1", "context", "ctx-0", "--rank=1", "--leader=" + leader.get());
+        serve("gen", "generation", "gen-0");
+
+        assertThat(route.get(180, TimeUnit.SECONDS)).as("route's exit status").isZero();
+        JsonNode r = ControlHttp.JSON.readTree(report.toFile());
+        System.out.println("route report: " + r);
+        assertThat(r.get("requests").asInt()).isEqualTo(requests);
+        assertThat(r.get("completed").asInt()).isEqualTo(requests);
+        assertThat(r.get("mismatches").asLong()).isZero();
+        assertThat(r.get("checked").asLong()).isPositive();
+        assertThat(rank0.output()).contains("ranks              2 of 2 joined");
+        assertThat(rank1.output()).contains("rank 1 of 2").contains("led by rank 0 at " + leader.get());
+
+        // SIGTERM to rank 0 drains the instance: rank 0 deregisters and stops rank 1; both exit 0.
+        rank0.terminate();
+        assertThat(rank0.waitFor(30)).as(rank0.output()).isZero();
+        assertThat(rank1.waitFor(30)).as(rank1.output()).isZero();
+        assertThat(rank1.output()).contains("rank 0 stopped the instance");
+    }
+}
