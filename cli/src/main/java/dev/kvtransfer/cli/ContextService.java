@@ -61,12 +61,22 @@ final class ContextService implements AutoCloseable {
      */
     ContextService(String id, ServeRanks ctx, double prefillMsPerLayer, int maxIsl,
                    java.util.function.Consumer<ControlApi.ContextRequest> forward) {
+        this(id, ctx, prefillMsPerLayer, maxIsl, forward, null);
+    }
+
+    /**
+     * @param onGroupLost with {@code serve --rank}: called once when another rank of the instance is gone (its status
+     *                    group reports {@code PEER_LOST}); null to only log it
+     */
+    ContextService(String id, ServeRanks ctx, double prefillMsPerLayer, int maxIsl,
+                   java.util.function.Consumer<ControlApi.ContextRequest> forward,
+                   java.util.function.Consumer<RuntimeException> onGroupLost) {
         this.id = id;
         this.ctx = ctx;
         this.forward = forward;
         this.prefill = new SimulatedPrefill(prefillMsPerLayer);
         this.maxIsl = maxIsl;
-        this.pump = new RankStatusPump(ctx, true, 5, this::finished);
+        this.pump = new RankStatusPump(ctx, true, 5, this::finished, onGroupLost);
     }
 
     /** @return requests in flight (allocated, not yet released) */

@@ -20,11 +20,23 @@ final class RankStatusPump implements AutoCloseable {
     private final ServeRanks ranks;
     private final boolean context;
     private final BiConsumer<Integer, TransferStatus> onStatus;
+    private final java.util.function.Consumer<RuntimeException> onGroupLost;
     private final ExecutorService pool;
     private final Thread loop;
     private volatile boolean running = true;
 
     RankStatusPump(ServeRanks ranks, boolean context, long periodMs, BiConsumer<Integer, TransferStatus> onStatus) {
+        this(ranks, context, periodMs, onStatus, null);
+    }
+
+    /**
+     * @param onGroupLost called once, and the pump stops, when a status check fails because a member of a status
+     *                    group is gone ({@code PEER_LOST}: with {@code serve --rank}, another rank's process died or
+     *                    left); null: such failures are logged like any other
+     */
+    RankStatusPump(ServeRanks ranks, boolean context, long periodMs, BiConsumer<Integer, TransferStatus> onStatus,
+                   java.util.function.Consumer<RuntimeException> onGroupLost) {
+        this.onGroupLost = onGroupLost;
         this.ranks = ranks;
         this.context = context;
         this.onStatus = onStatus;
@@ -45,6 +57,17 @@ final class RankStatusPump implements AutoCloseable {
                 Thread.sleep(periodMs); // pacing of a background loop, not a wait for a condition
             } catch (InterruptedException e) {
                 return;
+            } catch (java.util.concurrent.ExecutionException e) {
+                if (onGroupLost != null && e.getCause() instanceof dev.kvtransfer.api.KvTransferException k
+                        && k.code() == dev.kvtransfer.api.ErrorCode.PEER_LOST) {
+                    running = false;
+                    onGroupLost.accept(k);
+                    return;
+                }
+                if (running) {
+                    System.err.println("kvtransfer[" + ranks.name() + "]: status check failed: "
+                            + CliErrors.oneLine(e));
+                }
             } catch (Exception e) {
                 if (running) {
                     System.err.println("kvtransfer[" + ranks.name() + "]: status check failed: "

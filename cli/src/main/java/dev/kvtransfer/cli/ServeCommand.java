@@ -102,6 +102,9 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
     int joinTimeoutSeconds = 60;
 
     private final PrintStream out = System.out;
+    /** With --rank: why the instance stopped when another of its ranks went away. */
+    private final java.util.concurrent.atomic.AtomicReference<RuntimeException> rankLost =
+            new java.util.concurrent.atomic.AtomicReference<>();
 
     @Override
     public Integer call() throws Exception {
@@ -145,7 +148,12 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
              RankCommands commands = rank == null ? null : RankCommands.leader(ranks.one.connections(),
                      ranks.served.addresses(), Duration.ofSeconds(options.timeoutSeconds))) {
             ContextService ctx = context ? new ContextService(instanceId, ranks.served, prefillMsPerLayer, maxIsl,
-                    commands == null ? null : commands::start) : null;
+                    commands == null ? null : commands::start, commands == null ? null : e -> {
+                        rankLost.compareAndSet(null, e);
+                        System.err.println("kvtransfer: instance " + instanceId + ": a rank is gone, draining: "
+                                + CliErrors.oneLine(e));
+                        stop.countDown();
+                    }) : null;
             GenerationService gen = context ? null : new GenerationService(instanceId, ranks.all, options, maxIsl);
             try (AutoCloseable services = () -> {
                      if (ctx != null) {
@@ -192,7 +200,7 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                     if (link != null) {
                         link.deregister();
                     }
-                    if (commands != null) {
+                    if (commands != null && rankLost.get() == null) {
                         commands.stop();
                     }
                 }
@@ -200,7 +208,7 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
         }
         out.printf(Locale.ROOT, "%-18s %s%n", "stopped", instanceId);
         out.flush();
-        return 0;
+        return rankLost.get() == null ? 0 : 1;
     }
 
     /** What serves this process's ranks: every rank ({@code all}), or with {@code --rank 0} rank 0 ({@code one}). */
@@ -239,7 +247,10 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
              OneRank one = OneRank.start(instanceId, state, rank, options, blocksPerRank, meters.registry(instanceId),
                      bind.host(), transportPort, leader, Duration.ofSeconds(joinTimeoutSeconds),
                      address -> out.printf(Locale.ROOT, "%-18s %s%n", "transport", address));
-             ContextService ctx = new ContextService(instanceId, one, prefillMsPerLayer, maxIsl)) {
+             ContextService ctx = new ContextService(instanceId, one, prefillMsPerLayer, maxIsl, null, e -> {
+                 rankLost.compareAndSet(null, e);
+                 stop.countDown();
+             })) {
             out.printf(Locale.ROOT, "%-18s %s %s rank %d of %d (%s), led by rank 0 at %s%n", "serving", role,
                     instanceId, rank, state.worldSize(), parallelism(state), leader);
             out.printf(Locale.ROOT, "%-18s %s%n", "ready", "taking rank 0's requests");
@@ -247,6 +258,10 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
             boolean told = RankCommands.follow(one.connections(), leader, ctx::start, () -> stop.getCount() == 0);
             out.printf(Locale.ROOT, "%-18s %s%n", "draining", told ? "rank 0 stopped the instance" : "terminated");
             out.flush();
+        }
+        if (rankLost.get() != null) {
+            throw new IllegalStateException("instance " + instanceId + " rank " + rank + ": another rank is gone: "
+                    + CliErrors.oneLine(rankLost.get()));
         }
         out.printf(Locale.ROOT, "%-18s %s rank %d%n", "stopped", instanceId, rank);
         out.flush();

@@ -56,8 +56,7 @@ class ServeRanksTest {
         return p;
     }
 
-    @Test
-    void aTp2ContextInstanceWhoseRanksAreTwoProcessesServesEveryRequestVerified() throws Exception {
+    private void deployment() throws IOException {
         byte[] secret = new byte[32];
         new SecureRandom().nextBytes(secret);
         secretFile = dir.resolve("secret");
@@ -66,13 +65,17 @@ class ServeRanksTest {
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
         }
-        Path report = dir.resolve("report.json");
-        int requests = 60;
-        CompletableFuture<Integer> route = CompletableFuture.supplyAsync(() -> KvTransferCli.run("route",
+    }
+
+    private CompletableFuture<Integer> route(int requests, Path report) {
+        return CompletableFuture.supplyAsync(() -> KvTransferCli.run("route",
                 "--listen=127.0.0.1:" + port, "--secret-file=" + secretFile, "--contexts=1", "--generations=1",
                 "--requests=" + requests, "--isl=16,64,256", "--concurrency=4", "--request-timeout-s=20",
                 "--format=json", "--out=" + report, "--wait-s=90"));
-        ServeProcess rank0 = serve("ctx-rank-0", "context", "ctx-0", "--rank=0");
+    }
+
+    /** Starts rank 0 and waits for its 'leader' line. */
+    private String leader(ServeProcess rank0) {
         AtomicReference<String> leader = new AtomicReference<>();
         await().atMost(Duration.ofSeconds(60)).pollInterval(Duration.ofMillis(50)).until(() -> {
             Matcher m = LEADER.matcher(rank0.output());
@@ -82,6 +85,17 @@ class ServeRanksTest {
             return leader.get() != null || !rank0.process.isAlive();
         });
         assertThat(leader.get()).as(rank0.output()).isNotNull();
+        return leader.get();
+    }
+
+    @Test
+    void aTp2ContextInstanceWhoseRanksAreTwoProcessesServesEveryRequestVerified() throws Exception {
+        deployment();
+        Path report = dir.resolve("report.json");
+        int requests = 60;
+        CompletableFuture<Integer> route = route(requests, report);
+        ServeProcess rank0 = serve("ctx-rank-0", "context", "ctx-0", "--rank=0");
+        AtomicReference<String> leader = new AtomicReference<>(leader(rank0));
         ServeProcess rank1 = serve("ctx-rank-1", "context", "ctx-0", "--rank=1", "--leader=" + leader.get());
         serve("gen", "generation", "gen-0");
 
@@ -100,5 +114,38 @@ class ServeRanksTest {
         assertThat(rank0.waitFor(30)).as(rank0.output()).isZero();
         assertThat(rank1.waitFor(30)).as(rank1.output()).isZero();
         assertThat(rank1.output()).contains("rank 0 stopped the instance");
+    }
+
+    @Test
+    void aKilledRankStopsTheOtherRankOfItsInstanceWithOneLine() throws Exception {
+        deployment();
+        Path report = dir.resolve("report.json");
+        CompletableFuture<Integer> route = route(8, report);
+        ServeProcess rank0 = serve("ctx-rank-0", "context", "ctx-1", "--rank=0");
+        String leader = leader(rank0);
+        ServeProcess rank1 = serve("ctx-rank-1", "context", "ctx-1", "--rank=1", "--leader=" + leader);
+        serve("gen", "generation", "gen-1");
+        assertThat(route.get(180, TimeUnit.SECONDS)).as("route's exit status").isZero();
+
+        // kill -9 rank 1: rank 0's status group loses it (PEER_LOST, Aeron's peer timeout), rank 0 drains, exit 1.
+        rank1.kill();
+        long killed = System.nanoTime();
+        assertThat(rank0.waitFor(60)).as(rank0.output()).isEqualTo(1);
+        System.out.println("rank 1 killed: rank 0 stopped after "
+                + TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - killed) + " ms");
+        assertThat(rank0.output()).contains("kvtransfer: instance ctx-1: a rank is gone, draining:")
+                .contains("member 1 (").contains("stopped            ctx-1");
+    }
+
+    @Test
+    void rankOptionsThatCannotWorkEndWithOneLine() {
+        assertThat(KvTransferCli.run("serve", "--role=generation", "--rank=0", "--set=kvtransfer.auth=off"))
+                .isEqualTo(1);
+        assertThat(KvTransferCli.run("serve", "--role=context", "--tp=2", "--rank=1", "--set=kvtransfer.auth=off"))
+                .isEqualTo(1);
+        assertThat(KvTransferCli.run("serve", "--role=context", "--tp=2", "--rank=2", "--leader=x",
+                "--set=kvtransfer.auth=off")).isEqualTo(1);
+        assertThat(KvTransferCli.run("serve", "--role=context", "--leader=x", "--set=kvtransfer.auth=off"))
+                .isEqualTo(1);
     }
 }
