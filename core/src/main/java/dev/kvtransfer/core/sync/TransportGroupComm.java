@@ -216,10 +216,10 @@ public final class TransportGroupComm implements GroupComm {
                 }
                 roundOpen = false;
             }
+            prepareSend(values, round + 1); // may fail (memory): then no round was started
             round++;
             gathered = new long[size][];
             gathered[rank] = values.clone();
-            prepareSend(values);
             roundOpen = true;
             List<Integer> missing = complete(deadline);
             if (!missing.isEmpty()) {
@@ -249,14 +249,15 @@ public final class TransportGroupComm implements GroupComm {
     }
 
     /** Writes the round's message into the send buffer; it stays there until every member has it. */
-    private void prepareSend(long[] values) {
+    private void prepareSend(long[] values, long seq) {
         long bytes = HEADER_BYTES + (long) values.length * Long.BYTES;
         if (sendBuffer.size() < bytes) {
+            MemoryBuffer larger = memory.allocate(bytes, MemoryKind.HOST);
             sendBuffer.close();
-            sendBuffer = memory.allocate(bytes, MemoryKind.HOST);
+            sendBuffer = larger;
         }
         ByteBuffer b = sendBuffer.asByteBuffer();
-        writeHeader(b, KIND_ROUND, round, values.length);
+        writeHeader(b, KIND_ROUND, seq, values.length);
         b.position(HEADER_BYTES);
         b.asLongBuffer().put(values);
         sendCount = values.length;

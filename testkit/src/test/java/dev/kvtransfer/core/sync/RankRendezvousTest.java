@@ -4,10 +4,12 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.testkit.LeakCheckExtension;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -22,6 +24,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /** {@link RankRendezvous} over loopback: ranks that are threads, as the processes of one instance would be. */
 @Timeout(60)
+@ExtendWith(LeakCheckExtension.class)
 class RankRendezvousTest {
     private static final Duration T = Duration.ofSeconds(20);
     private final List<ConnectionManager> managers = new ArrayList<>();

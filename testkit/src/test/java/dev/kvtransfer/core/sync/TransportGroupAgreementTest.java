@@ -18,9 +18,11 @@ import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.testkit.LeakCheckExtension;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -39,6 +41,7 @@ import static org.awaitility.Awaitility.await;
  * formed by {@link TransportGroups}: TP2 context to TP2 generation over loopback, every element verified.
  */
 @Timeout(120)
+@ExtendWith(LeakCheckExtension.class)
 class TransportGroupAgreementTest {
     private static final Duration BOUND = Duration.ofSeconds(60);
 

@@ -8,10 +8,12 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.memory.HostBufferManager;
+import dev.kvtransfer.testkit.LeakCheckExtension;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
 
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
@@ -33,6 +35,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  * manager, as the ranks of one instance in N processes would be.
  */
 @Timeout(60)
+@ExtendWith(LeakCheckExtension.class)
 class TransportGroupCommTest {
     private static final Duration T = Duration.ofSeconds(20);
     private static final AtomicInteger FABRICS = new AtomicInteger();
