@@ -105,6 +105,8 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
     /** With --rank: why the instance stopped when another of its ranks went away. */
     private final java.util.concurrent.atomic.AtomicReference<RuntimeException> rankLost =
             new java.util.concurrent.atomic.AtomicReference<>();
+    /** With --rank 0: set once rank 0 has told the other ranks to stop (their leaving is expected then). */
+    private volatile boolean stopSent;
 
     @Override
     public Integer call() throws Exception {
@@ -149,6 +151,9 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                      ranks.served.addresses(), Duration.ofSeconds(options.timeoutSeconds))) {
             ContextService ctx = context ? new ContextService(instanceId, ranks.served, prefillMsPerLayer, maxIsl,
                     commands == null ? null : commands::start, commands == null ? null : e -> {
+                        if (stopSent) {
+                            return; // the other ranks leave because rank 0 told them to
+                        }
                         rankLost.compareAndSet(null, e);
                         System.err.println("kvtransfer: instance " + instanceId + ": a rank is gone, draining: "
                                 + CliErrors.oneLine(e));
@@ -201,6 +206,7 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                         link.deregister();
                     }
                     if (commands != null && rankLost.get() == null) {
+                        stopSent = true;
                         commands.stop();
                     }
                 }
@@ -243,6 +249,7 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
     /** {@code --rank R} with R > 0: this rank only, led by rank 0; no control endpoint and no registry entry. */
     private int follow(String instanceId, CacheState state, int blocksPerRank, Listen bind, int transportPort,
                        CountDownLatch stop) throws Exception {
+        boolean told;
         try (MetricsOptions.Scope meters = metrics.start(out);
              OneRank one = OneRank.start(instanceId, state, rank, options, blocksPerRank, meters.registry(instanceId),
                      bind.host(), transportPort, leader, Duration.ofSeconds(joinTimeoutSeconds),
@@ -255,11 +262,11 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                     instanceId, rank, state.worldSize(), parallelism(state), leader);
             out.printf(Locale.ROOT, "%-18s %s%n", "ready", "taking rank 0's requests");
             out.flush();
-            boolean told = RankCommands.follow(one.connections(), leader, ctx::start, () -> stop.getCount() == 0);
+            told = RankCommands.follow(one.connections(), leader, ctx::start, () -> stop.getCount() == 0);
             out.printf(Locale.ROOT, "%-18s %s%n", "draining", told ? "rank 0 stopped the instance" : "terminated");
             out.flush();
         }
-        if (rankLost.get() != null) {
+        if (!told && rankLost.get() != null) {
             throw new IllegalStateException("instance " + instanceId + " rank " + rank + ": another rank is gone: "
                     + CliErrors.oneLine(rankLost.get()));
         }
