@@ -51,7 +51,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * <p><b>Tags.</b> Channel {@code c} uses tags {@code FIRST_TAG + 2c} (headers) and {@code FIRST_TAG + 2c + 1}
  * (values), inside {@code [FIRST_TAG, LAST_TAG]}: above every fixed control tag of {@link Tags} and below
  * {@link Tags#FIRST_DATA_TAG}, so a group shares a rank's manager with its transceiver without ever taking one of
- * its messages. Two groups on one manager (a rank's context and generation groups) use distinct channels.
+ * its messages. Two groups on one manager (a rank's context and generation groups) use distinct channels;
+ * {@link TransportGroups} takes channels 0 and 1, {@link RankRendezvous} {@value #MAX_CHANNEL}, and
+ * {@code serve --rank}'s command channel {@code MAX_CHANNEL - 1}.
  *
  * <p>Sizes are bounded: a member's array has at most {@code maxValues} values (default
  * {@value #DEFAULT_MAX_VALUES}); a header announcing more (or a negative count) is refused {@code MALFORMED} before
