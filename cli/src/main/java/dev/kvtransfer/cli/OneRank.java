@@ -171,15 +171,18 @@ final class OneRank implements ServeRanks, AutoCloseable {
         }
     }
 
-    /** Closes in LocalInstance's order: transceiver threads, transport, transceiver, pool, groups, memory. */
+    /**
+     * Closes as LocalInstance does, but the groups before the transport: leaving them tells the other ranks at once
+     * (LEAVE), which needs the transport still open.
+     */
     @Override
     public void close() {
         transceiver.shutdown();
+        groups.context().close();
+        groups.generation().close();
         cm.close();
         transceiver.close();
         cache.close();
-        groups.context().close();
-        groups.generation().close();
         bm.close();
     }
 }
