@@ -94,10 +94,14 @@ class ServeRanksTest {
         Path report = dir.resolve("report.json");
         int requests = 60;
         CompletableFuture<Integer> route = route(requests, report);
-        ServeProcess rank0 = serve("ctx-rank-0", "context", "ctx-0", "--rank=0");
+        // A loaded machine can stall a JVM past Aeron's 3 s peer timeout, which ends a split instance (a rank is
+        // gone): this test is about routing, so its ranks allow 15 s of silence. The kill test keeps the default.
+        String patient = "--transport-set=aeron.peerTimeoutMs=15000";
+        ServeProcess rank0 = serve("ctx-rank-0", "context", "ctx-0", "--rank=0", patient);
         AtomicReference<String> leader = new AtomicReference<>(leader(rank0));
-        ServeProcess rank1 = serve("ctx-rank-1", "context", "ctx-0", "--rank=1", "--leader=" + leader.get());
-        serve("gen", "generation", "gen-0");
+        ServeProcess rank1 = serve("ctx-rank-1", "context", "ctx-0", "--rank=1", "--leader=" + leader.get(),
+                patient);
+        serve("gen", "generation", "gen-0", patient);
 
         assertThat(route.get(180, TimeUnit.SECONDS)).as("route's exit status").isZero();
         JsonNode r = ControlHttp.JSON.readTree(report.toFile());
