@@ -4,7 +4,6 @@ import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.TransferStatus;
-import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.pattern.KvPattern;
 
 import java.util.ArrayList;
@@ -25,7 +24,8 @@ final class ContextService implements AutoCloseable {
     private static final int KEEP_OUTCOMES = 8192;
 
     private final String id;
-    private final LocalInstance ctx;
+    private final ServeRanks ctx;
+    private final java.util.function.Consumer<ControlApi.ContextRequest> forward;
     private final SimulatedPrefill prefill;
     private final int maxIsl;
     private final Map<Long, InFlight> inFlight = new ConcurrentHashMap<>();
@@ -35,7 +35,7 @@ final class ContextService implements AutoCloseable {
             return size() > KEEP_OUTCOMES;
         }
     };
-    private final StatusPump pump;
+    private final RankStatusPump pump;
 
     private static final class InFlight {
         final List<Integer> ranks;
@@ -51,12 +51,32 @@ final class ContextService implements AutoCloseable {
         }
     }
 
-    ContextService(String id, LocalInstance ctx, double prefillMsPerLayer, int maxIsl) {
+    ContextService(String id, ServeRanks ctx, double prefillMsPerLayer, int maxIsl) {
+        this(id, ctx, prefillMsPerLayer, maxIsl, null);
+    }
+
+    /**
+     * @param forward with {@code serve --rank 0}: hands each request to the instance's other ranks (they run this
+     *                service for their own rank); null when every rank is in this process
+     */
+    ContextService(String id, ServeRanks ctx, double prefillMsPerLayer, int maxIsl,
+                   java.util.function.Consumer<ControlApi.ContextRequest> forward) {
+        this(id, ctx, prefillMsPerLayer, maxIsl, forward, null);
+    }
+
+    /**
+     * @param onGroupLost with {@code serve --rank}: called once when another rank of the instance is gone (its status
+     *                    group reports {@code PEER_LOST}); null to only log it
+     */
+    ContextService(String id, ServeRanks ctx, double prefillMsPerLayer, int maxIsl,
+                   java.util.function.Consumer<ControlApi.ContextRequest> forward,
+                   java.util.function.Consumer<RuntimeException> onGroupLost) {
         this.id = id;
         this.ctx = ctx;
+        this.forward = forward;
         this.prefill = new SimulatedPrefill(prefillMsPerLayer);
         this.maxIsl = maxIsl;
-        this.pump = new StatusPump(ctx, true, 5, this::finished);
+        this.pump = new RankStatusPump(ctx, true, 5, this::finished, onGroupLost);
     }
 
     /** @return requests in flight (allocated, not yet released) */
@@ -72,7 +92,9 @@ final class ContextService implements AutoCloseable {
         }
         CacheState s = ctx.cacheState();
         int total = DemoRanks.totalBlocks(s, q.isl());
-        List<Integer> serving = DemoRanks.serving(s, (int) Math.floorMod(rid, Integer.MAX_VALUE));
+        List<Integer> all = DemoRanks.serving(s, (int) Math.floorMod(rid, Integer.MAX_VALUE));
+        // This process's share: every serving rank, or with serve --rank its own.
+        List<Integer> serving = all.stream().filter(ctx.local()::contains).toList();
         long[] hashes = DemoRanks.blockHashes(rid, total);
         List<TransferRequest> reqs = new ArrayList<>();
         List<Integer> allocated = new ArrayList<>();
@@ -95,6 +117,9 @@ final class ContextService implements AutoCloseable {
                     + e.getMessage() + ")", e);
         }
         InFlight f = inFlight.get(rid);
+        if (forward != null) {
+            forward.accept(q); // the other ranks allocate, fill and hand over their parts meanwhile
+        }
         if (q.layerwise()) {
             for (int k = 0; k < reqs.size(); k++) {
                 ctx.transceiver(serving.get(k)).respondAndSendLayerWise(reqs.get(k));
@@ -103,7 +128,8 @@ final class ContextService implements AutoCloseable {
         prefill.start(s, reqs, serving, ctx::transceiver, q.layerwise(), System.nanoTime())
                 .whenComplete((end, e) -> f.prefillEndEpochNanos = end == null ? ControlApi.epochNanos()
                         : ControlApi.toEpoch(end));
-        String params = Base64.getEncoder().encodeToString(ctx.contextPhaseParams(rid, serving.get(0)).toBytes());
+        String params = serving.isEmpty() || serving.get(0) != (int) all.get(0) ? ""
+                : Base64.getEncoder().encodeToString(ctx.contextPhaseParams(rid, serving.get(0)).toBytes());
         return new ControlApi.ContextReply(rid, params, prefill.prefillNanos(s), id);
     }
 

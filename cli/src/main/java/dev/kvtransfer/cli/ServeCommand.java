@@ -11,6 +11,7 @@ import picocli.CommandLine.Option;
 
 import java.io.PrintStream;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.Base64;
 import java.util.List;
 import java.util.Locale;
@@ -87,7 +88,25 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
     @Option(names = "--pool-layout", description = "this instance's KV pool layout: block, layer-nhd, layer-hnd")
     String poolLayout;
 
+    @Option(names = "--rank", paramLabel = "R", description = "run only rank R of the instance in this process (the "
+            + "others run in their own serve processes, on this host or others): rank 0 serves the control endpoint "
+            + "and registers; ranks 1.. join it with --leader (context instances)")
+    Integer rank;
+
+    @Option(names = "--leader", paramLabel = "ADDRESS", description = "with --rank 1 or more: rank 0's transport "
+            + "address, as rank 0 prints it on its 'leader' line")
+    String leader;
+
+    @Option(names = "--join-timeout-s", description = "with --rank: how long rank 0 waits for every rank to join, and "
+            + "a rank for rank 0's answer (default 60)")
+    int joinTimeoutSeconds = 60;
+
     private final PrintStream out = System.out;
+    /** With --rank: why the instance stopped when another of its ranks went away. */
+    private final java.util.concurrent.atomic.AtomicReference<RuntimeException> rankLost =
+            new java.util.concurrent.atomic.AtomicReference<>();
+    /** With --rank 0: set once rank 0 has told the other ranks to stop (their leaving is expected then). */
+    private volatile boolean stopSent;
 
     @Override
     public Integer call() throws Exception {
@@ -111,6 +130,7 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
         // The URL is checked before anything starts; the registry is reached once the instance runs.
         dev.kvtransfer.registry.Registry reg = registry == null ? null : RemoteRegistry.open(registry, auth);
         CacheState state = context ? options.contextState() : options.generationState();
+        checkRankOptions(context, state);
         PoolMemory.resolve(options, dev.kvtransfer.core.plugin.Plugins.discover());
         int blocksPerRank = maxInflight * DemoRanks.totalBlocks(state, maxIsl);
         // One staging slot holds a rank's whole part of the longest request, as the demo sizes it.
@@ -121,11 +141,25 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
 
         CountDownLatch stop = new CountDownLatch(1);
         Signals.onTermination(stop::countDown);
+        int transportPort = bind.port() == 0 ? 0 : bind.port() + 1 + (rank != null ? rank : 0);
+        if (rank != null && rank > 0) {
+            return follow(instanceId, state, blocksPerRank, bind, transportPort, stop);
+        }
         try (MetricsOptions.Scope meters = metrics.start(out);
-             LocalInstance instance = Instances.start(instanceId, state, options, blocksPerRank,
-                     meters.registry(instanceId), bind.host(), bind.port() == 0 ? 0 : bind.port() + 1)) {
-            ContextService ctx = context ? new ContextService(instanceId, instance, prefillMsPerLayer, maxIsl) : null;
-            GenerationService gen = context ? null : new GenerationService(instanceId, instance, options, maxIsl);
+             Ranks ranks = startRanks(instanceId, state, blocksPerRank, meters, bind, transportPort);
+             RankCommands commands = rank == null ? null : RankCommands.leader(ranks.one.connections(),
+                     ranks.served.addresses(), Duration.ofSeconds(options.timeoutSeconds))) {
+            ContextService ctx = context ? new ContextService(instanceId, ranks.served, prefillMsPerLayer, maxIsl,
+                    commands == null ? null : commands::start, commands == null ? null : e -> {
+                        if (stopSent) {
+                            return; // the other ranks leave because rank 0 told them to
+                        }
+                        rankLost.compareAndSet(null, e);
+                        System.err.println("kvtransfer: instance " + instanceId + ": a rank is gone, draining: "
+                                + CliErrors.oneLine(e));
+                        stop.countDown();
+                    }) : null;
+            GenerationService gen = context ? null : new GenerationService(instanceId, ranks.all, options, maxIsl);
             try (AutoCloseable services = () -> {
                      if (ctx != null) {
                          ctx.close();
@@ -140,7 +174,7 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                 String controlUrl = "http://" + (host.contains(":") ? "[" + host + "]" : host) + ":" + control.port();
                 InstanceRecord record = new InstanceRecord(instanceId, role, incarnation(), options.backend,
                         options.mode.toLowerCase(Locale.ROOT), parallelism(state),
-                        Base64.getEncoder().encodeToString(state.toBytes()), instance.commState().addresses(),
+                        Base64.getEncoder().encodeToString(state.toBytes()), ranks.served.addresses(),
                         controlUrl, 0);
                 out.printf(Locale.ROOT, "%-18s %s %s, %s, %s%n", "serving", role, instanceId, parallelism(state),
                         options.backend + (context ? "" : " " + options.mode));
@@ -171,12 +205,104 @@ public final class ServeCommand implements java.util.concurrent.Callable<Integer
                     if (link != null) {
                         link.deregister();
                     }
+                    if (commands != null && rankLost.get() == null) {
+                        stopSent = true;
+                        commands.stop();
+                    }
                 }
             }
         }
         out.printf(Locale.ROOT, "%-18s %s%n", "stopped", instanceId);
         out.flush();
+        return rankLost.get() == null ? 0 : 1;
+    }
+
+    /** What serves this process's ranks: every rank ({@code all}), or with {@code --rank 0} rank 0 ({@code one}). */
+    private record Ranks(LocalInstance all, OneRank one, ServeRanks served) implements AutoCloseable {
+        @Override
+        public void close() {
+            if (all != null) {
+                all.close();
+            } else {
+                one.close();
+            }
+        }
+    }
+
+    private Ranks startRanks(String instanceId, CacheState state, int blocksPerRank, MetricsOptions.Scope meters,
+                             Listen bind, int transportPort) {
+        if (rank == null) {
+            LocalInstance all = Instances.start(instanceId, state, options, blocksPerRank, meters.registry(instanceId),
+                    bind.host(), transportPort);
+            return new Ranks(all, null, ServeRanks.of(all));
+        }
+        OneRank one = OneRank.start(instanceId, state, 0, options, blocksPerRank, meters.registry(instanceId),
+                bind.host(), transportPort, null, Duration.ofSeconds(joinTimeoutSeconds), address -> {
+                    out.printf(Locale.ROOT, "%-18s %s (start ranks 1..%d with --leader %s)%n", "leader", address,
+                            state.worldSize() - 1, address);
+                    out.flush();
+                });
+        out.printf(Locale.ROOT, "%-18s %d of %d joined%n", "ranks", state.worldSize(), state.worldSize());
+        return new Ranks(null, one, one);
+    }
+
+    /** {@code --rank R} with R > 0: this rank only, led by rank 0; no control endpoint and no registry entry. */
+    private int follow(String instanceId, CacheState state, int blocksPerRank, Listen bind, int transportPort,
+                       CountDownLatch stop) throws Exception {
+        boolean told;
+        try (MetricsOptions.Scope meters = metrics.start(out);
+             OneRank one = OneRank.start(instanceId, state, rank, options, blocksPerRank, meters.registry(instanceId),
+                     bind.host(), transportPort, leader, Duration.ofSeconds(joinTimeoutSeconds),
+                     address -> out.printf(Locale.ROOT, "%-18s %s%n", "transport", address));
+             ContextService ctx = new ContextService(instanceId, one, prefillMsPerLayer, maxIsl, null, e -> {
+                 rankLost.compareAndSet(null, e);
+                 stop.countDown();
+             })) {
+            out.printf(Locale.ROOT, "%-18s %s %s rank %d of %d (%s), led by rank 0 at %s%n", "serving", role,
+                    instanceId, rank, state.worldSize(), parallelism(state), leader);
+            out.printf(Locale.ROOT, "%-18s %s%n", "ready", "taking rank 0's requests");
+            out.flush();
+            told = RankCommands.follow(one.connections(), leader, ctx::start, () -> stop.getCount() == 0);
+            out.printf(Locale.ROOT, "%-18s %s%n", "draining", told ? "rank 0 stopped the instance" : "terminated");
+            out.flush();
+        }
+        if (!told && rankLost.get() != null) {
+            throw new IllegalStateException("instance " + instanceId + " rank " + rank + ": another rank is gone: "
+                    + CliErrors.oneLine(rankLost.get()));
+        }
+        out.printf(Locale.ROOT, "%-18s %s rank %d%n", "stopped", instanceId, rank);
+        out.flush();
         return 0;
+    }
+
+    private void checkRankOptions(boolean context, CacheState state) {
+        if (rank == null) {
+            if (leader != null) {
+                throw new IllegalArgumentException("--leader " + leader + " needs --rank R (R > 0)");
+            }
+            return;
+        }
+        if (!context) {
+            throw new IllegalArgumentException("--rank " + rank + ": only a context instance runs one rank per process "
+                    + "so far; run a generation instance's ranks in one serve process");
+        }
+        if (state.attentionDpEnabled()) {
+            throw new IllegalArgumentException("--rank " + rank + " with --attention-dp: not supported yet (rank 0 "
+                    + "answers for every request, and with attention DP another rank may serve it)");
+        }
+        if (rank < 0 || rank >= state.worldSize()) {
+            throw new IllegalArgumentException("--rank " + rank + ": this instance has ranks 0.." + (state.worldSize()
+                    - 1));
+        }
+        if (rank == 0 && leader != null) {
+            throw new IllegalArgumentException("--rank 0 is the leader: it takes no --leader");
+        }
+        if (rank > 0 && leader == null) {
+            throw new IllegalArgumentException("--rank " + rank + " needs --leader ADDRESS (rank 0's 'leader' line)");
+        }
+        if (joinTimeoutSeconds < 1) {
+            throw new IllegalArgumentException("--join-timeout-s " + joinTimeoutSeconds + ": must be at least 1");
+        }
     }
 
     private boolean parseRole() {

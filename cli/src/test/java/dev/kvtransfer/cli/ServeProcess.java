@@ -21,6 +21,11 @@ final class ServeProcess implements AutoCloseable {
     }
 
     static ServeProcess start(Path dir, String name, List<String> args) throws IOException {
+        return startMain(dir, name, KvTransferCli.class.getName(), args);
+    }
+
+    /** Any main class of this class path in a child JVM. */
+    static ServeProcess startMain(Path dir, String name, String mainClass, List<String> args) throws IOException {
         List<String> cmd = new ArrayList<>();
         cmd.add(ChildJvms.javaBinary());
         cmd.addAll(ChildJvms.flags());
@@ -28,7 +33,7 @@ final class ServeProcess implements AutoCloseable {
         cmd.add("-XX:TieredStopAtLevel=1"); // short-lived JVMs on a small machine: start fast
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));
-        cmd.add(KvTransferCli.class.getName());
+        cmd.add(mainClass);
         cmd.addAll(args);
         Path log = dir.resolve(name + "-" + System.nanoTime() + ".log");
         Process p = new ProcessBuilder(cmd).redirectErrorStream(true).redirectOutput(log.toFile()).start();
