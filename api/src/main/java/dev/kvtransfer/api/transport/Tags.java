@@ -9,7 +9,13 @@ public final class Tags {
     public static final int ID_TAG = 19;
     /** Size of the following request info, a little-endian uint64. */
     public static final int INFO_SIZE_TAG = 22;
-    /** The encoded {@code RequestInfo}. */
+    /**
+     * The encoded {@code RequestInfo}, in the protocol before each info moved to its request's data tag (the request
+     * header names it). Core no longer sends or reads this tag; kept so that plugins built against it still link.
+     *
+     * @deprecated request infos travel on their request's data tag
+     */
+    @Deprecated
     public static final int INFO_TAG = 32;
     /** The context side's one-byte ready signal: 1 = data follows, 0 = cancelled/refused. */
     public static final int READY_SIGNAL_TAG = 42;
