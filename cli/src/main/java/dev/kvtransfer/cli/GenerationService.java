@@ -18,7 +18,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 final class GenerationService implements AutoCloseable {
     private final String id;
     private final GenRunner runner;
-    private final StatusPump pump;
+    private final RankStatusPump pump;
     private final int maxIsl;
     private final Duration deadline;
     private final AtomicInteger inFlight = new AtomicInteger();
@@ -26,7 +26,7 @@ final class GenerationService implements AutoCloseable {
     GenerationService(String id, LocalInstance gen, DemoOptions options, int maxIsl) {
         this.id = id;
         this.runner = new GenRunner(gen, options);
-        this.pump = new StatusPump(gen, false, 5, (rank, status) -> { });
+        this.pump = new RankStatusPump(ServeRanks.of(gen), false, 5, (rank, status) -> { }, null);
         this.maxIsl = maxIsl;
         this.deadline = Duration.ofSeconds(options.timeoutSeconds).plusSeconds(10);
     }

@@ -12,9 +12,11 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
 
 /**
- * {@link StatusPump} over the {@linkplain ServeRanks#local() local ranks} of a served instance: with {@code serve
- * --rank R} each process pumps its own rank, and the status checks meet across processes in the ranks'
- * {@code TransportGroupComm}s (each process calls its check in the same order, so the rounds pair up).
+ * Runs the status checks of a served instance's {@linkplain ServeRanks#local() local ranks} in the background, every
+ * rank at once (they meet in their status groups), and hands what each finished to a callback. With all ranks in one
+ * JVM ({@link ServeRanks#of}) it pumps them all; with {@code serve --rank R} each process pumps its own rank, and the
+ * checks meet across processes in the ranks' {@code TransportGroupComm}s (each process calls its check in the same
+ * order, so the rounds pair up).
  */
 final class RankStatusPump implements AutoCloseable {
     private final ServeRanks ranks;
@@ -40,7 +42,7 @@ final class RankStatusPump implements AutoCloseable {
         this.ranks = ranks;
         this.context = context;
         this.onStatus = onStatus;
-        this.pool = Executors.newFixedThreadPool(ranks.local().size(), r -> {
+        this.pool = Executors.newFixedThreadPool(Math.max(1, ranks.local().size()), r -> {
             Thread t = new Thread(r, "kvtransfer-status-" + ranks.name());
             t.setDaemon(true);
             return t;
