@@ -2,10 +2,8 @@ package dev.kvtransfer.soak;
 
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.layout.BlockDistribution;
-import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
-import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransceiverConfig;
@@ -83,11 +81,8 @@ public final class SoakChild {
      * @return the state
      */
     static CacheState state(String spec) {
-        String[] f = spec.split(",");
-        return CacheState.builder().uniformKvHeads(Integer.parseInt(f[2]), Integer.parseInt(f[3]))
-                .sizePerHead(Integer.parseInt(f[4])).tokensPerBlock(Integer.parseInt(f[5]))
-                .tensorParallelism(Integer.parseInt(f[0])).pipelineParallelism(Integer.parseInt(f[1]))
-                .dataType(DataType.valueOf(f[6])).attentionType(AttentionType.DEFAULT).build();
+        // The testkit's child processes read the same spec.
+        return dev.kvtransfer.testkit.process.ContextInstanceMain.state(spec);
     }
 
     /**
