@@ -17,7 +17,8 @@ import java.util.function.IntFunction;
  * are consecutive on both sides (Mooncake's {@code group_concurrent_contiguous}); without the peer's ids, one
  * block per run. A run can only be contiguous in a layer pool ({@link PoolLayout.Kind#LAYER_NHD},
  * {@link PoolLayout.Kind#LAYER_HND}: all blocks of one (layer, kv, segment) share a region); in a block pool
- * consecutive ids are not assumed adjacent (the peer cannot know how the pool was chunked).
+ * a run of several blocks is never contiguous (its stream is {@code [layer][kv][block]}); whole blocks join instead
+ * ({@link Builder#mergeBlocks}).
  *
  * <p><b>Byte stream.</b> The part is the concatenation of its runs; a run of {@code R} blocks is
  * {@code [layer][kv][wire segment][block of the run][slice]}, a slice being one block's {@code heads x tokens x
@@ -36,7 +37,9 @@ import java.util.function.IntFunction;
  * messages (the receiver on a tie); (E) both sides staged, one message per run, or one per part with
  * {@code stagedPerPart}. The plan without both-direct is one side direct when its messages average at least
  * {@code minDirectBytes}, else staged; both direct replaces it when its messages average at least
- * {@code minBothDirectBytes} or it needs no more messages than the plan it replaces.
+ * {@code minBothDirectBytes} or it needs no more messages than the plan it replaces. With
+ * {@link Builder#mergeBlocks} a message of (B) continues into the next block where the bytes continue in both pools
+ * (a block pool: consecutive ids in one region on both sides), so consecutive whole blocks travel as one message.
  *
  * <p>Created once per peer and request (O(peers) objects); iterating the messages ({@link Cursor}) allocates
  * nothing.
@@ -58,10 +61,10 @@ public final class PartPlan {
         EMPTY
     }
 
-    private final Side snd;
-    private final Side rcv;
+    final PartSide snd;
+    final PartSide rcv;
     private final boolean selfIsSender;
-    private final int blocks;
+    final int blocks;
     private final int layers;
     private final int kvFactor;
     private final int heads;
@@ -75,30 +78,14 @@ public final class PartPlan {
     private final long bytes;
     private final boolean coalesce;
     private final boolean stagedPerPart;
+    /** Largest message that joins whole blocks (both sides direct, one-block runs); 0: blocks never join. */
+    private final long mergeMaxBytes;
+    /** Which whole blocks join, when they may ({@link Builder#mergeBlocks} and both id lists known); else null. */
+    private final PartJoins joins;
     private final Mode mode;
     private final boolean sndDirect;
     private final boolean rcvDirect;
     private final int messages;
-
-    /** One side of a part. */
-    private static final class Side {
-        final PoolGeometry actual;
-        final PoolGeometry plan;
-        final int[] ids;
-        final int first;
-        final int firstLayer;
-        final int firstHead;
-
-        Side(PoolGeometry actual, int[] ids, int first, int firstLayer, int firstHead) {
-            this.actual = actual;
-            BlockLayout l = actual.blockLayout();
-            this.plan = PoolGeometry.of(l, actual.poolLayout(), actual.layerKind() ? Integer.MAX_VALUE : 1);
-            this.ids = ids;
-            this.first = first;
-            this.firstLayer = firstLayer;
-            this.firstHead = firstHead;
-        }
-    }
 
     private PartPlan(Builder b) {
         Objects.requireNonNull(b.sndGeometry, "sender geometry");
@@ -114,20 +101,20 @@ public final class PartPlan {
             throw new IllegalArgumentException("part of " + b.blocks + " blocks, " + b.layers + " layers, " + b.heads
                     + " heads");
         }
-        checkRange("sender", b.sndFirstLayer, b.layers, sl.localLayers(), "layers");
-        checkRange("receiver", b.rcvFirstLayer, b.layers, rl.localLayers(), "layers");
-        checkRange("sender", b.sndFirstHead, b.heads, sl.localHeads(), "heads");
-        checkRange("receiver", b.rcvFirstHead, b.heads, rl.localHeads(), "heads");
+        PartSide.checkRange("sender", b.sndFirstLayer, b.layers, sl.localLayers(), "layers");
+        PartSide.checkRange("receiver", b.rcvFirstLayer, b.layers, rl.localLayers(), "layers");
+        PartSide.checkRange("sender", b.sndFirstHead, b.heads, sl.localHeads(), "heads");
+        PartSide.checkRange("receiver", b.rcvFirstHead, b.heads, rl.localHeads(), "heads");
         int[] selfIds = b.selfIsSender ? b.sndIds : b.rcvIds;
         Objects.requireNonNull(selfIds, "own block ids");
-        checkIds(b.selfIsSender ? "own (sender)" : "own (receiver)", selfIds,
+        PartSide.checkIds(b.selfIsSender ? "own (sender)" : "own (receiver)", selfIds,
                 b.selfIsSender ? b.sndFirst : b.rcvFirst, b.blocks);
         int[] peerIds = b.selfIsSender ? b.rcvIds : b.sndIds;
         if (peerIds != null) {
-            checkIds("peer", peerIds, b.selfIsSender ? b.rcvFirst : b.sndFirst, b.blocks);
+            PartSide.checkIds("peer", peerIds, b.selfIsSender ? b.rcvFirst : b.sndFirst, b.blocks);
         }
-        this.snd = new Side(b.sndGeometry, b.sndIds, b.sndFirst, b.sndFirstLayer, b.sndFirstHead);
-        this.rcv = new Side(b.rcvGeometry, b.rcvIds, b.rcvFirst, b.rcvFirstLayer, b.rcvFirstHead);
+        this.snd = new PartSide(b.sndGeometry, b.sndIds, b.sndFirst, b.sndFirstLayer, b.sndFirstHead);
+        this.rcv = new PartSide(b.rcvGeometry, b.rcvIds, b.rcvFirst, b.rcvFirstLayer, b.rcvFirstHead);
         this.selfIsSender = b.selfIsSender;
         this.blocks = b.blocks;
         this.layers = b.layers;
@@ -143,6 +130,8 @@ public final class PartPlan {
         this.bytes = rowBytes * blocks;
         this.stagedPerPart = b.stagedPerPart;
         boolean idsKnown = b.sndIds != null && b.rcvIds != null;
+        this.mergeMaxBytes = idsKnown ? b.mergeMaxBytes : 0;
+        this.joins = mergeMaxBytes > 0 ? new PartJoins(this, mergeMaxBytes) : null;
         if (blocks == 0 || layers == 0) {
             this.coalesce = false;
             this.mode = Mode.EMPTY;
@@ -215,20 +204,6 @@ public final class PartPlan {
         this.messages = msgs;
     }
 
-    private static void checkRange(String side, int first, int count, int limit, String what) {
-        if (first < 0 || count < 0 || first + count > limit) {
-            throw new IllegalArgumentException(side + " " + what + " [" + first + ", " + first + "+" + count
-                    + ") outside its " + limit);
-        }
-    }
-
-    private static void checkIds(String who, int[] ids, int first, int blocks) {
-        if (first < 0 || first + blocks > ids.length) {
-            throw new IllegalArgumentException(who + " block ids: " + ids.length + " ids, the part needs [" + first
-                    + ", " + (first + blocks) + ")");
-        }
-    }
-
     /** @return a builder */
     public static Builder builder() {
         return new Builder();
@@ -253,6 +228,7 @@ public final class PartPlan {
         private long minBothDirectBytes;
         private long minDirectBytes;
         private boolean stagedPerPart;
+        private long mergeMaxBytes;
 
         private Builder() {
         }
@@ -260,8 +236,8 @@ public final class PartPlan {
         /**
          * The sending (context) side.
          *
-         * @param geometry   its pool (the peer's: block layout and pool layout are what matter; its blocks per
-         *                   region are not used for planning)
+         * @param geometry   its pool (the peer's: block layout and pool layout, and its real blocks per region
+         *                   where {@link #mergeBlocks} is on)
          * @param ids        its block ids of the request, or {@code null} when unknown (a peer that did not send
          *                   them); required for this rank
          * @param first      index in {@code ids} of the part's first block
@@ -334,6 +310,23 @@ public final class PartPlan {
             return this;
         }
 
+        /**
+         * Lets a message of a plan with both sides direct and one block per run continue into the next block where
+         * its bytes continue in both pools (consecutive ids in one region of each side, a part of whole blocks), up
+         * to {@code maxMessageBytes}. Needs both id lists and each side's real blocks per region in its geometry
+         * (the peer's as it reported them); both ranks must use the same value.
+         *
+         * @param maxMessageBytes the largest joined message; 0 (the default) keeps one message per block
+         * @return this builder
+         */
+        public Builder mergeBlocks(long maxMessageBytes) {
+            if (maxMessageBytes < 0) {
+                throw new IllegalArgumentException("maxMessageBytes = " + maxMessageBytes + ": must be 0 or more");
+            }
+            this.mergeMaxBytes = maxMessageBytes;
+            return this;
+        }
+
         /** @return the plan */
         public PartPlan build() {
             return new PartPlan(this);
@@ -384,10 +377,11 @@ public final class PartPlan {
      * @return whether the staged streams are interchangeable
      */
     public boolean sameStream(PartPlan o) {
-        Side x = selfIsSender ? snd : rcv;
-        Side y = o.selfIsSender ? o.snd : o.rcv;
+        PartSide x = selfIsSender ? snd : rcv;
+        PartSide y = o.selfIsSender ? o.snd : o.rcv;
         if (o.selfIsSender != selfIsSender || o.mode != mode || o.blocks != blocks || o.layers != layers
                 || o.heads != heads || o.coalesce != coalesce || o.stagedPerPart != stagedPerPart
+                || o.mergeMaxBytes != mergeMaxBytes
                 || o.sndDirect != sndDirect || o.rcvDirect != rcvDirect || o.messages != messages
                 || o.wireTokensOuter != wireTokensOuter || o.wireSegments != wireSegments || o.wireRope != wireRope
                 || x.firstLayer != y.firstLayer || x.firstHead != y.firstHead || !x.actual.equals(y.actual)) {
@@ -473,7 +467,7 @@ public final class PartPlan {
     }
 
     /** Whether one block's slice (of every wire segment) is one contiguous run of the side's pool, in wire order. */
-    private boolean sliceContiguous(Side x) {
+    private boolean sliceContiguous(PartSide x) {
         PoolGeometry g = x.plan;
         for (int ws = 0; ws < wireSegments; ws++) {
             if (sideSegment(g, ws) < 0) {
@@ -488,7 +482,7 @@ public final class PartPlan {
     }
 
     /** Whether a run's slices of one plane segment are adjacent: a layer pool, all of the side's heads. */
-    private boolean fullPlaneOfLayerPool(Side x) {
+    private boolean fullPlaneOfLayerPool(PartSide x) {
         return x.plan.layerKind() && heads == x.plan.blockLayout().localHeads();
     }
 
@@ -500,19 +494,19 @@ public final class PartPlan {
                 + (long) heads * tokens * wireFirstDim(ws) * eb);
     }
 
-    private long unitBytes(int runLen, int unit) {
+    long unitBytes(int runLen, int unit) {
         return runLen * sliceBytes(unit % wireSegments);
     }
 
     /** Region of a unit's first byte on a (direct) side, block {@code blockId} first in its run. */
-    private int unitRegion(Side x, PoolGeometry g, int blockId, int unit) {
+    int unitRegion(PartSide x, PoolGeometry g, int blockId, int unit) {
         int ws = unit % wireSegments;
         int plane = unit / wireSegments;
         return g.region(blockId, x.firstLayer + plane / kvFactor, plane % kvFactor, sideSegment(g, ws));
     }
 
     /** Offset of a unit's first byte on a (direct) side, block {@code blockId} first in its run. */
-    private long unitOffset(Side x, PoolGeometry g, int blockId, int unit) {
+    long unitOffset(PartSide x, PoolGeometry g, int blockId, int unit) {
         int ws = unit % wireSegments;
         int plane = unit / wireSegments;
         int s = sideSegment(g, ws);
@@ -520,7 +514,7 @@ public final class PartPlan {
                 + x.firstHead * g.headStride(s);
     }
 
-    private int units() {
+    int units() {
         return layers * kvFactor * wireSegments;
     }
 
@@ -530,7 +524,7 @@ public final class PartPlan {
      * run's first block id (a block pool's units of one block, a layer pool's planes in separate regions), so it is
      * taken at block 0: the peer's ids are not needed.
      */
-    private boolean follows(Side x, int runLen, int u) {
+    boolean follows(PartSide x, int runLen, int u) {
         PoolGeometry g = x.plan;
         if (unitRegion(x, g, 0, u - 1) != unitRegion(x, g, 0, u)) {
             return false;
@@ -542,6 +536,9 @@ public final class PartPlan {
     private int count(boolean runs, boolean sd, boolean rd) {
         if (!sd && !rd && stagedPerPart) {
             return 1;
+        }
+        if (!runs && sd && rd && joins != null) {
+            return joins.count();
         }
         int n = 0;
         int u = units();
@@ -569,7 +566,8 @@ public final class PartPlan {
         return "PartPlan{" + mode + ", " + blocks + " blocks x " + layers + " layers x " + heads + " heads, " + bytes
                 + " B in " + messages + " messages, sender " + snd.actual.poolLayout() + (sndDirect ? " direct"
                 : " staged") + ", receiver " + rcv.actual.poolLayout() + (rcvDirect ? " direct" : " staged")
-                + (coalesce ? ", coalesced" : "") + "}";
+                + (coalesce ? ", coalesced" : "") + (mergeMaxBytes > 0 && mode == Mode.BOTH_DIRECT_BLOCKS
+                ? ", whole blocks joined up to " + mergeMaxBytes + " B" : "") + "}";
     }
 
     /**
@@ -647,6 +645,17 @@ public final class PartPlan {
             for (int k = start; k < end; k++) {
                 len += unitBytes(runLen, k);
             }
+            if (mode == Mode.BOTH_DIRECT_BLOCKS && joins != null && end == u) {
+                // Whole blocks whose bytes continue in both pools join this message (the stream is block-major).
+                int j = joins.joinable(runStart, len);
+                if (j > 0) {
+                    runStart += j;
+                    end = joins.unitsFrom(0);
+                    len += j * joins.unitsBytes(0, end);
+                    unitEnd = end;
+                    msgUnitEnd = end;
+                }
+            }
             msgLength = len;
             return true;
         }
@@ -663,13 +672,13 @@ public final class PartPlan {
 
         /** @return this rank's region holding the current message (only when {@link #selfDirect()}) */
         public int region() {
-            Side x = selfIsSender ? snd : rcv;
+            PartSide x = selfIsSender ? snd : rcv;
             return unitRegion(x, x.actual, x.ids[x.first + msgRun], msgUnitStart);
         }
 
         /** @return offset of the current message in {@link #region()} (only when {@link #selfDirect()}) */
         public long offset() {
-            Side x = selfIsSender ? snd : rcv;
+            PartSide x = selfIsSender ? snd : rcv;
             return unitOffset(x, x.actual, x.ids[x.first + msgRun], msgUnitStart);
         }
 
@@ -715,7 +724,7 @@ public final class PartPlan {
 
     private long copyUnits(BufferManager bm, IntFunction<MemoryBuffer> regions, MemoryBuffer buf, long off,
                            boolean toPool, int runStart, int runLen, int u0, int u1) {
-        Side x = selfIsSender ? snd : rcv;
+        PartSide x = selfIsSender ? snd : rcv;
         PoolGeometry g = x.actual;
         for (int u = u0; u < u1; u++) {
             int ws = u % wireSegments;

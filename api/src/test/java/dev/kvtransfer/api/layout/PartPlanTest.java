@@ -57,12 +57,13 @@ class PartPlanTest {
 
     private record Case(PoolGeometry sg, PoolGeometry rg, int[] sIds, int[] rIds, int sFirst, int rFirst, int blocks,
                         int sL0, int rL0, int layers, int sH0, int rH0, int heads, boolean idsKnown, long minBoth,
-                        long minOne, boolean perPart) {
+                        long minOne, boolean perPart, long merge) {
         PartPlan plan(boolean sender) {
             return PartPlan.builder()
                     .sender(sg, sender || idsKnown ? sIds : null, sFirst, sL0, sH0)
                     .receiver(rg, !sender || idsKnown ? rIds : null, rFirst, rL0, rH0)
-                    .shape(blocks, layers, heads).selfIsSender(sender).policy(minBoth, minOne, perPart).build();
+                    .shape(blocks, layers, heads).selfIsSender(sender).policy(minBoth, minOne, perPart)
+                    .mergeBlocks(merge).build();
         }
     }
 
@@ -120,7 +121,8 @@ class PartPlanTest {
         return new Case(sg, rg, ids(rnd, sBlocks, sPool), ids(rnd, rBlocks, rPool), sBlocks - blocks,
                 rBlocks - blocks, blocks, rnd.nextInt(sLayers - layers + 1), rnd.nextInt(rLayers - layers + 1), layers,
                 rnd.nextInt(sHs / heads) * heads, rnd.nextInt(rHs / heads) * heads, heads, rnd.nextBoolean(),
-                thresholds[rnd.nextInt(3)], thresholds[rnd.nextInt(3)], rnd.nextBoolean());
+                thresholds[rnd.nextInt(3)], thresholds[rnd.nextInt(3)], rnd.nextBoolean(),
+                new long[] {0, 1, 3L * sl.blockBytes() / 2, 3L * sl.blockBytes(), Long.MAX_VALUE}[rnd.nextInt(5)]);
     }
 
     private static int poolBlocks(PoolGeometry g, int[] ids) {
@@ -135,11 +137,44 @@ class PartPlanTest {
     void everyPairOfLayoutsMovesEveryElementOfThePartAndNothingElse() {
         Random rnd = new Random(12);
         java.util.EnumMap<PartPlan.Mode, Integer> modes = new java.util.EnumMap<>(PartPlan.Mode.class);
+        int joined = 0;
         for (int iter = 0; iter < 3000; iter++) {
             Case c = randomCase(rnd);
             run(c, modes, "case " + iter + " " + c);
+            Case unjoined = new Case(c.sg, c.rg, c.sIds, c.rIds, c.sFirst, c.rFirst, c.blocks, c.sL0, c.rL0,
+                    c.layers, c.sH0, c.rH0, c.heads, c.idsKnown, c.minBoth, c.minOne, c.perPart, 0);
+            joined += c.plan(true).messages() < unjoined.plan(true).messages() ? 1 : 0;
         }
         assertThat(modes.keySet()).as("modes exercised").containsExactlyInAnyOrder(PartPlan.Mode.values());
+        assertThat(joined).as("cases where whole blocks joined into fewer messages").isPositive();
+    }
+
+    @Test
+    void blockPoolsHoldingWholeBlocksJoinThemAndStillMoveEveryElement() {
+        Random rnd = new Random(13);
+        java.util.EnumMap<PartPlan.Mode, Integer> modes = new java.util.EnumMap<>(PartPlan.Mode.class);
+        int joined = 0;
+        for (int iter = 0; iter < 1500; iter++) {
+            int layers = 1 + rnd.nextInt(3);
+            int heads = 1 + rnd.nextInt(3);
+            int kvF = 1 + rnd.nextInt(2);
+            BlockLayout l = new BlockLayout(layers, kvF, heads, 1 + rnd.nextInt(4), 2 + rnd.nextInt(4),
+                    new int[] {1, 2, 4}[rnd.nextInt(3)]);
+            int blocks = 1 + rnd.nextInt(8);
+            int sBlocks = blocks + rnd.nextInt(2);
+            int rBlocks = blocks + rnd.nextInt(2);
+            PoolGeometry sg = PoolGeometry.of(l, PoolLayout.BLOCK, 1 + rnd.nextInt(6));
+            PoolGeometry rg = PoolGeometry.of(l, PoolLayout.BLOCK, 1 + rnd.nextInt(6));
+            long cap = new long[] {1, l.blockBytes(), 2 * l.blockBytes(), 3 * l.blockBytes() + 1, Long.MAX_VALUE}[
+                    rnd.nextInt(5)];
+            Case c = new Case(sg, rg, ids(rnd, sBlocks, sBlocks + 1 + rnd.nextInt(6)),
+                    ids(rnd, rBlocks, rBlocks + 1 + rnd.nextInt(6)), sBlocks - blocks, rBlocks - blocks, blocks, 0,
+                    0, layers, 0, 0, heads, true, 0, 0, false, cap);
+            run(c, modes, "case " + iter + " " + c);
+            joined += c.plan(true).messages() < blocks ? 1 : 0;
+        }
+        assertThat(modes.keySet()).containsExactly(PartPlan.Mode.BOTH_DIRECT_BLOCKS);
+        assertThat(joined).as("cases where whole blocks joined into fewer messages").isGreaterThan(300);
     }
 
     private static void run(Case c, java.util.Map<PartPlan.Mode, Integer> modes, String what) {
@@ -286,6 +321,51 @@ class PartPlanTest {
         assertThat(one.peerDirect()).isTrue();
         assertThat(one.selfDirect()).isFalse();
         assertThat(one.messages()).isEqualTo(5);
+    }
+
+    @Test
+    void blockPoolsJoinWholeBlocksAdjacentInBothPoolsUpToTheCap() {
+        BlockLayout l = new BlockLayout(4, 2, 8, 16, 128, 2);
+        long row = l.blockBytes();
+        // 8 blocks, consecutive on both sides, one region each: one message of all of them.
+        PartPlan all = PartPlan.builder().sender(g(l, PoolLayout.BLOCK, 64), range(0, 8), 0, 0, 0)
+                .receiver(g(l, PoolLayout.BLOCK, 64), range(20, 8), 0, 0, 0).shape(8, 4, 8).selfIsSender(true)
+                .mergeBlocks(1L << 30).build();
+        assertThat(all.mode()).isEqualTo(PartPlan.Mode.BOTH_DIRECT_BLOCKS);
+        assertThat(all.messages()).isEqualTo(1);
+        PartPlan.Cursor c = all.cursor();
+        assertThat(c.next()).isTrue();
+        assertThat(c.length()).isEqualTo(8 * row);
+        assertThat(c.offset()).isZero();
+        assertThat(c.next()).isFalse();
+        // A region boundary of the receiver (16 blocks per region: 20..31 | 32..) and an id break of the sender
+        // (4 -> 9) split it; the cap of 3 rows splits the rest.
+        PartPlan split = PartPlan.builder().sender(g(l, PoolLayout.BLOCK, 64), new int[] {0, 1, 2, 3, 4, 9, 10, 11},
+                        0, 0, 0).receiver(g(l, PoolLayout.BLOCK, 16), range(26, 8), 0, 0, 0).shape(8, 4, 8)
+                .selfIsSender(false).mergeBlocks(3 * row).build();
+        List<Long> lengths = new ArrayList<>();
+        List<Long> offsets = new ArrayList<>();
+        PartPlan.Cursor s = split.cursor();
+        while (s.next()) {
+            lengths.add(s.length() / row);
+            offsets.add(s.offset() / row);
+        }
+        // receiver ids 26..31 | 32, 33; sender 0..4 | 9..11: breaks before part blocks 5 (both) and 6 (region).
+        assertThat(lengths).containsExactly(3L, 2L, 1L, 2L);
+        assertThat(offsets).containsExactly(10L, 13L, 15L, 0L);
+        assertThat(split.messages()).isEqualTo(4);
+        // Without the peer's ids, or with merging off, one message per block.
+        PartPlan noIds = PartPlan.builder().sender(g(l, PoolLayout.BLOCK, 64), range(0, 8), 0, 0, 0)
+                .receiver(g(l, PoolLayout.BLOCK, 64), null, 0, 0, 0).shape(8, 4, 8).selfIsSender(true)
+                .mergeBlocks(1L << 30).build();
+        assertThat(noIds.messages()).isEqualTo(8);
+        // A head subset (TP2 -> TP1) is not a whole row: nothing joins across blocks.
+        BlockLayout half = new BlockLayout(4, 2, 4, 16, 128, 2);
+        PartPlan heads = PartPlan.builder().sender(g(half, PoolLayout.BLOCK, 64), range(0, 5), 0, 0, 0)
+                .receiver(g(l, PoolLayout.BLOCK, 64), range(0, 5), 0, 0, 4).shape(5, 4, 4).selfIsSender(false)
+                .mergeBlocks(1L << 30).build();
+        assertThat(heads.messages()).isEqualTo(5 * 4 * 2);
+        assertThat(all.toString()).contains("whole blocks joined");
     }
 
     @Test

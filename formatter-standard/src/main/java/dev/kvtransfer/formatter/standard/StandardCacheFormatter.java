@@ -86,6 +86,14 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     public static final long DEFAULT_MIN_DIRECT_ENTRY_BYTES = 64 * 1024;
 
     /**
+     * Largest pull message that joins consecutive whole blocks ({@link PartPlan.Builder#mergeBlocks}): both sides
+     * direct, blocks adjacent in both pools. Part of the wire agreement (both ranks plan with it), so not a setting.
+     * 4 MiB: a 1 MiB request of 16 KiB blocks is one message instead of 64; a large request still travels in
+     * several messages, so the sender's sends and the receiver's posted receives overlap.
+     */
+    public static final long MERGED_MESSAGE_BYTES = 4L << 20;
+
+    /**
      * Ring places of a staged receive that scatters on a helper ({@link ScatterPipeline}): the receive of message
      * {@code n} reuses the place of message {@code n - 4} once it is scattered. Four places of a 2 MiB row (the
      * llama3-8b TP2 → TP1 row at 32 tokens per block) are 8 MiB per peer: the staged rows stay in the last-level
@@ -471,10 +479,14 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
                 continue; // the peer's CP range holds none of our blocks after the reused prefix: no message at all
             }
             int[] peerIds = session.peerBlockIds(part.peer);
-            PoolGeometry peerGeometry = PoolGeometry.of(part.peerLayout, peer.poolLayout(), 1);
+            // The peer's real blocks per region (its ready signal / request info): both ranks then know where
+            // consecutive blocks are adjacent in both pools, and join them into one message alike.
+            PoolGeometry peerGeometry = PoolGeometry.of(part.peerLayout, peer.poolLayout(),
+                    session.peerBlocksPerRegion(part.peer));
             try {
                 PartPlan.Builder b = PartPlan.builder().shape(part.blockCount, part.layerCount, part.headCount)
-                        .selfIsSender(sender).policy(minBothDirectBytes, 0, false);
+                        .selfIsSender(sender).policy(minBothDirectBytes, 0, false)
+                        .mergeBlocks(MERGED_MESSAGE_BYTES);
                 if (sender) {
                     b.sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)
                             .receiver(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer,
