@@ -36,13 +36,14 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     @Mixin
     MetricsOptions metrics = new MetricsOptions();
 
-    @Option(names = "--requests", description = "number of requests (default 8)")
-    int requests = 8;
+    @Option(names = "--requests", description = "number of measured requests (default 64)")
+    int requests = 64;
 
     @Option(names = "--isl", description = "prompt length in tokens (default 1024)")
     int isl = 1024;
 
-    @Option(names = "--max-inflight", description = "requests in flight at once (default: as many as fit in --memory-budget-mib)")
+    @Option(names = "--max-inflight", description = "requests in flight at once (default: " + DEFAULT_MAX_INFLIGHT
+            + ", fewer when they do not fit in --memory-budget-mib)")
     Integer maxInflight;
 
     @Option(names = "--memory-budget-mib", description = "KV memory per instance for in-flight requests (default 2048)")
@@ -66,8 +67,22 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     boolean inProcess;
 
     @Option(names = "--warmup", description = "untimed requests before the measured ones, so that first contact and "
-            + "JIT compilation are not in the numbers; verified, not dumped (default 4; 0 for none; not with mpi)")
-    int warmup = 4;
+            + "JIT compilation are not in the numbers; verified, not dumped (default: as many as --warmup-ms allows, "
+            + "at least " + AUTO_WARMUP_MIN + " and at most " + AUTO_WARMUP_MAX + "; 0 for none; not with mpi)")
+    Integer warmup;
+
+    @Option(names = "--warmup-ms", description = "without --warmup: warm up for this long (default 2000)")
+    long warmupMs = 2000;
+
+    /**
+     * Default window: a request's latency then reads as a transfer among a few concurrent ones, not as its place in a
+     * queue of every measured request.
+     */
+    static final int DEFAULT_MAX_INFLIGHT = 8;
+
+    /** Bounds of the default (time-bounded) warm-up, in requests. */
+    static final int AUTO_WARMUP_MIN = 4;
+    static final int AUTO_WARMUP_MAX = 4096;
 
     @Option(names = "--layerwise", description = "context ranks hand each layer over as soon as its (simulated) "
             + "prefill finished (respondAndSendLayerWise); with --compare also runs the same requests handed over "
@@ -100,8 +115,9 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         if (requests < 1 || isl < 1) {
             throw new IllegalArgumentException("--requests and --isl must be positive");
         }
-        if (warmup < 0) {
-            throw new IllegalArgumentException("--warmup must be 0 or more, was " + warmup);
+        if (warmup != null && warmup < 0 || warmupMs < 0) {
+            throw new IllegalArgumentException("--warmup and --warmup-ms must be 0 or more, were " + warmup + " and "
+                    + warmupMs);
         }
         int ctxBlocks = DemoRanks.totalBlocks(ctxState, isl);
         long ctxRequestBytes = 0;
@@ -115,7 +131,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         long perRequestInstanceBytes = Math.max(ctxRequestBytes * ctxState.worldSize(),
                 genRequestBytes * genState.worldSize());
         int window = maxInflight != null ? maxInflight
-                : (int) Math.max(1, Math.min(requests, (memoryBudgetMib << 20) / Math.max(1, perRequestInstanceBytes)));
+                : (int) Math.max(1, Math.min(Math.min(requests, DEFAULT_MAX_INFLIGHT),
+                        (memoryBudgetMib << 20) / Math.max(1, perRequestInstanceBytes)));
         window = Math.max(1, Math.min(window, requests));
         int blocksPerRank = window * ctxBlocks;
         // Staging: one slot holds a whole request's part of a rank (as TensorRT-LLM's maxTokensInBuffer = isl),
@@ -173,8 +190,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             reportPrefill(result, plain, ctxState, prefill);
             if (result.warmup.requests > 0) {
                 Result w = result.warmup;
-                out.printf(Locale.ROOT, "%-18s %d requests before the measured ones (untimed): %d failed, %s%n",
-                        "warm-up", w.requests, w.failed, !options.verify ? "not verified"
+                out.printf(Locale.ROOT, "%-18s %d requests before the measured ones (untimed, %.1f s): %d failed, %s%n",
+                        "warm-up", w.requests, w.wallNanos / 1e9, w.failed, !options.verify ? "not verified"
                                 : w.mismatches == 0 ? w.checked + " elements verified"
                                 : w.mismatches + " mismatching elements");
                 if (!w.firstError.isEmpty() || !w.firstMismatch.isEmpty()) {
@@ -367,6 +384,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     private static final class Result {
         int requests;
         Result warmup;
+        /** Of a warm-up: how long it took. */
+        long wallNanos;
         long bytes;
         long transferNanos;
         int failed;
@@ -391,11 +410,17 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     private Result run(LocalInstance ctx, GenSide gen, int window, Duration timeout, SimulatedPrefill prefill) {
         Result warm = new Result();
         try (SimulatedPrefill instant = new SimulatedPrefill(0)) {
-            // Warm-up takes the same paths without the simulated compute time.
-            for (int start = 0; start < warmup; start += window) {
-                runWindow(ctx, gen, start, Math.min(warmup, start + window), WARMUP_ID_BASE, warm, timeout, null,
-                        instant, layerwise);
+            // Warm-up takes the same paths without the simulated compute time: a fixed count, or by default whole
+            // windows until --warmup-ms passed (the JIT compiles the hot paths of all four sides by then).
+            long warmupEnd = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(warmupMs);
+            int start = 0;
+            while (warmup != null ? start < warmup : start < AUTO_WARMUP_MIN
+                    || start < AUTO_WARMUP_MAX && System.nanoTime() < warmupEnd) {
+                int end = warmup != null ? Math.min(warmup, start + window) : start + window;
+                runWindow(ctx, gen, start, end, WARMUP_ID_BASE, warm, timeout, null, instant, layerwise);
+                start = end;
             }
+            warm.wallNanos = System.nanoTime() - (warmupEnd - TimeUnit.MILLISECONDS.toNanos(warmupMs));
         }
         Result result = new Result();
         result.warmup = warm;

@@ -49,7 +49,7 @@ class DemoBackendsTest {
     @Timeout(value = 180, unit = TimeUnit.SECONDS)
     void aeronDemoAcrossTwoProcessesVerifiesAndDumps(@TempDir Path dir) throws Exception {
         assumeAvailable("aeron");
-        String report = run(0, "demo", "--backend=aeron", "--requests=4", "--isl=50", "--ctx-tp=2", "--gen-pp=2",
+        String report = run(0, "demo", "--warmup=4", "--backend=aeron", "--requests=4", "--isl=50", "--ctx-tp=2", "--gen-pp=2",
                 "--dump-dir=" + dir, "--timing-dir=" + dir.resolve("timing"));
         assertThat(report).contains("child JVM").contains("0 failed").contains("verify             OK");
         // By default both processes use one shared media driver (IPC through shared memory), and it says so.
@@ -86,7 +86,7 @@ class DemoBackendsTest {
     @Timeout(value = 180, unit = TimeUnit.SECONDS)
     void ucxDemoAcrossTwoProcessesVerifies() {
         assumeAvailable("ucx");
-        String report = run(0, "demo", "--backend=ucx", "--requests=4", "--isl=40", "--gen-tp=2");
+        String report = run(0, "demo", "--warmup=4", "--backend=ucx", "--requests=4", "--isl=40", "--gen-tp=2");
         assertThat(report).contains("child JVM").contains("0 failed").contains("verify             OK");
     }
 
@@ -113,7 +113,7 @@ class DemoBackendsTest {
     @Test
     @Timeout(value = 180, unit = TimeUnit.SECONDS)
     void mlaDemoWithAttentionDpAndGenerationCpVerifiesOncePerDpRank(@TempDir Path dir) throws Exception {
-        String report = run(0, "demo", "--backend=loopback", "--attention=mla", "--ctx-tp=2", "--ctx-attention-dp",
+        String report = run(0, "demo", "--warmup=4", "--backend=loopback", "--attention=mla", "--ctx-tp=2", "--ctx-attention-dp",
                 "--gen-tp=2", "--gen-attention-dp", "--gen-pp=2", "--requests=4", "--isl=40", "--dump-dir=" + dir);
         assertThat(report).contains("verify             OK");
         // gen TP2 DP2 PP2: ranks 0,1 (PP 0) and 2,3 (PP 1); request i is served by DP rank i % 2, i.e. TP rank.

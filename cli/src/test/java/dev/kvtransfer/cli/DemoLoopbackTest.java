@@ -37,13 +37,13 @@ class DemoLoopbackTest {
         int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
                 "--requests=3", "--isl=30", "--layers=4", "--kv-heads=4", "--size-per-head=8",
                 "--tokens-per-block=16", "--dtype=fp16", "--ctx-tp=2", "--gen-pp=2", "--gen-tp=1",
-                "--dump-dir=" + dir);
+                "--dump-dir=" + dir, "--warmup-ms=300");
         String report = captured.toString(StandardCharsets.UTF_8);
         assertThat(code).as(report).isZero();
         assertThat(report).contains("verify").contains("OK").contains("0 failed");
-        // Four untimed warm-up requests ran first, verified, and are not in the dump.
-        assertThat(report).containsPattern("warm-up +4 requests before the measured ones \\(untimed\\): 0 failed, "
-                + "[1-9][0-9]* elements verified");
+        // The default warm-up: untimed requests for --warmup-ms (at least 4), verified, and not in the dump.
+        assertThat(report).containsPattern("warm-up +([4-9]|[1-9][0-9]+) requests before the measured ones "
+                + "\\(untimed, [0-9]+\\.[0-9] s\\): 0 failed, [1-9][0-9]* elements verified");
         try (var files = Files.list(dir.resolve("gen-rank-0"))) {
             assertThat(files.map(f -> f.getFileName().toString()).sorted())
                     .containsExactly("request-1.bin", "request-2.bin", "request-3.bin");
@@ -81,7 +81,7 @@ class DemoLoopbackTest {
         // The standard formatter refuses CP above 1 on both sides when they differ.
         int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
                 "--requests=2", "--isl=32", "--layers=2", "--kv-heads=2", "--size-per-head=4",
-                "--tokens-per-block=8", "--ctx-cp=2", "--gen-cp=4", "--timeout-s=20");
+                "--tokens-per-block=8", "--ctx-cp=2", "--gen-cp=4", "--timeout-s=20", "--warmup=4");
         String report = captured.toString(StandardCharsets.UTF_8);
         assertThat(code).as(report).isNotZero();
         assertThat(report).contains("2 failed").containsIgnoringCase("first error");
