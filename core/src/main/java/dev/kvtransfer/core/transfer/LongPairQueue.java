@@ -53,29 +53,6 @@ final class LongPairQueue {
         size++;
     }
 
-    /**
-     * Puts a pair back in front, as the oldest (a read that must be tried again later keeps its place).
-     *
-     * @param a first value
-     * @param b second value
-     */
-    void addFirst(long a, long b) {
-        add(a, b);
-        // Rotate the new last pair to the front: move head back one and copy the pair there.
-        int pairs = ring.length / 2;
-        int last = 2 * ((head + size - 1) % pairs);
-        long la = ring[last];
-        long lb = ring[last + 1];
-        for (int i = size - 1; i > 0; i--) {
-            int to = 2 * ((head + i) % pairs);
-            int from = 2 * ((head + i - 1) % pairs);
-            ring[to] = ring[from];
-            ring[to + 1] = ring[from + 1];
-        }
-        ring[2 * head] = la;
-        ring[2 * head + 1] = lb;
-    }
-
     /** @return the first value of the oldest pair (the queue must not be empty) */
     long firstA() {
         check();
@@ -93,38 +70,6 @@ final class LongPairQueue {
         check();
         head = (head + 1) % (ring.length / 2);
         size--;
-    }
-
-    /**
-     * Removes every pair whose first value is {@code a}, keeping the order of the others.
-     *
-     * @param a the first value
-     * @return whether one was removed
-     */
-    boolean removeFirstValue(long a) {
-        int pairs = ring.length / 2;
-        int kept = 0;
-        long[] out = null;
-        boolean removed = false;
-        for (int i = 0; i < size; i++) {
-            int from = 2 * ((head + i) % pairs);
-            if (ring[from] == a) {
-                removed = true;
-                continue;
-            }
-            if (out == null) {
-                out = new long[ring.length];
-            }
-            out[2 * kept] = ring[from];
-            out[2 * kept + 1] = ring[from + 1];
-            kept++;
-        }
-        if (removed) {
-            ring = out == null ? new long[ring.length] : out;
-            head = 0;
-            size = kept;
-        }
-        return removed;
     }
 
     private void check() {
