@@ -412,15 +412,16 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         try (SimulatedPrefill instant = new SimulatedPrefill(0)) {
             // Warm-up takes the same paths without the simulated compute time: a fixed count, or by default whole
             // windows until --warmup-ms passed (the JIT compiles the hot paths of all four sides by then).
-            long warmupEnd = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(warmupMs);
+            long warmupStart = System.nanoTime();
+            long warmupEnd = warmupStart + TimeUnit.MILLISECONDS.toNanos(warmupMs);
             int start = 0;
             while (warmup != null ? start < warmup : start < AUTO_WARMUP_MIN
                     || start < AUTO_WARMUP_MAX && System.nanoTime() < warmupEnd) {
-                int end = warmup != null ? Math.min(warmup, start + window) : start + window;
+                int end = Math.min(warmup != null ? warmup : AUTO_WARMUP_MAX, start + window);
                 runWindow(ctx, gen, start, end, WARMUP_ID_BASE, warm, timeout, null, instant, layerwise);
                 start = end;
             }
-            warm.wallNanos = System.nanoTime() - (warmupEnd - TimeUnit.MILLISECONDS.toNanos(warmupMs));
+            warm.wallNanos = System.nanoTime() - warmupStart;
         }
         Result result = new Result();
         result.warmup = warm;

@@ -8,11 +8,33 @@ package dev.kvtransfer.api.layout;
  */
 final class PartJoins {
     private final PartPlan p;
-    private final long maxBytes;
+    final long maxBytes;
+    /**
+     * End of the units a message starting at a block's first unit holds within that block, and their bytes: the same
+     * for every block (the adjacency of units inside a block does not depend on its id), so what each joined block
+     * adds. Found on first use: only a plan whose slices are contiguous on both sides asks (-1 before).
+     */
+    private int blockEnd = -1;
+    private long blockBytes;
 
     PartJoins(PartPlan plan, long maxBytes) {
         this.p = plan;
         this.maxBytes = maxBytes;
+    }
+
+    /** @return the units a joined block adds to a message: {@code [0, blockEnd())} */
+    int blockEnd() {
+        if (blockEnd < 0) {
+            blockEnd = unitsFrom(0);
+            blockBytes = unitsBytes(0, blockEnd);
+        }
+        return blockEnd;
+    }
+
+    /** @return the bytes a joined block adds to a message */
+    long blockBytes() {
+        blockEnd();
+        return blockBytes;
     }
 
     /** Messages of both sides direct with one-block runs where whole blocks join. */
@@ -27,7 +49,7 @@ final class PartJoins {
             if (e == u) {
                 int j = joinable(b, unitsBytes(s, e));
                 b += j;
-                e = j > 0 ? unitsFrom(0) : e;
+                e = j > 0 ? blockEnd() : e;
             }
             if (e == u) {
                 b++;
@@ -45,13 +67,12 @@ final class PartJoins {
      * block adds the units from its first that follow one another, the same for every block).
      */
     int joinable(int b, long len) {
-        int e0 = unitsFrom(0);
-        long add = unitsBytes(0, e0);
         int n = 0;
+        long add = blockBytes();
         while (b + n + 1 < p.blocks && len + add <= maxBytes && blockJoins(b + n + 1)) {
             n++;
             len += add;
-            if (e0 < p.units()) {
+            if (blockEnd < p.units()) {
                 break; // the joined block's message ends inside it
             }
         }
@@ -59,7 +80,7 @@ final class PartJoins {
     }
 
     /** End of the units one both-direct message of a one-block run holds when it starts at unit {@code start}. */
-    int unitsFrom(int start) {
+    private int unitsFrom(int start) {
         int u = p.units();
         int end = start + 1;
         while (end < u && p.follows(p.snd, 1, end) && p.follows(p.rcv, 1, end)) {
@@ -69,7 +90,7 @@ final class PartJoins {
     }
 
     /** Bytes of units {@code [u0, u1)} of a one-block run. */
-    long unitsBytes(int u0, int u1) {
+    private long unitsBytes(int u0, int u1) {
         long len = 0;
         for (int k = u0; k < u1; k++) {
             len += p.unitBytes(1, k);

@@ -78,8 +78,6 @@ public final class PartPlan {
     private final long bytes;
     private final boolean coalesce;
     private final boolean stagedPerPart;
-    /** Largest message that joins whole blocks (both sides direct, one-block runs); 0: blocks never join. */
-    private final long mergeMaxBytes;
     /** Which whole blocks join, when they may ({@link Builder#mergeBlocks} and both id lists known); else null. */
     private final PartJoins joins;
     private final Mode mode;
@@ -130,8 +128,7 @@ public final class PartPlan {
         this.bytes = rowBytes * blocks;
         this.stagedPerPart = b.stagedPerPart;
         boolean idsKnown = b.sndIds != null && b.rcvIds != null;
-        this.mergeMaxBytes = idsKnown ? b.mergeMaxBytes : 0;
-        this.joins = mergeMaxBytes > 0 ? new PartJoins(this, mergeMaxBytes) : null;
+        this.joins = idsKnown && b.mergeMaxBytes > 0 ? new PartJoins(this, b.mergeMaxBytes) : null;
         if (blocks == 0 || layers == 0) {
             this.coalesce = false;
             this.mode = Mode.EMPTY;
@@ -381,7 +378,7 @@ public final class PartPlan {
         PartSide y = o.selfIsSender ? o.snd : o.rcv;
         if (o.selfIsSender != selfIsSender || o.mode != mode || o.blocks != blocks || o.layers != layers
                 || o.heads != heads || o.coalesce != coalesce || o.stagedPerPart != stagedPerPart
-                || o.mergeMaxBytes != mergeMaxBytes
+                || joinCap() != o.joinCap()
                 || o.sndDirect != sndDirect || o.rcvDirect != rcvDirect || o.messages != messages
                 || o.wireTokensOuter != wireTokensOuter || o.wireSegments != wireSegments || o.wireRope != wireRope
                 || x.firstLayer != y.firstLayer || x.firstHead != y.firstHead || !x.actual.equals(y.actual)) {
@@ -566,8 +563,12 @@ public final class PartPlan {
         return "PartPlan{" + mode + ", " + blocks + " blocks x " + layers + " layers x " + heads + " heads, " + bytes
                 + " B in " + messages + " messages, sender " + snd.actual.poolLayout() + (sndDirect ? " direct"
                 : " staged") + ", receiver " + rcv.actual.poolLayout() + (rcvDirect ? " direct" : " staged")
-                + (coalesce ? ", coalesced" : "") + (mergeMaxBytes > 0 && mode == Mode.BOTH_DIRECT_BLOCKS
-                ? ", whole blocks joined up to " + mergeMaxBytes + " B" : "") + "}";
+                + (coalesce ? ", coalesced" : "") + (joins != null && mode == Mode.BOTH_DIRECT_BLOCKS
+                ? ", whole blocks joined up to " + joinCap() + " B" : "") + "}";
+    }
+
+    private long joinCap() {
+        return joins == null ? 0 : joins.maxBytes;
     }
 
     /**
@@ -650,8 +651,8 @@ public final class PartPlan {
                 int j = joins.joinable(runStart, len);
                 if (j > 0) {
                     runStart += j;
-                    end = joins.unitsFrom(0);
-                    len += j * joins.unitsBytes(0, end);
+                    end = joins.blockEnd();
+                    len += j * joins.blockBytes();
                     unitEnd = end;
                     msgUnitEnd = end;
                 }
