@@ -443,7 +443,11 @@ public final class UcxConnectionManager implements ConnectionManager {
         if (matcher.bySenderId.putIfAbsent(senderId, c) != null) {
             return null;
         }
-        UcxConnection inMap = connections.compute(address, (a, old) -> old == null || old.failure != null ? c : old);
+        // A connection whose control the bootstrap already gave up (controlLost, read here on the bootstrap agent,
+        // the only caller) is as dead as a failed one, though the progress agent has not failed it yet: replace it,
+        // or a peer re-dialing in that window is refused.
+        UcxConnection inMap = connections.compute(address,
+                (a, old) -> old == null || old.failure != null || old.controlLost ? c : old);
         if (inMap != c) {
             matcher.bySenderId.remove(senderId, c);
             return null;
