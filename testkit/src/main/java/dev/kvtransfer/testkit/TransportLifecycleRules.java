@@ -216,6 +216,67 @@ public abstract class TransportLifecycleRules extends TransportDeliveryRules {
     }
 
     @Test
+    public void required_spec1_26_pollConnectWhoseWaitEndsNeverLosesAMessage() throws Exception {
+        // The control plane polls with short waits all the time: a wait that ends while a message is arriving must
+        // leave that message to a later poll, never drop it.
+        ConnectionManager a = newManager();
+        int senders = 2;
+        int perSender = 1000;
+        int size = 4096 + 24;
+        List<ConnectionManager> from = new ArrayList<>();
+        for (int s = 0; s < senders; s++) {
+            from.add(newManager());
+        }
+        ExecutorService ex = threads(senders);
+        List<Future<?>> sends = new ArrayList<>();
+        for (int s = 0; s < senders; s++) {
+            Connection c = from.get(s).connection(a.localAddress());
+            long seedBase = (s + 1) * 1_000_000L;
+            sends.add(ex.submit(() -> {
+                MemoryBuffer src = buffer(size);
+                for (int i = 0; i < perSender; i++) {
+                    fill(src, 0, size, seedBase + i);
+                    c.send(8600, src, 0, size);
+                }
+                return null;
+            }));
+        }
+        Duration[] waits = {Duration.ZERO, Duration.ofNanos(1_000), Duration.ofNanos(20_000),
+                Duration.ofNanos(200_000), Duration.ofMillis(1)};
+        java.util.Map<String, Integer> next = new java.util.HashMap<>();
+        for (ConnectionManager m : from) {
+            next.put(m.localAddress(), 0);
+        }
+        MemoryBuffer dst = buffer(size);
+        Duration bound = Duration.ofSeconds(60);
+        long deadline = System.nanoTime() + bound.toNanos();
+        int polls = 0;
+        for (int got = 0; got < senders * perSender; polls++) {
+            assertThat(System.nanoTime() - deadline).as("messages taken by polls within %s: %d of %d (next per"
+                    + " sender: %s)", bound, got, senders * perSender, next).isNegative();
+            Connection c = a.pollConnect(8600, dst, 0, size, waits[polls % waits.length]);
+            if (c == null) {
+                continue;
+            }
+            Integer i = next.get(c.peer());
+            assertThat(i).as("poll returned a connection to %s, not one of the senders %s", c.peer(), next.keySet())
+                    .isNotNull();
+            int s = 0;
+            while (!from.get(s).localAddress().equals(c.peer())) {
+                s++;
+            }
+            // Every byte of the expected next message of that sender: a lost message shows as the next one here.
+            verify(dst, 0, size, (s + 1) * 1_000_000L + i);
+            next.put(c.peer(), i + 1);
+            got++;
+        }
+        for (Future<?> f : sends) {
+            get(f);
+        }
+        assertThat(a.pollConnect(8600, dst, 0, size, Duration.ofMillis(50))).as("a message beyond those sent").isNull();
+    }
+
+    @Test
     public void required_spec1_20_closeReleasesEveryFileDescriptor() throws Exception {
         java.nio.file.Path fds = java.nio.file.Path.of("/proc/self/fd");
         Assumptions.assumeTrue(java.nio.file.Files.isDirectory(fds), "skipped: no /proc/self/fd on this OS");
