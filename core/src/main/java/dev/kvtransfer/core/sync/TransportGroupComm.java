@@ -41,7 +41,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * fails at once with {@code PEER_LOST} naming it. A member that dies is seen as the transport sees it: a transport
  * with peer-failure detection fails the receive with {@code PEER_LOST}, any other reaches the deadline
  * ({@code TIMEOUT} naming the member). Any failure other than a timeout (peer lost, a refused message, the local
- * manager closed) breaks the group: every later call fails with the same code and the first cause.
+ * manager closed) breaks the group: every later call fails with the same code and the first cause. A send that
+ * fails does not stop the round's other sends, so the other members see the failure for themselves rather than
+ * wait for this member until their deadline.
  *
  * <p><b>Authentication.</b> The comm trusts what the transport's session says about a sender: it only receives on
  * the connections to its members' addresses. With a deployment secret ({@code TransportConfig.authSecret()}) the
@@ -312,10 +314,22 @@ public final class TransportGroupComm implements GroupComm {
     private List<Integer> complete(long deadline) {
         List<Integer> missing = new ArrayList<>();
         boolean[] unsent = new boolean[size];
+        KvTransferException failed = null;
         for (int i = 0; i < size; i++) {
-            if (sentParts[i] != Integer.MAX_VALUE && !send(i, deadline)) {
-                unsent[i] = true;
+            // A send that breaks the group does not stop the others: a member that never got our round would wait
+            // for it until its deadline, instead of finding for itself what broke (a lost member, say).
+            try {
+                if (sentParts[i] != Integer.MAX_VALUE && !send(i, deadline)) {
+                    unsent[i] = true;
+                }
+            } catch (KvTransferException e) {
+                if (failed == null) {
+                    failed = e;
+                }
             }
+        }
+        if (failed != null) {
+            throw failed;
         }
         for (int i = 0; i < size; i++) {
             if ((gathered[i] == null && !receive(i, deadline)) || unsent[i]) {

@@ -178,6 +178,31 @@ class TransportGroupCommTest {
     }
 
     @Test
+    void r10_aMemberFoundDeadWhileSendingStillSendsTheRoundToTheOthers() throws Exception {
+        List<TransportGroupComm> g = group(3);
+        assertThat(gatherAll(g, new long[] {7})).isTrue();
+        // Member 2 sends its round to 0 and 1 and waits for member 0's. Then member 1 dies, and member 0's first
+        // send (to member 1) fails. Member 0 must still send its round to member 2, else member 2 waits for member
+        // 0 until the deadline instead of finding that member 1 is lost.
+        Throwable[] w2 = new Throwable[1];
+        Thread t2 = new Thread(() -> w2[0] = catching(() -> g.get(2).allgather(new long[] {2}, T)), "member-2");
+        t2.start();
+        org.awaitility.Awaitility.await().atMost(T).pollInterval(Duration.ofMillis(1))
+                .until(() -> t2.getState() == Thread.State.TIMED_WAITING);
+        managers.get(1).close();
+        Throwable w0 = pool.submit(() -> catching(() -> g.get(0).allgather(new long[] {0}, T)))
+                .get(T.toSeconds() / 2, TimeUnit.SECONDS);
+        t2.join(T.toMillis() / 2);
+        assertThat(t2.isAlive()).as("member 2 still waits").isFalse();
+        for (Throwable w : new Throwable[] {w0, w2[0]}) {
+            assertThat(w).isInstanceOfSatisfying(KvTransferException.class, k -> {
+                assertThat(k.code()).isEqualTo(ErrorCode.PEER_LOST);
+                assertThat(k.getMessage()).contains("member 1 (" + g.get(0).addresses().get(1) + ")");
+            });
+        }
+    }
+
+    @Test
     void r06_hostileHeadersAreRefusedMalformedBeforeAnythingIsAllocated() throws Exception {
         for (int variant = 0; variant < 4; variant++) {
             List<TransportGroupComm> g = group(2);
