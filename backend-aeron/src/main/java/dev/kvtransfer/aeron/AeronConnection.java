@@ -136,6 +136,23 @@ final class AeronConnection implements Connection {
         return peer.address;
     }
 
+    /**
+     * IPC: two passes at any length, the offer into the shared log buffer and the copy out of it into the receive
+     * (an eager message that arrives before its receive adds a third, through staging; a larger one waits for
+     * the receive's clear-to-send and has none). UDP: five, the offer, the driver's {@code sendmsg} and
+     * {@code recvmsg} (kernel), the driver's insert into the image's log buffer, and the copy out.
+     */
+    @Override
+    public int copiesPerByte(long length) {
+        return manager.ipcStreamTo(manager.addressOf(peer)) != 0 ? 2 : 5;
+    }
+
+    /** Writes are emulated ({@code EmulatedOneSided}): each entry is a message received into place. */
+    @Override
+    public int writeCopiesPerByte(long length) {
+        return copiesPerByte(length);
+    }
+
     @Override
     public Duration defaultTimeout() {
         return manager.defaultTimeout();

@@ -67,6 +67,25 @@ final class MpiConnection implements Connection {
         return peer;
     }
 
+    /**
+     * Between two processes of this job (Open MPI 4.1, ob1 over vader, whose single copy is CMA where the kernel
+     * allows it): above {@code mpi.eagerBytes} (64 KiB) the payload goes with its own {@code isend} into an
+     * {@code imrecv} of the caller's memory, one {@code process_vm_readv}; an inline message up to vader's eager
+     * limit (4 KiB) costs five (our bounce copy, vader's copy in, ob1's unexpected-fragment copy, the receive into
+     * the agent's scratch, the copy out of it), and up to 64 KiB three (bounce, a CMA get into scratch, copy out). A
+     * peer in another job (TCP BTL) or in this process (self BTL): unknown.
+     */
+    @Override
+    public int copiesPerByte(long length) {
+        return manager.copiesPerByte(this, length);
+    }
+
+    /** Native writes ({@code MPI_Put}, osc rdma over vader): one {@code process_vm_writev}; emulated: as a send. */
+    @Override
+    public int writeCopiesPerByte(long length) {
+        return manager.writeCopiesPerByte(this, length);
+    }
+
     @Override
     public String toString() {
         return "MpiConnection{" + manager.localAddress() + " -> " + peer + "}";

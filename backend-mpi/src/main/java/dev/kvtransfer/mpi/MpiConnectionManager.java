@@ -57,6 +57,29 @@ public final class MpiConnectionManager implements ConnectionManager {
     private volatile boolean closing;
     private volatile boolean closed;
 
+    /**
+     * The copy ledger's transport column for a message to {@code c} (see {@link MpiConnection#copiesPerByte}).
+     *
+     * @return passes per byte, or {@link Connection#COPIES_UNKNOWN}
+     */
+    int copiesPerByte(MpiConnection c, long length) {
+        if (c.link().index() != 0 || c.rank() == runtime.worldRank()) {
+            return Connection.COPIES_UNKNOWN; // another job (the TCP BTL) or this process (the self BTL)
+        }
+        if (length > settings.eagerBytes()) {
+            return 1; // header-only envelope; the payload isend / imrecv, vader's single copy
+        }
+        return length <= 4096 ? 5 : 3;
+    }
+
+    /** @return passes per byte of a one-sided write entry to {@code c} */
+    int writeCopiesPerByte(MpiConnection c, long length) {
+        if (nativeOneSided == null) {
+            return copiesPerByte(c, length); // emulated: a message received into place
+        }
+        return c.link().index() == 0 && c.rank() != runtime.worldRank() ? 1 : Connection.COPIES_UNKNOWN;
+    }
+
     private MpiConnectionManager(MpiRuntime runtime, MpiSettings settings, ErrorHandler errorHandler) {
         this.runtime = runtime;
         this.settings = settings;

@@ -101,6 +101,30 @@ final class UcxConnection implements Connection {
         return peer;
     }
 
+    /**
+     * What this backend knows of UCX's path (jucx 1.12.1 cannot show the lane or the threshold UCX picked at run
+     * time): shared-memory mode with CMA, a message above {@link Connection#EAGER_LIMIT} is a rendezvous UCX
+     * completes with one {@code process_vm_readv}, and a smaller one an eager copy into the shared FIFO and out of
+     * it (two); without CMA, two at any size. {@code net} mode over TCP: four up to the eager limit (a copy into
+     * UCX's buffer, the socket write and read, the copy out); above it the lane is UCX's choice: unknown. A send
+     * this backend buffers ({@code ucx.bufferedSendBytes}, 16 KiB) adds one copy.
+     */
+    @Override
+    public int copiesPerByte(long length) {
+        UcxSettings s = manager.settings();
+        int buffered = length <= s.bufferedSendBytes() ? 1 : 0;
+        if (s.sharedMemory()) {
+            return (s.cma() && length > EAGER_LIMIT ? 1 : 2) + buffered;
+        }
+        return length <= EAGER_LIMIT ? 4 + buffered : COPIES_UNKNOWN;
+    }
+
+    /** Emulated writes (the default) are messages received into place; native puts are UCX's choice: unknown. */
+    @Override
+    public int writeCopiesPerByte(long length) {
+        return manager.settings().emulatedOneSided() ? copiesPerByte(length) : COPIES_UNKNOWN;
+    }
+
     @Override
     public String toString() {
         return "UcxConnection{" + manager.localAddress() + " -> " + peer + ", in=" + inId

@@ -30,11 +30,26 @@ import java.util.Objects;
  * @param mismatches       elements that did not match
  * @param failures         ops that failed
  * @param note             anything the reader must know (empty when nothing)
+ * @param stagedPerByte    the copy ledger: staging copies per byte delivered, both sides ({@code NaN} when not
+ *                         counted: baselines, or a context in another JVM)
+ * @param transportPerByte the transport's passes per byte delivered ({@code NaN} when not known)
+ * @param checksumPerByte  checksum passes per byte delivered, both sides ({@code NaN} when not counted)
  */
 public record Measurement(String level, String backend, String impl, String source, String mode, String checksums,
                           long sizeBytes, int blocks, int inflight, int repeat, long ops, long bytes, long nanos,
                           double p50Us, double p99Us, double p999Us, double maxUs, double heapBytesPerOp,
-                          long verifiedElements, long mismatches, long failures, String note) {
+                          long verifiedElements, long mismatches, long failures, String note, double stagedPerByte,
+                          double transportPerByte, double checksumPerByte) {
+    /** A run without a copy ledger (baselines, transport messages, the control level). */
+    public Measurement(String level, String backend, String impl, String source, String mode, String checksums,
+                       long sizeBytes, int blocks, int inflight, int repeat, long ops, long bytes, long nanos,
+                       double p50Us, double p99Us, double p999Us, double maxUs, double heapBytesPerOp,
+                       long verifiedElements, long mismatches, long failures, String note) {
+        this(level, backend, impl, source, mode, checksums, sizeBytes, blocks, inflight, repeat, ops, bytes, nanos,
+                p50Us, p99Us, p999Us, maxUs, heapBytesPerOp, verifiedElements, mismatches, failures, note, Double.NaN,
+                Double.NaN, Double.NaN);
+    }
+
     /** Checks the names. */
     public Measurement {
         Objects.requireNonNull(level, "level");
@@ -44,6 +59,11 @@ public record Measurement(String level, String backend, String impl, String sour
         Objects.requireNonNull(mode, "mode");
         Objects.requireNonNull(checksums, "checksums");
         Objects.requireNonNull(note, "note");
+    }
+
+    /** @return copy passes per byte delivered (staging plus transport), {@code NaN} when either is unknown */
+    public double copiesPerByte() {
+        return stagedPerByte + transportPerByte;
     }
 
     /** @return GB/s (1e9 bytes per second), 0 when nothing was timed */

@@ -18,7 +18,8 @@ final class Reports {
     /** Columns of {@code runs.csv}, in order. */
     static final List<String> RUN_COLUMNS = List.of("level", "backend", "impl", "mode", "checksums", "size_bytes",
             "blocks", "inflight", "repeat", "ops", "bytes", "nanos", "gbps", "ops_per_s", "p50_us", "p99_us",
-            "p999_us", "max_us", "heap_bytes_per_op", "verified_elements", "mismatches", "failures", "source", "note");
+            "p999_us", "max_us", "heap_bytes_per_op", "verified_elements", "mismatches", "failures", "source", "note",
+            "staged_per_byte", "transport_per_byte", "checksum_per_byte");
 
     /** Columns of {@code summary.csv}, in order. */
     static final List<String> SUMMARY_COLUMNS = List.of("level", "backend", "impl", "mode", "checksums",
@@ -26,7 +27,7 @@ final class Reports {
             "ops_per_s_median", "ops_per_s_max", "p50_us_median", "p99_us_min", "p99_us_median", "p99_us_max",
             "p999_us_median", "max_us_median", "heap_bytes_per_op_median", "ratio_to_raw_min", "ratio_to_raw_median",
             "ratio_to_raw_max", "p50_ratio_to_raw_median", "ratio_to_memcpy_median", "verified_elements", "mismatches",
-            "failures", "source");
+            "failures", "source", "staged_per_byte", "transport_per_byte", "checksum_per_byte");
 
     private Reports() {
     }
@@ -34,22 +35,31 @@ final class Reports {
     /** Prints the summary as a fixed-width table. */
     static void table(PrintStream out, List<Summary> summaries) {
         String head = String.format(Locale.ROOT, "%-11s %-8s %-6s %-4s %-3s %9s %4s %4s %22s %10s %9s %9s %9s %9s %9s"
-                + " %18s %8s %7s", "level", "backend", "impl", "mode", "crc", "size", "blk", "infl",
+                + " %18s %8s %7s %9s %5s", "level", "backend", "impl", "mode", "crc", "size", "blk", "infl",
                 "GB/s min/med/max", "ops/s", "p50 us", "p99 us", "p99.9 us", "max us", "heap B/op", "x raw min/med/max",
-                "x memcpy", "p50/raw");
+                "x memcpy", "p50/raw", "copy/B", "crc/B");
         out.println(head);
         out.println("-".repeat(head.length()));
         for (Summary s : summaries) {
             Measurement f = s.first();
             out.println(String.format(Locale.ROOT, "%-11s %-8s %-6s %-4s %-3s %9s %4s %4s %22s %10s %9s %9s %9s %9s %9s"
-                    + " %18s %8s %7s", f.level(), f.backend(), f.impl(), f.mode(), f.checksums(),
+                    + " %18s %8s %7s %9s %5s", f.level(), f.backend(), f.impl(), f.mode(), f.checksums(),
                     Sizes.label(f.sizeBytes()), f.blocks() == 0 ? "-" : Integer.toString(f.blocks()),
                     f.inflight() == 0 ? "-" : Integer.toString(f.inflight()), triple(s.gbps(), "%.3f"),
                     num(s.opsPerS().median(), "%.0f"), num(s.p50Us().median(), "%.1f"),
                     num(s.p99Us().median(), "%.1f"), num(s.p999Us().median(), "%.1f"),
                     num(s.maxUs().median(), "%.1f"), num(s.heap().median(), "%.0f"), triple(s.toRaw(), "%.2f"),
-                    num(s.toMemcpy().median(), "%.2f"), num(s.p50ToRaw().median(), "%.2f")));
+                    num(s.toMemcpy().median(), "%.2f"), num(s.p50ToRaw().median(), "%.2f"), copies(f),
+                    num(f.checksumPerByte(), "%.2f")));
         }
+    }
+
+    /** The copy ledger's copies per byte delivered as staging+transport ("-" where not counted). */
+    private static String copies(Measurement m) {
+        if (Double.isNaN(m.stagedPerByte()) && Double.isNaN(m.transportPerByte())) {
+            return "-";
+        }
+        return num(m.stagedPerByte(), "%.2f") + "+" + num(m.transportPerByte(), "%.2f");
     }
 
     private static String triple(Summary.Stat s, String f) {
@@ -69,7 +79,7 @@ final class Reports {
             Object[] v = {m.level(), m.backend(), m.impl(), m.mode(), m.checksums(), m.sizeBytes(), m.blocks(),
                 m.inflight(), m.repeat(), m.ops(), m.bytes(), m.nanos(), m.gbps(), m.opsPerSecond(), m.p50Us(),
                 m.p99Us(), m.p999Us(), m.maxUs(), m.heapBytesPerOp(), m.verifiedElements(), m.mismatches(),
-                m.failures(), m.source(), m.note()};
+                m.failures(), m.source(), m.note(), m.stagedPerByte(), m.transportPerByte(), m.checksumPerByte()};
             csvLine(b, v);
         }
         Files.writeString(file, b.toString(), StandardCharsets.UTF_8);
@@ -84,7 +94,7 @@ final class Reports {
                 s.opsPerS().median(), s.opsPerS().max(), s.p50Us().median(), s.p99Us().min(), s.p99Us().median(),
                 s.p99Us().max(), s.p999Us().median(), s.maxUs().median(), s.heap().median(), s.toRaw().min(),
                 s.toRaw().median(), s.toRaw().max(), s.p50ToRaw().median(), s.toMemcpy().median(), s.verified(),
-                s.mismatches(), s.failures(), f.source()};
+                s.mismatches(), s.failures(), f.source(), f.stagedPerByte(), f.transportPerByte(), f.checksumPerByte()};
             csvLine(b, v);
         }
         Files.writeString(file, b.toString(), StandardCharsets.UTF_8);
@@ -126,7 +136,7 @@ final class Reports {
             Object[] v = {m.level(), m.backend(), m.impl(), m.mode(), m.checksums(), m.sizeBytes(), m.blocks(),
                 m.inflight(), m.repeat(), m.ops(), m.bytes(), m.nanos(), m.gbps(), m.opsPerSecond(), m.p50Us(),
                 m.p99Us(), m.p999Us(), m.maxUs(), m.heapBytesPerOp(), m.verifiedElements(), m.mismatches(),
-                m.failures(), m.source(), m.note()};
+                m.failures(), m.source(), m.note(), m.stagedPerByte(), m.transportPerByte(), m.checksumPerByte()};
             for (int k = 0; k < v.length; k++) {
                 o.put(RUN_COLUMNS.get(k), v[k]);
             }

@@ -172,6 +172,9 @@ final class TransceiverBench implements AutoCloseable {
         /** Requests whose context side (in the peer JVM) did not end complete. */
         long peerFailures;
         long pushed;
+        /** The copy ledgers of the completed requests: generation ranks, context ranks (in this JVM only). */
+        dev.kvtransfer.core.CopyLedger genLedger = dev.kvtransfer.core.CopyLedger.NONE;
+        dev.kvtransfer.core.CopyLedger ctxLedger = dev.kvtransfer.core.CopyLedger.NONE;
         String firstError = "";
         final Latencies latency = new Latencies();
     }
@@ -208,11 +211,19 @@ final class TransceiverBench implements AutoCloseable {
             note = (note.isEmpty() ? "" : note + "; ") + "push asked: " + (t.pushed + warm.pushed) + " of "
                     + (t.requests + warm.requests - t.failures - warm.failures) + " requests pushed, the rest pulled";
         }
+        // The copy ledger per byte delivered: both sides' staging and checksums (the context's only when it runs in
+        // this JVM), and the transport's passes as the senders saw them (the generation side's view without them).
+        dev.kvtransfer.core.CopyLedger g = t.genLedger;
+        dev.kvtransfer.core.CopyLedger c = t.ctxLedger;
+        boolean both = ctx != null && c.bytes() == g.bytes() && g.bytes() > 0;
+        double staged = both ? (c.staged() + g.staged()) / (double) g.bytes() : Double.NaN;
+        double transport = (both && c.transportUnknown() == 0 ? c : g).transportPerByte();
+        double crc = both ? (c.checksummed() + g.checksummed()) / (double) g.bytes() : Double.NaN;
         return new Measurement(level, provider.name(), "ours", describe(), mode, checksums, requestBytes, blocks,
                 inflight, repeat, t.requests, t.bytes, Math.max(1, t.nanos), p.p50Us(), p.p99Us(), p.p999Us(),
                 p.maxUs(), t.allocated < 0 || t.requests == 0 ? Double.NaN : t.allocated / (double) t.requests,
                 t.verified + warm.verified, t.mismatches + warm.mismatches,
-                t.failures + warm.failures + peerFailed, note);
+                t.failures + warm.failures + peerFailed, note, staged, transport, crc);
     }
 
     private void window(Totals totals, boolean verify) {
@@ -377,6 +388,14 @@ final class TransceiverBench implements AutoCloseable {
                     pushed &= g.wasPushed();
                 }
                 totals.pushed += pushed ? 1 : 0;
+                for (TransferRequest g : gr) {
+                    totals.genLedger = totals.genLedger.plus(g.copyLedger());
+                }
+                if (ctx != null) {
+                    for (TransferRequest c : w.ctxRequests.get(i)) {
+                        totals.ctxLedger = totals.ctxLedger.plus(c.copyLedger());
+                    }
+                }
                 totals.latency.record(genDone.get(i).getNow(submitted[i]) - submitted[i]);
                 if (verify) {
                     for (int r = 0; r < gen.ranks(); r++) {

@@ -64,6 +64,11 @@ class BenchLoopbackTest {
             // Every element of every request, warm-up included: 3 blocks x 8192 elements x (4 + 2 warm-up).
             assertThat(BenchOutputs.num(r, "verified_elements")).isEqualTo(3 * 8192.0 * 6);
             assertThat(BenchOutputs.num(r, "bytes")).isEqualTo(4 * 3 * 16384.0);
+            // The copy ledger (both instances in this JVM): loopback makes one pass, part checksums one per side.
+            assertThat(BenchOutputs.num(r, "transport_per_byte")).as("%s", r).isEqualTo(1.0);
+            assertThat(BenchOutputs.num(r, "checksum_per_byte")).as("%s", r)
+                    .isEqualTo(r.get("checksums").equals("on") ? 2.0 : 0.0);
+            assertThat(BenchOutputs.num(r, "staged_per_byte")).as("%s", r).isBetween(0.0, 2.0);
         });
         // Push rows say how many requests were really pushed when any fell back to pull (loopback can write
         // one-sided; whether the formatter can push decides), pull rows never mention it.

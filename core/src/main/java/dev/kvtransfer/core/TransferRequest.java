@@ -59,6 +59,7 @@ public final class TransferRequest {
     private volatile KvTransferException error;
     private volatile long kvCacheSize;
     private volatile int messageCount;
+    private volatile CopyLedger copyLedger = CopyLedger.NONE;
     private volatile boolean pushed;
     private volatile long startEpochNanos;
     private volatile long endEpochNanos;
@@ -299,6 +300,14 @@ public final class TransferRequest {
     }
 
     /**
+     * @return this rank's copy ledger of the transfer (staging copies, transport passes, checksum passes), once the
+     *         request completed; {@link CopyLedger#NONE} before, or when it failed
+     */
+    public CopyLedger copyLedger() {
+        return copyLedger;
+    }
+
+    /**
      * @return once the request ended: whether the context side wrote one-sided into the generation pool (push);
      *         false for a pulled (sent and received) transfer, also when push was asked but a side could not push
      */
@@ -442,6 +451,11 @@ public final class TransferRequest {
         public void recordMessages(int n, boolean wasPushed) {
             messageCount = n;
             pushed = wasPushed;
+        }
+
+        @Override
+        public void recordLedger(CopyLedger ledger) {
+            copyLedger = java.util.Objects.requireNonNull(ledger, "ledger");
         }
 
         @Override

@@ -537,6 +537,46 @@ public abstract class TransceiverConformanceTest {
         }
     }
 
+    @Test
+    public void required_spec3_15_theCopyLedgerAccountsForEveryByteMoved() {
+        LayoutPair p = workhorsePair();
+        for (boolean checksums : new boolean[] {true, false}) {
+            TransceiverConfig c = transceiverConfig().partChecksums(checksums).build();
+            LocalInstance ctx = start("ctx", p.ctx(), c);
+            LocalInstance gen = start("gen", p.gen(), c);
+            Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), 97, 97, 0);
+            respond(ctx, t);
+            request(gen, t);
+            awaitEnded(List.of(t));
+            assertExact(gen, t);
+            long[] moved = new long[2];
+            for (TransferRequest r : t.all()) {
+                boolean context = t.ctx.contains(r);
+                dev.kvtransfer.core.CopyLedger l = r.copyLedger();
+                String who = (context ? "context" : "generation") + " side of request " + t.id + " (checksums "
+                        + checksums + ", " + p.name() + "): " + l;
+                assertThat(l.bytes()).as(who).isPositive();
+                // Each byte a rank moved went through staging at most once on that rank.
+                assertThat(l.staged()).as(who).isBetween(0L, l.bytes());
+                assertThat(l.transportUnknown()).as(who).isBetween(0L, l.bytes());
+                // Where the transport tells its passes, it touches every byte at least once.
+                assertThat(l.transport()).as(who).isGreaterThanOrEqualTo(l.bytes() - l.transportUnknown());
+                if (checksums) {
+                    assertThat(l.checksummed()).as(who + ": every part is checksummed on both sides")
+                            .isGreaterThanOrEqualTo(l.bytes());
+                } else {
+                    assertThat(l.checksummed()).as(who + ": checksums off, journal off").isZero();
+                }
+                moved[context ? 0 : 1] += l.bytes();
+            }
+            assertThat(moved[0]).as("bytes in the context and generation ledgers of request %d", t.id)
+                    .isEqualTo(moved[1]);
+            free(ctx, gen, t);
+            assertThat(backgroundErrors).isEmpty();
+            closeInstances();
+        }
+    }
+
     /**
      * Clause 3.12, the coalescing switch. Optional: a backend's suite runs it by overriding this method with
      * {@code @Test} and calling {@code super} (loopback, Aeron and MPI do). With {@code kvtransfer.coalesce=false}

@@ -114,4 +114,35 @@ public interface Connection {
 
     /** @return the peer's address, as its manager's {@link ConnectionManager#localAddress()} reports it */
     String peer();
+
+    /** {@link #copiesPerByte} and {@link #writeCopiesPerByte} of a transport that cannot tell. */
+    int COPIES_UNKNOWN = -1;
+
+    /**
+     * The copy ledger's transport column: how many passes the transport makes over each byte of a message of
+     * {@code length} bytes on its way from the sender's memory into the receiving buffer of a posted receive.
+     * Every copy counts, in user space (the transport's own, its library's, a media driver's) and in the kernel (a
+     * socket write and a socket read are two; a {@code process_vm_readv} is one). What the caller does with the
+     * bytes (a formatter's gather or scatter, a checksum) does not. A message that arrives before its receive is
+     * posted may cost one more pass (staged); the figure is for the path the transport takes when the receive
+     * waits, which is how the transceiver receives its payload.
+     *
+     * @param length message bytes
+     * @return passes per byte, or {@link #COPIES_UNKNOWN} (the default)
+     */
+    default int copiesPerByte(long length) {
+        return COPIES_UNKNOWN;
+    }
+
+    /**
+     * As {@link #copiesPerByte}, for an entry of {@code length} bytes of a one-sided {@link #write}: passes from the
+     * writer's memory into the peer's registered memory.
+     *
+     * @param length entry bytes
+     * @return passes per byte, or {@link #COPIES_UNKNOWN} (the default, and what a transport without
+     *         {@link TransportCapability#ONE_SIDED_WRITE} returns)
+     */
+    default int writeCopiesPerByte(long length) {
+        return COPIES_UNKNOWN;
+    }
 }

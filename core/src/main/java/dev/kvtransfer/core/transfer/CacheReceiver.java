@@ -182,11 +182,17 @@ public final class CacheReceiver implements AutoCloseable {
             List<Integer> peers = session == null ? List.of() : session.targets().peerRanks();
             long[] perPeer = session == null ? new long[0]
                     : job.push && job.pushedPeerBytes != null ? job.pushedPeerBytes : session.peerBytes();
+            // A push receiver moved nothing itself: the writer's passes are the context's to count.
+            dev.kvtransfer.core.CopyLedger ledger = session == null ? dev.kvtransfer.core.CopyLedger.NONE
+                    : job.push ? new dev.kvtransfer.core.CopyLedger(bytes, 0, 0, bytes,
+                            env.config().partChecksums() ? bytes : 0) : session.copyLedger();
             h.recordMessages(messages, job.push);
+            h.recordLedger(ledger);
             long end = EpochClock.nowNanos();
             h.succeed(bytes, end, () -> {
                 env.metrics().outcome(false, true, bytes);
                 env.metrics().messages(false, messages);
+                env.metrics().ledger(false, ledger);
                 env.metrics().completed(false, end - h.startedEpochNanos(end), peers, perPeer);
                 if (env.timing() != null) {
                     env.timing().submit(false, job.timing);

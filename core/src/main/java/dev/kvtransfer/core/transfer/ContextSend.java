@@ -183,11 +183,14 @@ final class ContextSend {
             long[] perPeer = session.peerBytesAfterClose(); // the session moves nothing more: no copy
             List<Integer> peers = session.targets().peerRanks();
             session.close();
+            dev.kvtransfer.core.CopyLedger ledger = session.copyLedger();
             h.recordMessages(messages, session.isPush());
+            h.recordLedger(ledger);
             long end = EpochClock.nowNanos();
             h.succeed(bytes, end, () -> {
                 env.metrics().outcome(true, true, bytes);
                 env.metrics().messages(true, messages);
+                env.metrics().ledger(true, ledger);
                 env.metrics().completed(true, end - h.startedEpochNanos(end), peers, perPeer);
                 if (env.timing() != null) {
                     env.timing().submit(true, timing);

@@ -79,6 +79,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     private final PartChecksumLog crcs;
     private final int[] messages;
     private final long[] peerBytes;
+    private final SessionLedger ledger;
     /** Whether the transport declared DEVICE_MEMORY ({@link Builder#transportCapabilities}). */
     private final boolean deviceMemory;
 
@@ -122,6 +123,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         this.crcs = b.checksums ? new PartChecksumLog(targets.size()) : null;
         this.messages = new int[targets.size()];
         this.peerBytes = new long[targets.size()];
+        this.ledger = new SessionLedger(targets.size());
         this.deviceMemory = b.deviceMemory;
     }
 
@@ -355,7 +357,19 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
             slot = pool.acquire(sender ? TransferBufferPool.Direction.SEND : TransferBufferPool.Direction.RECV,
                     remaining("waiting for a staging slot"));
         }
-        return slot.carve(sizes);
+        MemoryBuffer[] carved = slot.carve(sizes);
+        ledger.staging(carved);
+        return carved;
+    }
+
+    /**
+     * The copy ledger of what this session moved, read once it moved everything (after {@link #close()} or the
+     * formatter's last call).
+     *
+     * @return this rank's ledger of the request
+     */
+    public dev.kvtransfer.core.CopyLedger copyLedger() {
+        return ledger.total(movedBytes);
     }
 
     @Override
@@ -400,9 +414,13 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         }
         timing.transmissions(System.nanoTime());
         for (int i = 0; i < batch.size(); i++) {
-            writes.record(peerIndex, batch.target(i).regionId(), batch.targetOffset(i), batch.length(i),
-                    crcs != null ? (int) Checksums.crc32c(batch.source(i), batch.sourceOffset(i), batch.length(i))
-                            : 0);
+            long n = batch.length(i);
+            writes.record(peerIndex, batch.target(i).regionId(), batch.targetOffset(i), n,
+                    crcs != null ? (int) Checksums.crc32c(batch.source(i), batch.sourceOffset(i), n) : 0);
+            ledger.moved(peerIndex, batch.source(i), n, conn.writeCopiesPerByte(n));
+            if (crcs != null) {
+                ledger.checksummed(peerIndex, n);
+            }
         }
         messages[peerIndex] += batch.size();
         peerBytes[peerIndex] += batch.totalBytes();
@@ -519,6 +537,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
                         + " failed: " + e, e);
             }
             record(peerIndex, buffer, offset + pos, n);
+            ledger.moved(peerIndex, buffer, n, conn.copiesPerByte(n));
             pos += n;
             MOVED_BYTES.getAndAdd(this, n);
         } while (pos < length);
@@ -527,6 +546,9 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         if (journal.enabled()) {
             // After the move, so neither the checksum nor the journal delays the bytes; a fixed-size event.
             long crc = journal.checksums() ? Checksums.crc32c(buffer, offset, length) : TransferJournal.NO_CRC;
+            if (journal.checksums()) {
+                ledger.checksummed(peerIndex, length);
+            }
             int peerRank = targets.peerRanks().get(peerIndex);
             if (out) {
                 journal.partSent(requestId, peerRank, length, crc, ended - started);
@@ -544,6 +566,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         peerBytes[peerIndex] += n;
         if (crcs != null) {
             crcs.record(peerIndex, k, start, buffer, offset, n);
+            ledger.checksummed(peerIndex, n);
         }
     }
 

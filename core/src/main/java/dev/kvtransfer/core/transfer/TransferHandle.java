@@ -48,6 +48,13 @@ public interface TransferHandle {
     void recordMessages(int n, boolean pushed);
 
     /**
+     * Records this rank's copy ledger of the transfer, before it completes.
+     *
+     * @param ledger what the session counted
+     */
+    void recordLedger(dev.kvtransfer.core.CopyLedger ledger);
+
+    /**
      * @param otherwise returned when the transfer has not started
      * @return when this rank's transfer started (epoch nanoseconds, {@link dev.kvtransfer.core.timing.EpochClock})
      */

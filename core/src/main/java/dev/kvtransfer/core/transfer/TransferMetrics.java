@@ -24,6 +24,12 @@ import java.util.Objects;
  *   <li>{@code kvtransfer.transfers{role,outcome}} ({@code kvtransfer_transfers_total}): requests ended, by
  *       {@code role} (context, generation) and {@code outcome} (complete, failed);</li>
  *   <li>{@code kvtransfer.bytes{role}} ({@code kvtransfer_bytes_total}): KV bytes moved;</li>
+ *   <li>the copy ledger of completed requests ({@link dev.kvtransfer.core.CopyLedger}):
+ *       {@code kvtransfer.copy.bytes{role,stage}} ({@code kvtransfer_copy_bytes_total}; {@code stage} staging:
+ *       bytes gathered or scattered through staging; transport: bytes times the transport's passes per byte),
+ *       {@code kvtransfer.copy.unknown.bytes{role}} (bytes whose transport passes are not known) and
+ *       {@code kvtransfer.checksum.bytes{role}} (bytes checksummed); divided by {@code kvtransfer.bytes} they are
+ *       passes per byte moved;</li>
  *   <li>{@code kvtransfer.transfer.bytes{role}} ({@code kvtransfer_transfer_bytes}, histogram): per completed
  *       request, the KV bytes this rank moved (vLLM's {@code nixl_bytes_transferred});</li>
  *   <li>{@code kvtransfer.errors{code}} ({@code kvtransfer_errors_total}): errors by {@link ErrorCode}, OTHER for
@@ -55,6 +61,8 @@ public final class TransferMetrics {
     private final Counter recvFailed;
     private final Counter bytesSent;
     private final Counter bytesReceived;
+    /** The copy ledger per role (context, generation): staged, transport, transport unknown, checksummed. */
+    private final Counter[][] ledger = new Counter[2][];
     private final DistributionSummary transferBytesSent;
     private final DistributionSummary transferBytesReceived;
     private final DistributionSummary messagesSent;
@@ -93,6 +101,20 @@ public final class TransferMetrics {
         bytesSent = Counter.builder("kvtransfer.bytes").tags(base).tag("role", "context").register(registry);
         bytesReceived = Counter.builder("kvtransfer.bytes").tags(base).tag("role", "generation")
                 .register(registry);
+        for (int r = 0; r < 2; r++) {
+            String role = r == 0 ? "context" : "generation";
+            ledger[r] = new Counter[] {
+                Counter.builder("kvtransfer.copy.bytes").tags(base).tag("role", role).tag("stage", "staging")
+                        .description("bytes copied through a staging buffer (a gather or a scatter)")
+                        .register(registry),
+                Counter.builder("kvtransfer.copy.bytes").tags(base).tag("role", role).tag("stage", "transport")
+                        .description("bytes times the transport's passes per byte (Connection.copiesPerByte)")
+                        .register(registry),
+                Counter.builder("kvtransfer.copy.unknown.bytes").tags(base).tag("role", role)
+                        .description("bytes whose transport passes are not known").register(registry),
+                Counter.builder("kvtransfer.checksum.bytes").tags(base).tag("role", role)
+                        .description("bytes checksummed (CRC32C)").register(registry)};
+        }
         transferBytesSent = transferBytes(registry, base, "context");
         transferBytesReceived = transferBytes(registry, base, "generation");
         messagesSent = messages(registry, base, "context");
@@ -187,6 +209,20 @@ public final class TransferMetrics {
      */
     public void messages(boolean sender, int n) {
         (sender ? messagesSent : messagesReceived).record(n);
+    }
+
+    /**
+     * Adds a completed request's copy ledger on this rank.
+     *
+     * @param sender true on the context side
+     * @param l      the ledger
+     */
+    public void ledger(boolean sender, dev.kvtransfer.core.CopyLedger l) {
+        Counter[] c = ledger[sender ? 0 : 1];
+        c[0].increment(l.staged());
+        c[1].increment(l.transport());
+        c[2].increment(l.transportUnknown());
+        c[3].increment(l.checksummed());
     }
 
     /**

@@ -193,6 +193,16 @@ class DeviceMemoryTransportTest {
         public String peer() {
             return inner.peer();
         }
+
+        @Override
+        public int copiesPerByte(long length) {
+            return inner.copiesPerByte(length);
+        }
+
+        @Override
+        public int writeCopiesPerByte(long length) {
+            return inner.writeCopiesPerByte(length);
+        }
     }
 
     private record HostView(long address, long size) implements MemoryBuffer {

@@ -280,6 +280,16 @@ public final class FaultyTransportProvider implements TransportProvider {
         public String peer() {
             return real.peer();
         }
+
+        @Override
+        public int copiesPerByte(long length) {
+            return real.copiesPerByte(length);
+        }
+
+        @Override
+        public int writeCopiesPerByte(long length) {
+            return real.writeCopiesPerByte(length);
+        }
     }
 
     private static void park(long nanos) {

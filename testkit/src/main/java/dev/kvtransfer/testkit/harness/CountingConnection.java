@@ -72,6 +72,16 @@ final class CountingConnection implements Connection {
     }
 
     @Override
+    public int copiesPerByte(long length) {
+        return inner.copiesPerByte(length);
+    }
+
+    @Override
+    public int writeCopiesPerByte(long length) {
+        return inner.writeCopiesPerByte(length);
+    }
+
+    @Override
     public String toString() {
         return "Counting" + inner;
     }

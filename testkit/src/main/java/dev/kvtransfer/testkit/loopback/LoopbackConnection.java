@@ -44,6 +44,22 @@ final class LoopbackConnection implements Connection {
         return peer;
     }
 
+    /**
+     * One pass: a receive that waits is written straight from the sender's buffer (at any size). A message sent
+     * before its receive is posted costs two: into an eager buffer, then out (at most {@link #EAGER_LIMIT} bytes, or
+     * a larger one whose receive did not come within the rendezvous wait).
+     */
+    @Override
+    public int copiesPerByte(long length) {
+        return 1;
+    }
+
+    /** The emulated write's data messages are received straight into the registered memory: as a send. */
+    @Override
+    public int writeCopiesPerByte(long length) {
+        return 1;
+    }
+
     @Override
     public String toString() {
         return "LoopbackConnection{" + owner.localAddress() + " -> " + peer + "}";

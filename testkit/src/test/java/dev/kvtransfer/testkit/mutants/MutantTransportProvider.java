@@ -315,5 +315,15 @@ public final class MutantTransportProvider implements TransportProvider {
         public String peer() {
             return c.peer();
         }
+
+        @Override
+        public int copiesPerByte(long length) {
+            return c.copiesPerByte(length);
+        }
+
+        @Override
+        public int writeCopiesPerByte(long length) {
+            return c.writeCopiesPerByte(length);
+        }
     }
 }

@@ -315,6 +315,21 @@ final class TcpConnection implements Connection {
         manager.recv(state, peer, tag, buffer, offset, length, timeout);
     }
 
+    /**
+     * Two: the gathering socket write and the I/O thread's read straight into the waiting receive (a frame that
+     * arrives before its receive is staged and costs three).
+     */
+    @Override
+    public int copiesPerByte(long length) {
+        return 2;
+    }
+
+    /** Writes are emulated: each entry is a message received into place. */
+    @Override
+    public int writeCopiesPerByte(long length) {
+        return 2;
+    }
+
     @Override
     public void write(WriteBatch batch, Duration timeout) {
         manager.ensureOpen();
