@@ -555,7 +555,7 @@ public abstract class TransceiverConformanceTest {
                 dev.kvtransfer.core.CopyLedger l = r.copyLedger();
                 String who = (context ? "context" : "generation") + " side of request " + t.id + " (checksums "
                         + checksums + ", " + p.name() + "): " + l;
-                assertThat(l.bytes()).as(who).isPositive();
+                assertThat(l.bytes()).as(who).isNotNegative(); // 0 on a rank another of its head group sends for
                 // Each byte a rank moved went through staging at most once on that rank.
                 assertThat(l.staged()).as(who).isBetween(0L, l.bytes());
                 assertThat(l.transportUnknown()).as(who).isBetween(0L, l.bytes());
@@ -570,7 +570,7 @@ public abstract class TransceiverConformanceTest {
                 moved[context ? 0 : 1] += l.bytes();
             }
             assertThat(moved[0]).as("bytes in the context and generation ledgers of request %d", t.id)
-                    .isEqualTo(moved[1]);
+                    .isPositive().isEqualTo(moved[1]);
             free(ctx, gen, t);
             assertThat(backgroundErrors).isEmpty();
             closeInstances();
