@@ -94,6 +94,15 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     public static final long MERGED_MESSAGE_BYTES = 4L << 20;
 
     /**
+     * Smallest average message for which a part of a layer range (a layer-wise pull: one global layer per call)
+     * travels direct on either side; below it both sides stage and the part is one message. In a block pool one
+     * layer of a part is one piece per block (llama3-8b: 64 KiB at 16 tokens a block), so a direct layer-wise pull
+     * costs a message per block and layer; staged, it costs one per peer and layer plus a gather and a scatter.
+     * Part of the wire agreement (both ranks plan with it), so not a setting.
+     */
+    public static final long LAYER_RANGE_MIN_DIRECT_BYTES = 1L << 20;
+
+    /**
      * Ring places of a staged receive that scatters on a helper ({@link ScatterPipeline}): the receive of message
      * {@code n} reuses the place of message {@code n - 4} once it is scattered. Four places of a 2 MiB row (the
      * llama3-8b TP2 → TP1 row at 32 tokens per block) are 8 MiB per peer: the staged rows stay in the last-level
@@ -255,7 +264,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         checkLayout(session, self, selfIndex, ids, whole);
         SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
-        int[] active = partPlans(session, plan, peer, ids, true, plans);
+        int[] active = partPlans(session, plan, peer, ids, true, layerRange(self, g0, g1), plans);
         // A pool the transport cannot take (device memory without DEVICE_MEMORY) is staged even where the plan is
         // direct: the messages stay the plan's (the peer cannot know our memory), each copied through staging.
         boolean poolOk = session.transportAccepts(poolKind);
@@ -366,7 +375,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         checkLayout(session, self, selfIndex, ids, whole);
         SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
         PartPlan[] plans = new PartPlan[t.size()];
-        int[] active = partPlans(session, plan, peer, ids, false, plans);
+        int[] active = partPlans(session, plan, peer, ids, false, layerRange(self, g0, g1), plans);
         boolean poolOk = session.transportAccepts(poolKind);
         MemoryBuffer[] staging = staging(session, active, plans, t.size(), poolOk);
         BufferManager bm = session.bufferManager();
@@ -458,11 +467,17 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         pushWriter.push(session, peer, t, ids, plan);
     }
 
+    /** @return whether {@code [g0, g1)} is less than the model's layers: a layer-wise call (both ranks see the same) */
+    private static boolean layerRange(CacheState self, int g0, int g1) {
+        return g1 - g0 < self.numLayers();
+    }
+
     /**
-     * Builds the message plan of every non-empty part; returns their peer positions.
+     * Builds the message plan of every non-empty part; returns their peer positions. A layer range plans with
+     * {@link #LAYER_RANGE_MIN_DIRECT_BYTES}: small pieces are staged into one message per part.
      */
     private int[] partPlans(TransferSession session, SplitPlan plan, CacheState peer, int[] ids, boolean sender,
-                            PartPlan[] out) {
+                            boolean layerRange, PartPlan[] out) {
         int n = 0;
         List<SplitPlan.Part> parts = plan.parts;
         for (int i = 0; i < parts.size(); i++) { // indexed loops: no iterator per request
@@ -485,7 +500,9 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
                     session.peerBlocksPerRegion(part.peer));
             try {
                 PartPlan.Builder b = PartPlan.builder().shape(part.blockCount, part.layerCount, part.headCount)
-                        .selfIsSender(sender).policy(minBothDirectBytes, 0, false)
+                        .selfIsSender(sender).policy(layerRange ? Math.max(minBothDirectBytes,
+                                LAYER_RANGE_MIN_DIRECT_BYTES) : minBothDirectBytes,
+                                layerRange ? LAYER_RANGE_MIN_DIRECT_BYTES : 0, layerRange)
                         .mergeBlocks(MERGED_MESSAGE_BYTES);
                 if (sender) {
                     b.sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)

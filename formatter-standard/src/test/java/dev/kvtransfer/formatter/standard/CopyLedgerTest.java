@@ -57,6 +57,37 @@ class CopyLedgerTest {
     }
 
     /**
+     * A layer-wise pull between block pools: each layer of the part is one 16 KiB piece per block, under
+     * {@link StandardCacheFormatter#LAYER_RANGE_MIN_DIRECT_BYTES}, so both sides stage and each layer is one message
+     * per peer (4 layers: 4 messages, not 4 x 9 blocks), at one gather and one scatter per byte.
+     */
+    @org.junit.jupiter.api.Test
+    void aLayerWisePullBetweenBlockPoolsSendsOneMessagePerLayerAndStagesBothSides() {
+        String fabric = "ledger-" + FABRICS.incrementAndGet();
+        CacheState c = state(1, PoolLayout.Kind.BLOCK, 16);
+        LocalInstance ctx = start("ctx", c, fabric, true);
+        LocalInstance gen = start("gen", c, fabric, true);
+        int prompt = 8 * 16 + 3;
+        TransferFixture.Transfer t = TransferFixture.prepare(ctx, gen, c, c, prompt, prompt);
+        TransferFixture.request(gen, t);
+        TransferRequest r = t.all().stream().filter(TransferRequest::isContext).findFirst().orElseThrow();
+        ctx.transceiver(0).respondAndSendLayerWise(r);
+        for (int l = 0; l < c.numLayers(); l++) {
+            r.layerReady(l);
+        }
+        TransferFixture.awaitEnded(List.of(t), Duration.ofSeconds(60));
+        TransferFixture.assertExact(gen, t);
+        TransferRequest g = t.all().stream().filter(x -> !x.isContext()).findFirst().orElseThrow();
+        assertThat(g.isLayerWise() || r.isLayerWise()).as("%s / %s", r, g).isTrue();
+        assertThat(g.messageCount()).as("messages of the layer-wise pull %s", g).isEqualTo(c.numLayers());
+        CopyLedger cl = r.copyLedger();
+        CopyLedger gl = g.copyLedger();
+        assertThat(cl.staged()).as("%s", cl).isEqualTo(cl.bytes());
+        assertThat(gl.staged()).as("%s", gl).isEqualTo(gl.bytes()).isEqualTo(cl.bytes());
+        assertThat(background).isEmpty();
+    }
+
+    /**
      * @param ctxStaged staging copies per byte the context ranks make (gathers)
      * @param genStaged staging copies per byte the generation ranks make (scatters)
      */
