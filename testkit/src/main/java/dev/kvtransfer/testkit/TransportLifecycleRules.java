@@ -277,6 +277,50 @@ public abstract class TransportLifecycleRules extends TransportDeliveryRules {
     }
 
     @Test
+    public void required_spec1_27_recvWhoseDeadlineEndsNeverLosesAMessage() throws Exception {
+        // The control plane receives infos with waits of microseconds and tries again: a receive whose deadline ends
+        // while its message is arriving fails TIMEOUT and leaves that message to the next receive.
+        ConnectionManager a = newManager();
+        ConnectionManager b = newManager();
+        int count = 2000;
+        int size = 4096 + 24;
+        Connection ba = b.connection(a.localAddress());
+        Future<?> sends = threads(1).submit(() -> {
+            MemoryBuffer src = buffer(size);
+            for (int i = 0; i < count; i++) {
+                fill(src, 0, size, 3_000_000L + i);
+                ba.send(8700, src, 0, size);
+            }
+            return null;
+        });
+        Connection ab = a.connection(b.localAddress());
+        Duration[] waits = {Duration.ofNanos(1_000), Duration.ofNanos(20_000), Duration.ofNanos(200_000),
+                Duration.ofMillis(1)};
+        MemoryBuffer dst = buffer(size);
+        Duration bound = Duration.ofSeconds(60);
+        long deadline = System.nanoTime() + bound.toNanos();
+        int timeouts = 0;
+        for (int got = 0, tries = 0; got < count; tries++) {
+            assertThat(System.nanoTime() - deadline).as("messages received within %s: %d of %d", bound, got, count)
+                    .isNegative();
+            try {
+                ab.recv(8700, dst, 0, size, waits[tries % waits.length]);
+            } catch (TransportException e) {
+                assertThat(e.code()).as("%s", e).isEqualTo(ErrorCode.TIMEOUT);
+                timeouts++;
+                continue;
+            }
+            // Every byte of the next message: a lost one shows as the one after it here.
+            verify(dst, 0, size, 3_000_000L + got);
+            got++;
+        }
+        get(sends);
+        assertThatThrownBy(() -> ab.recv(8700, dst, 0, size, Duration.ofMillis(50)))
+                .as("a message beyond those sent (after %d timeouts)", timeouts)
+                .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
+    }
+
+    @Test
     public void required_spec1_20_closeReleasesEveryFileDescriptor() throws Exception {
         java.nio.file.Path fds = java.nio.file.Path.of("/proc/self/fd");
         Assumptions.assumeTrue(java.nio.file.Files.isDirectory(fds), "skipped: no /proc/self/fd on this OS");

@@ -33,6 +33,8 @@ final class ReceiveMatcher {
     static final int DONE = 2;
     static final int FAILED = 3;
     static final int ABANDONED = 4;
+    /** Gave up while its frame was being read: the rest goes to staging, and the message to a later receive. */
+    static final int RESTAGED = 5;
 
     private final String name;
     private final String localAddress;
@@ -66,6 +68,8 @@ final class ReceiveMatcher {
         int state = WAITING;
         TransportException failure;
         Peer from;
+        /** With {@link #RESTAGED}: the staging buffers holding what was read so far, positioned after it. */
+        ByteBuffer[] restaged;
 
         Posted(Peer peer, int tag, ByteBuffer[] dst, long length) {
             this.peer = peer;
@@ -267,7 +271,24 @@ final class ReceiveMatcher {
                 q.remove(r);
             }
         } else if (r.state == CLAIMED) {
-            r.state = ABANDONED; // the I/O thread discards the rest of the message
+            // The frame is being read into this receive's memory: move what arrived so far to staging (the receive
+            // has not returned, so its memory may still be read) and let the I/O thread read the rest there, so the
+            // message waits for a later receive instead of being lost with this one.
+            ByteBuffer[] st;
+            try {
+                st = TcpBuffers.staging(r.length);
+            } catch (OutOfMemoryError e) {
+                r.state = ABANDONED; // no memory to keep it: the I/O thread discards the rest of the message
+                return;
+            }
+            for (int i = 0; i < st.length; i++) {
+                ByteBuffer done = r.dst[i].duplicate();
+                done.flip();
+                st[i].put(done); // dst and staging are cut at the same VIEW boundaries
+            }
+            r.restaged = st;
+            r.state = RESTAGED;
+            r.from.staging.merge(r.tag, 1, Integer::sum);
         }
     }
 
@@ -331,12 +352,13 @@ final class ReceiveMatcher {
      * Reads payload bytes from {@code ch} straight into a claimed receive's memory, under the lock and only while
      * that receive still waits.
      *
-     * @return bytes read (-1 at end of stream), or -2 when the receive gave up (the rest is to be discarded)
+     * @return bytes read (-1 at end of stream), -2 when the receive gave up without a place for the rest (to be
+     *         discarded), or -3 when it gave up and the rest is to be read into {@code target.restaged}
      */
     long readInto(Posted target, ScatteringByteChannel ch) throws IOException {
         lock.lock();
         try {
-            return target.state == CLAIMED ? ch.read(target.dst) : -2;
+            return target.state == CLAIMED ? ch.read(target.dst) : target.state == RESTAGED ? -3 : -2;
         } finally {
             lock.unlock();
         }

@@ -45,9 +45,10 @@ import java.util.concurrent.TimeUnit;
  * receiver) and, once whole, handed to such a receive or a {@link #pollConnect} waiting for the tag, or kept for
  * one. (A poll's wait is short and ends often; a frame it had claimed half-read would be lost with it.) A receive whose length
  * differs from the message's fails {@code MALFORMED} and the message is dropped. A receive that gives up (deadline,
- * interrupt, close) while its message is being read leaves the rest of the message to be discarded: the I/O thread
- * writes into a receiver's memory only under the matcher's lock and only while that receive waits, so nothing is
- * written after the call returned.
+ * interrupt, close) while its message is being read moves what arrived to staging before it returns, and the rest
+ * is read there: the message waits for a later receive (the control plane receives with short waits and retries).
+ * The I/O thread writes into a receiver's memory only under the matcher's lock and only while that receive waits,
+ * so nothing is written after the call returned.
  *
  * <p><b>Deadlines, loss, close.</b> Every wait has its deadline; a send stuck on a full socket past its deadline
  * after writing part of a frame resets its socket (a partial frame cannot be taken back). A socket of a peer that

@@ -254,6 +254,11 @@ final class TcpIoLoop {
             long n;
             if (in.target != null) {
                 n = matcher.readInto(in.target, in.ch);
+                if (n == -3) {
+                    in.staged = in.target.restaged; // the receive gave up: the rest is staged for a later one
+                    in.target = null;
+                    continue;
+                }
                 if (n == -2) {
                     in.target = null; // abandoned: the rest is discarded
                     continue;
