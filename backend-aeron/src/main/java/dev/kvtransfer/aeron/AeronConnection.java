@@ -66,6 +66,8 @@ final class AeronConnection implements Connection {
     private UnsafeBuffer hello;
     // Liveness (agent reads; establishment writes).
     private volatile long openedNs;
+    /** {@link #copiesPerByte}, once known (0 before). */
+    private volatile int copies;
     private volatile boolean everConnected;
 
     AeronConnection(AeronConnectionManager manager, Peer peer) {
@@ -144,7 +146,13 @@ final class AeronConnection implements Connection {
      */
     @Override
     public int copiesPerByte(long length) {
-        return manager.ipcStreamTo(manager.addressOf(peer)) != 0 ? 2 : 5;
+        int c = copies;
+        if (c == 0) {
+            // The peer's address and this manager's IPC stream never change: parsed once, not per message.
+            c = manager.ipcStreamTo(manager.addressOf(peer)) != 0 ? 2 : 5;
+            copies = c;
+        }
+        return c;
     }
 
     /** Writes are emulated ({@code EmulatedOneSided}): each entry is a message received into place. */
