@@ -22,10 +22,11 @@ import java.util.function.BooleanSupplier;
  * ({@link #claim}), payload bytes for a claimed receive ({@link #readInto}, under the lock, only while that receive
  * still waits, so nothing is written into a receive's memory after it returned), the end of a frame
  * ({@link #finish}) and the end of a peer's stream ({@link #streamEnded}). Matching order for a frame: a receive
- * posted on that peer's connection for the tag is read into directly; otherwise the frame is staged (every send
- * is eager) and, once whole, goes to such a receive or to a {@code pollConnect} waiting for the tag, else waits for
- * one. A poll whose wait ends never costs a message. A receive whose length differs from the message's fails
- * {@code MALFORMED} and the message is dropped. A lost peer fails its receives {@code PEER_LOST} once everything it sent was delivered.
+ * posted on that peer's connection for the tag, then a {@code pollConnect} waiting for the tag, else the frame is
+ * staged (every send is eager). A receive or poll whose wait ends while its frame is being read moves what arrived
+ * to staging ({@link #withdraw}): the message goes to a later receive, never lost with the one that gave up. A
+ * receive whose length differs from the message's fails {@code MALFORMED} and the message is dropped. A lost peer
+ * fails its receives {@code PEER_LOST} once everything it sent was delivered.
  */
 final class ReceiveMatcher {
     static final int WAITING = 0;
@@ -311,11 +312,7 @@ final class ReceiveMatcher {
     Posted claim(Peer p, int tag, long length, boolean[] staged) {
         lock.lock();
         try {
-            // Only a receive posted on the peer's connection is read into directly. A pollConnect gets the frame
-            // once it is whole (finish): a poll whose short wait ends while the frame is still being read would
-            // otherwise abandon it, and the message would be lost to every later poll.
-            ArrayDeque<Posted> q = p.posted.get(tag);
-            Posted r = q == null ? null : q.poll();
+            Posted r = firstWaiting(p, tag);
             if (r != null) {
                 staged[0] = false;
                 changed.signalAll();

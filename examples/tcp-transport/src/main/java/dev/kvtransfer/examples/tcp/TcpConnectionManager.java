@@ -40,13 +40,13 @@ import java.util.concurrent.TimeUnit;
  *
  * <p><b>Receiving.</b> One I/O thread ({@code tcp-io-<name>}, {@link TcpIoLoop}) reads every socket with a
  * selector; the {@link ReceiveMatcher} pairs what it reads with the receives. When a frame's
- * header arrives it is matched with a receive posted on that peer's connection for the tag, and read straight into
- * that receive's memory; else it is staged in an off-heap buffer (every send is eager: senders never wait for the
- * receiver) and, once whole, handed to such a receive or a {@link #pollConnect} waiting for the tag, or kept for
- * one. (A poll's wait is short and ends often; a frame it had claimed half-read would be lost with it.) A receive whose length
- * differs from the message's fails {@code MALFORMED} and the message is dropped. A receive that gives up (deadline,
- * interrupt, close) while its message is being read moves what arrived to staging before it returns, and the rest
- * is read there: the message waits for a later receive (the control plane receives with short waits and retries).
+ * header arrives it is matched, in this order, with a receive posted on that peer's connection for the tag, a
+ * {@link #pollConnect} waiting for the tag, or else staged in an off-heap buffer (every send is eager: senders never
+ * wait for the receiver). A matched frame is read straight into the receiver's memory. A receive whose length
+ * differs from the message's fails {@code MALFORMED} and the message is dropped. A receive or poll that gives up
+ * (deadline, interrupt, close) while its message is being read moves what arrived to staging before it returns, and
+ * the rest is read there: the message waits for a later receive (the control plane receives and polls with short
+ * waits and tries again).
  * The I/O thread writes into a receiver's memory only under the matcher's lock and only while that receive waits,
  * so nothing is written after the call returned.
  *
