@@ -414,10 +414,10 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
             // windows until --warmup-ms passed (the JIT compiles the hot paths of all four sides by then).
             long warmupStart = System.nanoTime();
             long warmupEnd = warmupStart + TimeUnit.MILLISECONDS.toNanos(warmupMs);
+            int limit = warmup != null ? warmup : AUTO_WARMUP_MAX;
             int start = 0;
-            while (warmup != null ? start < warmup : start < AUTO_WARMUP_MIN
-                    || start < AUTO_WARMUP_MAX && System.nanoTime() < warmupEnd) {
-                int end = Math.min(warmup != null ? warmup : AUTO_WARMUP_MAX, start + window);
+            while (start < limit && (warmup != null || start < AUTO_WARMUP_MIN || System.nanoTime() < warmupEnd)) {
+                int end = Math.min(limit, start + window);
                 runWindow(ctx, gen, start, end, WARMUP_ID_BASE, warm, timeout, null, instant, layerwise);
                 start = end;
             }

@@ -478,6 +478,8 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
      */
     private int[] partPlans(TransferSession session, SplitPlan plan, CacheState peer, int[] ids, boolean sender,
                             boolean layerRange, PartPlan[] out) {
+        long minBoth = layerRange ? Math.max(minBothDirectBytes, LAYER_RANGE_MIN_DIRECT_BYTES) : minBothDirectBytes;
+        long minOne = layerRange ? LAYER_RANGE_MIN_DIRECT_BYTES : 0;
         int n = 0;
         List<SplitPlan.Part> parts = plan.parts;
         for (int i = 0; i < parts.size(); i++) { // indexed loops: no iterator per request
@@ -500,10 +502,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
                     session.peerBlocksPerRegion(part.peer));
             try {
                 PartPlan.Builder b = PartPlan.builder().shape(part.blockCount, part.layerCount, part.headCount)
-                        .selfIsSender(sender).policy(layerRange ? Math.max(minBothDirectBytes,
-                                LAYER_RANGE_MIN_DIRECT_BYTES) : minBothDirectBytes,
-                                layerRange ? LAYER_RANGE_MIN_DIRECT_BYTES : 0, layerRange)
-                        .mergeBlocks(MERGED_MESSAGE_BYTES);
+                        .selfIsSender(sender).policy(minBoth, minOne, layerRange).mergeBlocks(MERGED_MESSAGE_BYTES);
                 if (sender) {
                     b.sender(geometry, ids, part.firstBlock, part.firstLayer, part.firstHead)
                             .receiver(peerGeometry, peerIds, part.peerFirstBlock, part.peerFirstLayer,
