@@ -12,7 +12,6 @@ import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.core.journal.TransferJournal;
 import dev.kvtransfer.core.timing.EpochClock;
-import dev.kvtransfer.core.transfer.ContextRequests.Asked;
 import dev.kvtransfer.core.transfer.ContextRequests.Dispatch;
 import dev.kvtransfer.core.transfer.ContextRequests.Failure;
 import dev.kvtransfer.core.transfer.ContextRequests.Outbox;
@@ -20,7 +19,6 @@ import dev.kvtransfer.core.transfer.ContextRequests.Refusal;
 import dev.kvtransfer.core.transfer.ContextRequests.Report;
 
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -33,9 +31,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  * The context side of one rank (TensorRT-LLM's {@code CacheSender}): the driver of {@link ContextRequests}. It feeds
  * the state machine its events — the engine's {@link #respond} and {@link #cancel}, the infos {@link InfoIntake}
  * reads and authenticates, the responder's deadline ticks — under one lock, and carries out what comes back outside
- * it: failures, refusals, reports, and dispatched requests, which {@link ContextSend} serves on one of
- * {@code sendConcurrency} sender threads, or inline on the thread that read the last info when that cannot delay
- * anything ({@link #serveInline}).
+ * it: failures, refusals, reports, and dispatched requests. {@link ContextSend} sends a dispatched request's ready
+ * signals on the dispatching thread at once and moves its bytes on one of {@code sendConcurrency} sender threads, or
+ * serves it whole inline on the thread that read the last info when that cannot delay anything
+ * ({@link #serveInline}).
  *
  * <p>Threads start lazily, on the first {@link #respond}: a generation-only rank runs none.
  */
@@ -334,31 +333,43 @@ public final class CacheSender implements AutoCloseable {
         return true;
     }
 
-    /** A dispatched request waiting for a sender thread; recognisable when a shutdown drops it. */
-    private final class DispatchTask implements Runnable {
-        final Dispatch<Connection, TransferHandle> d;
+    /** A signalled request waiting for a sender thread to move it; recognisable when a shutdown drops it. */
+    private final class MoveTask implements Runnable {
+        final ContextSend.Signalled s;
 
-        DispatchTask(Dispatch<Connection, TransferHandle> d) {
-            this.d = d;
+        MoveTask(ContextSend.Signalled s) {
+            this.s = s;
         }
 
         @Override
         public void run() {
             busySenders.incrementAndGet();
             try {
-                send.send(d);
+                send.finish(s);
             } finally {
                 busySenders.decrementAndGet();
             }
         }
     }
 
+    /**
+     * Serves a dispatched request: its ready signals go out on this thread at once (they never wait behind
+     * another request's move, see {@link ContextSend#signal}), and its move, when this rank has one, on a sender
+     * thread.
+     */
     private void submit(Dispatch<Connection, TransferHandle> d) {
+        ContextSend.Signalled s = send.signal(d);
+        if (s == null) {
+            return;
+        }
+        if (!s.moves) {
+            send.finish(s); // nothing to move: the request completes here
+            return;
+        }
         try {
-            senders.execute(new DispatchTask(d));
+            senders.execute(new MoveTask(s));
         } catch (RejectedExecutionException e) {
-            d.local().fail(new KvTransferException(ErrorCode.CANCELLED, d.requestId(), "the transceiver is closing",
-                    e));
+            send.drop(s, "the transceiver is closing");
         }
     }
 
@@ -382,19 +393,13 @@ public final class CacheSender implements AutoCloseable {
             infoReaders.shutdownNow();
         }
         if (senders != null) {
-            // Dispatched requests no sender thread has taken yet end here, their counterparts told.
-            List<Refusal<Connection>> dropped = new ArrayList<>();
+            // Signalled requests no sender thread has taken yet end here (their counterparts were told ready: a push
+            // peer gets an abort notice, a pull peer sees the transport close).
             for (Runnable r : senders.shutdownNow()) {
-                if (r instanceof DispatchTask t) {
-                    for (Asked<Connection> a : t.d.asked()) {
-                        dropped.add(new Refusal<>(a.conn(), a.info(), ErrorCode.CANCELLED,
-                                "context rank " + env.selfIndex() + " is closing", t.d.requestId()));
-                    }
-                    t.d.local().fail(new KvTransferException(ErrorCode.CANCELLED, t.d.requestId(),
-                            "the transceiver closed before a sender thread took the request", null));
+                if (r instanceof MoveTask t) {
+                    send.drop(t.s, "the transceiver closed before a sender thread took the request");
                 }
             }
-            send.sendRefusals(dropped);
         }
     }
 

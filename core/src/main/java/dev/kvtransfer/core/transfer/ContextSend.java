@@ -84,12 +84,52 @@ final class ContextSend {
     }
 
     /**
-     * Sends a dispatched request: checks the counterparts agree, builds the session, sends the ready signals, moves
-     * this rank's share and completes the local request (or fails it, telling the counterparts why).
+     * A dispatched request whose ready signals went out: what its move needs. The move may then run on another
+     * thread ({@link #finish}); until it has, the request holds its session.
+     */
+    static final class Signalled {
+        final Dispatch<Connection, TransferHandle> d;
+        final DefaultTransferSession session;
+        final TransferTiming timing;
+        final boolean push;
+        final boolean layered;
+        /** Whether this rank moves bytes for the request ({@code needSendCache}); else it only signals. */
+        final boolean moves;
+
+        Signalled(Dispatch<Connection, TransferHandle> d, DefaultTransferSession session, TransferTiming timing,
+                boolean push, boolean layered, boolean moves) {
+            this.d = d;
+            this.session = session;
+            this.timing = timing;
+            this.push = push;
+            this.layered = layered;
+            this.moves = moves;
+        }
+    }
+
+    /**
+     * Sends a dispatched request on the calling thread: {@link #signal}, then {@link #finish}.
      *
      * @param d the request
      */
     void send(Dispatch<Connection, TransferHandle> d) {
+        Signalled s = signal(d);
+        if (s != null) {
+            finish(s);
+        }
+    }
+
+    /**
+     * The first step of a dispatched request: checks the counterparts agree, builds the session and sends every
+     * counterpart its ready signal. The signals are small messages that never wait for the peer, so this runs on
+     * the dispatching thread: a ready signal must never wait behind another request's move, or two context ranks
+     * that took two requests in opposite orders would each wait for the generation side, which waits for the
+     * other's signal (a cycle that only the deadline breaks).
+     *
+     * @param d the request
+     * @return the signalled request, or null when it failed here (the local request failed, counterparts told)
+     */
+    Signalled signal(Dispatch<Connection, TransferHandle> d) {
         TransferHandle h = d.local();
         long id = d.requestId();
         int n = d.targets().size();
@@ -104,7 +144,7 @@ final class ContextSend {
         }
         long chunk = asked.get(0).info().chunkBytes();
         DefaultTransferSession session = null;
-        // The transfer starts when a sender thread takes the request (every counterpart has asked).
+        // The transfer starts when the request is dispatched (every counterpart has asked and it is ready).
         h.started(EpochClock.nowNanos());
         try {
             if (closing.getAsBoolean()) {
@@ -174,8 +214,31 @@ final class ContextSend {
                 }
             }
             timing.preparation(System.nanoTime());
-            if (env.formatter().needSendCache(env.selfCache(), env.selfIndex(), d.peerCache())) {
-                move(h, session, push, layered);
+            return new Signalled(d, session, timing, push, layered,
+                    env.formatter().needSendCache(env.selfCache(), env.selfIndex(), d.peerCache()));
+        } catch (RuntimeException e) {
+            failed(d, e, session);
+            if (session != null) {
+                session.close();
+            }
+            return null;
+        }
+    }
+
+    /**
+     * The second step: moves this rank's share (when it has one) and completes the local request, or fails it.
+     * Closes the session.
+     *
+     * @param s a request {@link #signal} returned
+     */
+    void finish(Signalled s) {
+        Dispatch<Connection, TransferHandle> d = s.d;
+        TransferHandle h = d.local();
+        DefaultTransferSession session = s.session;
+        TransferTiming timing = s.timing;
+        try {
+            if (s.moves) {
+                move(h, session, s.push, s.layered);
             }
             timing.postprocess(System.nanoTime());
             long bytes = session.movedBytes();
@@ -197,31 +260,50 @@ final class ContextSend {
                 }
             });
         } catch (RuntimeException e) {
-            KvTransferException k = TransferErrors.forRequest(e, id, "sending");
-            if ((k.code() == ErrorCode.MALFORMED || k.code() == ErrorCode.UNSUPPORTED_LAYOUT) && session == null) {
-                // Nothing was signalled yet: tell every counterpart why, so none waits for its deadline.
-                List<Refusal<Connection>> refusals = new ArrayList<>();
-                for (int i = 0; i < n; i++) {
-                    refusals.add(new Refusal<>(conns[i], asked.get(i).info(), k.code(), k.getMessage(), id));
-                }
-                sendRefusals(refusals);
-            } else if (k.code() == ErrorCode.CANCELLED && session == null) {
-                List<Refusal<Connection>> refusals = new ArrayList<>();
-                for (int i = 0; i < n; i++) {
-                    refusals.add(new Refusal<>(conns[i], asked.get(i).info(), k.code(), "context side closing", id));
-                }
-                sendRefusals(refusals);
-            }
-            if (session != null && session.isPush()) {
-                abortPush(session, k);
-            }
-            long moved = session == null ? 0 : session.movedBytes();
-            h.fail(k, () -> env.metrics().outcome(true, false, moved));
+            failed(d, e, session);
         } finally {
-            if (session != null) {
-                session.close();
-            }
+            session.close();
         }
+    }
+
+    /**
+     * Ends a signalled request whose move never ran (the transceiver closed before a sender thread took it). Its
+     * counterparts were told ready already: a push peer gets an abort notice, a pull peer sees the transport close.
+     */
+    void drop(Signalled s, String why) {
+        try {
+            failed(s.d, new KvTransferException(ErrorCode.CANCELLED, s.d.requestId(), why, null), s.session);
+        } finally {
+            s.session.close();
+        }
+    }
+
+    /** Fails a dispatched request; without a session yet, every counterpart is told why, so none waits. */
+    private void failed(Dispatch<Connection, TransferHandle> d, RuntimeException e, DefaultTransferSession session) {
+        long id = d.requestId();
+        int n = d.targets().size();
+        List<Asked<Connection>> asked = d.asked();
+        KvTransferException k = TransferErrors.forRequest(e, id, "sending");
+        if ((k.code() == ErrorCode.MALFORMED || k.code() == ErrorCode.UNSUPPORTED_LAYOUT) && session == null) {
+            // Nothing was signalled yet: tell every counterpart why, so none waits for its deadline.
+            List<Refusal<Connection>> refusals = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                refusals.add(new Refusal<>(asked.get(i).conn(), asked.get(i).info(), k.code(), k.getMessage(), id));
+            }
+            sendRefusals(refusals);
+        } else if (k.code() == ErrorCode.CANCELLED && session == null) {
+            List<Refusal<Connection>> refusals = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                refusals.add(new Refusal<>(asked.get(i).conn(), asked.get(i).info(), k.code(), "context side closing",
+                        id));
+            }
+            sendRefusals(refusals);
+        }
+        if (session != null && session.isPush()) {
+            abortPush(session, k);
+        }
+        long moved = session == null ? 0 : session.movedBytes();
+        d.local().fail(k, () -> env.metrics().outcome(true, false, moved));
     }
 
     /** @return whether this rank can write one-sided: the formatter pushes (the transport then needs the capability) */
