@@ -50,7 +50,7 @@ public final class UcxSettings {
     public static final String CMA = "ucx.cma";
     /**
      * Property: how {@code Connection.write} moves bytes. {@code auto} (default) = {@code emulated}, on every host
-     * (issue 29 §3): a revoked region must take no write once {@code RegisteredRegion.close()} returned, also from
+     * because a revoked region must take no write once {@code RegisteredRegion.close()} returned, also from
      * a writer that stalled ({@code SIGSTOP}) and resumed, and UCX's native RMA cannot promise that here. UCX 1.13
      * carries puts into caller-allocated memory as software RMA (sysv/posix/tcp AMs the owner's worker copies to
      * whatever address the put names, without checking a registration) or by CMA ({@code process_vm_writev} by the
