@@ -112,6 +112,51 @@ class ConfigurationDocTest {
         assertThat(ucx).containsExactlyInAnyOrderElementsOf(setField(UcxSettings.class, "KEYS"));
     }
 
+    /**
+     * Where a settings class keeps a {@code DEFAULT_X} constant beside the key constant {@code X}, the table's
+     * default is that constant's value: a changed default shows up here before it reaches the page.
+     */
+    @Test
+    void tableDefaultsMatchTheDefaultConstants() throws Exception {
+        Map<Class<?>, List<ConfigKey>> tables = new LinkedHashMap<>();
+        tables.put(AeronSettings.class, ConfigurationReference.AERON);
+        tables.put(UcxSettings.class, UcxSettings.CONFIG_KEYS);
+        tables.put(Class.forName("dev.kvtransfer.mpi.MpiSettings"), dev.kvtransfer.mpi.MpiTransportProvider.CONFIG_KEYS);
+        int compared = 0;
+        for (Map.Entry<Class<?>, List<ConfigKey>> t : tables.entrySet()) {
+            Map<String, String> fieldOfKey = new LinkedHashMap<>();
+            for (Field f : t.getKey().getDeclaredFields()) {
+                if (Modifier.isStatic(f.getModifiers()) && f.getType() == String.class) {
+                    f.setAccessible(true);
+                    fieldOfKey.putIfAbsent((String) f.get(null), f.getName());
+                }
+            }
+            for (ConfigKey k : t.getValue()) {
+                String field = fieldOfKey.get(k.name());
+                if (field == null) {
+                    continue;
+                }
+                Field d;
+                try {
+                    d = t.getKey().getDeclaredField("DEFAULT_" + field);
+                } catch (NoSuchFieldException e) {
+                    continue;
+                }
+                d.setAccessible(true);
+                String expected = String.valueOf(d.get(null));
+                String as = "default of " + k.name() + " against " + t.getKey().getSimpleName() + "." + d.getName();
+                if (k.defaultValue().contains("(")) {
+                    // A derived default such as min(1024, maxImages / 2) names the constant's value.
+                    assertThat(k.defaultValue()).as(as).contains(expected);
+                } else {
+                    assertThat(k.defaultValue()).as(as).isEqualTo(expected);
+                }
+                compared++;
+            }
+        }
+        assertThat(compared).as("defaults compared").isGreaterThanOrEqualTo(15);
+    }
+
     private static List<String> names(List<ConfigKey> keys) {
         return keys.stream().map(ConfigKey::name).collect(Collectors.toList());
     }

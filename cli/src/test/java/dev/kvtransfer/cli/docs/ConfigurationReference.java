@@ -159,7 +159,7 @@ public final class ConfigurationReference {
         b.append(" · [CUDA memory](#cuda-memory-plugin-cuda) · [JVM system properties](#jvm-system-properties)\n\n");
 
         section(b, "Transceiver (`kvtransfer.*`)",
-                "`TransceiverConfig`, one per rank; see [core/README.md](../core/README.md).", TransceiverConfigKeys.CONFIG_KEYS);
+                "`TransceiverConfig`, one per rank; see [architecture](architecture.md) and [core/README.md](../core/README.md).", TransceiverConfigKeys.CONFIG_KEYS);
 
         b.append("## TensorRT-LLM environment variables\n\n");
         b.append("A deployment configured for TensorRT-LLM's cache transceiver keeps its settings: these variables are\n");
@@ -177,14 +177,14 @@ public final class ConfigurationReference {
                 + "kvtransfer has |\n\n");
 
         section(b, "Aeron transport (`aeron.*`)",
-                "`AeronSettings`; the default transport, with an embedded media driver. See "
-                        + "[backend-aeron/README.md](../backend-aeron/README.md).",
+                "`AeronSettings`; the default transport, with an embedded media driver. See [transports](transports.md) "
+                        + "and [backend-aeron/README.md](../backend-aeron/README.md).",
                 AERON);
         section(b, "UCX transport (`ucx.*`)",
-                "`UcxSettings`. See [backend-ucx/README.md](../backend-ucx/README.md).",
+                "`UcxSettings`. See [transports](transports.md) and [backend-ucx/README.md](../backend-ucx/README.md).",
                 UcxSettings.CONFIG_KEYS);
         section(b, "MPI transport (`mpi.*`)",
-                "`MpiSettings`. See [backend-mpi/README.md](../backend-mpi/README.md).",
+                "`MpiSettings`. See [transports](transports.md) and [backend-mpi/README.md](../backend-mpi/README.md).",
                 MpiTransportProvider.CONFIG_KEYS);
         section(b, "CUDA memory plugin (`cuda.*`)",
                 "`CudaMemoryProvider`: pools in GPU memory (`--pool-memory device`). See "
