@@ -1,9 +1,11 @@
 package dev.kvtransfer.mpi;
 
+import dev.kvtransfer.api.ConfigKey;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.TransportConfig;
 
 import java.time.Duration;
+import java.util.List;
 import java.util.Locale;
 import java.util.Objects;
 import java.util.Set;
@@ -54,6 +56,23 @@ final class MpiSettings {
     static final long MAX_EAGER_BYTES = 16L << 20;
     static final long DEFAULT_MAX_QUEUED_BYTES = 256L << 20;
     static final long DEFAULT_MAX_QUEUED_MESSAGES = 1_000_000;
+
+    /** Every key with its default, accepted values and meaning: the source of {@code docs/configuration.md}. */
+    static final List<ConfigKey> CONFIG_KEYS = List.of(
+            new ConfigKey(MAX_MESSAGE_BYTES, Long.toString(DEFAULT_MAX_MESSAGE_BYTES), "[1, 2147483647] bytes",
+                    "Chunk size C of payloads: a message of n bytes travels as ceil(n / C) MPI messages (MPI counts "
+                            + "are int); carried in each envelope, so ranks may differ."),
+            new ConfigKey(EAGER_BYTES, Long.toString(DEFAULT_EAGER_BYTES),
+                    "[" + Connection.EAGER_LIMIT + ", " + MAX_EAGER_BYTES + "] bytes",
+                    "Messages of at most this many bytes travel inline in their envelope, copied; send returns "
+                            + "before the peer receives."),
+            new ConfigKey(MAX_QUEUED_BYTES, Long.toString(DEFAULT_MAX_QUEUED_BYTES), "[1048576, 2^40] bytes",
+                    "Inline payload bytes an endpoint holds for receives not posted yet; beyond it further messages "
+                            + "are dropped and reported."),
+            new ConfigKey(MAX_QUEUED_MESSAGES, Long.toString(DEFAULT_MAX_QUEUED_MESSAGES), "[16, 2^30]",
+                    "The same bound in messages (zero-length ones count)."),
+            new ConfigKey(ONE_SIDED, "native", "native | emulated",
+                    "One-sided writes (push): MPI-3 RMA, or two-sided messages placed by the owner's receive."));
 
     /** How one-sided writes are done. */
     enum OneSided {

@@ -30,6 +30,8 @@ import java.util.Set;
 public final class MpiTransportProvider implements TransportProvider {
     /** The provider name. */
     public static final String NAME = "mpi";
+    /** Every {@code mpi.*} property this transport reads, with default, accepted values and meaning. */
+    public static final java.util.List<dev.kvtransfer.api.ConfigKey> CONFIG_KEYS = MpiSettings.CONFIG_KEYS;
 
     /** Creates the provider (no native work). */
     public MpiTransportProvider() {

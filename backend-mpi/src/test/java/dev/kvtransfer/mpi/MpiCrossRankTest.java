@@ -690,7 +690,7 @@ public class MpiCrossRankTest {
 
     @Test
     void s01_noRankListensOnASocketBeyondLoopback() throws Exception {
-        // Issue 29: the TCP BTL listened on the wildcard address despite btl_tcp_if_include lo. A job launched
+        // The TCP BTL once listened on the wildcard address despite btl_tcp_if_include lo. A job launched
         // shared-memory only (as the demo's ranks are) names the shared-memory BTLs, so an initialised rank listens
         // on no TCP socket at all. A job that connects to other jobs (the 2-rank conformance job, rule 1.23) needs
         // the TCP BTL and its listener.

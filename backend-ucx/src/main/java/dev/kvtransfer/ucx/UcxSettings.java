@@ -1,5 +1,6 @@
 package dev.kvtransfer.ucx;
 
+import dev.kvtransfer.api.ConfigKey;
 import dev.kvtransfer.api.transport.TransportConfig;
 
 import java.time.Duration;
@@ -49,7 +50,7 @@ public final class UcxSettings {
     public static final String CMA = "ucx.cma";
     /**
      * Property: how {@code Connection.write} moves bytes. {@code auto} (default) = {@code emulated}, on every host
-     * (issue 29 §3): a revoked region must take no write once {@code RegisteredRegion.close()} returned, also from
+     * because a revoked region must take no write once {@code RegisteredRegion.close()} returned, also from
      * a writer that stalled ({@code SIGSTOP}) and resumed, and UCX's native RMA cannot promise that here. UCX 1.13
      * carries puts into caller-allocated memory as software RMA (sysv/posix/tcp AMs the owner's worker copies to
      * whatever address the put names, without checking a registration) or by CMA ({@code process_vm_writev} by the
@@ -108,6 +109,50 @@ public final class UcxSettings {
 
     /** Transports of {@code shm} mode (without CMA). */
     public static final String SHM_TLS = "self,sysv,posix";
+
+    /**
+     * Every property this transport reads, with its default, the values it accepts and its meaning: the source of
+     * the UCX section of {@code docs/configuration.md}. The defaults are the ones the constructor applies.
+     */
+    public static final java.util.List<ConfigKey> CONFIG_KEYS = java.util.List.of(
+            new ConfigKey(REGISTRATION, "rcache", "rcache | explicit",
+                    "Memory registration: UCX's registration cache, or an explicit ucp_mem_map per buffer."),
+            new ConfigKey(REGISTRATION_MAX, Long.toString(DEFAULT_REGISTRATION_MAX), "[1, 1048576]",
+                    "Most regions the explicit registration cache keeps."),
+            new ConfigKey(CLOSE_GRACE, Long.toString(DEFAULT_CLOSE_GRACE_MILLIS), "[1, 600000] ms",
+                    "How long close and cancellation wait for UCX to hand a buffer back."),
+            new ConfigKey(SPIN_MICROS, Long.toString(DEFAULT_SPIN_MICROS), "[0, 1000000] µs",
+                    "How long the progress agent keeps polling after its last piece of work before it sleeps in "
+                            + "epoll (0 = sleep at once)."),
+            new ConfigKey(CALLER_SPIN_MICROS, Long.toString(DEFAULT_CALLER_SPIN_MICROS), "[0, 1000000] µs",
+                    "How long a blocked caller spins on its operation before it parks (0 = park at once)."),
+            new ConfigKey(CALLER_POLL_MICROS, Long.toString(DEFAULT_CALLER_POLL_MICROS), "[0, 100000] µs",
+                    "How long a blocked caller progresses the worker itself before it parks (0 = the agent alone "
+                            + "touches the worker)."),
+            new ConfigKey(BUFFERED_SEND_BYTES, "16384", "[0, 1048576] bytes",
+                    "Sends of at most this many bytes are copied and do not wait for the progress agent "
+                            + "(0 = every send waits)."),
+            new ConfigKey(BUFFERED_SEND_SLOTS, "64", "[1, 65536]", "Most buffered sends in flight per manager."),
+            new ConfigKey(TRANSPORTS, "auto", "auto | shm | net",
+                    "shm: shared memory only, peers on this host; net: UCX's transports (or ucx.config.TLS) with "
+                            + "peer error handling, any host; auto: shm on a loopback host without ucx.config.TLS, "
+                            + "else net."),
+            new ConfigKey(CMA, "true", "true | false",
+                    "In shm mode also use CMA (process_vm_readv/writev, zero copy); false leaves sysv/posix copies."),
+            new ConfigKey(ONE_SIDED, "auto", "auto | native | emulated",
+                    "How one-sided writes (push) move: emulated over tagged messages (auto chooses it on every "
+                            + "host: a revoked region then takes no late write), or native UCX RMA."),
+            new ConfigKey(LIVENESS_INTERVAL, "1000", "[10, 600000] ms",
+                    "Time between heartbeats on an idle control connection."),
+            new ConfigKey(LIVENESS_TIMEOUT, "10000", "[50, 3600000] ms, longer than the interval",
+                    "Silence on a control connection after which its peer is lost."),
+            new ConfigKey(HANDSHAKE_TIMEOUT, "5000", "[10, 600000] ms", "How long a bootstrap handshake may take."),
+            new ConfigKey(MAX_PENDING_HANDSHAKES, "64", "[1, 65536]",
+                    "Most incoming handshakes in progress at once (the oldest goes when one more arrives)."),
+            new ConfigKey(AUTH_MAX_SKEW, "120000", "[1, 86400000] ms",
+                    "How far an authenticated hello's timestamp may be from this host's clock."),
+            new ConfigKey(UCX_CONFIG_PREFIX + "<NAME>", "", "a UCX setting name without UCX_ (upper case)",
+                    "Passed to UCX as UCX_<NAME>, e.g. ucx.config.TLS=tcp."));
 
     private static final Set<String> KEYS = Set.of(REGISTRATION, REGISTRATION_MAX, CLOSE_GRACE, SPIN_MICROS,
             CALLER_SPIN_MICROS, CALLER_POLL_MICROS, BUFFERED_SEND_BYTES, BUFFERED_SEND_SLOTS, TRANSPORTS, CMA, ONE_SIDED, LIVENESS_INTERVAL, LIVENESS_TIMEOUT, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES,

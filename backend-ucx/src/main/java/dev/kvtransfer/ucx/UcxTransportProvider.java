@@ -23,7 +23,7 @@ import java.util.function.Supplier;
  * <p>{@link TransportCapability#DEVICE_MEMORY} is declared only where the probed UCX reports CUDA memory
  * support; Debian's {@code libucx0} is built without it. {@link TransportCapability#NATIVE_ONE_SIDED_WRITE} is
  * not declared: a manager of the default configuration ({@code ucx.oneSided=auto}) emulates one-sided writes over
- * tagged messages on every host (a revoked region must stay quiet, issue 29 §3; {@link UcxSettings#ONE_SIDED}).
+ * tagged messages on every host (a revoked region must stay quiet; {@link UcxSettings#ONE_SIDED}).
  * Each manager's {@link ConnectionManager#capabilities()} says what it does with its own settings
  * ({@code ucx.oneSided=native} forces UCX RMA and declares it).
  */

@@ -486,7 +486,7 @@ class UcxConnectionManagerTest {
     /**
      * The manager's capabilities (what core asks per request) follow its settings: {@code NATIVE_ONE_SIDED_WRITE}
      * with {@code ucx.oneSided=native}, never with {@code emulated} nor with the default {@code auto} (which never
-     * resolves to native: issue 29 §3);
+     * resolves to native: a revoked region must stay quiet);
      * {@code DEVICE_MEMORY} exactly where this UCX accepts CUDA memory.
      */
     @Test
@@ -531,9 +531,9 @@ class UcxConnectionManagerTest {
     }
 
     /**
-     * The {@code auto} decision (issue 29 §3): emulated everywhere, also in net mode on a host with an RDMA device
-     * and a TLS that admits rc/dc/ib, each time with the reason; {@code native} only when asked for, its reason
-     * saying a stalled writer may write late.
+     * The {@code auto} decision (a revoked region must stay quiet): emulated everywhere, also in net mode on a host
+     * with an RDMA device and a TLS that admits rc/dc/ib, each time with the reason; {@code native} only when asked
+     * for, its reason saying a stalled writer may write late.
      */
     @Test
     void autoOneSidedNeverChoosesNative() {

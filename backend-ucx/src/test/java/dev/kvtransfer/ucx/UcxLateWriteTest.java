@@ -23,16 +23,16 @@ import java.util.concurrent.TimeUnit;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * Issue 29 §3: late writes into reused memory. A writer process writes a registered region of ours in a loop and
- * is {@code SIGSTOP}ped mid-batch; we revoke the region (it cannot acknowledge, so the revocation gives up on it
- * after the default timeout and closes its connection), reuse the memory (fill it with another pattern) and
- * {@code SIGCONT} the writer, which then fails and exits. Every byte of the reused memory must still hold our
- * pattern afterwards: 0 late writes.
+ * Late writes into reused memory: a revoked region must take no write, even from a writer that stalled. A writer
+ * process writes a registered region of ours in a loop and is {@code SIGSTOP}ped mid-batch; we revoke the region (it
+ * cannot acknowledge, so the revocation gives up on it after the default timeout and closes its connection), reuse the
+ * memory (fill it with another pattern) and {@code SIGCONT} the writer, which then fails and exits. Every byte of the
+ * reused memory must still hold our pattern afterwards: 0 late writes.
  *
  * <p>The default ({@code ucx.oneSided=auto}) never resolves to UCX's native RMA, whose puts a revocation cannot
  * stop here ({@link UcxSettings#autoOneSided}): it is the emulated path, whose owner receives every entry itself
  * and posts no receive into a revoked region, so nothing lands once the region is closed. {@link #main} measures
- * each path (the native one is where the attack of issue 29 wrote 3.4 million elements).
+ * each path (the native one is where a stalled writer's late puts landed in reused memory).
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS)
 class UcxLateWriteTest {

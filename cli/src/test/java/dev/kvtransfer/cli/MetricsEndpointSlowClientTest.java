@@ -17,7 +17,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Issue 29 item 6: connections that hold a partial request line (23 bytes, never finished) used to make every
+ * Slow clients: connections that hold a partial request line (23 bytes, never finished) used to make every
  * scrape time out for as long as they stayed open (95 s and more: one scrape thread, no read deadline). Now each
  * connection has a read deadline and scrapes run on a small pool.
  */

@@ -14,7 +14,7 @@ import java.util.TreeMap;
  * Settings of one {@link CacheTransceiver}. Immutable; built with {@link #builder()} or
  * {@link #fromProperties(Map)} and validated once in {@link Builder#build()}, which fails naming the offending
  * property and value. Every property name and default lives in this class (the {@code P_*} and
- * {@code DEFAULT_*} constants).
+ * {@code DEFAULT_*} constants); {@link TransceiverConfigKeys} describes each one.
  */
 public final class TransceiverConfig {
     /** Prefix of every property understood here. */

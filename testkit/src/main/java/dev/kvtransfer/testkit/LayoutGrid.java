@@ -193,7 +193,7 @@ public final class LayoutGrid {
     }
 
     /**
-     * The standard formatter's grid (issue 3's "done when"): context x generation TP, PP in {1, 2, 4} (81 pairs,
+     * The standard formatter's grid (every pair it must support): context x generation TP, PP in {1, 2, 4} (81 pairs,
      * data types of 1, 2 and 4 bytes in rotation); uneven PP splits; zero-layer PP ranks (first, middle, last);
      * TP larger than the KV head count (heads 2 and 1) on either side; generation CP 2 and 4 (alone and with TP,
      * PP, DP and duplicated heads); attention DP on either and both sides; kvFactor 1; 8-byte elements; and one
@@ -361,9 +361,9 @@ public final class LayoutGrid {
     }
 
     /**
-     * Context CP (beyond upstream and beyond issue 3): a context instance with CP &gt; 1 sending to generation CP 1
-     * or the same CP. The standard formatter supports these; core's block bookkeeping must then give every
-     * context CP rank its contiguous share of the request's blocks.
+     * Context CP (beyond upstream, which splits CP on the generation side only): a context instance with CP &gt; 1
+     * sending to generation CP 1 or the same CP. The standard formatter supports these; core's block bookkeeping must
+     * then give every context CP rank its contiguous share of the request's blocks.
      *
      * @return the grid
      */

@@ -8,7 +8,7 @@ import java.util.concurrent.atomic.AtomicReferenceArray;
 /**
  * The control plane sends the requester's {@link TransceiverState} in every request info, identical from request to
  * request: this remembers the last few encodings (by the state's identity) and decodings (by the exact bytes), so a
- * steady stream of requests neither re-encodes nor re-decodes them (issue 14 item 3: the peer's state was decoded
+ * steady stream of requests neither re-encodes nor re-decodes them (without it the peer's state was decoded
  * and rebuilt per request, about 1.5 KB, and encoded per request, about 2 KB).
  *
  * <p>Safe to share: the states are immutable, a decoding hit needs the bytes to match byte for byte what was decoded

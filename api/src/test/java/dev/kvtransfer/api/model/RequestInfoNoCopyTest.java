@@ -11,7 +11,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Request infos decoded without extra copies (issue 14 item 3): decoding from a buffer region gives what decoding
+ * Request infos decoded without extra copies (per-request garbage): decoding from a buffer region gives what decoding
  * the same bytes from an array gives; decoded arrays are taken over by the record but still never shared with
  * callers; the in-place accessors read what the copying accessors return; malformed counts are refused with the
  * same messages as before.

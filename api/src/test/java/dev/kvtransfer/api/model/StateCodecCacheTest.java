@@ -15,8 +15,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * The control plane's codec caches (issue 14 item 3): a peer's state decoded once per distinct bytes, encoded once
- * per instance, target ranks memoized — each returning exactly what the uncached path returns.
+ * The control plane's codec caches (they keep per-request garbage down): a peer's state decoded once per distinct
+ * bytes, encoded once per instance, target ranks memoized — each returning exactly what the uncached path returns.
  */
 class StateCodecCacheTest {
     private static CacheState cache(int tp) {

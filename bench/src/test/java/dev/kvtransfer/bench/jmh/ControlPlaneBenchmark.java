@@ -30,15 +30,15 @@ import java.util.OptionalInt;
 import java.util.concurrent.TimeUnit;
 
 /**
- * JMH: the control plane of one-block requests (issue 14 item 3) through the whole path — {@code CacheTransceiver}
- * pair ({@code LocalInstance} context + generation, TP1, in this JVM), the protocol ({@code CacheReceiver} /
- * {@code CacheSender}, request info, ready signal, HMAC authentication), {@code DefaultTransferSession}, the
- * standard formatter and a real transport ({@code aeron}: {@code aeron:ipc} on the embedded driver; or
- * {@code loopback}), then the status agreement of both sides, as an engine's step does. One operation is a window of
- * {@code inflight} requests of one 16-token block (the bench's {@code tiny} model, 16 KiB) submitted together and
- * awaited; {@code -prof gc}'s {@code gc.alloc.rate.norm} is the heap of every thread of the JVM per window
- * (divide by {@code inflight} for per request). Block ids are allocated once (an engine's KV pool is resident);
- * request ids are fresh. Not a unit test and not run in CI; the command is in bench/README.md.
+ * JMH: the control plane of one-block requests (its heap and time per request) through the whole path — {@code
+ * CacheTransceiver} pair ({@code LocalInstance} context + generation, TP1, in this JVM), the protocol ({@code
+ * CacheReceiver} / {@code CacheSender}, request info, ready signal, HMAC authentication), {@code
+ * DefaultTransferSession}, the standard formatter and a real transport ({@code aeron}: {@code aeron:ipc} on the
+ * embedded driver; or {@code loopback}), then the status agreement of both sides, as an engine's step does. One
+ * operation is a window of {@code inflight} requests of one 16-token block (the bench's {@code tiny} model, 16 KiB)
+ * submitted together and awaited; {@code -prof gc}'s {@code gc.alloc.rate.norm} is the heap of every thread of the JVM
+ * per window (divide by {@code inflight} for per request). Block ids are allocated once (an engine's KV pool is
+ * resident); request ids are fresh. Not a unit test and not run in CI; the command is in bench/README.md.
  */
 @State(Scope.Benchmark)
 @BenchmarkMode(Mode.SampleTime)

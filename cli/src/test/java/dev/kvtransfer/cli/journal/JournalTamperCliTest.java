@@ -14,7 +14,7 @@ import java.util.stream.Stream;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * Issue 29 §6 (journal), as an operator meets it: a flipped bit in a part's recorded CRC used to make
+ * A damaged journal as an operator meets it: a flipped bit in a part's recorded CRC used to make
  * {@code journal inspect} print a false "CHECKSUM MISMATCH" and exit 0. Now the record's own checksum fails: exit
  * 2, the damaged file by name, no facts printed; {@code journal replay} refuses the same journal.
  */

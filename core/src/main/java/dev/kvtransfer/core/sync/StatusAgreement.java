@@ -130,8 +130,8 @@ public final class StatusAgreement {
      * @return the agreed outcomes
      */
     public static Outcome agree(List<long[]> gatheredPairs) {
-        // Primitive arrays, no boxing (issue 14 item 3): the distinct ids sorted, then per id how many members
-        // finished it and how many of those failed it, found by binary search.
+        // Primitive arrays, no boxing (this runs per status check, for every request): the distinct ids sorted, then
+        // per id how many members finished it and how many of those failed it, found by binary search.
         if (gatheredPairs.size() == 1 && gatheredPairs.get(0).length / 2 <= SMALL) {
             // One member (e.g. TP1 without DP), a few ids: the answer is read from its pairs themselves.
             return new Outcome(gatheredPairs.get(0));

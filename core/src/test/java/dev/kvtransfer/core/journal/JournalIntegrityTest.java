@@ -24,11 +24,11 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
 /**
- * Issue 29 §6 (journal): single-bit flips inside records used to come back as wrong facts with exit 0 (a phantom
- * in-flight request, wrong durations, a false checksum mismatch); records of version 99 and queues of format 99
- * were read; a file truncated inside a record surfaced as "InternalError: a fault occurred in a recent unsafe
- * memory access". Every record now ends with a CRC32C; unknown versions and formats are refused; a cut file is
- * reported in plain words. The attacks are done on real journal files, at the byte offsets of real records.
+ * A damaged journal is refused, never read as facts: single-bit flips inside records used to come back as wrong facts
+ * with exit 0 (a phantom in-flight request, wrong durations, a false checksum mismatch); records of version 99 and
+ * queues of format 99 were read; a file truncated inside a record surfaced as "InternalError: a fault occurred in a
+ * recent unsafe memory access". Every record now ends with a CRC32C; unknown versions and formats are refused; a cut
+ * file is reported in plain words. The attacks are done on real journal files, at the byte offsets of real records.
  */
 class JournalIntegrityTest {
     @TempDir
@@ -224,8 +224,9 @@ class JournalIntegrityTest {
     }
 
     /**
-     * Issue 28 §7 applied to the journal: another local uid cannot open a rank's journal files (request ids, sizes,
-     * timings, checksums, peer addresses). A child as uid {@code nobody} tries every path; run as root only.
+     * Owner-only files, as for the media driver's shared memory: another local uid cannot open a rank's journal files
+     * (request ids, sizes, timings, checksums, peer addresses). A child as uid {@code nobody} tries every path; run as
+     * root only.
      */
     @Test
     void anotherUidCannotOpenAJournal() throws Exception {

@@ -18,7 +18,7 @@ import java.util.Random;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * The control plane's HMAC without garbage (issue 14 item 3): the hand-rolled HMAC-SHA256 gives the JDK's bytes, and
+ * The control plane's HMAC without garbage per request: the hand-rolled HMAC-SHA256 gives the JDK's bytes, and
  * the in-place variants (info MAC, ready MAC, token and nonce read from the info) agree with the array ones, so
  * ranks of either version interoperate and every check still refuses a flipped byte.
  */

@@ -13,7 +13,7 @@ import java.util.Set;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-/** The control path's reusable pieces (issue 14 item 3): data tags without boxing, reused control buffers. */
+/** The control path's reusable pieces, no garbage per request: data tags without boxing, reused control buffers. */
 class ControlPathTest {
     @Test
     void dataTagsStayUniqueWhileHeldAndAreFreedInAnyOrder() {

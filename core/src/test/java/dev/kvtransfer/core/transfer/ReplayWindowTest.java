@@ -10,7 +10,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * The replay window's primitive table (issue 14 item 3) against a map model: every nonce is refused while
+ * The replay window's primitive table (no node per nonce) against a map model: every nonce is refused while
  * remembered, forgotten only by a purge after its expiry, and in-place deletion never loses or revives one — with
  * many colliding keys, growth and purges at random times.
  */

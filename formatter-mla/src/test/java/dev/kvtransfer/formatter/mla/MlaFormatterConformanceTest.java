@@ -13,7 +13,8 @@ import dev.kvtransfer.testkit.LayoutGrid.Side;
 import java.util.List;
 
 /**
- * The testkit's formatter conformance suite over the MLA grid of issue 5: context TP {1,2,4} x PP {1,2,4}, with
+ * The testkit's formatter conformance suite over the MLA grid (every layout pair a DeepSeek-style deployment
+ * meets): context TP {1,2,4} x PP {1,2,4}, with
  * and without attention DP (dpSize = TP), to generation TP {1,2,4} x PP {1,2,4}, with and without attention DP,
  * x generation CP {1,2,4}, 5 layers (uneven over PP 2 and 4); plus attention DP with several TP ranks per DP
  * group, zero-layer PP ranks, upstream's 10-layer [3,3,2,2] pairs, and one refused pair per field

@@ -12,11 +12,11 @@ import java.util.stream.Stream;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * The MLA grid of issue 5, end to end in one JVM ({@link MlaGridRunner}): context TP {1,2,4} x PP {1,2,4}, with
- * and without attention DP, to generation TP {1,2,4} x PP {1,2,4}, with and without attention DP, x generation
- * CP {1,2,4}, 5 layers (uneven over PP 2 and 4), with and without an indexer-K pool; byte-exact with KvPattern.
- * A second grid covers what the first does not: attention DP with more than one TP rank per DP group on either
- * side, PP splits with zero-layer ranks, and other element types.
+ * The MLA grid (every layout pair a DeepSeek-style deployment meets), end to end in one JVM ({@link MlaGridRunner}):
+ * context TP {1,2,4} x PP {1,2,4}, with and without attention DP, to generation TP {1,2,4} x PP {1,2,4}, with and
+ * without attention DP, x generation CP {1,2,4}, 5 layers (uneven over PP 2 and 4), with and without an indexer-K pool;
+ * byte-exact with KvPattern. A second grid covers what the first does not: attention DP with more than one TP rank per
+ * DP group on either side, PP splits with zero-layer ranks, and other element types.
  */
 class MlaTransferGridTest {
     private static final int LAYERS = 5;

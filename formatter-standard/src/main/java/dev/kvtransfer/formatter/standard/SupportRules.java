@@ -9,10 +9,10 @@ import java.util.List;
 
 /**
  * Which pairs of cache states the standard formatter can move between: the fields both sides must share and the CP
- * combination, every mismatch listed with the field and both values. Answers are remembered per (state instance,
- * state instance): the answer depends on the two immutable states only, and the control plane asks it for the
- * same pair on every request (issue 14 item 3). The table is direct-mapped, of immutable records in plain array
- * slots: a racing reader sees a whole entry or another one.
+ * combination, every mismatch listed with the field and both values. Answers are remembered per (state instance, state
+ * instance): the answer depends on the two immutable states only, and the control plane asks it for the same pair on
+ * every request, so answering it afresh each time was garbage per request. The table is direct-mapped, of immutable
+ * records in plain array slots: a racing reader sees a whole entry or another one.
  */
 final class SupportRules {
     private static final int SUPPORT_SLOTS = 16;

@@ -26,21 +26,22 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Guard of issue 14 item 3's heap work: the steady-state heap a one-block request allocates through the whole path
- * (CacheTransceiver, CacheReceiver / CacheSender with authentication, DefaultTransferSession, the standard formatter
- * with part checksums, the loopback transport, both sides' status agreement), measured over every thread of the JVM
- * with {@code com.sun.management.ThreadMXBean#getThreadAllocatedBytes} — an allocation bound, not a wall-clock one.
- * Between the measured windows, a cancelled request and a timed-out one reuse the same blocks, and every request
- * before and after them arrives exactly (every element checked against {@link KvPattern}): the control plane's
- * caches (plans, durations, MAC state, control buffers) never hand one request another's state.
+ * Guard of the control plane's heap work (reused buffers, cached plans and states): the steady-state heap a one-block
+ * request allocates through the whole path (CacheTransceiver, CacheReceiver / CacheSender with authentication,
+ * DefaultTransferSession, the standard formatter with part checksums, the loopback transport, both sides' status
+ * agreement), measured over every thread of the JVM with {@code
+ * com.sun.management.ThreadMXBean#getThreadAllocatedBytes} — an allocation bound, not a wall-clock one. Between the
+ * measured windows, a cancelled request and a timed-out one reuse the same blocks, and every request before and after
+ * them arrives exactly (every element checked against {@link KvPattern}): the control plane's caches (plans, durations,
+ * MAC state, control buffers) never hand one request another's state.
  */
 class ControlPlaneHeapTest {
     /**
-     * Bytes per request the guard allows. Measured by this test on 2026-12-01: 15,882 B before issue 14 item 3's
-     * heap pass (main at 0e73614), 10,962-11,626 B after it (the testkit loopback transport's own garbage and
-     * the engine-side objects of each request are included; the bench measures 6.5 KB over Aeron). The bound leaves ~12 % for JIT and GC-timing noise and
-     * sits well below the old figure. Lower it when the path allocates less; a change that makes it fail put
-     * garbage back on the per-request path.
+     * Bytes per request the guard allows. Measured by this test on 2026-12-01: 15,882 B before the control plane's heap
+     * pass (main at 0e73614), 10,962-11,626 B after it (the testkit loopback transport's own garbage and the
+     * engine-side objects of each request are included; the bench measures 6.5 KB over Aeron). The bound leaves ~12 %
+     * for JIT and GC-timing noise and sits well below the old figure. Lower it when the path allocates less; a change
+     * that makes it fail put garbage back on the per-request path.
      */
     static final long BOUND_BYTES_PER_REQUEST = 13_000;
     private static final int WARMUP = 400;

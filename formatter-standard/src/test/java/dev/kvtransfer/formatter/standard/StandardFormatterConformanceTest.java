@@ -8,7 +8,7 @@ import dev.kvtransfer.testkit.LayoutPair;
 import java.util.List;
 
 /**
- * The standard formatter against the whole standard grid plus context CP (which it supports beyond issue 3), with
+ * The standard formatter against the whole standard grid plus context CP (which it supports beyond TensorRT-LLM), with
  * the pool layouts of both sides in rotation, prefix reuse of none, some and all blocks, and every pool-layout pair
  * on six shapes ({@link LayoutGrid#standardConformance()}). The push and layer-wise rules run over every 7th pair of
  * the rotated grid (every pool-layout combination, reuse none / all / some) plus every pool-layout pair on four of

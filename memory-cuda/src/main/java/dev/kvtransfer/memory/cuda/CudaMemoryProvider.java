@@ -1,5 +1,6 @@
 package dev.kvtransfer.memory.cuda;
 
+import dev.kvtransfer.api.ConfigKey;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.memory.MemoryProvider;
@@ -37,6 +38,13 @@ public final class CudaMemoryProvider implements MemoryProvider {
     public static final String DEBUG = "cuda.debug";
     /** Every property this provider knows. */
     public static final List<String> KNOWN_PROPERTIES = List.of(DEVICE, SYNC_TIMEOUT_MS, DEBUG);
+    /** Every property with its default, accepted values and meaning: the source of {@code docs/configuration.md}. */
+    public static final List<ConfigKey> CONFIG_KEYS = List.of(
+            new ConfigKey(DEVICE, "0", ">= 0", "CUDA device ordinal the buffers are allocated on."),
+            new ConfigKey(SYNC_TIMEOUT_MS, Long.toString(CudaBufferManager.DEFAULT_SYNC_TIMEOUT.toMillis()), "> 0 ms",
+                    "Deadline of synchronize() and of the wait before a buffer is freed."),
+            new ConfigKey(DEBUG, "the system property " + CudaBufferManager.DEBUG_PROPERTY, "true | false",
+                    "Whether leak reports carry the allocation stack of each outstanding buffer."));
 
     /** Discovered by {@link java.util.ServiceLoader}; touches nothing native. */
     public CudaMemoryProvider() {

@@ -21,7 +21,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.params.provider.Arguments.arguments;
 
 /**
- * The formatter conformance grid with device pools (issue 17): the standard formatter re-sharding TP, PP and CP and
+ * The formatter conformance grid with device pools: the standard formatter re-sharding TP, PP and CP and
  * the MLA formatter with attention DP and generation CP, over several pool-layout pairs, pull and push, through
  * {@link DevicePoolTransfer} (core's session and staging pool, loopback transport). Every case verifies every
  * generation element with KvPattern and asserts what reached the transport: no {@code DEVICE} buffer where the

@@ -31,7 +31,7 @@ import static org.awaitility.Awaitility.await;
 import static org.junit.jupiter.params.provider.Arguments.arguments;
 
 /**
- * A rank whose KV pool is on the device works through the whole stack (issue 17): two {@link LocalInstance}s over
+ * A rank whose KV pool is on the device works through the whole stack: two {@link LocalInstance}s over
  * loopback, every rank's memory from one {@link CudaBufferManager} on the fake runtime (device pool, pinned staging
  * from core's {@code RankAssembly}, core's host control buffers), requests through the transceivers' responder,
  * sender and receiver threads, every element verified on the device pools. The loopback refuses device memory,

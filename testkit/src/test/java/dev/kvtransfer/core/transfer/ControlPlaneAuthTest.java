@@ -35,7 +35,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * The authenticated control plane (issue 15 item 6) attacked as a same-host attacker would: a requester without
+ * The authenticated control plane attacked as a same-host attacker would: a requester without
  * the deployment secret, and one that has it but asks first for a request whose per-request token it does not
  * hold. Each is refused {@code UNAUTHORIZED}, counted on the context side, told only that it was refused; no KV
  * byte moves to it, the secret never appears in an error, and the genuine requester of the same request is served
@@ -210,7 +210,7 @@ class ControlPlaneAuthTest {
     }
     @Test
     void aSecretHolderWhoDerivesTheTokenFromTheSecretIsRefusedAndTheGenuineOneIsServed() throws Exception {
-        // Issue 29 item 5: tokens were an HMAC of the request id under a key derived from the deployment secret, so
+        // Tokens used to be an HMAC of the request id under a key derived from the deployment secret, so
         // any holder of the secret (every generation instance) computed any request's token and took its KV.
         Path deployment = secret("deployment.key");
         MeterRegistry ctxMeters = new SimpleMeterRegistry();
@@ -289,7 +289,10 @@ class ControlPlaneAuthTest {
         }
     }
 
-    /** The token as it was derived before issue 29: HMAC(HMAC(secret, label), little-endian id), 16 bytes. */
+    /**
+     * The token as it was derived from the deployment secret alone (any secret holder could): HMAC(HMAC(secret, label),
+     * little-endian id), 16 bytes.
+     */
     private static byte[] formerToken(byte[] secret, long id) throws Exception {
         javax.crypto.Mac m = javax.crypto.Mac.getInstance("HmacSHA256");
         m.init(new javax.crypto.spec.SecretKeySpec(secret, "HmacSHA256"));

@@ -31,7 +31,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * The generation side's request threads under load (issue 14 item 3, core/README.md "Generation path"): many
+ * The generation side's request threads under load (core/README.md "Generation path"): many
  * small requests in flight on two request threads, cancels racing them, a context instance that dies under a
  * waiting request and a queue of others, one context instance that is not ready beside another. Each element
  * arrives (KvPattern), a cancel that returns true leaves the blocks untouched, every request of a dead instance

@@ -33,7 +33,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Issue 29 item 5: requesters that send request headers and never their infos must not hold the context side's
+ * Requesters that send request headers and never their infos must not hold the context side's
  * info readers. Three such connections (more than the two readers) each announce an info that never comes; a
  * genuine request on another connection is then served, every element verified, before any of the missing infos
  * is even given up on (which happens after the control timeout, 5 s here) — before the fix each silent header

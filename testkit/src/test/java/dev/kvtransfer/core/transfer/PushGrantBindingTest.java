@@ -27,10 +27,10 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
- * Issue 29 item 5: a request's push grants take writes only from its counterparts. An insider that learnt a grant's
- * descriptor (its key travels in the request info) wrote 212,992 bytes into another request's blocks from an
- * unrelated connection; now that write is refused {@code UNAUTHORIZED} with no byte changed, and the counterpart's
- * write into the same grant lands.
+ * A request's push grants take writes only from its counterparts, because a grant's key is no secret among insiders. An
+ * insider that learnt a grant's descriptor (its key travels in the request info) wrote 212,992 bytes into another
+ * request's blocks from an unrelated connection; now that write is refused {@code UNAUTHORIZED} with no byte changed,
+ * and the counterpart's write into the same grant lands.
  */
 class PushGrantBindingTest {
     private static final CacheState STATE = CacheState.builder().uniformKvHeads(4, 2).sizePerHead(16)
