@@ -47,6 +47,8 @@ public final class CacheState {
     private final int kvFactor;
     private final boolean blockReuse;
     private final PoolLayout poolLayout;
+    private final int indexerDimPerHead;
+    private final int indexerKCacheQuantBlockSize;
     private final int[] firstLayerOfPp;
 
     private CacheState(Builder b, List<Integer> layersPerPp, int kvFactor) {
@@ -65,6 +67,8 @@ public final class CacheState {
         this.kvFactor = kvFactor;
         this.blockReuse = b.blockReuse;
         this.poolLayout = b.poolLayout;
+        this.indexerDimPerHead = b.indexerDimPerHead;
+        this.indexerKCacheQuantBlockSize = b.indexerKCacheQuantBlockSize;
         this.firstLayerOfPp = new int[pipelineParallelism + 1];
         for (int p = 0; p < pipelineParallelism; p++) {
             firstLayerOfPp[p + 1] = firstLayerOfPp[p] + layersPerPp.get(p);
@@ -100,8 +104,27 @@ public final class CacheState {
                 .attentionType(attentionType)
                 .kvFactor(kvFactor)
                 .blockReuse(blockReuse)
-                .poolLayout(poolLayout);
+                .poolLayout(poolLayout)
+                .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize);
         return b;
+    }
+
+    /**
+     * @return whether every rank of the instance has an indexer-K pool (MLA sparse attention, DeepSeek-V3.2): a
+     *         block pool sharing the main pool's block ids, {@link #indexerDimPerHead()} bytes per token and layer
+     */
+    public boolean hasIndexerKCache() {
+        return indexerDimPerHead > 0;
+    }
+
+    /** @return the indexer-K pool's bytes per token and layer; 0 without one */
+    public int indexerDimPerHead() {
+        return indexerDimPerHead;
+    }
+
+    /** @return the indexer-K cache's quantization block size (0: not quantized in blocks, or no indexer pool) */
+    public int indexerKCacheQuantBlockSize() {
+        return indexerKCacheQuantBlockSize;
     }
 
     /**
@@ -447,14 +470,16 @@ public final class CacheState {
                 && contextParallelism == s.contextParallelism && attentionDpEnabled == s.attentionDpEnabled
                 && dpRank == s.dpRank && dpSize == s.dpSize && kvFactor == s.kvFactor && blockReuse == s.blockReuse
                 && kvHeadsPerLayer.equals(s.kvHeadsPerLayer) && attentionLayersPerPp.equals(s.attentionLayersPerPp)
-                && dataType == s.dataType && attentionType == s.attentionType && poolLayout.equals(s.poolLayout);
+                && dataType == s.dataType && attentionType == s.attentionType && poolLayout.equals(s.poolLayout)
+                && indexerDimPerHead == s.indexerDimPerHead
+                && indexerKCacheQuantBlockSize == s.indexerKCacheQuantBlockSize;
     }
 
     @Override
     public int hashCode() {
         return Objects.hash(kvHeadsPerLayer, sizePerHead, tokensPerBlock, tensorParallelism, pipelineParallelism,
                 contextParallelism, attentionDpEnabled, dpRank, dpSize, attentionLayersPerPp, dataType,
-                attentionType, kvFactor, blockReuse, poolLayout);
+                attentionType, kvFactor, blockReuse, poolLayout, indexerDimPerHead, indexerKCacheQuantBlockSize);
     }
 
     @Override
@@ -467,6 +492,7 @@ public final class CacheState {
                 + " layers/pp=" + attentionLayersPerPp + " heads=" + heads + " D=" + sizePerHead
                 + " T=" + tokensPerBlock + " " + dataType + " " + attentionType + " kvF=" + kvFactor
                 + (blockReuse ? " reuse" : "") + (poolLayout.equals(PoolLayout.BLOCK) ? "" : " pool=" + poolLayout)
+                + (hasIndexerKCache() ? " indexerK=" + indexerDimPerHead + "/q" + indexerKCacheQuantBlockSize : "")
                 + "}";
     }
 
@@ -506,6 +532,8 @@ public final class CacheState {
         private Integer kvFactor;
         private boolean blockReuse;
         private PoolLayout poolLayout = PoolLayout.BLOCK;
+        private int indexerDimPerHead;
+        private int indexerKCacheQuantBlockSize;
 
         private Builder() {
         }
@@ -662,6 +690,21 @@ public final class CacheState {
             return this;
         }
 
+        /**
+         * Declares the indexer-K pool every rank has (TensorRT-LLM's {@code hasIndexerKCache},
+         * {@code indexerDimPerHead}, {@code indexerKCacheQuantBlockSize}). Both sides of a transfer must declare the
+         * same; the formatter refuses a pair that differs, and a cache whose pool differs from the declaration.
+         *
+         * @param dimPerHead     bytes per token and layer, 0 for no indexer pool (the default)
+         * @param quantBlockSize quantization block size, 0 for none; must be 0 without an indexer pool
+         * @return this builder
+         */
+        public Builder indexerKCache(int dimPerHead, int quantBlockSize) {
+            this.indexerDimPerHead = dimPerHead;
+            this.indexerKCacheQuantBlockSize = quantBlockSize;
+            return this;
+        }
+
         private static void check(boolean ok, String field, Object value, String rule) {
             if (!ok) {
                 throw new IllegalArgumentException(field + " = " + value + ": " + rule);
@@ -736,6 +779,12 @@ public final class CacheState {
                 check(poolLayout.ropeDim() < sizePerHead, "poolLayout.ropeDim", poolLayout.ropeDim(),
                         "must be below sizePerHead " + sizePerHead);
             }
+            check(indexerDimPerHead >= 0 && indexerDimPerHead <= MAX_DIM, "indexerDimPerHead", indexerDimPerHead,
+                    "must be in [0, " + MAX_DIM + "]");
+            check(indexerKCacheQuantBlockSize >= 0 && indexerKCacheQuantBlockSize <= MAX_DIM,
+                    "indexerKCacheQuantBlockSize", indexerKCacheQuantBlockSize, "must be in [0, " + MAX_DIM + "]");
+            check(indexerDimPerHead > 0 || indexerKCacheQuantBlockSize == 0, "indexerKCacheQuantBlockSize",
+                    indexerKCacheQuantBlockSize, "must be 0 without an indexer-K pool (indexerDimPerHead 0)");
             return new CacheState(this, perPp, kvf);
         }
     }

@@ -7,7 +7,7 @@ import dev.kvtransfer.api.wire.WireWriter;
 
 /**
  * The wire format of {@link CacheState}: a tag byte, then the fields in declaration order (format version 2 adds
- * the pool layout). Reading range-checks every field and validates the result like a built state.
+ * the pool layout, version 3 the indexer-K pool: {@code indexerDimPerHead i32}, {@code quantBlockSize i32}). Reading range-checks every field and validates the result like a built state.
  */
 final class CacheStateWire {
     private CacheStateWire() {
@@ -32,6 +32,9 @@ final class CacheStateWire {
         // Format version 2.
         w.writeByte(s.poolLayout().kind().wireId());
         w.writeInt(s.poolLayout().ropeDim());
+        // Format version 3.
+        w.writeInt(s.indexerDimPerHead());
+        w.writeInt(s.indexerKCacheQuantBlockSize());
     }
 
     static CacheState read(WireReader r) {
@@ -80,6 +83,10 @@ final class CacheStateWire {
             } catch (IllegalArgumentException e) {
                 throw new MalformedMessageException(plOffset, "invalid poolLayout: " + e.getMessage());
             }
+        }
+        if (r.version() >= 3) {
+            b.indexerKCache(r.readInt("indexerDimPerHead", 0, CacheState.MAX_DIM),
+                    r.readInt("indexerKCacheQuantBlockSize", 0, CacheState.MAX_DIM));
         }
         try {
             return b.build();

@@ -42,8 +42,8 @@ class WireFormatTest {
             "02000000",                         // kvFactor
             "00");                              // blockReuse
 
-    /** The whole encoding of {@link #SMALL}, field by field. Changing it means bumping FORMAT_VERSION. */
-    private static final String SMALL_HEX = String.join("",
+    /** {@link #SMALL} as format version 2 wrote it (before the indexer-K fields). */
+    private static final String SMALL_HEX_V2 = String.join("",
             "4b565458", "0200",                 // magic "KVTX", format version 2 (LE u16)
             "43",                               // CacheState tag 'C'
             "02000000", "04000000", "04000000", // kvHeadsPerLayer: count 2, [4, 4]
@@ -57,6 +57,23 @@ class WireFormatTest {
             "02000000",                         // kvFactor
             "00",                               // blockReuse
             "00", "00000000");                  // poolLayout BLOCK (v2), mlaRopeDim 0 (v2)
+
+    /** The whole encoding of {@link #SMALL}, field by field. Changing it means bumping FORMAT_VERSION. */
+    private static final String SMALL_HEX = String.join("",
+            "4b565458", "0300",                 // magic "KVTX", format version 3 (LE u16)
+            "43",                               // CacheState tag 'C'
+            "02000000", "04000000", "04000000", // kvHeadsPerLayer: count 2, [4, 4]
+            "04000000",                         // sizePerHead
+            "08000000",                         // tokensPerBlock
+            "01000000", "01000000", "01000000", // TP, PP, CP
+            "00", "00000000", "01000000",       // attention DP off, dpRank 0, dpSize 1
+            "01000000", "02000000",             // attentionLayersPerPp: count 1, [2]
+            "01000000",                         // dataType FLOAT16 (wire id 1)
+            "00",                               // attentionType DEFAULT
+            "02000000",                         // kvFactor
+            "00",                               // blockReuse
+            "00", "00000000",                   // poolLayout BLOCK (v2), mlaRopeDim 0 (v2)
+            "00000000", "00000000");            // indexerDimPerHead 0, quant block size 0 (v3): no indexer-K pool
 
     private static MalformedMessageException malformed(ThrowingCallable call) {
         return catchThrowableOfType(MalformedMessageException.class, call);
@@ -101,6 +118,31 @@ class WireFormatTest {
     }
 
     @Test
+    void aVersion2CacheStateStillReadsWithoutAnIndexerPool() {
+        CacheState old = CacheState.fromBytes(hex(SMALL_HEX_V2));
+        assertThat(old).isEqualTo(SMALL);
+        assertThat(old.hasIndexerKCache()).isFalse();
+    }
+
+    @Test
+    void anIndexerPoolRoundTripsAndOutOfRangeValuesAreMalformed() {
+        CacheState mla = CacheState.builder().uniformKvHeads(4, 1).sizePerHead(576).tokensPerBlock(64)
+                .attentionType(dev.kvtransfer.api.model.AttentionType.MLA).indexerKCache(132, 128).build();
+        CacheState back = CacheState.fromBytes(mla.toBytes());
+        assertThat(back).isEqualTo(mla);
+        assertThat(back.hasIndexerKCache()).isTrue();
+        assertThat(back.indexerDimPerHead()).isEqualTo(132);
+        assertThat(back.indexerKCacheQuantBlockSize()).isEqualTo(128);
+        assertThat(mla).isNotEqualTo(mla.toBuilder().indexerKCache(0, 0).build());
+        byte[] b = mla.toBytes();
+        putIntLe(b, b.length - 8, -1);
+        assertThat(malformedCacheState(b).getMessage()).contains("indexerDimPerHead");
+        b = SMALL.toBytes();
+        putIntLe(b, b.length - 4, 64); // a quantization block size without an indexer pool
+        assertThat(malformedCacheState(b).getMessage()).contains("indexerKCacheQuantBlockSize", "without");
+    }
+
+    @Test
     void aPoolLayoutRoundTripsAndAnUnknownOneIsMalformed() {
         CacheState mla = CacheState.builder().uniformKvHeads(4, 1).sizePerHead(576).tokensPerBlock(16)
                 .attentionType(dev.kvtransfer.api.model.AttentionType.MLA)
@@ -108,7 +150,7 @@ class WireFormatTest {
                         dev.kvtransfer.api.layout.PoolLayout.Kind.LAYER_NHD, 64)).build();
         assertThat(CacheState.fromBytes(mla.toBytes())).isEqualTo(mla);
         byte[] b = SMALL.toBytes();
-        b[b.length - 5] = 9;
+        b[b.length - 13] = 9;
         assertThat(malformedCacheState(b).getMessage()).contains("unknown poolLayout id 9");
     }
 
@@ -116,7 +158,7 @@ class WireFormatTest {
     void everyMessageStartsWithMagicAndVersionLittleEndian() {
         byte[] b = WireWriter.message().writeInt(0x01020304).writeLong(0x0102030405060708L).toByteArray();
         assertThat(new String(b, 0, 4, java.nio.charset.StandardCharsets.US_ASCII)).isEqualTo("KVTX");
-        assertThat(HexFormat.of().formatHex(b)).isEqualTo("4b5654580200" + "04030201" + "0807060504030201");
+        assertThat(HexFormat.of().formatHex(b)).isEqualTo("4b5654580300" + "04030201" + "0807060504030201");
         WireReader r = WireReader.message(ByteBuffer.wrap(b));
         assertThat(r.offset()).isEqualTo(6);
         assertThat(r.readInt("x")).isEqualTo(0x01020304);
@@ -127,20 +169,20 @@ class WireFormatTest {
     @Test
     void aNewerFormatVersionIsRejectedNamingBothVersions() {
         byte[] b = SMALL.toBytes();
-        b[4] = 3;
+        b[4] = 4;
         MalformedMessageException e = malformedCacheState(b);
-        assertThat(e.getMessage()).contains("format version 3", "version " + WireWriter.FORMAT_VERSION, "newer");
+        assertThat(e.getMessage()).contains("format version 4", "version " + WireWriter.FORMAT_VERSION, "newer");
         assertThat(e.offset()).isEqualTo(4);
         b[4] = (byte) 0xff;
         b[5] = (byte) 0xff;
-        assertThat(malformedCacheState(b).getMessage()).contains("format version 65535", "version 2");
+        assertThat(malformedCacheState(b).getMessage()).contains("format version 65535", "version 3");
     }
 
     @Test
     void anOlderFormatVersionIsRejected() {
         byte[] b = SMALL.toBytes();
         b[4] = 0;
-        assertThat(malformedCacheState(b).getMessage()).contains("unsupported format version 0", "versions 1 to 2");
+        assertThat(malformedCacheState(b).getMessage()).contains("unsupported format version 0", "versions 1 to 3");
     }
 
     @Test

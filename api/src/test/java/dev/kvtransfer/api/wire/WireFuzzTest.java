@@ -137,6 +137,17 @@ class WireFuzzTest {
         }
         valid++;
         byte[] again = codec.encode().apply(decoded);
+        int version = input.length >= 6 ? (input[4] & 0xff) | (input[5] & 0xff) << 8 : WireWriter.FORMAT_VERSION;
+        if (version != WireWriter.FORMAT_VERSION) {
+            // An older version that still reads (a flipped version bit can make one): the writer re-encodes it in
+            // the current version, so the bytes differ; what must hold is that the re-encoding reads back the same.
+            byte[] third = codec.encode().apply(codec.decode().apply(again));
+            if (!Arrays.equals(third, again)) {
+                throw new AssertionError(codec.name() + " (" + kind + ", format version " + version + ") decoded to "
+                        + decoded + " whose current-version encoding does not read back the same");
+            }
+            return true;
+        }
         if (!Arrays.equals(again, input)) {
             throw new AssertionError(codec.name() + " (" + kind + ") decoded to " + decoded
                     + " whose encoding differs from the input:\n in:  " + HexFormat.of().formatHex(input)

@@ -68,6 +68,10 @@ class WireRoundTripTest {
                                     b.attentionDp(true, dr, dpSize);
                                 }
                                 sp.ifPresent(b::attentionLayersPerPp);
+                                if (m && (d & 1) == 1) {
+                                    // Some MLA states declare an indexer-K pool (format version 3).
+                                    b.indexerKCache(1 + (t % 256), (d & 2) == 0 ? 0 : 128);
+                                }
                                 return b.build();
                             });
                 });
@@ -120,7 +124,7 @@ class WireRoundTripTest {
     @Property(tries = 500)
     void cacheStateRoundTrips(@ForAll("cacheStates") CacheState s) {
         byte[] bytes = s.toBytes();
-        assertThat(bytes).hasSize(59 + 4 * s.numLayers() + 4 * s.pipelineParallelism());
+        assertThat(bytes).hasSize(67 + 4 * s.numLayers() + 4 * s.pipelineParallelism());
         CacheState back = CacheState.fromBytes(bytes);
         assertThat(back).isEqualTo(s).hasSameHashCodeAs(s);
         assertThat(back.toBytes()).isEqualTo(bytes).isEqualTo(s.toBytes());

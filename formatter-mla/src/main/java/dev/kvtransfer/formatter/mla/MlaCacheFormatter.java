@@ -188,6 +188,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
         requireSupported(session.requestId(), self, peer);
+        requireDeclaredIndexer(session.requestId(), self, selfIndex);
         TargetRanks targets = session.targets();
         if (targets.isEmpty() || !MlaMapping.needSendCache(self, selfIndex, peer)) {
             // Another rank holding identical bytes sends (or this rank owns no layer): handshake and ready
@@ -214,6 +215,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
         int selfIndex = session.selfState().selfIndex();
         CacheState peer = session.peerCacheState();
         requireSupported(session.requestId(), peer, self);
+        requireDeclaredIndexer(session.requestId(), self, selfIndex);
         TargetRanks targets = session.targets();
         if (targets.isEmpty()) {
             return;
@@ -381,6 +383,21 @@ public final class MlaCacheFormatter implements CacheFormatter {
     @Override
     public boolean needSendCache(CacheState self, int selfIndex, CacheState peer) {
         return MlaMapping.needSendCache(self, selfIndex, peer);
+    }
+
+    /**
+     * This rank's cache view must hold the indexer-K pool its state declares (the peer plans its parts from the
+     * declaration): a pool the state does not declare, or a declared one that is missing or of another width, is
+     * refused before a byte moves, so the two sides can never disagree on the second pass unseen.
+     */
+    private void requireDeclaredIndexer(long requestId, CacheState self, int selfIndex) {
+        int viewDim = indexer == null ? 0 : indexer.layout.sizePerHead() * indexer.layout.elementBytes();
+        if (viewDim != self.indexerDimPerHead()) {
+            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, requestId, "rank " + selfIndex + "'s cache "
+                    + (indexer == null ? "has no indexer-K pool" : "has an indexer-K pool of " + viewDim + " B/token")
+                    + " but its CacheState declares " + MlaSupport.indexer(self) + " (declare the pool with "
+                    + "CacheState.Builder.indexerKCache)", null);
+        }
     }
 
     private static void requireSupported(long requestId, CacheState ctx, CacheState gen) {

@@ -90,6 +90,11 @@ public final class MlaSupport {
             return Support.no("MLA formatter needs the same latent size on both sides: " + aName + " sizePerHead="
                     + a.sizePerHead() + ", " + bName + " sizePerHead=" + b.sizePerHead());
         }
+        if (a.indexerDimPerHead() != b.indexerDimPerHead()
+                || a.indexerKCacheQuantBlockSize() != b.indexerKCacheQuantBlockSize()) {
+            return Support.no("MLA formatter needs the same indexer-K cache on both sides: " + aName + " "
+                    + indexer(a) + ", " + bName + " " + indexer(b));
+        }
         if (a.numLayers() != b.numLayers()) {
             return Support.no("MLA formatter needs the same number of layers on both sides: " + aName
                     + " layers=" + a.numLayers() + ", " + bName + " layers=" + b.numLayers());
@@ -107,6 +112,12 @@ public final class MlaSupport {
             return dp;
         }
         return checkDp(b, bName);
+    }
+
+    /** How a state's indexer-K declaration reads in a refusal. */
+    static String indexer(CacheState s) {
+        return s.hasIndexerKCache() ? "indexerK=" + s.indexerDimPerHead() + " B/token, quantBlockSize="
+                + s.indexerKCacheQuantBlockSize() : "indexerK=none";
     }
 
     private static Support checkHeads(CacheState s, String name) {

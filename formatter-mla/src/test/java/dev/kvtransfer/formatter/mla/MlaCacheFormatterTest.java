@@ -207,29 +207,55 @@ class MlaCacheFormatterTest {
     }
 
     @Test
-    void indexerPassNeedsBothSidesConfiguredAlike() {
-        // The api's CacheState does not declare the indexer-K pool yet, so each side decides from its own cache:
-        // a receiver that expects the pass from a sender that has no pool waits for it until its deadline.
-        CacheState s = mla(1, 1);
-        BlockLayout main = BlockLayout.of(s, 0);
+    void anIndexerPoolOnOneSideOnlyIsRefusedNamingBothSidesBeforeAByteMoves() {
+        // Each side declares its indexer-K pool in its CacheState: a pair that differs is refused by
+        // inquireSupport and by format / unformat, naming both declarations; nothing is sent or written.
+        CacheState plain = mla(1, 1);
+        CacheState withIndexer = plain.toBuilder().indexerKCache(16, 0).build();
+        var refused = dev.kvtransfer.formatter.mla.MlaSupport.inquire(withIndexer, plain);
+        assertThat(refused.supported()).isFalse();
+        assertThat(refused.reason()).contains("indexer-K", "self indexerK=16 B/token, quantBlockSize=0",
+                "peer indexerK=none");
+        assertThat(dev.kvtransfer.formatter.mla.MlaSupport.inquire(withIndexer,
+                withIndexer.toBuilder().indexerKCache(16, 128).build()).reason()).contains("quantBlockSize=128");
+        assertThat(dev.kvtransfer.formatter.mla.MlaSupport.inquire(withIndexer, withIndexer).supported()).isTrue();
+
+        BlockLayout main = BlockLayout.of(plain, 0);
         BlockLayout idx = new BlockLayout(4, 1, 1, 4, 16, 1);
         LocalFabric fabric = new LocalFabric(memory, 200);
         try (PagedKvCache ctxCache = new PagedKvCache(memory, main, 4);
              PagedKvCache genCache = new PagedKvCache(memory, main, idx, 4)) {
             int[] ctxIds = ctxCache.allocate(5, 2);
             int[] genIds = genCache.allocate(5, 2);
-            KvPattern.fill(ctxCache, ctxIds, s, 0, 5, 2);
-            try (LocalSession tx = new LocalSession(5, true, ts(s, 0), s, ctxIds, 2, memory, pool, fabric);
-                 LocalSession rx = new LocalSession(5, false, ts(s, 0), s, genIds, 2, memory, pool, fabric)) {
-                CacheFormatter sender = new MlaCacheFormatter(ctxCache, pool);
-                CacheFormatter receiver = new MlaCacheFormatter(genCache, pool);
-                sender.format(tx);
-                assertThatThrownBy(() -> receiver.unformat(rx))
-                        .isInstanceOfSatisfying(KvTransferException.class,
-                                e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT));
-                // The main pool arrived whole before the indexer pass timed out.
-                KvPattern.verify(genCache, genIds, s, 0, 5, 2).assertOk();
+            KvPattern.fill(ctxCache, ctxIds, plain, 0, 5, 2);
+            KvPattern.fill(genCache, genIds, plain, 0, 6, 2); // another request's pattern: "not written" is exact
+            CacheFormatter sender = new MlaCacheFormatter(ctxCache, pool);
+            CacheFormatter receiver = new MlaCacheFormatter(genCache, pool);
+            // The peers declare different pools: refused on both sides with both declarations named.
+            try (LocalSession tx = new LocalSession(5, true, ts(plain, 0), withIndexer, ctxIds, 2, memory, pool,
+                    fabric);
+                 LocalSession rx = new LocalSession(5, false, ts(withIndexer, 0), plain, genIds, 2, memory, pool,
+                    fabric)) {
+                assertThatThrownBy(() -> sender.format(tx)).isInstanceOfSatisfying(KvTransferException.class, e -> {
+                    assertThat(e.code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
+                    assertThat(e.requestId()).isEqualTo(5);
+                    assertThat(e.getMessage()).contains("indexerK=none", "indexerK=16 B/token");
+                });
+                assertThatThrownBy(() -> receiver.unformat(rx)).isInstanceOfSatisfying(KvTransferException.class,
+                        e -> assertThat(e.code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT));
             }
+            // A cache whose pool its own state does not declare is refused too (it would plan a pass the peer
+            // does not expect).
+            try (LocalSession rx = new LocalSession(5, false, ts(plain, 0), plain, genIds, 2, memory, pool,
+                    fabric)) {
+                assertThatThrownBy(() -> receiver.unformat(rx)).isInstanceOfSatisfying(KvTransferException.class,
+                        e -> {
+                            assertThat(e.code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
+                            assertThat(e.getMessage()).contains("has an indexer-K pool of 16 B/token",
+                                    "declares indexerK=none");
+                        });
+            }
+            KvPattern.verify(genCache, genIds, plain, 0, 6, 2).assertOk();
         } finally {
             fabric.drain();
         }

@@ -53,11 +53,11 @@ record MlaPair(Side ctx, Side gen, int layers, DataType dataType, int indexerDim
     }
 
     CacheState ctxState() {
-        return ctx.state(layers, dataType);
+        return ctx.state(layers, dataType).toBuilder().indexerKCache(indexerDim, 0).build();
     }
 
     CacheState genState() {
-        return gen.state(layers, dataType);
+        return gen.state(layers, dataType).toBuilder().indexerKCache(indexerDim, 0).build();
     }
 
     @Override

@@ -103,8 +103,12 @@ public final class FormatterHarness implements AutoCloseable {
 
     private FormatterHarness(FormatterProvider provider, LayoutPair pair, HarnessOptions options) {
         this.provider = Objects.requireNonNull(provider, "provider");
-        this.pair = Objects.requireNonNull(pair, "pair");
+        Objects.requireNonNull(pair, "pair");
         this.options = Objects.requireNonNull(options, "options");
+        // Ranks with an indexer-K pool declare it in their state, as an engine must (the formatter checks both).
+        this.pair = options.indexerDim() == 0 ? pair : pair.with(pair.name(),
+                pair.ctx().toBuilder().indexerKCache(options.indexerDim(), 0).build(),
+                pair.gen().toBuilder().indexerKCache(options.indexerDim(), 0).build());
         this.requests = pair.promptLengths().size();
         ThreadFactory tf = task -> {
             Thread t = new Thread(task, "fmt-harness-" + THREADS.incrementAndGet());
