@@ -195,4 +195,38 @@ class AeronCallerPollTest {
                 .satisfies(e -> assertThat(((TransportException) e.getCause()).code())
                         .isEqualTo(ErrorCode.PEER_LOST));
     }
+
+    /**
+     * A poll or receive whose wait is zero still takes a message that has already arrived: the first such call
+     * returns it. Before, the op was withdrawn before the agent took it off the command queue, so once the agent
+     * thread had parked (nothing wakes it for a zero wait) no zero-wait call ever saw the message.
+     */
+    @ParameterizedTest
+    @ValueSource(longs = {0, 20_000})
+    void aZeroWaitCallTakesAMessageThatAlreadyArrived(long pollMicros) throws Exception {
+        AeronConnectionManager a = manager("zero-a", pollMicros);
+        AeronConnectionManager b = manager("zero-b", pollMicros);
+        OffHeapBuffer src = buffer(64);
+        OffHeapBuffer dst = buffer(64);
+        Connection toA = b.connection(a.localAddress());
+        Connection fromB = a.connection(b.localAddress());
+        for (int round = 0; round < 20; round++) {
+            // Two messages on one stream arrive in order: once the second is received, the first is here.
+            TestPattern.fill(src, 0, 64, round);
+            toA.send(TAG + 1, src, 0, 64);
+            toA.send(TAG + 2, src, 0, 8);
+            fromB.recv(TAG + 2, dst, 0, 8, T);
+            Connection got = a.pollConnect(TAG + 1, dst, 0, 64, Duration.ZERO);
+            assertThat(got).as("round %d: a zero-wait poll of a message that arrived", round).isNotNull();
+            assertThat(got.peer()).isEqualTo(b.localAddress());
+            TestPattern.assertPattern(dst, 0, 64, round);
+            // The same for a zero-deadline receive on the connection.
+            TestPattern.fill(src, 0, 64, ~round);
+            toA.send(TAG + 3, src, 0, 64);
+            toA.send(TAG + 2, src, 0, 8);
+            fromB.recv(TAG + 2, dst, 0, 8, T);
+            fromB.recv(TAG + 3, dst, 0, 64, Duration.ZERO);
+            TestPattern.assertPattern(dst, 0, 64, ~round);
+        }
+    }
 }
