@@ -51,7 +51,8 @@ class AeronPostedReadyTest {
                 .tensorParallelism(1).pipelineParallelism(1).dataType(DataType.FLOAT16).build();
         TransceiverConfig c = TransceiverConfig.builder().backend(AeronTransportProvider.NAME)
                 .transferBufferBytes(64 << 10).chunkBytes(1000).kvTransferTimeout(timeout)
-                .senderFutureTimeout(Duration.ofMillis(500)).requestThreadsPerPeerInstance(REQUEST_THREADS).build();
+                .senderFutureTimeout(Duration.ofMillis(500)).requestThreadsPerPeerInstance(REQUEST_THREADS)
+                .postedReady(true).build();
         LocalInstance i = LocalInstance.builder(name, s).transport(new AeronTransportProvider(),
                 TransportConfig.builder().build()).config(c).blocksPerRank(4096).errorHandler(errors::add).start();
         instances.add(i);

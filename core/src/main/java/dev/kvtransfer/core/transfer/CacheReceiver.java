@@ -172,7 +172,7 @@ public final class CacheReceiver implements AutoCloseable {
         DefaultTransferSession session;
         try {
             tag = tags.acquire();
-            session = handshake.handshake(job, tag, true);
+            session = handshake.handshake(job, tag, env.config().postedReady());
         } catch (RuntimeException e) {
             complete(job, tag, null, e);
             return;

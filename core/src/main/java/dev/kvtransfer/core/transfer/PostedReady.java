@@ -130,14 +130,20 @@ final class PostedReady {
         } else if (refused) {
             int kk = k;
             Runnable read = () -> {
-                KvTransferException why;
                 try {
-                    why = handshake.refusal(a, kk);
-                } catch (KvTransferException e) {
-                    why = e;
+                    KvTransferException why;
+                    try {
+                        why = handshake.refusal(a, kk);
+                    } catch (KvTransferException e) {
+                        why = e;
+                    } catch (RuntimeException e) {
+                        why = new KvTransferException(ErrorCode.INTERNAL, a.job.handle.requestId(),
+                                "reading a refusal failed: " + e, e);
+                    }
+                    failNow(why);
+                } finally {
+                    done(); // the tag and the lease come back whatever happened
                 }
-                failNow(why);
-                done();
             };
             if (!owner.dataPhase(a.job, read)) {
                 failNow(new KvTransferException(ErrorCode.CANCELLED, a.job.handle.requestId(),

@@ -77,7 +77,7 @@ class PostedReadyTest {
     private static TransceiverConfig config(Duration timeout) {
         return TransceiverConfig.builder().backend("loopback").transferBufferBytes(64 << 10).chunkBytes(1000)
                 .kvTransferTimeout(timeout).senderFutureTimeout(Duration.ofMillis(200))
-                .requestThreadsPerPeerInstance(REQUEST_THREADS).build();
+                .requestThreadsPerPeerInstance(REQUEST_THREADS).postedReady(true).build();
     }
 
     private LocalInstance start(String name, TransceiverConfig c) {
