@@ -64,12 +64,21 @@ final class PostedReady {
                 posted = c.recvAsync(a.tag, a.lease.buffer(), a.readyAt[k], a.readyLength(k), left,
                         f -> w.receiveEnded(kk, f));
                 if (!posted && k == 0) {
+                    boolean aborted;
                     synchronized (w) {
-                        w.outstanding = 0;
-                        w.released = true; // the caller keeps the lease and the tag
+                        aborted = w.ended; // closed while we posted: the request has ended already
+                        if (aborted) {
+                            w.outstanding--; // never posted; the token below gives the lease and tag back
+                        } else {
+                            w.outstanding = 0;
+                            w.released = true; // the caller keeps the lease and the tag
+                        }
                     }
-                    owner.unregister(w);
-                    return false;
+                    if (!aborted) {
+                        owner.unregister(w);
+                        return false;
+                    }
+                    break;
                 }
                 if (!posted) {
                     // A transport that posted the first but not this one: wait for it here, then as if posted.
@@ -140,7 +149,8 @@ final class PostedReady {
                         why = new KvTransferException(ErrorCode.INTERNAL, a.job.handle.requestId(),
                                 "reading a refusal failed: " + e, e);
                     }
-                    failNow(why);
+                    owner.unregister(this);
+                    owner.failPosted(a.job, why); // on the pool already
                 } finally {
                     done(); // the tag and the lease come back whatever happened
                 }
@@ -170,9 +180,15 @@ final class PostedReady {
         releaseIfIdle();
     }
 
+    /**
+     * Fails the request. On the pool when it still takes work: the engine's completion callbacks then never run on a
+     * transport thread (the blocking path runs them on a request thread too).
+     */
     private void failNow(KvTransferException e) {
         owner.unregister(this);
-        owner.failPosted(a.job, e);
+        if (!owner.dataPhase(a.job, () -> owner.failPosted(a.job, e))) {
+            owner.failPosted(a.job, e);
+        }
     }
 
     private void done() {
