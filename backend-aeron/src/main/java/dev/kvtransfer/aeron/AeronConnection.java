@@ -3,6 +3,7 @@ package dev.kvtransfer.aeron;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.RecvCompletion;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.api.transport.WriteBatch;
@@ -126,6 +127,14 @@ final class AeronConnection implements Connection {
     @Override
     public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         manager.receive(peer, tag, buffer, offset, length, timeout);
+    }
+
+    /** Posted: the agent matches it like a blocking receive and calls {@code done} from its duty cycle. */
+    @Override
+    public boolean recvAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                             RecvCompletion done) {
+        manager.receiveAsync(peer, tag, buffer, offset, length, timeout, done);
+        return true;
     }
 
     @Override

@@ -6,6 +6,7 @@ import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.RegisteredRegion;
+import dev.kvtransfer.api.transport.RecvCompletion;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
@@ -324,6 +325,31 @@ public final class AeronConnectionManager implements ConnectionManager {
         Peer from = op.peer;
         recycle(op);
         return from;
+    }
+
+    /**
+     * Posts a receive from one peer whose end the agent reports through {@code done} ({@link Op#posted}); the
+     * agent enforces its deadline in its duty cycle.
+     */
+    void receiveAsync(Peer peer, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                      RecvCompletion done) {
+        checkBuffer(buffer, offset, length);
+        Objects.requireNonNull(timeout, "timeout");
+        Objects.requireNonNull(done, "done");
+        long deadline = deadline(timeout);
+        ensureOpen();
+        Op op = Op.posted(peer, tag, buffer.address() + offset, length, deadline, done, reporter);
+        while (!agent.commands.offer(op)) {
+            if (agent.isRemoved()) {
+                throw closedError("post");
+            }
+            Thread.yield(); // the queue is full: the agent drains it every duty cycle
+        }
+        if (agent.removalStarting() && op.casState(Op.QUEUED, Op.CANCELLED)) {
+            // The agent's last drain may have run before our offer: the op is ours again, nothing was posted.
+            throw closedError("post");
+        }
+        group.wake(); // nothing polls for a posted receive: the agent thread must see it
     }
 
     // ------------------------------------------------------------------------------------------------------

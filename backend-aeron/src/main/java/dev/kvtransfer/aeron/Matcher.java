@@ -144,6 +144,25 @@ final class Matcher {
         if (op.isFinal()) {
             return;
         }
+        unpost(op);
+        op.cancelled();
+    }
+
+    /**
+     * A posted receive's deadline passed: withdrawn as a blocking receive's caller would withdraw it (nothing of a
+     * message that has not begun to arrive is consumed), then failed with {@code TIMEOUT}.
+     */
+    void expire(Op op) {
+        if (op.isFinal()) {
+            return;
+        }
+        Peer p = op.peer;
+        unpost(op);
+        op.fail(new TransportException(ErrorCode.TIMEOUT, "aeron " + m.name + ": posted recv of tag " + op.tag + " ("
+                + op.length + " B) from " + (p == null ? "any peer" : p.address) + " timed out (its deadline passed)"));
+    }
+
+    private void unpost(Op op) {
         Peer p = op.peer;
         if (op.kind == Op.AWAIT_CTS) {
             if (p != null) {
@@ -173,7 +192,6 @@ final class Matcher {
                 op.assembling = null;
             }
         }
-        op.cancelled();
     }
 
     private void releaseAny(int tag, ArrayDeque<Op> d) {

@@ -1,5 +1,6 @@
 package dev.kvtransfer.aeron;
 
+import dev.kvtransfer.api.transport.RecvCompletion;
 import dev.kvtransfer.api.transport.TransportException;
 
 import java.lang.invoke.MethodHandles;
@@ -18,6 +19,11 @@ import java.util.concurrent.locks.LockSupport;
  * {@code QUEUED → CANCELLED} itself and the agent drops it when it sees it; otherwise the caller sets
  * {@link #cancelRequested} and enqueues the op once more, and waits until the agent acknowledges
  * ({@code CANCELLED}) or completed it meanwhile ({@code DONE}): after that the agent never touches the op's memory.
+ *
+ * <p>A posted receive ({@link dev.kvtransfer.api.transport.Connection#recvAsync}) is an op with a {@link #done}
+ * callback and no waiter: a fresh op per post, never reused, never cancelled by a caller. Whoever runs the duty
+ * cycle ends it (completes, fails, or expires it at its {@link #deadlineNs}, see {@link TransportAgent}) and calls
+ * the callback once, after the op reached its final state.
  */
 final class Op {
     static final int RECV = 1;
@@ -55,6 +61,12 @@ final class Op {
     volatile boolean cancelRequested;
     /** True once this op went through a cancel: it is never reused. */
     boolean abandoned;
+    /** A posted receive's callback (null for a blocking op); cleared when called. */
+    RecvCompletion done;
+    /** A posted receive's deadline ({@code System.nanoTime()}). */
+    long deadlineNs;
+    /** Where a throwing callback is reported. */
+    ErrorReporter reporter;
 
     // Agent only.
     long received;
@@ -87,10 +99,48 @@ final class Op {
         return s == DONE || s == FAILED || s == CANCELLED;
     }
 
+    /** A posted receive: {@code done} once its state is final; nothing waits for it. */
+    static Op posted(Peer peer, int tag, long address, long length, long deadlineNs, RecvCompletion done,
+                     ErrorReporter reporter) {
+        Op op = new Op();
+        op.kind = RECV;
+        op.peer = peer;
+        op.tag = tag;
+        op.address = address;
+        op.length = length;
+        op.deadlineNs = deadlineNs;
+        op.done = done;
+        op.reporter = reporter;
+        op.abandoned = true; // never reused
+        STATE.setRelease(op, QUEUED);
+        return op;
+    }
+
     /** Agent: the op completed; wakes its caller (unless the caller completed it itself, polling). */
     void complete() {
+        if (done != null) {
+            if (!isFinal()) {
+                finish(DONE, null);
+            }
+            return;
+        }
         state = DONE;
         wakeWaiter();
+    }
+
+    /** Ends a posted receive: the final state first, then its callback, once. */
+    private void finish(int st, TransportException e) {
+        RecvCompletion d = done;
+        done = null;
+        failure = e;
+        state = st;
+        try {
+            d.completed(e);
+        } catch (RuntimeException | Error t) {
+            if (reporter != null) {
+                reporter.report(t);
+            }
+        }
     }
 
     private void wakeWaiter() {
@@ -105,6 +155,10 @@ final class Op {
         if (isFinal()) {
             return;
         }
+        if (done != null) {
+            finish(FAILED, e);
+            return;
+        }
         failure = e;
         state = FAILED;
         wakeWaiter();
@@ -112,6 +166,9 @@ final class Op {
 
     /** Agent: acknowledges a cancel (or drops an op cancelled while queued). */
     void cancelled() {
+        if (done != null) {
+            throw new IllegalStateException("a posted receive is never cancelled by a caller; it expires");
+        }
         if (!isFinal()) {
             state = CANCELLED;
         }

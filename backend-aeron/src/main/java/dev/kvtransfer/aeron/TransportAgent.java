@@ -77,6 +77,7 @@ final class TransportAgent {
     /** Set by a caller that polled and stops: the group thread's next cycle counts as work (its spin restarts). */
     private volatile boolean handedBack;
 
+    private final PostedDeadlines posted = new PostedDeadlines(); // deadlines of Connection.recvAsync
     private int generation;
     private boolean recovering;
     private long recoveryStartNs;
@@ -123,6 +124,11 @@ final class TransportAgent {
 
     boolean isRemoved() {
         return removed;
+    }
+
+    /** Whether {@link #onRemoved} began (its last drain of the command queue may have run). */
+    boolean removalStarting() {
+        return removalStarted.get();
     }
 
     boolean sweepDone() {
@@ -196,6 +202,7 @@ final class TransportAgent {
         work += poll();
         work += flushControl();
         long now = System.nanoTime();
+        work += posted.expireDue(now, matcher);
         if (now - nextTickNs >= 0) {
             nextTickNs = now + TICK_NS;
             work += tick(now);
@@ -221,6 +228,9 @@ final class TransportAgent {
                 continue;
             }
             matcher.post(op);
+            if (op.done != null && !op.isFinal()) {
+                posted.track(op, matcher);
+            }
         }
         return n;
     }
@@ -755,6 +765,7 @@ final class TransportAgent {
                 }
             }
             matcher.failAll(what -> m.closedError(what));
+            posted.failAll(m.closedError("posted recv"));
             for (Peer p : new ArrayList<>(matcher.known)) {
                 matcher.dropArrivals(p);
             }

@@ -91,6 +91,14 @@ final class UcxConnection implements Connection {
         manager.recv(this, tag, buffer, offset, length, timeout);
     }
 
+    /** Posted: the progress agent posts it as a blocking receive and calls {@code done} when UCX completes it. */
+    @Override
+    public boolean recvAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                             dev.kvtransfer.api.transport.RecvCompletion done) {
+        manager.recvAsync(this, tag, buffer, offset, length, timeout, done);
+        return true;
+    }
+
     @Override
     public void write(dev.kvtransfer.api.transport.WriteBatch batch, Duration timeout) {
         manager.write(this, batch, timeout);

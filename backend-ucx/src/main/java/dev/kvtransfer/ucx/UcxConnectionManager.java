@@ -78,6 +78,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     private final RmaWriter writer;
     private final java.security.SecureRandom random = new java.security.SecureRandom();
     private final ThreadLocal<UcxOp> ops;
+    private final PostedReceives posted;
     private final ThreadLocal<RmaWriter.Target[][]> targetScratch = ThreadLocal.withInitial(
             () -> new RmaWriter.Target[][] {new RmaWriter.Target[16]});
     private volatile Throwable agentFailure;
@@ -198,20 +199,13 @@ public final class UcxConnectionManager implements ConnectionManager {
             }
         });
         this.ops = ThreadLocal.withInitial(() -> new UcxOp(matcher));
+        this.posted = new PostedReceives(name, agent, matcher, errors);
         this.buffered = new BufferedSends(matcher, errors, settings.bufferedSendBytes(), settings.bufferedSendSlots());
         this.runner = new AgentRunner(agent.idleStrategy(), this::onAgentError, null, agent);
         this.bootstrapRunner = new AgentRunner(new SelectorIdleStrategy(bootstrap, life), this::onAgentError, null,
                 bootstrap);
-        AgentRunner.startOnThread(runner, daemon(agent.roleName()));
-        AgentRunner.startOnThread(bootstrapRunner, daemon(bootstrap.roleName()));
-    }
-
-    private static java.util.concurrent.ThreadFactory daemon(String name) {
-        return r -> {
-            Thread t = new Thread(r, name);
-            t.setDaemon(true);
-            return t;
-        };
+        AgentRunner.startOnThread(runner, DaemonThreads.named(agent.roleName()));
+        AgentRunner.startOnThread(bootstrapRunner, DaemonThreads.named(bootstrap.roleName()));
     }
 
     private static long nonZero(long v) {
@@ -375,6 +369,7 @@ public final class UcxConnectionManager implements ConnectionManager {
 
     @Override
     public void close() {
+        posted.close();
         if (emulated != null) {
             emulated.close(); // first: its agent receives through this manager
         }
@@ -426,6 +421,14 @@ public final class UcxConnectionManager implements ConnectionManager {
 
     void recv(UcxConnection c, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         run(op(UcxOp.RECV, c, tag, buffer, offset, length), timeout);
+    }
+
+    /** A posted receive: a fresh op (this thread's reusable one is replaced: UCX and the callback own it). */
+    void recvAsync(UcxConnection c, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                   dev.kvtransfer.api.transport.RecvCompletion done) {
+        UcxOp op = op(UcxOp.RECV, c, tag, buffer, offset, length);
+        ops.set(new UcxOp(matcher));
+        posted.post(op, Objects.requireNonNull(timeout, "timeout"), Objects.requireNonNull(done, "done"));
     }
 
     /** @return the live or failed connection to an address, or null (bootstrap agent) */
@@ -686,7 +689,8 @@ public final class UcxConnectionManager implements ConnectionManager {
     private void run(UcxOp op, Duration timeout) {
         Objects.requireNonNull(timeout, "timeout");
         // A zero-wait poll still waits for the agent's answer: nothing (at once) or a matched message's bytes.
-        runUntil(op, System.nanoTime() + saturatedNanos(op.pollOnce ? defaultTimeout : timeout), timeout);
+        long nanos = PostedReceives.saturatedNanos(op.pollOnce ? defaultTimeout : timeout);
+        runUntil(op, System.nanoTime() + nanos, timeout);
     }
 
     /** Like {@link #run} with an absolute {@link System#nanoTime()} deadline ({@code timeout} only for messages). */
@@ -737,14 +741,6 @@ public final class UcxConnectionManager implements ConnectionManager {
         }
         if (f != null) {
             throw f.toException(op.describe());
-        }
-    }
-
-    private static long saturatedNanos(Duration d) {
-        try {
-            return Math.max(0, d.toNanos());
-        } catch (ArithmeticException e) {
-            return d.isNegative() ? 0 : Long.MAX_VALUE / 4;
         }
     }
 

@@ -69,6 +69,11 @@ final class UcxOp extends UcxCallback implements UcxCommand {
 
     // ---- outcome ----
     volatile boolean done;
+    /** A posted receive's callback ({@link PostedReceives}), else null; called once, by {@link #complete}. */
+    dev.kvtransfer.api.transport.RecvCompletion callback;
+    /** A posted receive's deadline, cancelled when it completes. */
+    java.util.concurrent.Future<?> deadlineTask;
+    UcxErrors errors;
     UcxFailure failure;
     UcxConnection sender;
     Thread waiter;
@@ -202,11 +207,28 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         }
         failure = f;
         done = true;
+        if (callback != null) {
+            completePosted(f);
+            return;
+        }
         if (pool != null) {
             releaseIfBuffered(); // nobody waits on a buffered send
             return;
         }
         LockSupport.unpark(waiter);
+    }
+
+    private void completePosted(UcxFailure f) {
+        var d = callback;
+        callback = null;
+        if (deadlineTask != null) {
+            deadlineTask.cancel(false);
+        }
+        try {
+            d.completed(f == null ? null : f.toException(describe()));
+        } catch (RuntimeException | Error e) {
+            errors.report("recvAsync callback", e);
+        }
     }
 
     /**

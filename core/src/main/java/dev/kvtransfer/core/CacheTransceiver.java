@@ -631,6 +631,11 @@ public final class CacheTransceiver implements AutoCloseable {
         return sender.pendingCount();
     }
 
+    /** @return data tags held by this rank's generation requests (a diagnostic: 0 once every request ended) */
+    public int generationTagsInUse() {
+        return receiver.tagsInUse();
+    }
+
     /** @return context requests submitted and not yet reported by a status check */
     public int pendingContextRequests() {
         synchronized (statusLock) {

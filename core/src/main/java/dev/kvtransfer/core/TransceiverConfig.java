@@ -65,6 +65,8 @@ public final class TransceiverConfig {
      * requester decides for both sides ({@code RequestInfo.FLAG_NO_COALESCE}). Push always coalesces.
      */
     public static final String P_COALESCE = PREFIX + "coalesce";
+    /** Whether the generation side awaits ready signals with posted receives (core/README.md "Generation path"). */
+    public static final String P_POSTED_READY = PREFIX + "postedReadySignals";
     /** {@code pull} (default: the generation side asks, the context side sends) or {@code push}. */
     public static final String P_TRANSFER_MODE = PREFIX + "transferMode";
 
@@ -110,6 +112,8 @@ public final class TransceiverConfig {
     public static final boolean DEFAULT_PART_CHECKSUMS = true;
     /** Default: coalesce runs of blocks. */
     public static final boolean DEFAULT_COALESCE = true;
+    /** Default: ready signals awaited by request threads. */
+    public static final boolean DEFAULT_POSTED_READY = false;
     /** Default transfer mode. */
     public static final String DEFAULT_TRANSFER_MODE = "pull";
 
@@ -138,6 +142,7 @@ public final class TransceiverConfig {
     private final byte[] authSecret;
     private final boolean partChecksums;
     private final boolean coalesce;
+    private final boolean postedReady;
     private final TransferMode transferMode;
 
     /** Who starts a transfer. */
@@ -171,6 +176,7 @@ public final class TransceiverConfig {
         this.authSecret = secret;
         this.partChecksums = b.partChecksums;
         this.coalesce = b.coalesce;
+        this.postedReady = b.postedReady;
         this.transferMode = b.transferMode;
     }
 
@@ -229,6 +235,7 @@ public final class TransceiverConfig {
                 case P_AUTH_SECRET_FILE -> b.authSecretFile(v.isEmpty() ? null : Path.of(v));
                 case P_PART_CHECKSUMS -> b.partChecksums(parseBool(key, v));
                 case P_COALESCE -> b.coalesce(parseBool(key, v));
+                case P_POSTED_READY -> b.postedReady(parseBool(key, v));
                 case P_TRANSFER_MODE -> b.transferMode(parseMode(key, v));
                 default -> throw new IllegalArgumentException("unknown property " + key + " = '" + v
                         + "'; known: " + String.join(", ", defaults().toProperties().keySet()));
@@ -261,6 +268,7 @@ public final class TransceiverConfig {
         m.put(P_AUTH_SECRET_FILE, authSecretFile == null ? "" : authSecretFile.toString());
         m.put(P_PART_CHECKSUMS, Boolean.toString(partChecksums));
         m.put(P_COALESCE, Boolean.toString(coalesce));
+        m.put(P_POSTED_READY, Boolean.toString(postedReady));
         m.put(P_TRANSFER_MODE, transferMode.name().toLowerCase(java.util.Locale.ROOT));
         return m;
     }
@@ -439,6 +447,11 @@ public final class TransceiverConfig {
         return coalesce;
     }
 
+    /** @return whether ready signals are awaited with posted receives ({@link #P_POSTED_READY}) */
+    public boolean postedReady() {
+        return postedReady;
+    }
+
     /** @return who starts a transfer */
     public TransferMode transferMode() {
         return transferMode;
@@ -515,6 +528,7 @@ public final class TransceiverConfig {
         b.authSecretFile = authSecretFile;
         b.partChecksums = partChecksums;
         b.coalesce = coalesce;
+        b.postedReady = postedReady;
         b.transferMode = transferMode;
         return b;
     }
@@ -557,6 +571,7 @@ public final class TransceiverConfig {
         private Path authSecretFile;
         private boolean partChecksums = DEFAULT_PART_CHECKSUMS;
         private boolean coalesce = DEFAULT_COALESCE;
+        private boolean postedReady = DEFAULT_POSTED_READY;
         private TransferMode transferMode = TransferMode.PULL;
 
         private Builder() {
@@ -697,6 +712,12 @@ public final class TransceiverConfig {
          */
         public Builder coalesce(boolean v) {
             this.coalesce = v;
+            return this;
+        }
+
+        /** @param v {@link #P_POSTED_READY} @return this builder */
+        public Builder postedReady(boolean v) {
+            this.postedReady = v;
             return this;
         }
 

@@ -45,7 +45,7 @@ import static org.assertj.core.api.Assertions.fail;
  * <p>The rules live in families: {@link TransportDeliveryRules}, {@link TransportLifecycleRules} and, here, the
  * one-sided writes of SPEC.md §2.
  */
-public abstract class TransportConformanceTest extends TransportLifecycleRules {
+public abstract class TransportConformanceTest extends TransportPostedReceiveRules {
     // ---- one-sided writes (ONE_SIDED_WRITE) ----
 
     private static final int GUARD = 4096;

@@ -94,6 +94,37 @@ public interface Connection {
     void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout);
 
     /**
+     * Posts a receive of the next message of a tag and returns without waiting for it: the transport calls
+     * {@code done} exactly once, when the whole message is in the buffer ({@code null}) or when the receive failed
+     * (see {@link RecvCompletion#completed}). The rules of {@link #recv} hold: the length must equal the message's,
+     * the deadline is the receive's own ({@code TIMEOUT} no earlier than it and promptly after it, with nothing
+     * consumed: a message sent later goes to a later receive), peer loss fails it {@code PEER_LOST}, closing the
+     * manager fails it with {@link TransportClosedException}. Posted and blocking receives of one (connection, tag)
+     * take its messages in the order they were posted. The buffer range belongs to the transport until
+     * {@code done} is called.
+     *
+     * <p>{@code done} runs on a transport thread, or on the calling thread before this method returns when the
+     * message was already there; it must not block. A manager already closed throws
+     * {@link TransportClosedException} here (nothing is posted, {@code done} is never called).
+     *
+     * <p>Optional: the default returns {@code false} ("not supported, use {@link #recv}") and posts nothing, so a
+     * transport that does not implement it keeps working with callers that fall back to a blocking receive.
+     *
+     * @param tag     message tag
+     * @param buffer  destination memory
+     * @param offset  first byte in the buffer
+     * @param length  expected message length
+     * @param timeout deadline of the receive
+     * @param done    called once when the receive ends
+     * @return true when posted ({@code done} will be called); false when the transport does not support posted
+     *         receives (nothing posted, {@code done} never called)
+     */
+    default boolean recvAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                              RecvCompletion done) {
+        return false;
+    }
+
+    /**
      * Writes a batch into memory the peer registered ({@link ConnectionManager#register}) and returns once every
      * entry is in the peer's memory (remote completion): a message sent on this connection after {@code write}
      * returned can never overtake the written bytes. All entries must target regions owned by this

@@ -27,7 +27,10 @@ import java.util.concurrent.atomic.AtomicInteger;
  * <p>Per request: connect to the counterparts ({@code formatter.counterparts}), send each the id / size / info
  * messages (the three atomically per connection), wait for every ready signal on the request's own data tag
  * (any refusal fails the request with the responder's code and reason; nothing is written), then
- * {@code formatter.unformat}. Everything waits at most until {@code kvTransferTimeout} after the async call.
+ * {@code formatter.unformat}. Everything waits at most until {@code kvTransferTimeout} after the async call. When
+ * the transport posts receives ({@code Connection.recvAsync}) the ready signals are awaited with no thread
+ * ({@link PostedReady}): the request thread goes back to its pool after the infos, and the data phase comes back to
+ * the pool when every signal arrived, so requests waiting for a prefill cost no thread.
  *
  * <p>Cancel: possible until the request's infos are sent; refused after.
  */
@@ -45,6 +48,8 @@ public final class CacheReceiver implements AutoCloseable {
     private final ControlBuffers control;
     private final PushReceive push;
     private final GenerationHandshake handshake;
+    /** Requests waiting for posted ready signals, with no thread ({@link PostedReady}); ended by close. */
+    private final java.util.Set<PostedReady> posted = ConcurrentHashMap.newKeySet();
 
     /**
      * Creates the receiver; threads start per context instance on first use.
@@ -164,10 +169,43 @@ public final class CacheReceiver implements AutoCloseable {
             return;
         }
         int tag = -1;
-        DefaultTransferSession session = null;
+        DefaultTransferSession session;
         try {
             tag = tags.acquire();
-            session = handshake.handshake(job, tag);
+            session = handshake.handshake(job, tag, env.config().postedReady());
+        } catch (RuntimeException e) {
+            complete(job, tag, null, e);
+            return;
+        }
+        if (!job.posted) {
+            complete(job, tag, session, null); // else PostedReady carries it on when the signals arrive
+        }
+    }
+
+    /** The data phase of a request whose posted ready signals all arrived (its context instance's pool). */
+    void receivePosted(GenerationJob job, int tag, GenerationHandshake hs, GenerationHandshake.Asking a) {
+        DefaultTransferSession session;
+        try {
+            session = hs.session(a);
+        } catch (RuntimeException e) {
+            complete(job, tag, null, e);
+            return;
+        }
+        complete(job, tag, session, null);
+    }
+
+    /**
+     * Receives the data (when there is a session) and ends the request, success or not: grants revoked, state
+     * machine told, tag released.
+     *
+     * @param early a failure before the data phase, or null
+     */
+    private void complete(GenerationJob job, int tag, DefaultTransferSession session, RuntimeException early) {
+        TransferHandle h = job.handle;
+        try {
+            if (early != null) {
+                throw early;
+            }
             if (session != null) {
                 try {
                     receive(job, session);
@@ -199,20 +237,60 @@ public final class CacheReceiver implements AutoCloseable {
                 }
             });
         } catch (RuntimeException e) {
-            KvTransferException k = TransferErrors.forRequest(e, h.requestId(), "receiving");
             long moved = session == null ? 0 : session.movedBytes();
-            h.fail(k, () -> env.metrics().outcome(false, false, moved));
+            h.fail(TransferErrors.forRequest(e, h.requestId(), "receiving"),
+                    () -> env.metrics().outcome(false, false, moved));
         } finally {
-            // Quiescence: once the grants are revoked no context rank can write into these blocks any more, so the
-            // engine may reuse them when the request ends, whatever the outcome.
-            push.revokeGrants(job);
-            synchronized (lifecycle) {
-                requests.end(h);
-            }
+            endRequest(job);
             if (tag >= 0) {
                 tags.release(tag);
             }
         }
+    }
+
+    /** Quiescence, then the end: once the grants are revoked no context rank can write into the blocks. */
+    private void endRequest(GenerationJob job) {
+        push.revokeGrants(job);
+        synchronized (lifecycle) {
+            requests.end(job.handle);
+        }
+    }
+
+    /** A posted request failed before its data phase; its tag comes back when its receives ended. */
+    void failPosted(GenerationJob job, KvTransferException e) {
+        try {
+            job.handle.fail(TransferErrors.forRequest(e, job.handle.requestId(), "receiving"),
+                    () -> env.metrics().outcome(false, false, 0));
+        } finally {
+            endRequest(job);
+        }
+    }
+
+    /**
+     * Runs a posted request's next step on its context instance's pool.
+     *
+     * @return false when the pool no longer takes work (closing)
+     */
+    boolean dataPhase(GenerationJob job, Runnable step) {
+        ThreadPoolExecutor pool = workers.get(job.handle.contextPhaseParams().contextState().commState());
+        try {
+            pool.execute(step);
+            return true;
+        } catch (RejectedExecutionException e) {
+            return false;
+        }
+    }
+
+    void register(PostedReady w) {
+        posted.add(w);
+    }
+
+    void unregister(PostedReady w) {
+        posted.remove(w);
+    }
+
+    void releaseTag(int tag) {
+        tags.release(tag);
     }
 
     /** Pull: the formatter receives (whole, or layer by layer); push: wait for the writers' done notices. */
@@ -264,6 +342,9 @@ public final class CacheReceiver implements AutoCloseable {
         }
         for (ThreadPoolExecutor p : pools) {
             p.shutdownNow();
+        }
+        for (PostedReady w : new ArrayList<>(posted)) {
+            w.abort(); // no thread waits for them: they end here, their receives when the transport closes
         }
     }
 

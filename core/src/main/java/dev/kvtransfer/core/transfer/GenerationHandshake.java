@@ -46,8 +46,12 @@ final class GenerationHandshake {
         this.push = push;
     }
 
-    /** Sends the infos and waits for the ready signals; returns the session, or null when nothing is to move. */
-    DefaultTransferSession handshake(GenerationJob job, int tag) {
+    /**
+     * Sends the infos and waits for the ready signals; returns the session, or null when nothing is to move. With
+     * {@code postedReady}, when the transport supports it, posts the signals' receives instead and returns null
+     * with {@code job.posted} set: the request thread is free, {@link PostedReady} carries the request on.
+     */
+    DefaultTransferSession handshake(GenerationJob job, int tag, boolean postedReady) {
         TransferHandle h = job.handle;
         long id = h.requestId();
         ContextPhaseParams params = h.contextPhaseParams();
@@ -125,13 +129,10 @@ final class GenerationHandshake {
             readyAt[k] = end;
             end += ReadySignalFlyweight.length(ctxBlocks[k], mac);
         }
-        int[][] peerIds = new int[targets.size()][];
-        int[] peerBpr = new int[targets.size()];
-        String selfAddress = env.connections().localAddress();
-        ReadySignalFlyweight readyFly = new ReadySignalFlyweight();
-        try (ControlBuffers.Lease lease = control.acquire(end)) {
-            MemoryBuffer ctl = lease.buffer();
-            ByteBuffer bb = lease.bytes();
+        Asking a = new Asking(job, tag, targets, ctx, conns, positions, readyAt, ctxBlocks, mac, nonce,
+                env.connections().localAddress(), totalBlocks, reused, control.acquire(end));
+        try {
+            ByteBuffer bb = a.lease.bytes();
             new RequestHeaderFlyweight().wrap(bb, 0).requestSend(RequestInfoFrame.length(infoBytes, mac), id, tag);
             info.writeMessage(bb, infoAt);
             for (int pos : positions) {
@@ -141,7 +142,7 @@ final class GenerationHandshake {
                     auth.infoMacInto(bb, infoAt, infoBytes, Texts.utf8(c.peer()), infoAt + infoBytes);
                 }
                 try {
-                    sendInfo(job, c, ctl, infoAt, infoBytes + mac, tag);
+                    sendInfo(job, c, a.lease.buffer(), infoAt, infoBytes + mac, tag);
                     env.journal().requestInfoSent(id, targets.peerRanks().get(pos));
                 } catch (KvTransferException e) {
                     throw new KvTransferException(e.code(), id, "request info to context rank "
@@ -149,52 +150,155 @@ final class GenerationHandshake {
                 }
             }
             job.timing.requestInfo(System.nanoTime());
+        } catch (RuntimeException e) {
+            a.lease.close();
+            throw e;
+        }
+        if (postedReady && PostedReady.post(owner, this, a)) {
+            job.posted = true;
+            return null;
+        }
+        try {
             for (int k = 0; k < positions.length; k++) {
                 Connection c = conns[positions[k]];
-                int rank = targets.peerRanks().get(positions[k]);
-                int at = readyAt[k];
-                int len = ReadySignalFlyweight.length(ctxBlocks[k], mac);
                 try {
-                    c.recv(tag, ctl, at, len, remaining(job, "waiting for the ready signal of context rank " + rank));
+                    c.recv(tag, a.lease.buffer(), readyAt[k], a.readyLength(k), remaining(job,
+                            "waiting for the ready signal of context rank " + a.rank(k)));
                 } catch (KvTransferException e) {
-                    throw new KvTransferException(e.code(), id, "no ready signal from context rank " + rank + " ("
-                            + c.peer() + "): " + e.getMessage(), e);
+                    throw noReady(a, k, e);
                 }
-                ReadySignalFlyweight ready = readyFly.wrap(bb, at);
-                if (mac > 0) {
-                    if (!auth.readyMacValid(bb, at, len - mac, id, tag, nonce, Texts.utf8(c.peer()),
-                            Texts.utf8(selfAddress))) {
-                        env.metrics().error(new KvTransferException(ErrorCode.UNAUTHORIZED, id, "ready signal on tag "
-                                + tag + " from " + Texts.peer(c.peer()) + " failed authentication; refused", null));
-                        throw new KvTransferException(ErrorCode.UNAUTHORIZED, id, "the ready signal of context rank "
-                                + rank + " (" + Texts.peer(c.peer()) + ") failed authentication (forged, replayed or a"
-                                + " different deployment secret)", null);
-                    }
+                if (!accept(a, k)) {
+                    throw refusal(a, k);
                 }
-                env.journal().readySignalReceived(id, rank, !ready.refused());
-                if (ready.refused()) {
-                    throw Signals.readRefusal(env.buffers(), c, tag, remaining(job, "reading a refusal"), id);
-                }
-                owner.readyArrived(job, ready.push(), ready.layered());
-                peerIds[positions[k]] = ready.blockIds(ctxBlocks[k], id, rank);
-                peerBpr[positions[k]] = ready.blocksPerRegion();
             }
-            lease.reusable();
+            a.lease.reusable();
+        } finally {
+            a.lease.close();
         }
+        return session(a);
+    }
+
+    /** The session that moves the data, once every ready signal was accepted ({@link #accept}). */
+    DefaultTransferSession session(Asking a) {
+        GenerationJob job = a.job;
+        TransferHandle h = job.handle;
         job.timing.preparation(System.nanoTime());
-        int[] tagArr = new int[targets.size()];
-        java.util.Arrays.fill(tagArr, tag);
+        int[] tagArr = new int[a.targets.size()];
+        java.util.Arrays.fill(tagArr, a.tag);
         if (!job.push) {
             push.revokeGrants(job); // the context side pulls after all (its formatter cannot push): nothing is written
         }
-        return DefaultTransferSession.builder(id, false).states(env.selfState(), ctx, targets)
-                .blocks(h.blockIds(), totalBlocks).connections(conns, tagArr, env.config().chunkBytes())
+        return DefaultTransferSession.builder(h.requestId(), false).states(env.selfState(), a.ctx, a.targets)
+                .blocks(h.blockIds(), a.totalBlocks).connections(a.conns, tagArr, env.config().chunkBytes())
                 .resources(env.pool(), env.buffers(), env.peerExecutor()).deadline(job.deadlineNanos, job.timing)
-                .journal(env.journal()).reusedBlocks(reused)
+                .journal(env.journal()).reusedBlocks(a.reused)
                 // Without coalescing both sides plan without the peer's ids: one message per block.
-                .peerBlockIds(job.push || env.config().coalesce() ? peerIds : null).peerBlocksPerRegion(peerBpr)
+                .peerBlockIds(job.push || env.config().coalesce() ? a.peerIds : null).peerBlocksPerRegion(a.peerBpr)
                 .checksums(env.config().partChecksums()).controlBuffers(control)
                 .transportCapabilities(env.connections().capabilities()).build();
+    }
+
+    /**
+     * Checks counterpart {@code k}'s ready signal, now in the lease: its MAC, then whether it refused, then (through
+     * {@link CacheReceiver#readyArrived}, the state machine) that it agrees with the others on push / pull and layer
+     * by layer. The one check of both paths: the blocking one (the request thread's) and the posted one (a transport
+     * thread's, {@link PostedReady}).
+     *
+     * @return true when accepted; false when it refused (its reason follows on the tag: {@link #refusal})
+     * @throws KvTransferException UNAUTHORIZED (bad MAC) or MALFORMED (disagreement)
+     */
+    boolean accept(Asking a, int k) {
+        long id = a.job.handle.requestId();
+        Connection c = a.conns[a.positions[k]];
+        int rank = a.rank(k);
+        int at = a.readyAt[k];
+        int len = a.readyLength(k);
+        ByteBuffer bb = a.lease.bytes();
+        ReadySignalFlyweight ready = a.readyFly.wrap(bb, at);
+        if (a.mac > 0) {
+            if (!env.auth().readyMacValid(bb, at, len - a.mac, id, a.tag, a.nonce, Texts.utf8(c.peer()),
+                    Texts.utf8(a.selfAddress))) {
+                env.metrics().error(new KvTransferException(ErrorCode.UNAUTHORIZED, id, "ready signal on tag "
+                        + a.tag + " from " + Texts.peer(c.peer()) + " failed authentication; refused", null));
+                throw new KvTransferException(ErrorCode.UNAUTHORIZED, id, "the ready signal of context rank "
+                        + rank + " (" + Texts.peer(c.peer()) + ") failed authentication (forged, replayed or a"
+                        + " different deployment secret)", null);
+            }
+        }
+        env.journal().readySignalReceived(id, rank, !ready.refused());
+        if (ready.refused()) {
+            return false;
+        }
+        owner.readyArrived(a.job, ready.push(), ready.layered());
+        a.peerIds[a.positions[k]] = ready.blockIds(a.ctxBlocks[k], id, rank);
+        a.peerBpr[a.positions[k]] = ready.blocksPerRegion();
+        return true;
+    }
+
+    /** Reads the reason of counterpart {@code k}'s refusal (it follows the signal on the tag); blocks briefly. */
+    KvTransferException refusal(Asking a, int k) {
+        return Signals.readRefusal(env.buffers(), a.conns[a.positions[k]], a.tag, remaining(a.job,
+                "reading a refusal"), a.job.handle.requestId());
+    }
+
+    /** Counterpart {@code k}'s ready signal did not come: the transport's failure, naming the request and rank. */
+    static KvTransferException noReady(Asking a, int k, KvTransferException e) {
+        Connection c = a.conns[a.positions[k]];
+        return new KvTransferException(e.code(), a.job.handle.requestId(), "no ready signal from context rank "
+                + a.rank(k) + " (" + c.peer() + "): " + e.getMessage(), e);
+    }
+
+    /** A request between its infos and its session: what its ready signals are checked against. */
+    static final class Asking {
+        final GenerationJob job;
+        final int tag;
+        final TargetRanks targets;
+        final CacheState ctx;
+        final Connection[] conns;
+        /** Counterpart k's position among the target ranks. */
+        final int[] positions;
+        /** Where counterpart k's ready signal lands in the lease. */
+        final int[] readyAt;
+        final int[] ctxBlocks;
+        final int mac;
+        final byte[] nonce;
+        final String selfAddress;
+        final int totalBlocks;
+        final int reused;
+        /** Header, info and every ready signal; given back once no receive can touch it any more. */
+        final ControlBuffers.Lease lease;
+        final int[][] peerIds;
+        final int[] peerBpr;
+        final ReadySignalFlyweight readyFly = new ReadySignalFlyweight();
+
+        Asking(GenerationJob job, int tag, TargetRanks targets, CacheState ctx, Connection[] conns, int[] positions,
+               int[] readyAt, int[] ctxBlocks, int mac, byte[] nonce, String selfAddress, int totalBlocks,
+               int reused, ControlBuffers.Lease lease) {
+            this.job = job;
+            this.tag = tag;
+            this.targets = targets;
+            this.ctx = ctx;
+            this.conns = conns;
+            this.positions = positions;
+            this.readyAt = readyAt;
+            this.ctxBlocks = ctxBlocks;
+            this.mac = mac;
+            this.nonce = nonce;
+            this.selfAddress = selfAddress;
+            this.totalBlocks = totalBlocks;
+            this.reused = reused;
+            this.lease = lease;
+            this.peerIds = new int[targets.size()][];
+            this.peerBpr = new int[targets.size()];
+        }
+
+        int rank(int k) {
+            return targets.peerRanks().get(positions[k]);
+        }
+
+        int readyLength(int k) {
+            return ReadySignalFlyweight.length(ctxBlocks[k], mac);
+        }
     }
 
     /**

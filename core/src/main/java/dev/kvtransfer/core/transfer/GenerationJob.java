@@ -18,6 +18,8 @@ final class GenerationJob {
     final Map<Long, MemoryBuffer> granted = new java.util.HashMap<>();
     boolean push;
     boolean layered;
+    /** The ready signals' receives were posted: {@link PostedReady} carries the request on, not its thread. */
+    boolean posted;
     /** Push: bytes the context ranks wrote into this rank's blocks (checked). */
     long pushedBytes;
     /** Push: write entries the context ranks reported. */

@@ -17,7 +17,7 @@ import java.util.Objects;
  *   QUEUED --begin--> ASKING --ready x n--> RECEIVING --end--> ENDED
  *     |  \--cancel / close / taken past its deadline--> ENDED (failed)
  *   ASKING --disagreeing ready--> failed (ENDED at end; a refusal, a lost peer or a deadline fail it through the
- *            request thread's own bounded waits)
+ *            request thread's own bounded waits, or through its posted receives' outcomes, {@link PostedReady})
  * </pre>
  *
  * A request can be cancelled only while {@code QUEUED} (before any info left); once asking it ends by its own

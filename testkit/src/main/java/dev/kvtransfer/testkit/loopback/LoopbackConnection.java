@@ -2,6 +2,7 @@ package dev.kvtransfer.testkit.loopback;
 
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.RecvCompletion;
 import dev.kvtransfer.api.transport.WriteBatch;
 
 import java.time.Duration;
@@ -32,6 +33,14 @@ final class LoopbackConnection implements Connection {
     @Override
     public void recv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         owner.receive(peer, tag, buffer, offset, length, Objects.requireNonNull(timeout, "timeout"));
+    }
+
+    /** Posted: matched as a blocking receive; its end is reported on the manager's posted-receive thread. */
+    @Override
+    public boolean recvAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                             RecvCompletion done) {
+        owner.receiveAsync(peer, tag, buffer, offset, length, timeout, done);
+        return true;
     }
 
     @Override

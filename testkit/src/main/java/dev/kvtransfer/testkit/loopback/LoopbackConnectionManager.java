@@ -10,6 +10,7 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RecvCompletion;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
@@ -75,6 +76,8 @@ final class LoopbackConnectionManager implements ConnectionManager {
     /** Waiting receives per tag, oldest first. Guarded by {@link #lock}. */
     private final Map<Integer, ArrayDeque<PostedReceive>> posted = new HashMap<>();
     private volatile boolean closed;
+    /** Callbacks and deadlines of posted receives ({@code recvAsync}). Used under {@link #lock}. */
+    private final PostedRunner postedRunner;
 
     private LoopbackConnectionManager(String fabricName, Map<String, LoopbackConnectionManager> fabric,
                                       long id, TransportConfig config) {
@@ -84,6 +87,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         this.name = config.name();
         this.defaultTimeout = config.defaultTimeout();
         this.errors = config.errorHandler();
+        this.postedRunner = new PostedRunner(name, errors);
         this.rendezvousNanos = TimeUnit.MICROSECONDS.toNanos(config.longProperty(
                 LoopbackTransportProvider.RENDEZVOUS_WAIT_US_PROPERTY, LoopbackTransportProvider.DEFAULT_RENDEZVOUS_WAIT_US));
         this.eagerPool = new EagerPool(config.longProperty(LoopbackTransportProvider.EAGER_POOL_BYTES_PROPERTY,
@@ -181,6 +185,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                     if (p.state == PostedReceive.WAITING) {
                         it.remove();
                         p.fail(ErrorCode.NETWORK, "loopback manager " + address + " closed", true);
+                        notifyPosted(p);
                     }
                 }
             }
@@ -197,6 +202,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
             }
             pending.clear();
             eagerPool.close();
+            postedRunner.shutdown();
         } finally {
             lock.unlock();
         }
@@ -223,6 +229,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                         it.remove();
                         p.fail(ErrorCode.PEER_LOST, "peer " + peer + " closed while " + address
                                 + " waited for tag " + p.tag, false);
+                        notifyPosted(p);
                     }
                 }
             }
@@ -468,6 +475,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
                 if (p.length != length) {
                     p.fail(ErrorCode.MALFORMED, "tag " + tag + " from " + from + ": message of " + length
                             + " bytes, receive expected " + p.length, false);
+                    notifyPosted(p);
                     return PostedReceive.CONSUMED;
                 }
                 p.state = PostedReceive.CLAIMED;
@@ -488,9 +496,79 @@ final class LoopbackConnectionManager implements ConnectionManager {
             try {
                 p.state = PostedReceive.DONE;
                 p.cond.signalAll();
+                notifyPosted(p);
             } finally {
                 lock.unlock();
             }
+        }
+    }
+
+    private void notifyPosted(PostedReceive p) {
+        postedRunner.notifyEnded(p);
+    }
+
+    /**
+     * Posts a receive from {@code from}: a message already queued is copied out now, else the receive waits in the
+     * tag's FIFO as a blocking one would; its end is reported on the runner thread.
+     */
+    void receiveAsync(String from, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                      RecvCompletion done) {
+        checkRange(buffer, offset, length);
+        long nanos = nanos(Objects.requireNonNull(timeout, "timeout"));
+        Objects.requireNonNull(done, "done");
+        long dst = length == 0 ? 0 : buffer.address() + offset;
+        String what = "posted recv from " + from + " tag " + tag + " at " + address;
+        PostedReceive p = new PostedReceive(from, tag, dst, length, lock.newCondition());
+        p.done = done;
+        Message m;
+        lock.lock();
+        try {
+            checkOpen(what);
+            postedRunner.start();
+            m = takePending(from, tag, length);
+            if (m == null) {
+                if (peer(from) == null) {
+                    p.fail(ErrorCode.PEER_LOST, what + ": peer " + from + " is closed", false);
+                    notifyPosted(p);
+                    return;
+                }
+                posted.computeIfAbsent(tag, k -> new ArrayDeque<>()).add(p);
+                p.timer = postedRunner.schedule(() -> expire(p, what, nanos), nanos);
+                return;
+            }
+        } finally {
+            lock.unlock();
+        }
+        TransportException failure = null;
+        try {
+            copyOut(m, dst, length, what);
+        } catch (TransportException e) {
+            failure = e;
+        }
+        lock.lock();
+        try {
+            if (failure == null) {
+                p.state = PostedReceive.DONE;
+            } else {
+                p.fail(failure.code(), failure.getMessage(), false);
+            }
+            notifyPosted(p);
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** The runner: a posted receive's deadline passed; one that is being copied into is left to finish. */
+    private void expire(PostedReceive p, String what, long nanos) {
+        lock.lock();
+        try {
+            if (p.state == PostedReceive.WAITING) {
+                removePostedReceive(p);
+                p.fail(ErrorCode.TIMEOUT, what + ": nothing arrived within " + Duration.ofNanos(nanos), false);
+                notifyPosted(p);
+            }
+        } finally {
+            lock.unlock();
         }
     }
 
@@ -520,25 +598,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         lock.lock();
         try {
             checkOpen(what);
-            ArrayDeque<Message> q = pending.get(tag);
-            if (q != null) {
-                for (Iterator<Message> it = q.iterator(); it.hasNext(); ) {
-                    Message x = it.next();
-                    if (from == null || from.equals(x.from)) {
-                        it.remove();
-                        m = x;
-                        // A ready-to-send message is ours to copy from the sender's buffer: the sender waits
-                        // for it (a length mismatch consumes it and the sender's send completes).
-                        if (x.state == Message.READY) {
-                            x.state = x.length == length ? Message.CLAIMED : Message.DONE;
-                            if (x.state == Message.DONE) {
-                                x.cond.signalAll();
-                            }
-                        }
-                        break;
-                    }
-                }
-            }
+            m = takePending(from, tag, length);
             if (m == null) {
                 if (from != null && peer(from) == null) {
                     throw new TransportException(ErrorCode.PEER_LOST, what + ": peer " + from + " is closed");
@@ -552,32 +612,63 @@ final class LoopbackConnectionManager implements ConnectionManager {
             lock.unlock();
         }
         if (m != null) {
-            if (m.state == Message.CLAIMED) {
-                try {
-                    MemoryAccess.copy(m.src, dst, length);
-                } finally {
-                    lock.lock();
-                    try {
-                        m.state = Message.DONE;
-                        m.cond.signalAll();
-                    } finally {
-                        lock.unlock();
-                    }
-                }
-                return m.from;
-            }
-            try {
-                if (m.length != length) {
-                    throw new TransportException(ErrorCode.MALFORMED, what + ": message of " + m.length
-                            + " bytes from " + m.from + ", receive expected " + length);
-                }
-                MemoryAccess.copy(m.address, dst, length);
-                return m.from;
-            } finally {
-                m.free(eagerPool);
-            }
+            return copyOut(m, dst, length, what);
         }
         return await(p, remaining, what, nullOnTimeout);
+    }
+
+    /**
+     * Under the lock: the oldest queued message of the tag from {@code from} (any when null), taken out of the queue.
+     * A ready-to-send message is ours to copy from the sender's buffer: the sender waits for it (a length mismatch
+     * consumes it and the sender's send completes).
+     */
+    private Message takePending(String from, int tag, long length) {
+        ArrayDeque<Message> q = pending.get(tag);
+        if (q == null) {
+            return null;
+        }
+        for (Iterator<Message> it = q.iterator(); it.hasNext(); ) {
+            Message x = it.next();
+            if (from == null || from.equals(x.from)) {
+                it.remove();
+                if (x.state == Message.READY) {
+                    x.state = x.length == length ? Message.CLAIMED : Message.DONE;
+                    if (x.state == Message.DONE) {
+                        x.cond.signalAll();
+                    }
+                }
+                return x;
+            }
+        }
+        return null;
+    }
+
+    /** Off the lock: copies a taken message into the receive's memory; @return its sender */
+    private String copyOut(Message m, long dst, long length, String what) {
+        if (m.state == Message.CLAIMED) {
+            try {
+                MemoryAccess.copy(m.src, dst, length);
+            } finally {
+                lock.lock();
+                try {
+                    m.state = Message.DONE;
+                    m.cond.signalAll();
+                } finally {
+                    lock.unlock();
+                }
+            }
+            return m.from;
+        }
+        try {
+            if (m.length != length) {
+                throw new TransportException(ErrorCode.MALFORMED, what + ": message of " + m.length
+                        + " bytes from " + m.from + ", receive expected " + length);
+            }
+            MemoryAccess.copy(m.address, dst, length);
+            return m.from;
+        } finally {
+            m.free(eagerPool);
+        }
     }
 
     private String await(PostedReceive p, long nanos, String what, boolean nullOnTimeout) {

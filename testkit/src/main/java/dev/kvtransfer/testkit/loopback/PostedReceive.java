@@ -1,6 +1,9 @@
 package dev.kvtransfer.testkit.loopback;
 
 import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.transport.RecvCompletion;
+import dev.kvtransfer.api.transport.TransportClosedException;
+import dev.kvtransfer.api.transport.TransportException;
 
 import java.util.concurrent.locks.Condition;
 
@@ -23,6 +26,10 @@ final class PostedReceive {
     ErrorCode failCode;
     String failure;
     boolean closed;
+    /** A posted receive's callback ({@code recvAsync}), else null: called once, off the lock. */
+    RecvCompletion done;
+    /** A posted receive's deadline task. */
+    java.util.concurrent.Future<?> timer;
 
     PostedReceive(String from, int tag, long dst, long length, Condition cond) {
         this.from = from;
@@ -30,6 +37,14 @@ final class PostedReceive {
         this.dst = dst;
         this.length = length;
         this.cond = cond;
+    }
+
+    /** @return how a posted receive ended: null when done, else its failure */
+    TransportException outcome() {
+        if (state == DONE) {
+            return null;
+        }
+        return closed ? new TransportClosedException(failure) : new TransportException(failCode, failure);
     }
 
     void fail(ErrorCode code, String why, boolean byClose) {
