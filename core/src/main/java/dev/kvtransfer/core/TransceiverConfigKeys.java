@@ -64,6 +64,9 @@ public final class TransceiverConfigKeys {
             new ConfigKey(P_COALESCE, Boolean.toString(DEFAULT_COALESCE), "true | false",
                     "Whether a pull coalesces blocks consecutive on both sides into one message; the requester "
                             + "decides for both sides. Push always coalesces."),
+            new ConfigKey(P_POSTED_READY, Boolean.toString(DEFAULT_POSTED_READY), "true | false",
+                    "Whether the generation side awaits ready signals with posted receives (no request thread held "
+                            + "while the context side prefills) on transports that support them."),
             new ConfigKey(P_TRANSFER_MODE, DEFAULT_TRANSFER_MODE, "pull | push",
                     "Who starts a transfer: pull (the generation side asks, the context side sends) or push (the "
                             + "generation side registers its blocks, the context side writes them one-sided)."));
