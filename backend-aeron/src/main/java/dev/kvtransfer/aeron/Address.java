@@ -9,7 +9,7 @@ package dev.kvtransfer.aeron;
  *
  * <p>Why the incarnation: a HELLO names the address it is for and its MAC covers that text, so with a secret it is
  * valid for one start of the receiver only. A HELLO captured before a restart on the same port is refused by the
- * new manager, whose incarnation differs (issue 29 §1).
+ * new manager, whose incarnation differs (docs/security.md, the HELLO replay).
  *
  * @param text        the whole address
  * @param hostPort    {@code host:port}

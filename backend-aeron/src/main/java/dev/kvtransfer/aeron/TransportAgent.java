@@ -402,7 +402,7 @@ final class TransportAgent {
             // the current one ends (the proof that the first peer is gone: its stream closed or went silent for the
             // peer timeout; a restarted peer then gets in) or the pending time runs out (anyone else). With one
             // secret for all, an insider's valid HELLO claiming the context's address used to cut the genuine
-            // session off (issue 29 §5).
+            // session off.
             img.state = ImageState.PENDING;
             img.pendingAddress = claimed;
             img.pendingIncarnation = incarnation;

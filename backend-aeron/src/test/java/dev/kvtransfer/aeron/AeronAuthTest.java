@@ -21,7 +21,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 /**
- * HELLOs authenticated with {@code TransportConfig.authSecret()} (issue 15 §6, transport part): peers with the
+ * HELLOs authenticated with {@code TransportConfig.authSecret()}: peers with the
  * secret talk; a peer without it, with another one, a forged HELLO claiming a genuine peer, a replayed HELLO, a
  * stale one and one addressed to another manager are refused with {@code UNAUTHORIZED}, counted, reported once
  * without the secret, and everyone else keeps being served.
@@ -203,7 +203,7 @@ class AeronAuthTest {
     }
 
     /**
-     * Issue 29 §5 (transport part): an insider holds the secret and sends a valid HELLO claiming the genuine peer's
+     * An insider holds the secret and sends a valid HELLO claiming the genuine peer's
      * address. It used to replace the genuine session (3 of 3 requests then failed PEER_LOST). It is held and, as
      * the genuine stream stays alive, refused after the pending time; the genuine pair is never cut off.
      */
@@ -250,7 +250,7 @@ class AeronAuthTest {
     }
 
     /**
-     * Issue 29 §6: a peer with a wrong secret (or none) used to wait out its whole deadline and see TIMEOUT. The
+     * A peer with a wrong secret (or none) used to wait out its whole deadline and see TIMEOUT. The
      * refusing manager now rejects the stream (Aeron's error frame), and the peer's waiting calls fail UNAUTHORIZED
      * long before their 20 s deadline, over UDP and IPC, for a receive and for a large send waiting for its CTS.
      */
@@ -329,7 +329,7 @@ class AeronAuthTest {
     }
 
     /**
-     * Issue 29 §1: a HELLO captured on the wire (here: the bytes the context side's handshake writes for the
+     * A HELLO captured on the wire (here: the bytes the context side's handshake writes for the
      * generation side) and replayed after the generation side restarted on the same port, within the 120 s
      * window. It used to be accepted (the nonce cache had restarted too) and cut the pair off. The HELLO's MAC
      * covers the receiver's address, which carries its incarnation: the restarted manager refuses it, and genuine

@@ -25,7 +25,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * Hostile inputs at a manager's UDP endpoint (issue 15 §7), bounded in count and time, loopback only, while a
+ * Hostile inputs at a manager's UDP endpoint, bounded in count and time, loopback only, while a
  * genuine peer keeps transferring verified messages to it: raw datagrams (random bytes, truncated and random
  * Aeron frame headers — the media driver's parser), and whole Aeron streams (our protocol's parser): random
  * first messages, HELLOs claiming the genuine peer, replayed HELLOs, frames shorter than our header, unknown

@@ -21,7 +21,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Peers that do not play by the rules (issue 15 §3, §5): floods of messages nobody receives (zero-length ones and
+ * Peers that do not play by the rules: floods of messages nobody receives (zero-length ones and
  * rendezvous announcements included), streams that never say HELLO, HELLOs that claim a live peer's address or an
  * overlong one, floods of bad frames; and the listener's bind address. Each test shows the bound holding, the
  * refusal counted, and the genuine peers still served.

@@ -26,7 +26,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Generation requests waiting for their ready signals over Aeron hold no thread (issue 24 item 4): 200 requests
+ * Generation requests waiting for their ready signals over Aeron hold no thread: 200 requests
  * submitted while the context side is not ready cost at most {@code requestThreadsPerPeerInstance} request threads
  * and no thread waits in a receive; made ready, every element of every request arrives (KvPattern). Requests whose
  * deadline passes while posted end once with {@code TIMEOUT} naming them, and the others keep being served.

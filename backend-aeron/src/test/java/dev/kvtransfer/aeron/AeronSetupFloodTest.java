@@ -25,7 +25,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Issue 29 §4: forged Aeron SETUP frames from a raw UDP socket on loopback, without the secret. Each valid-looking
+ * Forged Aeron SETUP frames from a raw UDP socket on loopback, without the secret. Each valid-looking
  * SETUP makes the media driver create an image (a stream) that never says HELLO; at 2,500 a second they filled
  * the stream cap and kept a new genuine peer out, and malformed ones logged a stack trace each (18× the bytes
  * sent). Streams awaiting their HELLO are now bounded per source and in all (the oldest is evicted and

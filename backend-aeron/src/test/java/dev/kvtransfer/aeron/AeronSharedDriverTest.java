@@ -21,7 +21,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 /**
- * One media driver shared by the processes of a host (issue 14 §2): {@code startHostSupport} launches it, its
+ * One media driver shared by the processes of a host: {@code startHostSupport} launches it, its
  * {@code aeron.dir} goes to every process, their addresses carry the driver's identity, and managers of different
  * processes on it talk {@code aeron:ipc}; a manager with its own embedded driver still reaches them over UDP; a
  * killed process is lost; closing the host support ends the driver and removes its directory.

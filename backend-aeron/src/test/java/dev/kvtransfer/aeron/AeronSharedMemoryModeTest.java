@@ -24,7 +24,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 /**
- * Issue 29 §2 / issue 28 §7: the media driver's shared memory (cnc.dat, the loss report, every log buffer, also
+ * The media driver's shared memory (cnc.dat, the loss report, every log buffer, also
  * those created after start) cannot be opened by another local uid. The attacker is a real child process running
  * as uid {@code nobody} ({@code setpriv}); it tries to read every file and list every directory under the driver's
  * protecting parent, and the test counts the bytes it got (0). With {@code aeron.dirGroup} the named group's

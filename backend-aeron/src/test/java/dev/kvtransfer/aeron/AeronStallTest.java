@@ -19,7 +19,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 /**
- * A peer process stopped for longer than the driver timeout (issue 15 §4): {@code kill -STOP} of a child JVM for
+ * A peer process stopped for longer than the driver timeout: {@code kill -STOP} of a child JVM for
  * 12 s (a GC pause that long is the same). The parent's call waiting on it fails with {@code PEER_LOST} within its
  * bound; when the child resumes, its Aeron client has closed (the driver timed it out, 10 s); the child notices,
  * rebuilds the client, listens again on the same address, and the pair serves verified transfers afterwards.

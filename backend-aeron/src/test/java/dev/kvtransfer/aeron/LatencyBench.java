@@ -20,8 +20,8 @@ import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Small-message latency and rate between two processes over Aeron IPC on one shared media driver (bench scope,
- * issue 14 §3 transport part), ours and raw Aeron in the same run:
+ * Small-message latency and rate between two processes over Aeron IPC on one shared media driver (bench scope),
+ * ours and raw Aeron in the same run:
  * <ul>
  *   <li>round trip of one {@code size}-byte message, one in flight: min / p50 / p99 / max µs;</li>
  *   <li>messages per second with {@code window} in flight (the receiver answers each with a message of the same

@@ -5,7 +5,7 @@ import dev.kvtransfer.api.transport.TransportConfig;
 import java.time.Duration;
 
 /**
- * 192 ranks over Aeron in one JVM (bench scope, issue 11 §8): a context instance of TP16 x PP8 (128 ranks) and a
+ * 192 ranks over Aeron in one JVM (bench scope): a context instance of TP16 x PP8 (128 ranks) and a
  * generation instance of TP16 x PP4 (64 ranks), every rank its own manager, rounds of requests from the first
  * contact on, every element verified. Prints per round: requests, wall time, elements verified, failures.
  *

@@ -11,7 +11,7 @@ import java.util.concurrent.TimeUnit;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * 64 ranks over Aeron in one JVM (issue 11 §8): a context instance of TP16 x PP2 and a generation instance of
+ * 64 ranks over Aeron in one JVM: a context instance of TP16 x PP2 and a generation instance of
  * TP8 x PP4 — the shape whose first contact failed every warm-up request with PEER_LOST — as
  * {@code LocalInstance}s, every rank its own manager. The first round of requests meets the set-up of every
  * connection; every request must complete on both sides and every element must hold the pattern, over IPC (the

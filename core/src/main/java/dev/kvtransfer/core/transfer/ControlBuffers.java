@@ -11,7 +11,7 @@ import java.util.Objects;
 /**
  * Small reusable HOST buffers for control messages (request header and info, ready signal): the protocol used to
  * allocate (and free) an off-heap buffer and its {@code ByteBuffer} view per message, a few hundred heap bytes each
- * (issue 14 item 3). A {@link Lease} is taken for one message exchange and closed after it; closed leases of at most
+ * on the per-request path. A {@link Lease} is taken for one message exchange and closed after it; closed leases of at most
  * {@link #SLOT_BYTES} whose exchange completed ({@link Lease#reusable()}) go back to a free list (at most
  * {@link #MAX_FREE}); bigger ones, and any lease closed after a failed or timed-out send or receive (a transport
  * could in principle still touch it), are freed as before. The transport is done with a buffer when its

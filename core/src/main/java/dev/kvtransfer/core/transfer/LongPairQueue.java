@@ -4,7 +4,7 @@ import java.util.Arrays;
 
 /**
  * A FIFO of (long, long) pairs in one growing ring of longs: what an {@code ArrayDeque<long[]>} held, without an
- * array per element (the context side queued one per request header, issue 14 item 3). Not thread-safe: the owner
+ * array per element (the context side queued one per request header). Not thread-safe: the owner
  * synchronizes.
  */
 final class LongPairQueue {

@@ -3,7 +3,7 @@ package dev.kvtransfer.core.transfer;
 /**
  * The nonces seen within the replay window, each with its expiry: an open-addressing table of primitives (linear
  * probing), so remembering a nonce allocates nothing (a {@code ConcurrentHashMap<Nonce, Long>} made a key record,
- * a boxed expiry and a node per request, issue 14 item 3). A nonce is kept until a purge finds its expiry passed,
+ * a boxed expiry and a node per request). A nonce is kept until a purge finds its expiry passed,
  * exactly as before: purges run at most once a second and delete in place (backward-shift deletion, the scan
  * started after an empty slot so no probe run wraps across it), so they allocate nothing either; the table only
  * grows (doubling at half full). Thread-safe: one lock, held for a probe or a purge.

@@ -33,7 +33,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Generation requests waiting for their ready signals with no thread (issue 24 item 4, {@link PostedReady}), on the
+ * Generation requests waiting for their ready signals with no thread ({@link PostedReady}), on the
  * loopback transport (which posts receives): 1,000 requests submitted while the context side is not ready hold at
  * most {@code requestThreadsPerPeerInstance} request threads and no thread parked in a receive, then all arrive
  * exactly; close, the deadline and a refused cancel while posted end each request once, with the right code naming
