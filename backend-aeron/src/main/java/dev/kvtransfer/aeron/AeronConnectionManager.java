@@ -42,10 +42,7 @@ public final class AeronConnectionManager implements ConnectionManager {
     /** Blocked callers re-check close, peer loss and their deadline at least this often. */
     private static final long WAIT_SLICE_NS = TimeUnit.MILLISECONDS.toNanos(50);
     private static final long CANCEL_ACK_NS = TimeUnit.SECONDS.toNanos(10);
-    /**
-     * Longest a wait that ended before the agent took its op waits for the thread running the duty cycle to take it
-     * (that thread drains the queue each cycle: this bounds a descheduled one on a loaded host).
-     */
+    /** Longest {@link #seeOnce} waits for another thread's duty cycle to take an op (a descheduled one). */
     private static final long SEE_ONCE_NS = TimeUnit.MILLISECONDS.toNanos(10);
     private static final ThreadLocal<Op> OPS = new ThreadLocal<>();
     private static final SecureRandom RANDOM = new SecureRandom();
@@ -438,12 +435,9 @@ public final class AeronConnectionManager implements ConnectionManager {
     }
 
     /**
-     * A wait that ended before the agent took its op off the command queue (a zero-wait poll or receive does so at
-     * once) still lets the matcher see the op once, so a message that has already arrived is taken: this thread runs
-     * one duty cycle itself when no other thread runs one (whatever {@code aeron.callerPollMicros} says: this is one
-     * cycle, not a poll), else it waits, at most {@link #SEE_ONCE_NS}, for the thread that does to take the op.
-     * Without this, once the agent thread had parked nothing woke it for such a call and every one was withdrawn
-     * unseen.
+     * A wait that ended before the agent took its op (a zero-wait call does at once) lets the matcher see it once,
+     * so a message that already arrived is taken: one duty cycle on this thread when no other thread runs one (even
+     * with caller polling off), else a bounded wait for the one that does. Else a parked agent never saw the op.
      */
     private void seeOnce(Op op) {
         long until = System.nanoTime() + SEE_ONCE_NS;
