@@ -151,6 +151,65 @@ public interface TransferSession {
     void recv(int peerIndex, MemoryBuffer buffer, long offset, long length);
 
     /**
+     * Whether this session keeps part checksums: the CRC32C of every message it moves, which the receiver checks
+     * end to end. A formatter that copies a message's bytes itself (a gather before a send, a scatter after a
+     * receive) may then compute that CRC32C in the same pass ({@link dev.kvtransfer.api.layout.ChunkCrc}) and hand
+     * it over with {@link #send(int, MemoryBuffer, long, long, int)} or {@link #recvChecksumLater} /
+     * {@link #receivedChecksum}, so the session does not read the bytes a second time. The default is false.
+     *
+     * @return whether messages are checksummed
+     */
+    default boolean partChecksums() {
+        return false;
+    }
+
+    /**
+     * As {@link #send(int, MemoryBuffer, long, long)}, with the CRC32C (the JDK's {@code java.util.zip.CRC32C}) of
+     * {@code buffer[offset, offset + length)} that the caller computed while it placed those bytes. The session
+     * uses it where the part travels as one message and checksums by itself otherwise (a part it splits into
+     * several chunks), so a wrong value can only fail the receiver's check, never pass it silently. The default
+     * ignores the value.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @param buffer    source
+     * @param offset    first byte
+     * @param length    part length
+     * @param crc32c    the CRC32C of those bytes (the low 32 bits of {@code CRC32C.getValue()})
+     */
+    default void send(int peerIndex, MemoryBuffer buffer, long offset, long length, int crc32c) {
+        send(peerIndex, buffer, offset, length);
+    }
+
+    /**
+     * As {@link #recv}, but the caller may compute the part's checksum in the pass that reads the received bytes
+     * (its scatter). When this returns true the caller must call {@link #receivedChecksum} with the CRC32C of
+     * exactly {@code buffer[offset, offset + length)} as received, before its next call for this peer; false means
+     * the session took care of it (checksums off, or a part it moved as several chunks). The default receives and
+     * returns false.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @param buffer    destination (host memory)
+     * @param offset    first byte
+     * @param length    part length (must equal what the peer sent)
+     * @return whether the caller owes this part's CRC32C
+     */
+    default boolean recvChecksumLater(int peerIndex, MemoryBuffer buffer, long offset, long length) {
+        recv(peerIndex, buffer, offset, length);
+        return false;
+    }
+
+    /**
+     * Hands over the CRC32C of the part the last {@link #recvChecksumLater} of this peer returned true for.
+     *
+     * @param peerIndex position in {@code targets().peerRanks()}
+     * @param crc32c    the CRC32C of the received bytes
+     * @throws IllegalStateException when no checksum is owed for this peer
+     */
+    default void receivedChecksum(int peerIndex, int crc32c) {
+        throw new IllegalStateException("no part checksum is owed for peer " + peerIndex);
+    }
+
+    /**
      * Runs an action per peer: concurrently when parallel transfer is configured, else in order. Returns when
      * all are done; the first failure is rethrown after the others finish.
      *

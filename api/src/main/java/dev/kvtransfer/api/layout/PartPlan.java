@@ -697,11 +697,27 @@ public final class PartPlan {
          */
         public void copy(BufferManager bm, IntFunction<MemoryBuffer> regions, MemoryBuffer buf, long bufOffset,
                          boolean toPool) {
+            copy(bm, regions, buf, bufOffset, toPool, null);
+        }
+
+        /**
+         * As {@link #copy(BufferManager, IntFunction, MemoryBuffer, long, boolean)}, summing the message's bytes in
+         * {@code buf} with {@code crc} in the same pass: each slice (or chunk of a direct message) right after its
+         * copy. The caller has {@link ChunkCrc#begin begun} the message at {@code bufOffset} and takes the value
+         * with {@link ChunkCrc#finish}. Only for synchronous (host) copies.
+         *
+         * @param crc the message's summer, or null for none
+         */
+        public void copy(BufferManager bm, IntFunction<MemoryBuffer> regions, MemoryBuffer buf, long bufOffset,
+                         boolean toPool, ChunkCrc crc) {
             if (msgRunLen >= 0 && selfDirect()) {
                 // A direct message is one contiguous run of this rank's pool in wire order: one copy (a rank whose
                 // transport cannot take its pool's memory kind bounces its direct messages through staging).
                 MemoryBuffer region = regions.apply(region());
-                if (toPool) {
+                if (crc != null) {
+                    crc.copy(bm, toPool ? buf : region, toPool ? bufOffset : offset(), toPool ? region : buf,
+                            toPool ? offset() : bufOffset, msgLength, toPool);
+                } else if (toPool) {
                     bm.copy(buf, bufOffset, region, offset(), msgLength);
                 } else {
                     bm.copy(region, offset(), buf, bufOffset, msgLength);
@@ -714,17 +730,17 @@ public final class PartPlan {
                 long off = bufOffset;
                 while (i < blocks) {
                     int e = runEnd(i, coalesce);
-                    off = copyUnits(bm, regions, buf, off, toPool, i, e - i, 0, units());
+                    off = copyUnits(bm, regions, buf, off, toPool, i, e - i, 0, units(), crc);
                     i = e;
                 }
                 return;
             }
-            copyUnits(bm, regions, buf, bufOffset, toPool, msgRun, msgRunLen, msgUnitStart, msgUnitEnd);
+            copyUnits(bm, regions, buf, bufOffset, toPool, msgRun, msgRunLen, msgUnitStart, msgUnitEnd, crc);
         }
     }
 
     private long copyUnits(BufferManager bm, IntFunction<MemoryBuffer> regions, MemoryBuffer buf, long off,
-                           boolean toPool, int runStart, int runLen, int u0, int u1) {
+                           boolean toPool, int runStart, int runLen, int u0, int u1, ChunkCrc crc) {
         PartSide x = selfIsSender ? snd : rcv;
         PoolGeometry g = x.actual;
         for (int u = u0; u < u1; u++) {
@@ -737,6 +753,9 @@ public final class PartPlan {
                 copySlice(bm, g, regions, x.ids[x.first + runStart + j], layer, kv, x.firstHead, ws, buf, off,
                         toPool);
                 off += slice;
+                if (crc != null) {
+                    crc.placed(off);
+                }
             }
         }
         return off;

@@ -499,21 +499,50 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
 
     @Override
     public void send(int peerIndex, MemoryBuffer buffer, long offset, long length) {
-        move(true, peerIndex, buffer, offset, length);
+        move(true, peerIndex, buffer, offset, length, 0, false);
+    }
+
+    @Override
+    public void send(int peerIndex, MemoryBuffer buffer, long offset, long length, int crc32c) {
+        move(true, peerIndex, buffer, offset, length, crc32c, true);
     }
 
     @Override
     public void recv(int peerIndex, MemoryBuffer buffer, long offset, long length) {
-        move(false, peerIndex, buffer, offset, length);
+        move(false, peerIndex, buffer, offset, length, 0, false);
     }
 
-    private void move(boolean out, int peerIndex, MemoryBuffer buffer, long offset, long length) {
+    @Override
+    public boolean recvChecksumLater(int peerIndex, MemoryBuffer buffer, long offset, long length) {
+        return move(false, peerIndex, buffer, offset, length, 0, true);
+    }
+
+    @Override
+    public boolean partChecksums() {
+        return crcs != null;
+    }
+
+    @Override
+    public void receivedChecksum(int peerIndex, int crc32c) {
+        PartChecksumLog.settle(crcs, this, peerIndex, crc32c);
+    }
+
+    /** Moves a part as messages of at most chunkBytes with their CRC32C (checksums on): a sender sums a message
+     *  before it goes (that pass leaves it cached for the transport's copy; formatter-standard README), a receiver
+     *  after it arrived. {@code fused}: a one-message part's sum comes from the formatter ({@code crc}, or later
+     *  through receivedChecksum on a receive: then this returns true). */
+    private boolean move(boolean out, int peerIndex, MemoryBuffer buffer, long offset, long length, int crc,
+                         boolean fused) {
         Objects.requireNonNull(buffer, "buffer");
         Connection conn = connection(peerIndex);
         Objects.checkFromIndexSize(offset, length, buffer.size());
         int tag = tags[peerIndex];
         long started = System.nanoTime();
         timing.preprocessAtMost(started);
+        boolean whole = fused && crcs != null && (chunkBytes <= 0 || length <= chunkBytes);
+        if (crcs != null) {
+            crcs.checkSettled(this, peerIndex); // a formatter that forgot one fails here, named
+        }
         // Hot path (one call per block for zero-copy formatters): no strings or lists built unless it fails.
         long pos = 0;
         do {
@@ -523,6 +552,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
                 throw new KvTransferException(ErrorCode.TIMEOUT, requestId, "deadline passed before "
                         + describe(out, peerIndex, conn, tag, n), null);
             }
+            int sum = out && crcs != null && !whole ? (int) Checksums.crc32c(buffer, offset + pos, n) : crc;
             try {
                 if (out) {
                     conn.send(tag, buffer, offset + pos, n, Waits.left(left));
@@ -536,7 +566,8 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
                 throw new KvTransferException(ErrorCode.NETWORK, requestId, describe(out, peerIndex, conn, tag, n)
                         + " failed: " + e, e);
             }
-            record(peerIndex, buffer, offset + pos, n);
+            sum = !out && crcs != null && !whole ? (int) Checksums.crc32c(buffer, offset + pos, n) : sum;
+            record(peerIndex, n, sum, !out && whole);
             ledger.moved(peerIndex, buffer, n, conn.copiesPerByte(n));
             pos += n;
             MOVED_BYTES.getAndAdd(this, n);
@@ -545,27 +576,32 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         timing.transmissions(ended);
         if (journal.enabled()) {
             // After the move, so neither the checksum nor the journal delays the bytes; a fixed-size event.
-            long crc = journal.checksums() ? Checksums.crc32c(buffer, offset, length) : TransferJournal.NO_CRC;
+            long jcrc = journal.checksums() ? Checksums.crc32c(buffer, offset, length) : TransferJournal.NO_CRC;
             if (journal.checksums()) {
                 ledger.checksummed(peerIndex, length);
             }
             int peerRank = targets.peerRanks().get(peerIndex);
             if (out) {
-                journal.partSent(requestId, peerRank, length, crc, ended - started);
+                journal.partSent(requestId, peerRank, length, jcrc, ended - started);
             } else {
-                journal.partReceived(requestId, peerRank, length, crc, ended - started);
+                journal.partReceived(requestId, peerRank, length, jcrc, ended - started);
             }
         }
+        return !out && whole;
     }
 
-    /** Counts one message of a peer and keeps its CRC32C (the per-peer arrays are only touched by that peer's
-     *  thread: forEachPeer gives each peer one thread). */
-    private void record(int peerIndex, MemoryBuffer buffer, long offset, long n) {
+    /** Counts one message of a peer and keeps its CRC32C, or notes that the formatter owes it (the per-peer arrays
+     *  are only touched by that peer's thread: forEachPeer gives each peer one thread). */
+    private void record(int peerIndex, long n, int crc, boolean owed) {
         int k = messages[peerIndex]++;
         long start = peerBytes[peerIndex];
         peerBytes[peerIndex] += n;
         if (crcs != null) {
-            crcs.record(peerIndex, k, start, buffer, offset, n);
+            if (owed) {
+                crcs.owe(peerIndex, k, start);
+            } else {
+                crcs.record(peerIndex, k, start, crc);
+            }
             ledger.checksummed(peerIndex, n);
         }
     }

@@ -9,6 +9,7 @@ import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.ChunkCrc;
 import dev.kvtransfer.api.layout.PartPlan;
 import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
@@ -117,6 +118,12 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     private final boolean pipelinedScatter;
     /** Whether staged messages reuse a few places of the staging buffer (a ring) instead of their stream offsets. */
     private final boolean stagingRing;
+    /**
+     * Diagnostic switch for measuring the fused checksums against the session's separate pass (the README's table):
+     * {@code -Dkvtransfer.standard.fusedChecksums=false}. On by default; not a setting to tune.
+     */
+    private static final boolean fuseChecksums =
+            !"false".equals(System.getProperty("kvtransfer.standard.fusedChecksums"));
     /** Cores a receive may fill with its receiving threads and their scatter helpers (two threads per staged part). */
     private final int helperCores;
     /** Region views by index, fetched once: the hot loops then allocate nothing. */
@@ -299,14 +306,20 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
             } else {
                 // Gather and send message by message: the next message's copy overlaps the previous transfer.
                 MemoryBuffer buf = staging[rep];
+                ChunkCrc sum = fusedChecksums(session) ? new ChunkCrc() : null;
                 while (c.next()) {
                     // A send returns once its range may be reused: with the staging ring every message is gathered
                     // into the same place, so the transport reads bytes the gather has just left in the cache.
                     long at = stagingRing ? 0 : c.streamOffset();
-                    c.copy(bm, regions, buf, at, false);
+                    c.copy(bm, regions, buf, at, false, sum == null ? null : sum.begin(buf, at, c.length()));
                     bm.synchronize(); // a device manager's copies may be asynchronous until here
+                    int crc = sum == null ? 0 : sum.finish();
                     for (int p : members) {
-                        session.send(p, buf, at, c.length());
+                        if (sum != null) {
+                            session.send(p, buf, at, c.length(), crc);
+                        } else {
+                            session.send(p, buf, at, c.length());
+                        }
                     }
                 }
             }
@@ -402,9 +415,17 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
             } else {
                 // Receive and scatter message by message (a host pool: each into the same place, still cached).
                 MemoryBuffer buf = staging[p];
+                ChunkCrc sum = fusedChecksums(session) ? new ChunkCrc() : null;
                 while (c.next()) {
                     long at = ring ? 0 : c.streamOffset();
-                    session.recv(p, buf, at, c.length());
+                    if (sum != null && session.recvChecksumLater(p, buf, at, c.length())) {
+                        // The part checksum in the scatter's pass: each chunk summed right after its copy.
+                        c.copy(bm, regions, buf, at, true, sum.begin(buf, at, c.length()));
+                        session.receivedChecksum(p, sum.finish());
+                        continue;
+                    } else if (sum == null) {
+                        session.recv(p, buf, at, c.length());
+                    }
                     c.copy(bm, regions, buf, at, true);
                 }
                 // Copies issued on this (possibly pooled) thread must be complete before the blocks are handed over.
@@ -412,6 +433,15 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
             }
             session.recordMeasure(p, start, System.nanoTime(), pp.bytes());
         });
+    }
+
+    /**
+     * Whether this rank's gathers and scatters compute the part checksums in their own pass ({@link ChunkCrc}): when
+     * the session keeps them and the copies are synchronous (a host pool: a device manager's copies may still be in
+     * flight until {@code synchronize()}, so a device pool's staged messages are summed by the session after).
+     */
+    private boolean fusedChecksums(TransferSession session) {
+        return fuseChecksums && poolKind == MemoryKind.HOST && session.partChecksums();
     }
 
     /**

@@ -13,10 +13,14 @@ import java.util.function.Predicate;
  * @param where    which messages (or connects) it applies to
  * @param times    how many matching messages it hits, or {@link #UNLIMITED}
  * @param duration delay of {@link Kind#DELAY}, length of {@link Kind#STALL}; zero otherwise
+ * @param corruptAt {@link Kind#CORRUPT}: the byte of the message whose bit 6 flips ({@link #MIDDLE}: the middle
+ *                  one; an offset past the end flips the last byte)
  */
-public record Fault(Kind kind, Predicate<Message> where, int times, Duration duration) {
+public record Fault(Kind kind, Predicate<Message> where, int times, Duration duration, long corruptAt) {
     /** Every matching message. */
     public static final int UNLIMITED = -1;
+    /** {@link #corruptAt}: the middle byte of the message. */
+    public static final long MIDDLE = -1;
 
     /** What a fault does. */
     public enum Kind {
@@ -58,14 +62,39 @@ public record Fault(Kind kind, Predicate<Message> where, int times, Duration dur
      * @param where    predicate
      * @param times    count or UNLIMITED
      * @param duration delay / stall length
+     * @param corruptAt the corrupted byte, or MIDDLE
      */
     public Fault {
+        if (corruptAt < MIDDLE) {
+            throw new IllegalArgumentException("corruptAt = " + corruptAt + ": a byte offset, or MIDDLE");
+        }
         Objects.requireNonNull(kind, "kind");
         Objects.requireNonNull(where, "where");
         Objects.requireNonNull(duration, "duration");
         if (times < 1 && times != UNLIMITED) {
             throw new IllegalArgumentException("times = " + times + ": at least 1, or UNLIMITED");
         }
+    }
+
+    /**
+     * A fault whose corruption (if any) is in the middle of the message.
+     *
+     * @param kind     kind
+     * @param where    predicate
+     * @param times    count or UNLIMITED
+     * @param duration delay / stall length
+     */
+    public Fault(Kind kind, Predicate<Message> where, int times, Duration duration) {
+        this(kind, where, times, duration, MIDDLE);
+    }
+
+    /**
+     * @param where  which message
+     * @param offset the byte whose bit 6 flips (past the end: the last byte)
+     * @return a fault corrupting one bit of the first matching message, at {@code offset}
+     */
+    public static Fault corruptAt(Predicate<Message> where, long offset) {
+        return new Fault(Kind.CORRUPT, where, 1, Duration.ZERO, offset);
     }
 
     /**

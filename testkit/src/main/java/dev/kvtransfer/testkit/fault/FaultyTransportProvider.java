@@ -216,7 +216,8 @@ public final class FaultyTransportProvider implements TransportProvider {
                 case CORRUPT -> {
                     try (Held copy = new Held(buffer, offset, length)) {
                         if (length > 0) {
-                            long at = copy.address + length / 2;
+                            long at = copy.address + (f.corruptAt() == Fault.MIDDLE ? length / 2
+                                    : Math.min(f.corruptAt(), length - 1));
                             MemoryAccess.putByte(at, (byte) (MemoryAccess.getByte(at) ^ 0x40));
                         }
                         real.send(tag, copy.view(), 0, length, timeout);
