@@ -108,6 +108,9 @@ public final class ConfigurationReference {
                     "Time between two progress lines when the output is not a terminal."),
             new ConfigKey(HostBufferManager.DEBUG_PROPERTY, "false", "true | false",
                     "Capture allocation sites, so a leak report names where each outstanding buffer came from."),
+            new ConfigKey("kvtransfer.standard.fusedChecksums", "true", "true | false",
+                    "Standard formatter: compute part checksums in the gather / scatter pass (false: a separate pass, "
+                            + "for comparisons)."),
             new ConfigKey("kvtransfer.pushTrace", "false", "true | false",
                     "Print one line per push / layer-wise step to standard error (read by scripts/push-trace.py)."),
             new ConfigKey(MpiLauncher.MPIRUN_PROPERTY, "mpirun on PATH", "a path",

@@ -53,7 +53,7 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
     private final ExecutorService peerExecutor;
     private final long deadlineNanos;
     private final TransferTiming timing;
-    // Added to by the peer threads: a field updated atomically, not a LongAdder object per session (issue 14 item 3).
+    // Added to by the peer threads: a field updated atomically, not a LongAdder object per session.
     private volatile long movedBytes;
     private static final java.lang.invoke.VarHandle MOVED_BYTES;
 
