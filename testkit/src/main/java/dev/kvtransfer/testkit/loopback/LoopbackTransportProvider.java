@@ -22,8 +22,9 @@ import java.util.Set;
  * protocol's id/info/ready messages may be sent before the peer receives; a larger send is a <em>rendezvous</em>: it
  * waits up to {@value #RENDEZVOUS_WAIT_US_PROPERTY} microseconds (default {@value #DEFAULT_RENDEZVOUS_WAIT_US},
  * never past its own deadline; 0 makes every send eager) for the receive, which then copies straight from the
- * sender's buffer, and after that wait goes eager (never a deadlock, never a timeout). No threads are created:
- * every copy runs on the calling thread. Closing a manager fails its blocked calls with
+ * sender's buffer, and after that wait goes eager (never a deadlock, never a timeout). Every copy runs on the calling
+ * thread; the one thread a manager starts, on its first posted receive ({@code recvAsync}), runs their callbacks
+ * and deadlines. Closing a manager fails its blocked calls with
  * {@link dev.kvtransfer.api.transport.TransportClosedException} and its peers' receives waiting on it with
  * {@code PEER_LOST} (so it declares {@link TransportCapability#PEER_FAILURE_DETECTION}). It cannot cross
  * processes and does not take device memory. One-sided writes ({@link TransportCapability#ONE_SIDED_WRITE}) are
