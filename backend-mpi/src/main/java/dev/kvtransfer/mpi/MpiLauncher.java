@@ -121,8 +121,9 @@ public final class MpiLauncher {
 
     /**
      * @param v restrict Open MPI's out-of-band and TCP traffic to the loopback interface ({@code --mca
-     *          oob_tcp_if_include lo --mca btl_tcp_if_include lo}; default true: every launch of this project is one
-     *          host, and nothing may leave it)
+     *          oob_tcp_if_include lo --mca btl_tcp_if_include lo}, and {@code libkvbind.so} preloaded into mpirun and
+     *          its ranks so that their listeners bind loopback, not the wildcard address; default true: every launch
+     *          of this project is one host, and nothing may leave it)
      * @return this builder
      */
     public MpiLauncher loopbackOnly(boolean v) {
@@ -218,7 +219,7 @@ public final class MpiLauncher {
     }
 
     /**
-     * The command line: {@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [loopback flags] [mpi flags]
+     * The command line: {@code [env …] mpirun [--allow-run-as-root] [--oversubscribe] -np N [loopback flags] [mpi flags]
      * java [jvm flags] -cp CP MAIN [args]}. Each argument is one list element (no shell quoting needed).
      *
      * @return the command
@@ -251,13 +252,20 @@ public final class MpiLauncher {
     }
 
     /**
-     * The mpirun part alone ({@code mpirun [--allow-run-as-root] [--oversubscribe] -np N [loopback flags] [mpi
-     * flags]}), to launch a program that is not Java (e.g. the C bandwidth baseline) the same way.
+     * The mpirun part alone ({@code [env LD_PRELOAD=… KVTRANSFER_BIND_IPV4=127.0.0.1 KVTRANSFER_BIND_IPV6=::1] mpirun
+     * [--allow-run-as-root] [--oversubscribe] -np N [loopback flags] [mpi flags]}), to launch a program that is not
+     * Java (e.g. the C bandwidth baseline) the same way. The {@code env} words come with the loopback flags, where
+     * this build has the bind shim.
      *
      * @return the command prefix
      */
     public List<String> mpirunPrefix() {
         List<String> cmd = new ArrayList<>();
+        if (loopbackOnly) {
+            // Open MPI 4.1 binds its out-of-band and TCP BTL listeners to the wildcard address whatever the
+            // *_if_include parameters say; the preloaded shim moves those binds onto loopback.
+            cmd.addAll(LoopbackBind.envPrefix());
+        }
         cmd.add(mpirun);
         if (allowRunAsRoot) {
             cmd.add("--allow-run-as-root");
@@ -269,6 +277,7 @@ public final class MpiLauncher {
         cmd.add(Integer.toString(np));
         if (loopbackOnly) {
             cmd.addAll(List.of("--mca", "oob_tcp_if_include", "lo", "--mca", "btl_tcp_if_include", "lo"));
+            cmd.addAll(LoopbackBind.exportFlags());
             if (sharedMemoryOnly && !setsMca("btl")) {
                 // The TCP BTL listens on the wildcard address whatever btl_tcp_if_include says: without it no rank
                 // listens on any socket.

@@ -690,23 +690,36 @@ public class MpiCrossRankTest {
 
     @Test
     void s01_noRankListensOnASocketBeyondLoopback() throws Exception {
-        // The TCP BTL once listened on the wildcard address despite btl_tcp_if_include lo. A job launched
-        // shared-memory only (as the demo's ranks are) names the shared-memory BTLs, so an initialised rank listens
-        // on no TCP socket at all. A job that connects to other jobs (the 2-rank conformance job, rule 1.23) needs
-        // the TCP BTL and its listener.
-        Assumptions.assumeTrue(Boolean.getBoolean("mpi.test.sharedMemoryOnly"), "skipped in this job: it keeps the"
-                + " TCP BTL for MPI_Comm_connect across jobs (rule 1.23); the 4-rank job runs it shared-memory only");
+        // Open MPI 4.1's TCP BTL listens on the wildcard address whatever btl_tcp_if_include says. A job launched
+        // shared-memory only (as the demo's ranks are) listens on no TCP socket at all; a job that keeps the TCP BTL
+        // (the 2-rank conformance job, for MPI_Comm_connect across jobs, rule 1.23) has the launcher's bind shim
+        // preloaded, so its listeners are on loopback.
         manager(Map.of());
-        List<String> listening = listeningSockets();
+        List<String> listening = listeningSockets("self");
         assertThat(listening).as("TCP sockets rank %d listens on (hex address:port, as /proc shows them)", rank())
+                .allMatch(MpiCrossRankTest::loopback);
+        if (!Boolean.getBoolean("mpi.test.sharedMemoryOnly")) {
+            assertThat(listening).as("the TCP BTL's listeners of rank %d", rank()).isNotEmpty();
+        }
+    }
+
+    @Test
+    void s02_mpirunListensOnLoopbackOnly() throws Exception {
+        // mpirun's out-of-band listener binds 0.0.0.0 and [::] in Open MPI 4.1 whatever oob_tcp_if_include says; the
+        // launcher preloads a shim that moves those binds onto loopback. A rank of a local launch is mpirun's child.
+        ProcessHandle parent = ProcessHandle.current().parent().orElseThrow();
+        String command = parent.info().command().orElse("?");
+        assertThat(command).as("the parent of rank %d", rank()).matches(".*/(mpirun|orterun|mpiexec)");
+        List<String> listening = listeningSockets(Long.toString(parent.pid()));
+        assertThat(listening).as("TCP sockets mpirun (pid %d) listens on", parent.pid()).isNotEmpty()
                 .allMatch(MpiCrossRankTest::loopback);
     }
 
-    /** @return the local address of every TCP socket of this process in the LISTEN state */
-    private static List<String> listeningSockets() throws java.io.IOException {
+    /** @return the local address of every TCP socket of a process ({@code self} or a pid) in the LISTEN state */
+    private static List<String> listeningSockets(String process) throws java.io.IOException {
         Set<String> inodes = new HashSet<>();
         try (java.nio.file.DirectoryStream<java.nio.file.Path> fds =
-                     java.nio.file.Files.newDirectoryStream(java.nio.file.Path.of("/proc/self/fd"))) {
+                     java.nio.file.Files.newDirectoryStream(java.nio.file.Path.of("/proc", process, "fd"))) {
             for (java.nio.file.Path fd : fds) {
                 try {
                     String target = java.nio.file.Files.readSymbolicLink(fd).toString();
@@ -719,8 +732,8 @@ public class MpiCrossRankTest {
             }
         }
         List<String> out = new ArrayList<>();
-        for (String table : List.of("/proc/self/net/tcp", "/proc/self/net/tcp6")) {
-            List<String> lines = java.nio.file.Files.readAllLines(java.nio.file.Path.of(table));
+        for (String table : List.of("tcp", "tcp6")) {
+            List<String> lines = java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc", process, "net", table));
             for (String line : lines.subList(1, lines.size())) {
                 String[] f = line.trim().split("\\s+");
                 if (f[3].equals("0A") && inodes.contains(f[9])) {

@@ -1,5 +1,6 @@
 package dev.kvtransfer.mpi;
 
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 import java.util.List;
@@ -23,13 +24,37 @@ class MpiLauncherTest {
     void flagsCanBeTurnedOffAndPrefixLaunchesNativePrograms() {
         List<String> prefix = MpiLauncher.builder().mpirun("mpirun").np(2).allowRunAsRoot(false)
                 .oversubscribe(false).mpiFlag("--tag-output").mpirunPrefix();
-        assertThat(prefix).containsExactly("mpirun", "-np", "2", "--mca", "oob_tcp_if_include", "lo", "--mca",
-                "btl_tcp_if_include", "lo", "--tag-output");
+        List<String> expected = new java.util.ArrayList<>(LoopbackBind.envPrefix());
+        expected.addAll(List.of("mpirun", "-np", "2", "--mca", "oob_tcp_if_include", "lo", "--mca",
+                "btl_tcp_if_include", "lo"));
+        expected.addAll(LoopbackBind.exportFlags());
+        expected.add("--tag-output");
+        assertThat(prefix).containsExactlyElementsOf(expected);
         assertThat(MpiLauncher.builder().mpirun("mpirun").np(2).sharedMemoryOnly(true).mpirunPrefix())
                 .containsSubsequence("--mca", "btl", "self,vader");
         // A caller naming the BTLs keeps them (Open MPI refuses a parameter listed twice).
         assertThat(MpiLauncher.builder().mpirun("mpirun").np(2).sharedMemoryOnly(true).mca("btl", "self,tcp")
                 .mpirunPrefix()).containsSubsequence("--mca", "btl", "self,tcp").doesNotContain("self,vader");
+    }
+
+    @Test
+    void aLoopbackLaunchPreloadsTheBindShimIntoMpirunAndExportsItToTheRanks() {
+        // Built wherever the MPI native part is (the mpi-native profile: mpicc present).
+        Assumptions.assumeTrue(java.nio.file.Files.exists(java.nio.file.Path.of("/usr/bin/mpicc")),
+                "skipped: no /usr/bin/mpicc, so backend-mpi was built without its native part (install libopenmpi-dev)");
+        assertThat(LoopbackBind.unavailabilityCause()).isNull();
+        java.nio.file.Path shim = LoopbackBind.shim();
+        assertThat(shim).isRegularFile();
+        assertThat(shim.getParent().toFile().canRead()).isTrue();
+        List<String> prefix = MpiLauncher.builder().mpirun("mpirun").np(2).mpirunPrefix();
+        assertThat(prefix.subList(0, 4)).containsExactly("env", prefix.get(1), "KVTRANSFER_BIND_IPV4=127.0.0.1",
+                "KVTRANSFER_BIND_IPV6=::1");
+        assertThat(prefix.get(1)).startsWith("LD_PRELOAD=" + shim);
+        assertThat(prefix).containsSubsequence("mpirun", "-x", "LD_PRELOAD", "-x", "KVTRANSFER_BIND_IPV4", "-x",
+                "KVTRANSFER_BIND_IPV6");
+        // A launch that may leave the host binds what Open MPI binds.
+        assertThat(MpiLauncher.builder().mpirun("mpirun").loopbackOnly(false).mpirunPrefix().get(0))
+                .isEqualTo("mpirun");
     }
 
     @Test
@@ -54,8 +79,9 @@ class MpiLauncherTest {
         assertThat(cmd.subList(cmd.size() - 5, cmd.size())).containsExactly("java", "-cp", "x.jar", "Main",
                 "demo-mpi-rank");
         assertThat(String.join(" ", cmd)).contains("--oversubscribe -np 3 --mca oob_tcp_if_include lo --mca "
-                + "btl_tcp_if_include lo --mca btl self,vader java");
-        assertThat(cmd.get(0)).isEqualTo(MpiLauncher.defaultMpirun());
+                + "btl_tcp_if_include lo " + String.join(" ", LoopbackBind.exportFlags()).concat(" ").stripLeading()
+                + "--mca btl self,vader java");
+        assertThat(cmd.get(LoopbackBind.envPrefix().size())).isEqualTo(MpiLauncher.defaultMpirun());
         // surefire's JVM was not started by mpirun, and asking does not initialize MPI
         assertThat(l.launchedRank()).isEqualTo(-1);
         assertThat(l.launchedSize()).isZero();
