@@ -368,6 +368,12 @@ final class ReceiveMatcher {
     void finish(Peer p, int tag, long length, Posted target, ByteBuffer[] staged) {
         lock.lock();
         try {
+            if (target != null && target.state == RESTAGED) {
+                // The receive gave up after the last bytes were read into its memory but before this call: the
+                // whole message is in its staging buffers now, and goes to a later receive like any staged one.
+                staged = target.restaged;
+                target = null;
+            }
             if (target != null) {
                 if (target.state == CLAIMED) {
                     target.state = DONE;
