@@ -57,7 +57,7 @@ public final class AeronTransportProvider implements TransportProvider {
     public Set<TransportCapability> capabilities() {
         // One-sided writes are emulated (EmulatedOneSided): ONE_SIDED_WRITE without NATIVE_ONE_SIDED_WRITE.
         return EnumSet.of(TransportCapability.CROSS_PROCESS, TransportCapability.PEER_FAILURE_DETECTION,
-                TransportCapability.ONE_SIDED_WRITE);
+                TransportCapability.ONE_SIDED_WRITE, TransportCapability.AUTHENTICATED);
     }
 
     /**

@@ -259,7 +259,8 @@ public final class UcxConnectionManager implements ConnectionManager {
         java.util.EnumSet<dev.kvtransfer.api.transport.TransportCapability> c = java.util.EnumSet.of(
                 dev.kvtransfer.api.transport.TransportCapability.CROSS_PROCESS,
                 dev.kvtransfer.api.transport.TransportCapability.PEER_FAILURE_DETECTION,
-                dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE);
+                dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE,
+                dev.kvtransfer.api.transport.TransportCapability.AUTHENTICATED);
         if (emulated == null) {
             c.add(dev.kvtransfer.api.transport.TransportCapability.NATIVE_ONE_SIDED_WRITE);
         }

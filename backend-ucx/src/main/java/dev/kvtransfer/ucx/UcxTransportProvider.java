@@ -69,7 +69,8 @@ public final class UcxTransportProvider implements TransportProvider {
     @Override
     public Set<TransportCapability> capabilities() {
         EnumSet<TransportCapability> caps = EnumSet.of(TransportCapability.CROSS_PROCESS,
-                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE);
+                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE,
+                TransportCapability.AUTHENTICATED);
         if (probe().cudaMemory()) {
             caps.add(TransportCapability.DEVICE_MEMORY);
         }

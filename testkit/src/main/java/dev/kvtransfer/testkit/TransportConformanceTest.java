@@ -45,7 +45,7 @@ import static org.assertj.core.api.Assertions.fail;
  * <p>The rules live in families: {@link TransportDeliveryRules}, {@link TransportLifecycleRules} and, here, the
  * one-sided writes of SPEC.md §2.
  */
-public abstract class TransportConformanceTest extends TransportPostedReceiveRules {
+public abstract class TransportConformanceTest extends TransportAuthenticationRules {
     // ---- one-sided writes (ONE_SIDED_WRITE) ----
 
     private static final int GUARD = 4096;

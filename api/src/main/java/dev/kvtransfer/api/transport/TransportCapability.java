@@ -19,5 +19,12 @@ public enum TransportCapability {
      */
     ONE_SIDED_WRITE,
     /** One-sided writes are native RMA (e.g. UCX put): the owner's CPU takes no part in placing the bytes. */
-    NATIVE_ONE_SIDED_WRITE
+    NATIVE_ONE_SIDED_WRITE,
+    /**
+     * Honours {@link TransportConfig#authSecret()}: every connection's handshake proves the secret, a peer that
+     * cannot (another secret, or none) is refused, and the refused side's calls fail {@code UNAUTHORIZED}, never
+     * {@code TIMEOUT}. A transport that does not declare it authenticates nothing: it relies on its deployment (one
+     * JVM for loopback, one launcher-started job for MPI) and ignores the secret.
+     */
+    AUTHENTICATED
 }

@@ -92,6 +92,8 @@ final class ReceiveMatcher {
         /** Frames of a tag being staged right now (the peer is not "drained" while one is). */
         final Map<Integer, Integer> staging = new HashMap<>();
         String lost;
+        /** Why this peer refused our handshake (another secret, or none), until a handshake with it succeeds. */
+        String refused;
 
         Peer(String key) {
             this.key = key;
@@ -118,6 +120,7 @@ final class ReceiveMatcher {
         try {
             Peer p = peers.computeIfAbsent(key, Peer::new);
             p.lost = null;
+            p.refused = null;
             return p;
         } finally {
             lock.unlock();
@@ -131,6 +134,21 @@ final class ReceiveMatcher {
             if (p.lost == null) {
                 p.lost = why;
             }
+            changed.signalAll();
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /**
+     * Records whether the peer refused our handshake ({@code why}, or null once a handshake with it succeeded) and
+     * wakes the receives waiting on it: they fail {@code UNAUTHORIZED}, as nothing will come from a peer that
+     * refused us.
+     */
+    void peerRefused(Peer p, String why) {
+        lock.lock();
+        try {
+            p.refused = why;
             changed.signalAll();
         } finally {
             lock.unlock();
@@ -170,6 +188,9 @@ final class ReceiveMatcher {
             }
             if (p.lost != null && p.staging(tag) == 0) {
                 throw lost(p, peerAddress, tag);
+            }
+            if (p.refused != null) {
+                throw refused(p, peerAddress, tag);
             }
             Posted r = new Posted(p, tag, dst, length);
             p.posted.computeIfAbsent(tag, k -> new ArrayDeque<>()).add(r);
@@ -216,6 +237,11 @@ final class ReceiveMatcher {
         }
     }
 
+    private TransportException refused(Peer p, String peerAddress, int tag) {
+        return new TransportException(ErrorCode.UNAUTHORIZED, "recv tag " + tag + " from " + peerAddress + " at "
+                + localAddress + ": the peer refused our handshake (" + p.refused + ")");
+    }
+
     private TransportException lost(Peer p, String peerAddress, int tag) {
         return new TransportException(ErrorCode.PEER_LOST, "recv tag " + tag + " from " + peerAddress + " at "
                 + localAddress + ": peer lost (" + p.lost + ")");
@@ -248,6 +274,10 @@ final class ReceiveMatcher {
             if (r.state == WAITING && r.peer != null && r.peer.lost != null && r.peer.staging(r.tag) == 0) {
                 withdraw(r);
                 throw lost(r.peer, peerAddress, r.tag);
+            }
+            if (r.state == WAITING && r.peer != null && r.peer.refused != null) {
+                withdraw(r);
+                throw refused(r.peer, peerAddress, r.tag);
             }
             long left = deadline - System.nanoTime();
             if (left <= 0) {

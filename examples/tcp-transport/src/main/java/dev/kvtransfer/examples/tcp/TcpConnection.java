@@ -241,9 +241,12 @@ final class TcpConnection implements Connection {
             try {
                 manager.handshake().checkWelcome(welcome.flip(), nonce);
             } catch (IllegalArgumentException refused) {
+                // Receives from this peer fail UNAUTHORIZED too: nothing will come from a peer that refused us.
+                manager.peerRefused(state, refused.getMessage());
                 throw new TransportException(ErrorCode.UNAUTHORIZED, "tcp transport " + manager.name()
                         + ": handshake with " + peer + ": " + refused.getMessage());
             }
+            manager.peerRefused(state, null);
             key.interestOps(0);
             synchronized (this) {
                 if (closed) {

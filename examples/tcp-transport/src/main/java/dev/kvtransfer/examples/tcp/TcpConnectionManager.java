@@ -199,6 +199,10 @@ final class TcpConnectionManager implements ConnectionManager {
         matcher.peerLost(p, why);
     }
 
+    void peerRefused(ReceiveMatcher.Peer p, String why) {
+        matcher.peerRefused(p, why);
+    }
+
     String lostReason(ReceiveMatcher.Peer p) {
         return matcher.lostReason(p);
     }

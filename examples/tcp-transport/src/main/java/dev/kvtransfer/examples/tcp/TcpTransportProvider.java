@@ -50,7 +50,7 @@ public final class TcpTransportProvider implements TransportProvider {
     @Override
     public Set<TransportCapability> capabilities() {
         return EnumSet.of(TransportCapability.CROSS_PROCESS, TransportCapability.PEER_FAILURE_DETECTION,
-                TransportCapability.ONE_SIDED_WRITE);
+                TransportCapability.ONE_SIDED_WRITE, TransportCapability.AUTHENTICATED);
     }
 
     @Override
