@@ -39,6 +39,7 @@ class NegotiationTest {
     private static final CacheState REUSE = CacheState.builder().uniformKvHeads(4, 2).sizePerHead(16)
             .tokensPerBlock(8).pipelineParallelism(2).blockReuse(true).build();
     private static final CacheState PARTIAL = REUSE.toBuilder().partialReuse(true).build();
+    private static final long POISON = 1L << 40;
 
     private final List<LocalInstance> instances = new ArrayList<>();
 
@@ -109,6 +110,21 @@ class NegotiationTest {
             }
         }
 
+        /** Fills the generation blocks with another request's pattern, to show later that nothing was written. */
+        Req poisoned(LocalInstance genI) {
+            for (int r = 0; r < 2; r++) {
+                KvPattern.fill(genI.cache(r), genIds[r], genI.cacheState(), r, id + POISON, blocks);
+            }
+            return this;
+        }
+
+        /** The generation blocks still hold the poison: not a byte was written. */
+        void untouched(LocalInstance genI) {
+            for (int r = 0; r < 2; r++) {
+                KvPattern.verify(genI.cache(r), genIds[r], genI.cacheState(), r, id + POISON, blocks).assertOk();
+            }
+        }
+
         /** Both sides failed with the code, the generation side's error containing every fragment; nothing moved. */
         void refused(ErrorCode code, String... fragments) {
             for (int r = 0; r < 2; r++) {
@@ -135,7 +151,7 @@ class NegotiationTest {
         LocalInstance ctx = start("ctx", REUSE);
         LocalInstance gen = start("gen", REUSE);
         // The same prompt under LoRA task 7 on the context side and task 9 on the generation side: other KV.
-        Req q = new Req(ctx, gen, 900, 8 * 5 + 3).plain(ctx.contextPhaseParams(900, 0));
+        Req q = new Req(ctx, gen, 900, 8 * 5 + 3).plain(ctx.contextPhaseParams(900, 0)).poisoned(gen);
         for (int r = 0; r < 2; r++) {
             q.ctx[r].withLastBlockKey(new long[] {1, 7, 4242});
             q.gen[r].withLastBlockKey(new long[] {1, 9, 4242});
@@ -143,6 +159,7 @@ class NegotiationTest {
         q.submit(ctx, gen);
         q.refused(ErrorCode.UNSUPPORTED_LAYOUT, "request 900", "expects last block key [1, 9, 4242]",
                 "computed the request under [1, 7, 4242]", "nothing was sent");
+        q.untouched(gen);
         q.free(ctx, gen);
 
         // A key the engine never set (empty) is a different key too: an undetected mismatch is impossible.
@@ -208,6 +225,11 @@ class NegotiationTest {
         q.submit(ctx, gen);
         q.refused(ErrorCode.UNSUPPORTED_LAYOUT, "request 920", "reused part of block 2",
                 "generation partialReuse true, context partialReuse false", "nothing was sent");
+        for (int r = 0; r < 2; r++) {
+            // Nothing was written: the reused prefix and the partly reused block's copy are as they were.
+            KvPattern.verify(gen.cache(r), q.genIds[r], PARTIAL, r, q.id, q.blocks, 0, 2).assertOk();
+            KvPattern.verify(gen.cache(r), q.genIds[r], PARTIAL, r, q.id + 50, q.blocks, 2, 3).assertOk();
+        }
         q.free(ctx, gen);
         // The other way round: a requester whose own state does not declare it is refused as well.
         LocalInstance ctx2 = start("ctx2", PARTIAL);
