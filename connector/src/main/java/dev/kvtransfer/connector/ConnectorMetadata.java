@@ -88,9 +88,10 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
      * @param reusedBlocks leading global blocks this instance already holds (not loaded)
      * @param reusedHashes prefix-cache keys of the reused blocks
      * @param async        whether the load is asynchronous (else the worker waits per layer in this step)
+     * @param lastBlockKey the key of the prompt's last block (may be empty)
      */
     public record LoadSpec(long requestId, ContextPhaseParams params, int promptTokens, BlockTable blocks,
-                           int reusedBlocks, long[] reusedHashes, boolean async) {
+                           int reusedBlocks, long[] reusedHashes, boolean async, long[] lastBlockKey) {
         /**
          * Validates and copies.
          *
@@ -101,15 +102,33 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
          * @param reusedBlocks reused blocks
          * @param reusedHashes their hashes
          * @param async        asynchronous
+         * @param lastBlockKey last block key
          */
         public LoadSpec {
             Objects.requireNonNull(params, "params");
             Objects.requireNonNull(blocks, "blocks");
             reusedHashes = Objects.requireNonNull(reusedHashes, "reusedHashes").clone();
+            lastBlockKey = Objects.requireNonNull(lastBlockKey, "lastBlockKey").clone();
             if (reusedHashes.length != reusedBlocks) {
                 throw new IllegalArgumentException("request " + requestId + ": " + reusedHashes.length
                         + " hashes for " + reusedBlocks + " reused blocks");
             }
+        }
+
+        /**
+         * A load without a last block key.
+         *
+         * @param requestId    id
+         * @param params       params
+         * @param promptTokens prompt length
+         * @param blocks       blocks
+         * @param reusedBlocks reused blocks
+         * @param reusedHashes their hashes
+         * @param async        asynchronous
+         */
+        public LoadSpec(long requestId, ContextPhaseParams params, int promptTokens, BlockTable blocks,
+                        int reusedBlocks, long[] reusedHashes, boolean async) {
+            this(requestId, params, promptTokens, blocks, reusedBlocks, reusedHashes, async, new long[0]);
         }
 
         @Override
@@ -118,16 +137,22 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
         }
 
         @Override
+        public long[] lastBlockKey() {
+            return lastBlockKey.clone();
+        }
+
+        @Override
         public boolean equals(Object o) {
             return o instanceof LoadSpec l && requestId == l.requestId && promptTokens == l.promptTokens
                     && reusedBlocks == l.reusedBlocks && async == l.async && params.equals(l.params)
-                    && blocks.equals(l.blocks) && java.util.Arrays.equals(reusedHashes, l.reusedHashes);
+                    && blocks.equals(l.blocks) && java.util.Arrays.equals(reusedHashes, l.reusedHashes)
+                    && java.util.Arrays.equals(lastBlockKey, l.lastBlockKey);
         }
 
         @Override
         public int hashCode() {
             return Objects.hash(requestId, promptTokens, blocks, reusedBlocks, async) * 31
-                    + java.util.Arrays.hashCode(reusedHashes);
+                    + java.util.Arrays.hashCode(reusedHashes) * 17 + java.util.Arrays.hashCode(lastBlockKey);
         }
     }
 
@@ -138,8 +163,10 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
      * @param promptTokens prompt length
      * @param blocks       the request's blocks on every rank
      * @param blockHashes  prefix-cache keys of the prompt's full blocks (may be empty)
+     * @param lastBlockKey the key of the prompt's last block (may be empty)
      */
-    public record SaveSpec(long requestId, int promptTokens, BlockTable blocks, long[] blockHashes) {
+    public record SaveSpec(long requestId, int promptTokens, BlockTable blocks, long[] blockHashes,
+                           long[] lastBlockKey) {
         /**
          * Validates and copies.
          *
@@ -147,10 +174,24 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
          * @param promptTokens prompt length
          * @param blocks       blocks
          * @param blockHashes  hashes
+         * @param lastBlockKey last block key
          */
         public SaveSpec {
             Objects.requireNonNull(blocks, "blocks");
             blockHashes = Objects.requireNonNull(blockHashes, "blockHashes").clone();
+            lastBlockKey = Objects.requireNonNull(lastBlockKey, "lastBlockKey").clone();
+        }
+
+        /**
+         * A save without a last block key.
+         *
+         * @param requestId    id
+         * @param promptTokens prompt length
+         * @param blocks       blocks
+         * @param blockHashes  hashes
+         */
+        public SaveSpec(long requestId, int promptTokens, BlockTable blocks, long[] blockHashes) {
+            this(requestId, promptTokens, blocks, blockHashes, new long[0]);
         }
 
         @Override
@@ -159,14 +200,21 @@ public record ConnectorMetadata(long step, List<LoadSpec> loads, List<SaveSpec> 
         }
 
         @Override
+        public long[] lastBlockKey() {
+            return lastBlockKey.clone();
+        }
+
+        @Override
         public boolean equals(Object o) {
             return o instanceof SaveSpec x && requestId == x.requestId && promptTokens == x.promptTokens
-                    && blocks.equals(x.blocks) && java.util.Arrays.equals(blockHashes, x.blockHashes);
+                    && blocks.equals(x.blocks) && java.util.Arrays.equals(blockHashes, x.blockHashes)
+                    && java.util.Arrays.equals(lastBlockKey, x.lastBlockKey);
         }
 
         @Override
         public int hashCode() {
-            return Objects.hash(requestId, promptTokens, blocks) * 31 + java.util.Arrays.hashCode(blockHashes);
+            return (Objects.hash(requestId, promptTokens, blocks) * 31 + java.util.Arrays.hashCode(blockHashes)) * 17
+                    + java.util.Arrays.hashCode(lastBlockKey);
         }
     }
 }

@@ -18,14 +18,15 @@ public final class ConnectorRequest {
     private final boolean saveForRemote;
     private final ContextPhaseParams loadFrom;
     private final boolean remotePrefill;
+    private final long[] lastBlockKey;
 
     private ConnectorRequest(long requestId, int promptTokens, long[] blockHashes, boolean saveForRemote,
                              ContextPhaseParams loadFrom) {
-        this(requestId, promptTokens, blockHashes, saveForRemote, loadFrom, loadFrom != null);
+        this(requestId, promptTokens, blockHashes, saveForRemote, loadFrom, loadFrom != null, new long[0]);
     }
 
     private ConnectorRequest(long requestId, int promptTokens, long[] blockHashes, boolean saveForRemote,
-                             ContextPhaseParams loadFrom, boolean remotePrefill) {
+                             ContextPhaseParams loadFrom, boolean remotePrefill, long[] lastBlockKey) {
         if (promptTokens < 1) {
             throw new IllegalArgumentException("request " + requestId + ": promptTokens = " + promptTokens
                     + ": must be >= 1");
@@ -36,6 +37,29 @@ public final class ConnectorRequest {
         this.saveForRemote = saveForRemote;
         this.loadFrom = loadFrom;
         this.remotePrefill = remotePrefill;
+        this.lastBlockKey = Objects.requireNonNull(lastBlockKey, "lastBlockKey").clone();
+    }
+
+    /**
+     * This request with the key of its prompt's last block (the engine's extra keys: LoRA adapter, multimodal
+     * hashes, cache salt). A decode request's key must equal its prefill request's, or the prefill side refuses
+     * the load ({@code UNSUPPORTED_LAYOUT}, naming both keys) before a byte moves; empty matches only empty.
+     *
+     * @param key the key
+     * @return a request with that key
+     */
+    public ConnectorRequest withLastBlockKey(long[] key) {
+        return new ConnectorRequest(requestId, promptTokens, blockHashes, saveForRemote, loadFrom, remotePrefill,
+                Objects.requireNonNull(key, "key"));
+    }
+
+    /** @return a copy of the key of the prompt's last block (empty unless set) */
+    public long[] lastBlockKey() {
+        return lastBlockKey.clone();
+    }
+
+    long[] lastBlockKeyView() {
+        return lastBlockKey;
     }
 
     /**
@@ -80,7 +104,7 @@ public final class ConnectorRequest {
      * @return the request
      */
     public static ConnectorRequest remotePrefill(long requestId, int promptTokens, long[] blockHashes) {
-        return new ConnectorRequest(requestId, promptTokens, blockHashes, false, null, true);
+        return new ConnectorRequest(requestId, promptTokens, blockHashes, false, null, true, new long[0]);
     }
 
     /**
@@ -126,7 +150,7 @@ public final class ConnectorRequest {
     /** @return this request with the params that arrived */
     ConnectorRequest withParams(ContextPhaseParams params) {
         return new ConnectorRequest(requestId, promptTokens, blockHashes, saveForRemote,
-                Objects.requireNonNull(params, "params"), true);
+                Objects.requireNonNull(params, "params"), true, lastBlockKey);
     }
 
     /** @return where the KV is loaded from, for a decode request */

@@ -16,10 +16,11 @@ import java.util.Set;
  * format version, {@link WireWriter#message()}), then:
  *
  * <pre>
- * u8  tag 'M' (0x4D)          u16 metadata version (1)      i64 step (>= 0)
+ * u8  tag 'M' (0x4D)          u16 metadata version (2)      i64 step (>= 0)
  * i32 loads, each:  i64 requestId, ContextPhaseParams (its own writeTo), i32 promptTokens (>= 1),
- *                   table, i32 reusedBlocks (>= 0), i64[] reusedHashes (as many as reusedBlocks), u8 async (0 / 1)
- * i32 saves, each:  i64 requestId, i32 promptTokens (>= 1), table, i64[] blockHashes
+ *                   table, i32 reusedBlocks (>= 0), i64[] reusedHashes (as many as reusedBlocks), u8 async (0 / 1),
+ *                   i64[] lastBlockKey (version 2)
+ * i32 saves, each:  i64 requestId, i32 promptTokens (>= 1), table, i64[] blockHashes, i64[] lastBlockKey (v2)
  * i64[] cancels     i64[] preempted
  * table:            i32 rows (1 .. 65536), each i32[] block ids (each >= 0)
  * </pre>
@@ -32,7 +33,7 @@ final class MetadataCodec {
     /** Tag byte after the message header. */
     static final int TAG = 0x4D;
     /** The metadata version this codec writes and the newest it reads. */
-    static final int VERSION = 1;
+    static final int VERSION = 2;
     private static final int MAX_ROWS = 1 << 16;
 
     private MetadataCodec() {
@@ -53,6 +54,7 @@ final class MetadataCodec {
             w.writeInt(l.reusedBlocks());
             w.writeLongArray(l.reusedHashes());
             w.writeBoolean(l.async());
+            w.writeLongArray(l.lastBlockKey());
         }
         w.writeInt(m.saves().size());
         for (ConnectorMetadata.SaveSpec s : m.saves()) {
@@ -60,6 +62,7 @@ final class MetadataCodec {
             w.writeInt(s.promptTokens());
             table(w, s.blocks());
             w.writeLongArray(s.blockHashes());
+            w.writeLongArray(s.lastBlockKey());
         }
         w.writeLongArray(longs(m.cancels()));
         w.writeLongArray(longs(m.preempted()));
@@ -109,11 +112,12 @@ final class MetadataCodec {
             int reused = r.readInt("loads[" + i + "].reusedBlocks", 0, Integer.MAX_VALUE);
             long[] hashes = r.readLongArray("loads[" + i + "].reusedHashes");
             boolean async = r.readBoolean("loads[" + i + "].async");
+            long[] key = version >= 2 ? r.readLongArray("loads[" + i + "].lastBlockKey") : new long[0];
             if (hashes.length != reused) {
                 throw new MalformedMessageException(at, "loads[" + i + "] (request " + id + "): " + hashes.length
                         + " hashes for " + reused + " reused blocks");
             }
-            loads.add(new ConnectorMetadata.LoadSpec(id, p, prompt, t, reused, hashes, async));
+            loads.add(new ConnectorMetadata.LoadSpec(id, p, prompt, t, reused, hashes, async, key));
         }
         int ns = r.readCount("saves", 24);
         List<ConnectorMetadata.SaveSpec> saves = new ArrayList<>(ns);
@@ -122,7 +126,8 @@ final class MetadataCodec {
             int prompt = r.readInt("saves[" + i + "].promptTokens", 1, Integer.MAX_VALUE);
             BlockTable t = table(r, "saves[" + i + "]");
             long[] hashes = r.readLongArray("saves[" + i + "].blockHashes");
-            saves.add(new ConnectorMetadata.SaveSpec(id, prompt, t, hashes));
+            long[] key = version >= 2 ? r.readLongArray("saves[" + i + "].lastBlockKey") : new long[0];
+            saves.add(new ConnectorMetadata.SaveSpec(id, prompt, t, hashes, key));
         }
         Set<Long> cancels = set(r.readLongArray("cancels"));
         Set<Long> preempted = set(r.readLongArray("preempted"));

@@ -303,14 +303,14 @@ public final class SchedulerConnector {
                 ConnectorRequest r = e.request;
                 l.add(new ConnectorMetadata.LoadSpec(r.requestId(), r.kvTransferParams().orElseThrow(),
                         r.promptTokens(), e.blocks, e.reusedBlocks,
-                        Arrays.copyOf(r.blockHashesView(), e.reusedBlocks), e.async));
+                        Arrays.copyOf(r.blockHashesView(), e.reusedBlocks), e.async, r.lastBlockKeyView()));
             }
         }
         for (Entry e : saves.values()) {
             if (!e.scheduled && e.computedTokens == e.request.promptTokens()) {
                 e.scheduled = true;
                 s.add(new ConnectorMetadata.SaveSpec(e.request.requestId(), e.request.promptTokens(), e.blocks,
-                        e.request.blockHashesView()));
+                        e.request.blockHashesView(), e.request.lastBlockKeyView()));
             }
         }
         ConnectorMetadata meta = new ConnectorMetadata(step, l, s, cancels, preempted);

@@ -151,7 +151,7 @@ public final class WorkerConnector {
                         + " does not save");
             }
             TransferRequest r = TransferRequest.context(s.requestId(), s.promptTokens(),
-                    s.blocks().rankView(member), s.blockHashes());
+                    s.blocks().rankView(member), s.blockHashes()).withLastBlockKey(s.lastBlockKey());
             try {
                 transceiver.respondAndSendLayerWise(r);
                 sends.put(s.requestId(), r);
@@ -167,7 +167,7 @@ public final class WorkerConnector {
             }
             int[] blocks = l.blocks().rankView(member);
             TransferRequest r = TransferRequest.generation(l.params(), l.promptTokens(), blocks, l.reusedBlocks(),
-                    l.reusedHashes());
+                    l.reusedHashes()).withLastBlockKey(l.lastBlockKey());
             int[] loaded = loadedBlocks(l, blocks);
             int first = loaded.length == 0 ? -1 : globalBlock(transceiver.state().cacheState(),
                     blocks.length - loaded.length, totalBlocks(l));

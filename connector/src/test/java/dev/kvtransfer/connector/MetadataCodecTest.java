@@ -33,9 +33,9 @@ class MetadataCodecTest {
     static ConnectorMetadata sample() {
         return new ConnectorMetadata(42,
                 List.of(new ConnectorMetadata.LoadSpec(7, PARAMS, 30, BlockTable.perRank(new int[][]{{4, 5, 6, 9},
-                        {1, 2, 3, 8}}), 1, new long[]{11}, true)),
+                        {1, 2, 3, 8}}), 1, new long[]{11}, true, new long[]{1, 7, 4242})),
                 List.of(new ConnectorMetadata.SaveSpec(5, 20, BlockTable.uniform(2, new int[]{0, 3}),
-                        new long[]{21, 22}), new ConnectorMetadata.SaveSpec(-3, 1, BlockTable.uniform(2, new int[]{7}),
+                        new long[]{21, 22}, new long[]{1, 7}), new ConnectorMetadata.SaveSpec(-3, 1, BlockTable.uniform(2, new int[]{7}),
                         new long[0])),
                 Set.of(9L), Set.of(10L, 12L));
     }
@@ -51,6 +51,33 @@ class MetadataCodecTest {
         ConnectorMetadata empty = new ConnectorMetadata(1, List.of(), List.of(), Set.of());
         assertThat(ConnectorMetadata.fromBytes(empty.toBytes())).isEqualTo(empty);
         assertThat(Arrays.equals(m.toBytes(), back.toBytes())).isTrue();
+    }
+
+    @Test
+    void lastBlockKeysRoundTripAndVersion1StillReadsWithoutThem() {
+        ConnectorMetadata back = ConnectorMetadata.fromBytes(sample().toBytes());
+        assertThat(back.loads().get(0).lastBlockKey()).containsExactly(1, 7, 4242);
+        assertThat(back.saves().get(0).lastBlockKey()).containsExactly(1, 7);
+        assertThat(back.saves().get(1).lastBlockKey()).isEmpty();
+        // Version 1, as its writer wrote it: no keys after a load's async flag or a save's hashes.
+        WireWriter w = WireWriter.message();
+        w.writeByte(MetadataCodec.TAG).writeShort(1).writeLong(3);
+        w.writeInt(1).writeLong(7);
+        PARAMS.writeTo(w);
+        w.writeInt(30).writeInt(1).writeIntArray(new int[]{4, 5, 6, 9}).writeInt(1).writeLongArray(new long[]{11})
+                .writeBoolean(false);
+        w.writeInt(1).writeLong(5).writeInt(20).writeInt(1).writeIntArray(new int[]{0, 3})
+                .writeLongArray(new long[]{21, 22});
+        w.writeLongArray(new long[0]).writeLongArray(new long[0]);
+        ConnectorMetadata v1 = ConnectorMetadata.fromBytes(w.toByteArray());
+        assertThat(v1.loads().get(0).lastBlockKey()).isEmpty();
+        assertThat(v1.loads().get(0).reusedHashes()).containsExactly(11);
+        assertThat(v1.saves().get(0).lastBlockKey()).isEmpty();
+        assertThat(v1.saves().get(0).blockHashes()).containsExactly(21, 22);
+        assertThat(sample()).isNotEqualTo(new ConnectorMetadata(42, List.of(), sample().saves(), Set.of(9L),
+                Set.of(10L, 12L)));
+        assertThat(sample().loads().get(0)).isNotEqualTo(new ConnectorMetadata.LoadSpec(7, PARAMS, 30,
+                sample().loads().get(0).blocks(), 1, new long[]{11}, true));
     }
 
     @Test
@@ -73,9 +100,9 @@ class MetadataCodecTest {
         assertThatThrownBy(() -> ConnectorMetadata.fromBytes(tag)).isInstanceOf(MalformedMessageException.class)
                 .hasMessageContaining("not connector metadata");
         byte[] version = b.clone();
-        version[tagAt + 1] = 2;
+        version[tagAt + 1] = 3;
         assertThatThrownBy(() -> ConnectorMetadata.fromBytes(version)).isInstanceOf(MalformedMessageException.class)
-                .hasMessageContaining("ConnectorMetadata version 2").hasMessageContaining("versions 1 to 1");
+                .hasMessageContaining("ConnectorMetadata version 3").hasMessageContaining("versions 1 to 2");
         byte[] count = b.clone();
         ByteBuffer.wrap(count).order(ByteOrder.LITTLE_ENDIAN).putInt(tagAt + 3 + 8, 1 << 19);
         assertThatThrownBy(() -> ConnectorMetadata.fromBytes(count)).isInstanceOf(MalformedMessageException.class)

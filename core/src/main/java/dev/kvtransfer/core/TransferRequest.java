@@ -42,6 +42,10 @@ public final class TransferRequest {
     private final ContextPhaseParams params;
     private final long[] blockHashes;
     private final int reusedBlocks;
+    /** The key of the prompt's last block (LoRA task id, extra keys, ...); set before submission. */
+    private volatile long[] lastBlockKey = NO_HASHES;
+    /** Generation side: tokens of block {@code reusedBlocks} already held (partial reuse); 0 = none. */
+    private volatile int partialReuseTokens;
     /**
      * Layer-wise: layers of this rank known ready (context) or arrived (generation), made on the first mark (a
      * request moved whole never has one); guarded by {@code layers}.
@@ -354,6 +358,66 @@ public final class TransferRequest {
     }
 
     /**
+     * Sets the key of the prompt's last block, as the engine's prefix cache computes it (TensorRT-LLM's
+     * {@code BlockKey}: LoRA task id, extra keys such as multimodal hashes, cache salt). Context side: the key the
+     * request's KV was computed under; generation side: the key this instance expects, sent with its request info.
+     * The context side refuses a requester whose key differs ({@code UNSUPPORTED_LAYOUT}, naming the request and
+     * both keys) before a byte moves: the same tokens under another adapter are other KV. Call it before the request
+     * is submitted; an empty key (the default) matches only an empty key.
+     *
+     * @param key the key (copied)
+     * @return this request
+     * @throws IllegalStateException when the request was already submitted
+     */
+    public TransferRequest withLastBlockKey(long[] key) {
+        Objects.requireNonNull(key, "key");
+        requireNotSubmitted("lastBlockKey");
+        lastBlockKey = key.length == 0 ? NO_HASHES : key.clone();
+        return this;
+    }
+
+    /** @return a copy of the key of the prompt's last block (empty unless set) */
+    public long[] lastBlockKey() {
+        return lastBlockKey.clone();
+    }
+
+    /**
+     * Generation side, partial block reuse (TensorRT-LLM's {@code enablePartialReuse}): the prefix-cache hit goes
+     * {@code tokens} tokens into block {@link #reusedBlocks()}, which this instance holds as a private copy. That
+     * block is still received whole (kvtransfer moves whole blocks, never from an offset inside one) and overwrites
+     * those tokens. Served only when both instances' cache states declare {@code partialReuse}; otherwise refused
+     * naming both sides' values. Call it before the request is submitted.
+     *
+     * @param tokens leading tokens of the partly reused block already held, at least 1 and below the block size
+     * @return this request
+     * @throws IllegalStateException    on a context request, or when the request was already submitted
+     * @throws IllegalArgumentException when {@code tokens < 1}
+     */
+    public TransferRequest withPartialReuse(int tokens) {
+        if (params == null) {
+            throw new IllegalStateException("partial reuse is the generation side's: request " + requestId
+                    + " is a context request");
+        }
+        if (tokens < 1) {
+            throw new IllegalArgumentException("tokens = " + tokens + ": must be >= 1");
+        }
+        requireNotSubmitted("partial reuse");
+        partialReuseTokens = tokens;
+        return this;
+    }
+
+    /** @return generation side: tokens of block {@link #reusedBlocks()} already held (partial reuse); 0 = none */
+    public int partialReuseTokens() {
+        return partialReuseTokens;
+    }
+
+    private void requireNotSubmitted(String what) {
+        if (submitted != 0) {
+            throw new IllegalStateException("request " + requestId + " was submitted: set its " + what + " before");
+        }
+    }
+
+    /**
      * @return whether a context status check called with {@code markComplete} reported the request completed:
      *         every rank of the context group finished it, and this rank's blocks of it were released
      *         (TensorRT-LLM's {@code markComplete}, which moves the request to {@code DISAGG_CONTEXT_COMPLETE})
@@ -440,6 +504,16 @@ public final class TransferRequest {
         @Override
         public long[] blockHashes() {
             return blockHashes;
+        }
+
+        @Override
+        public long[] lastBlockKey() {
+            return lastBlockKey;
+        }
+
+        @Override
+        public int partialReuseTokens() {
+            return partialReuseTokens;
         }
 
         @Override

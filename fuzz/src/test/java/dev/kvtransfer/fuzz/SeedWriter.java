@@ -53,6 +53,15 @@ public final class SeedWriter {
         write(root.resolve(api + "transceiverState/valid"), transceiverState().toBytes());
         write(root.resolve(api + "contextPhaseParams/valid"), new ContextPhaseParams(42, new long[] {1, 2, 3},
                 transceiverState(), new byte[ContextPhaseParams.TOKEN_BYTES]).toBytes());
+        // Format version 4: partial reuse, a last block key and draft tokens (the seeds above stay as written).
+        CacheState partial = cacheState().toBuilder().blockReuse(true).partialReuse(true).build();
+        TransceiverState partialState = new TransceiverState(partial, transceiverState().commState());
+        write(root.resolve(api + "cacheState/valid-v4"), partial.toBytes());
+        write(root.resolve(api + "requestInfo/valid-v4"), new RequestInfo(42, 2, new long[] {1, 7, 4242},
+                partialState, 2048, 0, 1, new long[] {99}, new int[] {3, 4, 5}, new byte[0], new byte[0], 1234L,
+                RequestInfo.FLAG_PARTIAL_REUSE, 1, List.of()).toBytes());
+        write(root.resolve(api + "contextPhaseParams/valid-v4"), new ContextPhaseParams(42, new long[] {1},
+                partialState, new byte[0], new long[] {5, 6, 7}).toBytes());
         for (var e : journalRecords().entrySet()) {
             write(root.resolve("dev/kvtransfer/core/journal/JournalDecodeFuzzTestInputs/record/" + e.getKey()),
                     e.getValue());

@@ -49,6 +49,7 @@ public final class CacheState {
     private final PoolLayout poolLayout;
     private final int indexerDimPerHead;
     private final int indexerKCacheQuantBlockSize;
+    private final boolean partialReuse;
     private final int[] firstLayerOfPp;
 
     private CacheState(Builder b, List<Integer> layersPerPp, int kvFactor) {
@@ -69,6 +70,7 @@ public final class CacheState {
         this.poolLayout = b.poolLayout;
         this.indexerDimPerHead = b.indexerDimPerHead;
         this.indexerKCacheQuantBlockSize = b.indexerKCacheQuantBlockSize;
+        this.partialReuse = b.partialReuse;
         this.firstLayerOfPp = new int[pipelineParallelism + 1];
         for (int p = 0; p < pipelineParallelism; p++) {
             firstLayerOfPp[p + 1] = firstLayerOfPp[p] + layersPerPp.get(p);
@@ -91,22 +93,12 @@ public final class CacheState {
      * @return a builder
      */
     public Builder toBuilder() {
-        Builder b = new Builder()
-                .kvHeadsPerLayer(kvHeadsPerLayer)
-                .sizePerHead(sizePerHead)
-                .tokensPerBlock(tokensPerBlock)
-                .tensorParallelism(tensorParallelism)
-                .pipelineParallelism(pipelineParallelism)
-                .contextParallelism(contextParallelism)
-                .attentionDp(attentionDpEnabled, dpRank, dpSize)
-                .attentionLayersPerPp(attentionLayersPerPp)
-                .dataType(dataType)
-                .attentionType(attentionType)
-                .kvFactor(kvFactor)
-                .blockReuse(blockReuse)
-                .poolLayout(poolLayout)
-                .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize);
-        return b;
+        return new Builder().kvHeadsPerLayer(kvHeadsPerLayer).sizePerHead(sizePerHead).tokensPerBlock(tokensPerBlock)
+                .tensorParallelism(tensorParallelism).pipelineParallelism(pipelineParallelism)
+                .contextParallelism(contextParallelism).attentionDp(attentionDpEnabled, dpRank, dpSize)
+                .attentionLayersPerPp(attentionLayersPerPp).dataType(dataType).attentionType(attentionType)
+                .kvFactor(kvFactor).blockReuse(blockReuse).poolLayout(poolLayout)
+                .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize).partialReuse(partialReuse);
     }
 
     /**
@@ -210,6 +202,11 @@ public final class CacheState {
     /** @return whether block reuse is on */
     public boolean blockReuse() {
         return blockReuse;
+    }
+
+    /** @return whether a prefix hit may end inside a block, a private copy (TensorRT-LLM's enablePartialReuse) */
+    public boolean partialReuse() {
+        return partialReuse;
     }
 
     /**
@@ -458,28 +455,25 @@ public final class CacheState {
 
     @Override
     public boolean equals(Object o) {
-        if (this == o) {
-            return true;
-        }
-        if (!(o instanceof CacheState)) {
+        if (!(o instanceof CacheState s)) {
             return false;
         }
-        CacheState s = (CacheState) o;
-        return sizePerHead == s.sizePerHead && tokensPerBlock == s.tokensPerBlock
+        return this == s || sizePerHead == s.sizePerHead && tokensPerBlock == s.tokensPerBlock
                 && tensorParallelism == s.tensorParallelism && pipelineParallelism == s.pipelineParallelism
                 && contextParallelism == s.contextParallelism && attentionDpEnabled == s.attentionDpEnabled
                 && dpRank == s.dpRank && dpSize == s.dpSize && kvFactor == s.kvFactor && blockReuse == s.blockReuse
                 && kvHeadsPerLayer.equals(s.kvHeadsPerLayer) && attentionLayersPerPp.equals(s.attentionLayersPerPp)
                 && dataType == s.dataType && attentionType == s.attentionType && poolLayout.equals(s.poolLayout)
                 && indexerDimPerHead == s.indexerDimPerHead
-                && indexerKCacheQuantBlockSize == s.indexerKCacheQuantBlockSize;
+                && indexerKCacheQuantBlockSize == s.indexerKCacheQuantBlockSize && partialReuse == s.partialReuse;
     }
 
     @Override
     public int hashCode() {
         return Objects.hash(kvHeadsPerLayer, sizePerHead, tokensPerBlock, tensorParallelism, pipelineParallelism,
                 contextParallelism, attentionDpEnabled, dpRank, dpSize, attentionLayersPerPp, dataType,
-                attentionType, kvFactor, blockReuse, poolLayout, indexerDimPerHead, indexerKCacheQuantBlockSize);
+                attentionType, kvFactor, blockReuse, poolLayout, indexerDimPerHead, indexerKCacheQuantBlockSize,
+                partialReuse);
     }
 
     @Override
@@ -491,7 +485,7 @@ public final class CacheState {
                 + (attentionDpEnabled ? " DP" + dpRank + "/" + dpSize : "")
                 + " layers/pp=" + attentionLayersPerPp + " heads=" + heads + " D=" + sizePerHead
                 + " T=" + tokensPerBlock + " " + dataType + " " + attentionType + " kvF=" + kvFactor
-                + (blockReuse ? " reuse" : "") + (poolLayout.equals(PoolLayout.BLOCK) ? "" : " pool=" + poolLayout)
+                + (blockReuse ? " reuse" : "") + (partialReuse ? " partial" : "") + (poolLayout.equals(PoolLayout.BLOCK) ? "" : " pool=" + poolLayout)
                 + (hasIndexerKCache() ? " indexerK=" + indexerDimPerHead + "/q" + indexerKCacheQuantBlockSize : "")
                 + "}";
     }
@@ -534,6 +528,7 @@ public final class CacheState {
         private PoolLayout poolLayout = PoolLayout.BLOCK;
         private int indexerDimPerHead;
         private int indexerKCacheQuantBlockSize;
+        private boolean partialReuse;
 
         private Builder() {
         }
@@ -705,6 +700,18 @@ public final class CacheState {
             return this;
         }
 
+        /**
+         * Declares partial block reuse (TensorRT-LLM's {@code enablePartialReuse}; needs {@link #blockReuse}). A
+         * request whose reused prefix ends inside a block is served only when both sides declare it.
+         *
+         * @param v whether a prefix hit may end inside a block (default false)
+         * @return this builder
+         */
+        public Builder partialReuse(boolean v) {
+            this.partialReuse = v;
+            return this;
+        }
+
         private static void check(boolean ok, String field, Object value, String rule) {
             if (!ok) {
                 throw new IllegalArgumentException(field + " = " + value + ": " + rule);
@@ -785,6 +792,7 @@ public final class CacheState {
                     "indexerKCacheQuantBlockSize", indexerKCacheQuantBlockSize, "must be in [0, " + MAX_DIM + "]");
             check(indexerDimPerHead > 0 || indexerKCacheQuantBlockSize == 0, "indexerKCacheQuantBlockSize",
                     indexerKCacheQuantBlockSize, "must be 0 without an indexer-K pool (indexerDimPerHead 0)");
+            check(blockReuse || !partialReuse, "partialReuse", true, "needs blockReuse");
             return new CacheState(this, perPp, kvf);
         }
     }

@@ -7,7 +7,8 @@ import dev.kvtransfer.api.wire.WireWriter;
 
 /**
  * The wire format of {@link CacheState}: a tag byte, then the fields in declaration order (format version 2 adds
- * the pool layout, version 3 the indexer-K pool: {@code indexerDimPerHead i32}, {@code quantBlockSize i32}). Reading range-checks every field and validates the result like a built state.
+ * the pool layout, version 3 the indexer-K pool: {@code indexerDimPerHead i32}, {@code quantBlockSize i32}, version 4
+ * {@code partialReuse bool}). Reading range-checks every field and validates the result like a built state.
  */
 final class CacheStateWire {
     private CacheStateWire() {
@@ -35,6 +36,8 @@ final class CacheStateWire {
         // Format version 3.
         w.writeInt(s.indexerDimPerHead());
         w.writeInt(s.indexerKCacheQuantBlockSize());
+        // Format version 4.
+        w.writeBoolean(s.partialReuse());
     }
 
     static CacheState read(WireReader r) {
@@ -87,6 +90,9 @@ final class CacheStateWire {
         if (r.version() >= 3) {
             b.indexerKCache(r.readInt("indexerDimPerHead", 0, CacheState.MAX_DIM),
                     r.readInt("indexerKCacheQuantBlockSize", 0, CacheState.MAX_DIM));
+        }
+        if (r.version() >= 4) {
+            b.partialReuse(r.readBoolean("partialReuse"));
         }
         try {
             return b.build();

@@ -49,8 +49,15 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * then plan without the peer's block ids; for comparisons and for peers whose pools must not be read in runs.
      */
     public static final int FLAG_NO_COALESCE = 2;
+    /**
+     * Flag (format version 4): partial block reuse. The requester's prefix hit continues into block
+     * {@code reusedBlocks}, of which it holds the leading tokens in a private copy; that block is sent whole and
+     * overwrites them. The context side serves it only when both cache states declare
+     * {@link CacheState#partialReuse()}, and refuses it naming both otherwise.
+     */
+    public static final int FLAG_PARTIAL_REUSE = 4;
     /** Flags this version knows. */
-    public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS | FLAG_NO_COALESCE;
+    public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS | FLAG_NO_COALESCE | FLAG_PARTIAL_REUSE;
     private static final int WIRE_TAG = 0x52; // 'R'
 
     /**
@@ -119,6 +126,10 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         }
         if ((flags & ~KNOWN_FLAGS) != 0) {
             throw new IllegalArgumentException("flags = " + flags + ": unknown bits");
+        }
+        if ((flags & FLAG_PARTIAL_REUSE) != 0 && reusedBlocks > indexFromEnd) {
+            throw new IllegalArgumentException("a partially reused block after " + reusedBlocks + " reused blocks "
+                    + "of " + (indexFromEnd + 1) + ": there is none");
         }
     }
 
@@ -243,6 +254,21 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     /** @return whether a pull may coalesce blocks consecutive on both sides (no {@link #FLAG_NO_COALESCE}) */
     public boolean coalesce() {
         return (flags & FLAG_NO_COALESCE) == 0;
+    }
+
+    /** @return whether the requester holds the leading tokens of block {@code reusedBlocks} (partial reuse) */
+    public boolean partialReuse() {
+        return (flags & FLAG_PARTIAL_REUSE) != 0;
+    }
+
+    /**
+     * Compares the key of the prompt's last block with the given one, without a copy.
+     *
+     * @param key the key
+     * @return whether they are equal, element by element
+     */
+    public boolean lastBlockKeyMatches(long[] key) {
+        return Arrays.equals(lastBlockKey, key);
     }
 
     /** @return whether the requester asked for end-to-end part checksums */
@@ -539,8 +565,13 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         long ts = r.readLong("timestampMillis");
         int flagsAt = r.offset();
         int flags = r.readInt("flags");
-        if ((flags & ~KNOWN_FLAGS) != 0) {
-            throw new MalformedMessageException(flagsAt, "flags = " + flags + ": unknown bits");
+        if ((flags & ~KNOWN_FLAGS) != 0 || r.version() < 4 && (flags & FLAG_PARTIAL_REUSE) != 0) {
+            throw new MalformedMessageException(flagsAt, "flags = " + flags + ": unknown bits in format version "
+                    + r.version());
+        }
+        if ((flags & FLAG_PARTIAL_REUSE) != 0 && reused > indexFromEnd) {
+            throw new MalformedMessageException(flagsAt, "partial reuse after " + reused + " reused blocks of "
+                    + (indexFromEnd + 1) + ": no block is left to be partial");
         }
         if (reused > (long) indexFromEnd + 1 || hashes.length != reused) {
             throw new MalformedMessageException(reusedAt, "reusedBlocks = " + reused + " with " + hashes.length

@@ -19,7 +19,7 @@ public final class WireWriter {
     /** First four bytes of every kvtransfer message ("KVTX" little-endian). */
     public static final int MAGIC = 0x5854564B;
     /** Format version this writer produces. */
-    public static final int FORMAT_VERSION = 3;
+    public static final int FORMAT_VERSION = 4;
     /** Oldest format version readers still accept (journals of that version stay readable). */
     public static final int OLDEST_READABLE_VERSION = 1;
 

@@ -58,8 +58,8 @@ class WireFormatTest {
             "00",                               // blockReuse
             "00", "00000000");                  // poolLayout BLOCK (v2), mlaRopeDim 0 (v2)
 
-    /** The whole encoding of {@link #SMALL}, field by field. Changing it means bumping FORMAT_VERSION. */
-    private static final String SMALL_HEX = String.join("",
+    /** {@link #SMALL} as format version 3 wrote it (before partialReuse). */
+    private static final String SMALL_HEX_V3 = String.join("",
             "4b565458", "0300",                 // magic "KVTX", format version 3 (LE u16)
             "43",                               // CacheState tag 'C'
             "02000000", "04000000", "04000000", // kvHeadsPerLayer: count 2, [4, 4]
@@ -74,6 +74,24 @@ class WireFormatTest {
             "00",                               // blockReuse
             "00", "00000000",                   // poolLayout BLOCK (v2), mlaRopeDim 0 (v2)
             "00000000", "00000000");            // indexerDimPerHead 0, quant block size 0 (v3): no indexer-K pool
+
+    /** The whole encoding of {@link #SMALL}, field by field. Changing it means bumping FORMAT_VERSION. */
+    private static final String SMALL_HEX = String.join("",
+            "4b565458", "0400",                 // magic "KVTX", format version 4 (LE u16)
+            "43",                               // CacheState tag 'C'
+            "02000000", "04000000", "04000000", // kvHeadsPerLayer: count 2, [4, 4]
+            "04000000",                         // sizePerHead
+            "08000000",                         // tokensPerBlock
+            "01000000", "01000000", "01000000", // TP, PP, CP
+            "00", "00000000", "01000000",       // attention DP off, dpRank 0, dpSize 1
+            "01000000", "02000000",             // attentionLayersPerPp: count 1, [2]
+            "01000000",                         // dataType FLOAT16 (wire id 1)
+            "00",                               // attentionType DEFAULT
+            "02000000",                         // kvFactor
+            "00",                               // blockReuse
+            "00", "00000000",                   // poolLayout BLOCK (v2), mlaRopeDim 0 (v2)
+            "00000000", "00000000",             // indexerDimPerHead 0, quant block size 0 (v3): no indexer-K pool
+            "00");                              // partialReuse (v4)
 
     private static MalformedMessageException malformed(ThrowingCallable call) {
         return catchThrowableOfType(MalformedMessageException.class, call);
@@ -125,6 +143,30 @@ class WireFormatTest {
     }
 
     @Test
+    void aVersion3CacheStateStillReadsWithoutPartialReuse() {
+        CacheState old = CacheState.fromBytes(hex(SMALL_HEX_V3));
+        assertThat(old).isEqualTo(SMALL);
+        assertThat(old.partialReuse()).isFalse();
+    }
+
+    @Test
+    void partialReuseRoundTripsAndNeedsBlockReuse() {
+        CacheState partial = SMALL.toBuilder().blockReuse(true).partialReuse(true).build();
+        CacheState back = CacheState.fromBytes(partial.toBytes());
+        assertThat(back).isEqualTo(partial);
+        assertThat(back.partialReuse()).isTrue();
+        assertThat(partial).isNotEqualTo(SMALL.toBuilder().blockReuse(true).build());
+        assertThat(partial.toString()).contains("reuse partial");
+        assertThatIllegalArgumentException().isThrownBy(() -> SMALL.toBuilder().partialReuse(true).build())
+                .withMessageContaining("partialReuse = true: needs blockReuse");
+        byte[] b = SMALL.toBytes();
+        b[b.length - 1] = 1; // partial reuse without block reuse
+        assertThat(malformedCacheState(b).getMessage()).contains("needs blockReuse");
+        b[b.length - 1] = 2;
+        assertThat(malformedCacheState(b).getMessage()).contains("partialReuse", "0 or 1");
+    }
+
+    @Test
     void anIndexerPoolRoundTripsAndOutOfRangeValuesAreMalformed() {
         CacheState mla = CacheState.builder().uniformKvHeads(4, 1).sizePerHead(576).tokensPerBlock(64)
                 .attentionType(dev.kvtransfer.api.model.AttentionType.MLA).indexerKCache(132, 128).build();
@@ -135,10 +177,10 @@ class WireFormatTest {
         assertThat(back.indexerKCacheQuantBlockSize()).isEqualTo(128);
         assertThat(mla).isNotEqualTo(mla.toBuilder().indexerKCache(0, 0).build());
         byte[] b = mla.toBytes();
-        putIntLe(b, b.length - 8, -1);
+        putIntLe(b, b.length - 9, -1);
         assertThat(malformedCacheState(b).getMessage()).contains("indexerDimPerHead");
         b = SMALL.toBytes();
-        putIntLe(b, b.length - 4, 64); // a quantization block size without an indexer pool
+        putIntLe(b, b.length - 5, 64); // a quantization block size without an indexer pool
         assertThat(malformedCacheState(b).getMessage()).contains("indexerKCacheQuantBlockSize", "without");
     }
 
@@ -150,7 +192,7 @@ class WireFormatTest {
                         dev.kvtransfer.api.layout.PoolLayout.Kind.LAYER_NHD, 64)).build();
         assertThat(CacheState.fromBytes(mla.toBytes())).isEqualTo(mla);
         byte[] b = SMALL.toBytes();
-        b[b.length - 13] = 9;
+        b[b.length - 14] = 9;
         assertThat(malformedCacheState(b).getMessage()).contains("unknown poolLayout id 9");
     }
 
@@ -158,7 +200,7 @@ class WireFormatTest {
     void everyMessageStartsWithMagicAndVersionLittleEndian() {
         byte[] b = WireWriter.message().writeInt(0x01020304).writeLong(0x0102030405060708L).toByteArray();
         assertThat(new String(b, 0, 4, java.nio.charset.StandardCharsets.US_ASCII)).isEqualTo("KVTX");
-        assertThat(HexFormat.of().formatHex(b)).isEqualTo("4b5654580300" + "04030201" + "0807060504030201");
+        assertThat(HexFormat.of().formatHex(b)).isEqualTo("4b5654580400" + "04030201" + "0807060504030201");
         WireReader r = WireReader.message(ByteBuffer.wrap(b));
         assertThat(r.offset()).isEqualTo(6);
         assertThat(r.readInt("x")).isEqualTo(0x01020304);
@@ -169,20 +211,20 @@ class WireFormatTest {
     @Test
     void aNewerFormatVersionIsRejectedNamingBothVersions() {
         byte[] b = SMALL.toBytes();
-        b[4] = 4;
+        b[4] = 5;
         MalformedMessageException e = malformedCacheState(b);
-        assertThat(e.getMessage()).contains("format version 4", "version " + WireWriter.FORMAT_VERSION, "newer");
+        assertThat(e.getMessage()).contains("format version 5", "version " + WireWriter.FORMAT_VERSION, "newer");
         assertThat(e.offset()).isEqualTo(4);
         b[4] = (byte) 0xff;
         b[5] = (byte) 0xff;
-        assertThat(malformedCacheState(b).getMessage()).contains("format version 65535", "version 3");
+        assertThat(malformedCacheState(b).getMessage()).contains("format version 65535", "version 4");
     }
 
     @Test
     void anOlderFormatVersionIsRejected() {
         byte[] b = SMALL.toBytes();
         b[4] = 0;
-        assertThat(malformedCacheState(b).getMessage()).contains("unsupported format version 0", "versions 1 to 3");
+        assertThat(malformedCacheState(b).getMessage()).contains("unsupported format version 0", "versions 1 to 4");
     }
 
     @Test

@@ -72,6 +72,8 @@ class WireRoundTripTest {
                                     // Some MLA states declare an indexer-K pool (format version 3).
                                     b.indexerKCache(1 + (t % 256), (d & 2) == 0 ? 0 : 128);
                                 }
+                                // Some states with block reuse reuse partial blocks too (format version 4).
+                                b.partialReuse(re && (t & 1) == 1);
                                 return b.build();
                             });
                 });
@@ -114,17 +116,17 @@ class WireRoundTripTest {
 
     @Provide
     Arbitrary<ContextPhaseParams> contextPhaseParams() {
-        return Combinators.combine(Arbitraries.longs(), longArrays(16), transceiverStates())
-                .as(ContextPhaseParams::new);
+        return Combinators.combine(Arbitraries.longs(), longArrays(16), transceiverStates(), longArrays(8))
+                .as((id, tokens, state, draft) -> new ContextPhaseParams(id, tokens, state, new byte[0], draft));
     }
 
     // ---- properties -------------------------------------------------------------------------------------
 
-    /** The documented size: header 6 + tag 1 + fixed fields 52 + 4 per layer + 4 per PP rank. */
+    /** The documented size: header 6 + tag 1 + fixed fields 61 + 4 per layer + 4 per PP rank. */
     @Property(tries = 500)
     void cacheStateRoundTrips(@ForAll("cacheStates") CacheState s) {
         byte[] bytes = s.toBytes();
-        assertThat(bytes).hasSize(67 + 4 * s.numLayers() + 4 * s.pipelineParallelism());
+        assertThat(bytes).hasSize(68 + 4 * s.numLayers() + 4 * s.pipelineParallelism());
         CacheState back = CacheState.fromBytes(bytes);
         assertThat(back).isEqualTo(s).hasSameHashCodeAs(s);
         assertThat(back.toBytes()).isEqualTo(bytes).isEqualTo(s.toBytes());
@@ -163,6 +165,7 @@ class WireRoundTripTest {
         ContextPhaseParams back = ContextPhaseParams.fromBytes(bytes);
         assertThat(back).isEqualTo(p).hasSameHashCodeAs(p);
         assertThat(back.firstGenTokens()).containsExactly(p.firstGenTokens());
+        assertThat(back.draftTokens()).containsExactly(p.draftTokens());
         assertThat(back.toBytes()).isEqualTo(bytes);
     }
 

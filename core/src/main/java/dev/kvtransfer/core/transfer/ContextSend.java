@@ -160,6 +160,8 @@ final class ContextSend {
                 }
             }
             int reused = checkReuse(d, h, totalBlocks);
+            checkPartialReuse(d, reused);
+            checkBlockKey(d, h);
             boolean checksums = asked.get(0).info().partChecksums();
             boolean coalesce = asked.get(0).info().coalesce();
             int[][] peerIds = new int[n][];
@@ -389,6 +391,50 @@ final class ContextSend {
                 env.metrics().error(new KvTransferException(TransferErrors.codeOf(e), session.requestId(),
                         "could not tell generation rank " + session.targets().peerRanks().get(i) + " that the push "
                         + "failed: " + e.getMessage(), e));
+            }
+        }
+    }
+
+    /**
+     * Partial block reuse: a requester that holds the leading tokens of block {@code reused} gets that block whole
+     * (it is never sent from an offset inside it), over its copy. Both cache states must declare partial reuse;
+     * otherwise refused naming both values, before a byte moves.
+     */
+    private void checkPartialReuse(Dispatch<Connection, TransferHandle> d, int reused) {
+        boolean partial = d.asked().get(0).info().partialReuse();
+        for (Asked<Connection> a : d.asked()) {
+            if (a.info().partialReuse() != partial) {
+                throw new KvTransferException(ErrorCode.MALFORMED, d.requestId(), "generation ranks of request "
+                        + d.requestId() + " disagree on partial reuse", null);
+            }
+        }
+        if (!partial) {
+            return;
+        }
+        boolean theirs = d.asked().get(0).info().requesterState().cacheState().partialReuse();
+        boolean ours = env.selfCache().partialReuse();
+        if (!theirs || !ours) {
+            throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, d.requestId(), "request " + d.requestId()
+                    + ": the generation side reused part of block " + reused + " (generation partialReuse " + theirs
+                    + ", context partialReuse " + ours + "); the block is sent whole over the requester's copy only "
+                    + "when both cache states declare partialReuse (nothing was sent)", null);
+        }
+    }
+
+    /**
+     * The key of the prompt's last block (LoRA task id, extra keys): every counterpart's must be this request's,
+     * or the same tokens would bring another adapter's KV. Refused naming the request and both keys, before a byte
+     * moves.
+     */
+    private static void checkBlockKey(Dispatch<Connection, TransferHandle> d, TransferHandle h) {
+        long[] ours = h.lastBlockKey();
+        for (Asked<Connection> a : d.asked()) {
+            if (!a.info().lastBlockKeyMatches(ours)) {
+                throw new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, d.requestId(), "request "
+                        + d.requestId() + ": generation rank " + a.info().requesterState().selfIndex()
+                        + " expects last block key " + Texts.key(a.info().lastBlockKey()) + " but the context side "
+                        + "computed the request under " + Texts.key(ours) + " (another LoRA adapter or other extra "
+                        + "keys: other KV; nothing was sent)", null);
             }
         }
     }

@@ -103,17 +103,24 @@ final class GenerationHandshake {
             throw new KvTransferException(ErrorCode.MALFORMED, id, reused + " reused blocks but the prompt of "
                     + h.promptLength() + " tokens has " + totalBlocks, null);
         }
+        int partial = h.partialReuseTokens();
+        if (partial > 0 && (reused >= totalBlocks || partial >= ctx.tokensPerBlock())) {
+            throw new KvTransferException(ErrorCode.MALFORMED, id, "partial reuse of " + partial + " tokens of block "
+                    + reused + ": the prompt has " + totalBlocks + " blocks of " + ctx.tokensPerBlock()
+                    + " tokens, so no such partly held block", null);
+        }
         // As upstream's kvCacheTransferStart on the generation side: the handshake begins now.
         h.started(EpochClock.nowNanos());
         ControlAuth auth = env.auth();
         byte[] nonce = auth.nonce();
         int flags = (env.config().partChecksums() ? RequestInfo.FLAG_PART_CHECKSUMS : 0)
-                | (env.config().coalesce() ? 0 : RequestInfo.FLAG_NO_COALESCE);
+                | (env.config().coalesce() ? 0 : RequestInfo.FLAG_NO_COALESCE)
+                | (partial > 0 ? RequestInfo.FLAG_PARTIAL_REUSE : 0);
         List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
                 == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
                 ? push.registerGrants(job, totalBlocks, reused, writers(conns)) : List.of();
         // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
-        RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, new long[0], env.selfState(), tag,
+        RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, h.lastBlockKey(), env.selfState(), tag,
                 env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,
                 System.currentTimeMillis(), flags, env.cache().blocksPerRegion(), grants);
         int infoBytes = info.messageSize();

@@ -30,6 +30,24 @@ public final class Texts {
         return cut(s, MAX_REASON_CHARS);
     }
 
+    /** Most elements of a block key written into an error. */
+    static final int MAX_KEY_ELEMENTS = 8;
+
+    /**
+     * @param key a block key (a peer's, any length)
+     * @return its elements, the first {@value #MAX_KEY_ELEMENTS} of a longer one and its length
+     */
+    static String key(long[] key) {
+        StringBuilder b = new StringBuilder("[");
+        for (int i = 0; i < Math.min(key.length, MAX_KEY_ELEMENTS); i++) {
+            b.append(i == 0 ? "" : ", ").append(key[i]);
+        }
+        if (key.length > MAX_KEY_ELEMENTS) {
+            b.append(", ...(").append(key.length).append(" elements)");
+        }
+        return b.append(']').toString();
+    }
+
     private static String cut(String s, int max) {
         if (s == null) {
             return "null";

@@ -39,6 +39,16 @@ public interface TransferHandle {
     /** @return generation side: leading global blocks already held; 0 on the context side */
     int reusedBlocks();
 
+    /** @return the key of the prompt's last block (the caller must not modify it; empty when unset) */
+    default long[] lastBlockKey() {
+        return new long[0];
+    }
+
+    /** @return generation side: tokens of block {@link #reusedBlocks()} already held (partial reuse); 0 = none */
+    default int partialReuseTokens() {
+        return 0;
+    }
+
     /**
      * Records the messages (descriptors) the transfer used and how it moved, before it completes.
      *

@@ -184,8 +184,13 @@ public final class WholeBlockFormatterProvider implements FormatterProvider {
 
         @Override
         public Support inquireSupport(CacheState self, CacheState peer) {
-            return self.equals(peer) ? Support.yes()
+            // Reuse capabilities do not change a block's bytes: core negotiates them per request.
+            return withoutReuse(self).equals(withoutReuse(peer)) ? Support.yes()
                     : Support.no("whole-block formatter needs identical layouts: self " + self + ", peer " + peer);
+        }
+
+        private static CacheState withoutReuse(CacheState s) {
+            return s.toBuilder().partialReuse(false).blockReuse(false).build();
         }
 
         @Override
