@@ -99,10 +99,12 @@ final class ReportMarkdown {
         b.append(BenchReport.HEADLINE_BEGIN).append("\n\n");
         String cores = h.machine().contains(",") ? h.machine().substring(0, h.machine().indexOf("),") + 1)
                 : h.machine();
-        b.append("Medians of one `kvtransfer bench --report` run, ").append(BenchReport.utc(h.started()))
+        b.append("Medians of one `kvtransfer bench --report` run (").append(BenchReport.utc(h.started()))
                 .append(", commit ").append(h.commit().split(" ")[0]).append(", ").append(cores)
                 .append(", load ").append(h.loadBefore().split(" ")[0]).append(" before and ")
-                .append(h.loadAfter().split(" ")[0]).append(" after. Each baseline ran in the same invocation.\n\n");
+                .append(h.loadAfter().split(" ")[0]).append(" after). Each baseline ran in the same invocation, right "
+                        + "beside ours; the ratio is the median of the per-repeat ratios, so it need not equal the "
+                        + "quotient of the two medians.\n\n");
         b.append("| figure | ours | baseline (same run) | ours / baseline |\n");
         b.append("| --- | --- | --- | --- |\n");
         for (BenchReport.Row r : rows) {
