@@ -9,7 +9,7 @@ import java.util.Locale;
  * ratios, reference 1).
  */
 final class BarSvg {
-    private static final int LABEL_W = 360;
+    private static final int LABEL_W = 420;
     private static final int PLOT_W = 480;
     private static final int RIGHT = 90;
     private static final int TOP = 56;
