@@ -170,6 +170,8 @@ final class BenchReport {
             // Refuse before measuring: a README without the markers would be found only at the end.
             markers(Files.readString(readme), HEADLINE_BEGIN, HEADLINE_END, readme.toString(), true);
         }
+        // The checkout's state before anything is written: the plots and the page below change tracked files.
+        String commit = Machine.gitCommit();
         Instant started = Instant.now();
         String loadBefore = Machine.loadAverage();
         List<Row> rows = new ArrayList<>();
@@ -202,7 +204,7 @@ final class BenchReport {
         String loadAfter = Machine.loadAverage();
         Files.createDirectories(dir.resolve(PLOTS));
         writePlots(rows);
-        String section = ReportMarkdown.section(new ReportMarkdown.Header(command, Machine.gitCommit(), started,
+        String section = ReportMarkdown.section(new ReportMarkdown.Header(command, commit, started,
                 finished, Machine.describe(), loadBefore, loadAfter, quick), bySteps, headline(bySteps), problems);
         Path file = dir.resolve(FILE);
         String doc = Files.exists(file) ? Files.readString(file) : "# Benchmarks\n";

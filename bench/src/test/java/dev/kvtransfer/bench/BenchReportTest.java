@@ -35,6 +35,8 @@ class BenchReportTest {
         Files.writeString(readme, "# product\n\nintro\n\n" + BenchReport.HEADLINE_BEGIN + "\nstale table\n"
                 + BenchReport.HEADLINE_END + "\n\nmore\n");
 
+        // The report states the checkout as it was before it wrote anything (here nothing it writes is tracked).
+        String commitBefore = BenchReport.Machine.gitCommit();
         ByteArrayOutputStream out = new ByteArrayOutputStream();
         ByteArrayOutputStream err = new ByteArrayOutputStream();
         int code;
@@ -57,6 +59,7 @@ class BenchReportTest {
         assertThat(section).contains("- Command: `kvtransfer bench --report=" + docs + " --report-quick --readme=")
                 .containsPattern("- Commit: ([0-9a-f]{12} \\((clean|with uncommitted changes to tracked files)\\)"
                         + "|unknown \\(not run from a git checkout\\))\n")
+                .contains("- Commit: " + commitBefore + "\n")
                 .containsPattern("- Date: \\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d UTC to \\d{4}-\\d\\d-\\d\\d "
                         + "\\d\\d:\\d\\d:\\d\\d UTC \\(\\d+ min \\d+ s\\)\n")
                 .contains("- Machine: " + Runtime.getRuntime().availableProcessors() + " cores (")
