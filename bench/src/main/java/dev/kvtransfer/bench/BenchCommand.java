@@ -183,6 +183,21 @@ public final class BenchCommand implements Callable<Integer> {
     @Option(names = "--timeout-s", description = "bound on each measurement's waits, seconds (default 120)")
     int timeoutSeconds = 120;
 
+    @Option(names = "--report", paramLabel = "DIR", description = "run the fixed report suite instead (loopback and "
+            + "Aeron: transport, transceiver pull and push, re-shard TP2 -> TP1, control-plane p50, each beside its "
+            + "baseline of the same run) and write the generated section of DIR/benchmarks.md and DIR/benchmarks/*.svg;"
+            + " takes only --out, --timeout-s, --readme and --report-quick besides")
+    Path report;
+
+    @Option(names = "--report-quick", description = "with --report: a suite of tiny sizes, seconds long, that checks "
+            + "the report itself (its figures mean nothing)")
+    boolean reportQuick;
+
+    @Option(names = "--readme", paramLabel = "FILE", description = "with --report: also copy the headline table "
+            + "between the headline markers of FILE (the repository's README.md)")
+    Path readme;
+
+
     private final PrintStream stdout;
     private final PrintStream progress;
     private final List<String> problems = new ArrayList<>();
@@ -212,6 +227,12 @@ public final class BenchCommand implements Callable<Integer> {
 
     @Override
     public Integer call() throws IOException {
+        if (report != null) {
+            return BenchReport.fromCommand(this, stdout, progress).run();
+        }
+        if (reportQuick || readme != null) {
+            throw new IllegalArgumentException("--report-quick and --readme go with --report DIR");
+        }
         validate();
         Plugins plugins = Plugins.discover();
         Duration timeout = Duration.ofSeconds(timeoutSeconds);
@@ -247,6 +268,7 @@ public final class BenchCommand implements Callable<Integer> {
             });
         }
         List<Summary> summaries = Summary.of(runs);
+        lastSummaries = summaries;
         Reports.table(stdout, summaries);
         crcReport(summaries);
         Files.createDirectories(out);
@@ -266,6 +288,18 @@ public final class BenchCommand implements Callable<Integer> {
         return mismatches == 0 && failures == 0 && runs.stream().anyMatch(m -> m.impl().equals("ours"))
                 && problems.stream().noneMatch(p -> p.startsWith("FAILED")) ? 0 : 1;
     }
+
+    /** The summaries of the last {@link #call()} (empty before). */
+    List<Summary> lastSummaries() {
+        return lastSummaries;
+    }
+
+    /** The problems of the last {@link #call()}. */
+    List<String> problems() {
+        return List.copyOf(problems);
+    }
+
+    private List<Summary> lastSummaries = List.of();
 
     private void validate() {
         if (repeat < 1) {
