@@ -45,7 +45,7 @@ import java.util.function.IntFunction;
  * {@code [token][head]} and {@code [head][token]}, or a head subset of a token-major pool) stages the part and
  * gathers / scatters it with strided copies through the session's {@link BufferManager}
  * ({@code copy} / {@code copy2d}: one {@code cudaMemcpy2DAsync} each on a device manager). See
- * formatter-standard/README.md for the formulas and the policy.
+ * docs/design/formatter-standard-plans.md for the formulas and the policy.
  *
  * <p>Device pools: where the session's transport does not accept the pool's memory kind
  * ({@link TransferSession#transportAccepts}: a {@code DEVICE} pool over a transport without {@code DEVICE_MEMORY})
