@@ -96,7 +96,8 @@ class AeronTransportTest {
         assertThat(found.isAvailable()).as(String.valueOf(found.unavailabilityCause())).isTrue();
         assertThat(found.unavailabilityCause()).isNull();
         assertThat(found.capabilities()).containsExactlyInAnyOrder(TransportCapability.CROSS_PROCESS,
-                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE);
+                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE,
+                TransportCapability.AUTHENTICATED);
     }
 
     @Test

@@ -502,7 +502,8 @@ class UcxConnectionManagerTest {
         assertThat(dflt.settings().emulatedOneSided()).as(dflt.settings().oneSidedReason()).isTrue();
         assertThat(dflt.settings().oneSidedReason()).startsWith("emulated: shm mode");
         assertThat(dflt.capabilities()).contains(TransportCapability.CROSS_PROCESS,
-                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE)
+                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE,
+                TransportCapability.AUTHENTICATED)
                 .doesNotContain(nativeWrite);
         assertThat(nat.capabilities()).contains(TransportCapability.ONE_SIDED_WRITE, nativeWrite);
         assertThat(nat.settings().oneSidedReason()).startsWith("native");

@@ -24,7 +24,7 @@ class UcxTransportProviderTest {
         assertThat(p.isAvailable()).as("libucx0 is installed here: %s", p.unavailabilityCause()).isTrue();
         assertThat(p.unavailabilityCause()).isNull();
         assertThat(p.capabilities()).contains(TransportCapability.CROSS_PROCESS,
-                TransportCapability.PEER_FAILURE_DETECTION);
+                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.AUTHENTICATED);
     }
 
     @Test

@@ -105,7 +105,7 @@ class DistributionIT {
                 .containsPattern("(?m)^  aeron +available +\\S*CROSS_PROCESS\\S* +from plugins/backend-aeron \\(aeron-")
                 .containsPattern("(?m)^  ucx +(available|unavailable: .*) .* from plugins/backend-ucx \\(")
                 .containsPattern("(?m)^  mpi +(available|unavailable: .*) .* from plugins/backend-mpi \\(")
-                .containsPattern("(?m)^  tcp +available +CROSS_PROCESS,ONE_SIDED_WRITE,PEER_FAILURE_DETECTION +from "
+                .containsPattern("(?m)^  tcp +available +AUTHENTICATED,CROSS_PROCESS,ONE_SIDED_WRITE,PEER_FAILURE_DETECTION +from "
                         + java.util.regex.Pattern.quote(extra.resolve("tcp-transport.jar").toString()) + "$")
                 .containsPattern("(?m)^  loopback +available .* from plugins/testkit")
                 .containsPattern("(?m)^  standard +available +handles DEFAULT +from plugins/formatter-standard")
