@@ -136,6 +136,7 @@ class ServeNetnsFaultsTest {
         return start(side, name, cmd);
     }
 
+    /** The first log of a name (a restarted instance writes a new one; the checks read the first incarnation's). */
     private String log(String name) {
         for (Map.Entry<String, Path> l : logs.entrySet()) {
             if (l.getKey().startsWith(name + " (")) {
@@ -147,21 +148,6 @@ class ServeNetnsFaultsTest {
             }
         }
         return "";
-    }
-
-    /** The latest log of a name (a restarted instance has a new one). */
-    private String lastLog(String name) {
-        Path last = null;
-        for (Map.Entry<String, Path> l : logs.entrySet()) {
-            if (l.getKey().startsWith(name + " (")) {
-                last = l.getValue();
-            }
-        }
-        try {
-            return last == null ? "" : Files.readString(last, StandardCharsets.UTF_8);
-        } catch (IOException e) {
-            return "";
-        }
     }
 
     private void startEtcd() throws IOException {
