@@ -100,6 +100,13 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
     private final AtomicInteger done = new AtomicInteger();
     private final AtomicInteger failed = new AtomicInteger();
     private final Map<String, AtomicInteger> servedBy = new java.util.concurrent.ConcurrentHashMap<>();
+    /** The latest failed requests (at most {@link #RECENT_FAILURES}), for the stats route. */
+    private final java.util.Deque<Map<String, Object>> recentFailures =
+            new java.util.concurrent.ConcurrentLinkedDeque<>();
+    private final java.util.concurrent.atomic.AtomicReference<Router> routerRef =
+            new java.util.concurrent.atomic.AtomicReference<>();
+    /** How many failed requests {@code /v1/router/stats} lists. */
+    static final int RECENT_FAILURES = 256;
 
     @Override
     public Integer call() throws Exception {
@@ -124,7 +131,9 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
                 RouteCommand::validate)) {
             dev.kvtransfer.registry.Registry registry = endpoint.registry();
             endpoint.route("/v1/router/stats", (mm, p, b) -> ControlHttp.Reply.ok(Map.of(
-                    "done", done.get(), "failed", failed.get(), "servedBy", Map.copyOf(servedBy))));
+                    "done", done.get(), "failed", failed.get(), "servedBy", Map.copyOf(servedBy),
+                    "inFlight", routerRef.get() == null ? Map.of() : routerRef.get().inFlightById(),
+                    "failures", List.copyOf(recentFailures))));
             AutoCloseable watch = registry.watch(e -> err.printf(Locale.ROOT, "kvtransfer route: %s %s %s (%s)%s%n",
                     e.type().name().toLowerCase(Locale.ROOT), e.instance().role(), e.instance().id(),
                     e.instance().parallelism(), e.type() == dev.kvtransfer.registry.Registry.Event.Type.JOINED
@@ -136,6 +145,7 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
             awaitInstances(registry);
             Router router = new Router(registry, auth, m, layerwise, Duration.ofSeconds(requestTimeoutSeconds),
                     Duration.ofMillis(leaseMs * 2));
+            routerRef.set(router);
             long t0 = System.nanoTime();
             List<Router.Outcome> outcomes = drive(router, islSpec);
             long wall = System.nanoTime() - t0;
@@ -151,6 +161,25 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
             }
             watch.close();
             return report.failed() == 0 ? 0 : 1;
+        }
+    }
+
+    /**
+     * Keeps a failed request for the stats route: when it ended (wall clock, milliseconds since the epoch), how long
+     * after it started, its cause, the instances and its one line; the oldest goes beyond {@link #RECENT_FAILURES}.
+     */
+    private void noteFailure(Router.Outcome o) {
+        Map<String, Object> f = new java.util.LinkedHashMap<>();
+        f.put("requestId", o.requestId());
+        f.put("code", o.code());
+        f.put("context", o.context());
+        f.put("generation", o.generation());
+        f.put("endEpochMs", System.currentTimeMillis());
+        f.put("afterMs", o.totalNanos() / 1_000_000.0);
+        f.put("error", o.error());
+        recentFailures.addLast(f);
+        while (recentFailures.size() > RECENT_FAILURES) {
+            recentFailures.pollFirst();
         }
     }
 
@@ -215,6 +244,9 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
                     try {
                         Router.Outcome o = router.run(rid, len);
                         (o.ok() ? done : failed).incrementAndGet();
+                        if (!o.ok()) {
+                            noteFailure(o);
+                        }
                         if (o.ok()) {
                             servedBy.computeIfAbsent(o.generation(), k -> new AtomicInteger()).incrementAndGet();
                             servedBy.computeIfAbsent(o.context(), k -> new AtomicInteger()).incrementAndGet();

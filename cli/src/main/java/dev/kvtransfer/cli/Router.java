@@ -18,8 +18,9 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The routing of {@code kvtransfer route}: per request, the least-loaded live context instance (the router's own
- * count of requests it has in flight there, then the load the instance last reported), its context-phase
- * parameters, then the least-loaded generation instance of the asked mode, which receives and verifies the KV.
+ * count of requests it has in flight there, then the load the instance last reported, then the one picked least
+ * recently), its context-phase parameters, then the least-loaded generation instance of the asked mode, which
+ * receives and verifies the KV.
  * An instance that cannot be reached is set aside (its requests fail {@code PEER_LOST}) until it registers again
  * with a new incarnation or its lease is renewed past the set-aside time; a (context, generation) pair the
  * formatter refuses is never paired again. Thread-safe.
@@ -33,6 +34,9 @@ final class Router {
     private final long asideNanos;
     private final Map<String, ControlHttp.Client> clients = new ConcurrentHashMap<>();
     private final Map<String, AtomicInteger> inFlight = new ConcurrentHashMap<>();
+    /** Instance key to the sequence number of its latest pick (ties between equally idle instances take turns). */
+    private final Map<String, Long> lastPicked = new ConcurrentHashMap<>();
+    private final java.util.concurrent.atomic.AtomicLong picks = new java.util.concurrent.atomic.AtomicLong();
     /** Instance key (id@incarnation) set aside until the nanoTime given. */
     private final Map<String, Long> aside = new ConcurrentHashMap<>();
     private final Set<String> unsupportedPairs = ConcurrentHashMap.newKeySet();
@@ -40,6 +44,11 @@ final class Router {
     /** The last listing the registry answered: used while it cannot be reached (etcd stopped). */
     private volatile List<InstanceRecord> lastLive = List.of();
     private volatile boolean registryDown;
+    /** While the registry is down: when (nanoTime) the next request may ask it again; the others use the last list. */
+    private final java.util.concurrent.atomic.AtomicLong nextProbe = new java.util.concurrent.atomic.AtomicLong();
+    /** While the registry is down, it is asked again at most this often (a call to a stopped etcd takes seconds). */
+    static final Duration DOWN_PROBE = Duration.ofMillis(500);
+    private final long downProbeNanos;
 
     /**
      * The outcome of one request.
@@ -65,6 +74,12 @@ final class Router {
 
     Router(Registry registry, RegistryAuth auth, String mode, boolean layerwise, Duration requestTimeout,
            Duration aside) {
+        this(registry, auth, mode, layerwise, requestTimeout, aside, DOWN_PROBE);
+    }
+
+    Router(Registry registry, RegistryAuth auth, String mode, boolean layerwise, Duration requestTimeout,
+           Duration aside, Duration downProbe) {
+        this.downProbeNanos = downProbe.toNanos();
         this.registry = registry;
         this.auth = auth;
         this.mode = mode;
@@ -87,13 +102,33 @@ final class Router {
         return until == null || System.nanoTime() - until > 0;
     }
 
-    private Optional<InstanceRecord> leastLoaded(List<InstanceRecord> live, boolean context, InstanceRecord ctx) {
-        return live.stream()
+    /**
+     * The instance of a role to send the next request to: the fewest requests in flight from this router, then the
+     * lowest load it reported, then the one picked least recently (so equally idle instances take turns, and one
+     * that joined or came back is used at once, not only when the others are busy), then the id.
+     *
+     * @param live    the live instances
+     * @param context which role
+     * @param ctx     for a generation instance: the context instance it must be served from
+     * @return the pick (recorded as picked now), or empty when none can be used
+     */
+    Optional<InstanceRecord> pick(List<InstanceRecord> live, boolean context, InstanceRecord ctx) {
+        Optional<InstanceRecord> p = live.stream()
                 .filter(r -> r.isContext() == context && usable(r))
                 .filter(r -> context || mode.equals(r.mode()))
                 .filter(r -> ctx == null || !unsupportedPairs.contains(ctx.id() + ">" + r.id()))
                 .min(Comparator.<InstanceRecord>comparingInt(r -> count(r).get()).thenComparingInt(InstanceRecord::load)
+                        .thenComparingLong(r -> lastPicked.getOrDefault(key(r), 0L))
                         .thenComparing(InstanceRecord::id));
+        p.ifPresent(r -> lastPicked.put(key(r), picks.incrementAndGet()));
+        return p;
+    }
+
+    /** @return requests in flight from this router per instance id (every incarnation summed) */
+    Map<String, Integer> inFlightById() {
+        Map<String, Integer> out = new java.util.TreeMap<>();
+        inFlight.forEach((k, v) -> out.merge(k.substring(0, k.lastIndexOf('@')), v.get(), Integer::sum));
+        return out;
     }
 
     private AtomicInteger count(InstanceRecord r) {
@@ -120,9 +155,17 @@ final class Router {
 
     /**
      * The live instances: the registry's answer, or, while it cannot be reached, the last one it gave (instances
-     * already known keep being served; new ones are seen when it is back).
+     * already known keep being served; new ones are seen when it is back). While it is down, one request at most
+     * every {@link #DOWN_PROBE} asks it again; the others route from the last list at once instead of each
+     * waiting out a call to a registry that is gone.
      */
     List<InstanceRecord> live() {
+        if (registryDown) {
+            long next = nextProbe.get();
+            if (System.nanoTime() - next < 0 || !nextProbe.compareAndSet(next, System.nanoTime() + downProbeNanos)) {
+                return lastLive; // another request asks it, or it was asked a moment ago
+            }
+        }
         try {
             List<InstanceRecord> l = registry.list();
             if (registryDown) {
@@ -135,6 +178,7 @@ final class Router {
             if (e.kind() != RegistryException.Kind.UNAVAILABLE) {
                 throw e;
             }
+            nextProbe.set(System.nanoTime() + downProbeNanos);
             if (!registryDown) {
                 registryDown = true;
                 System.err.println("kvtransfer route: " + e.getMessage() + "; routing to the " + lastLive.size()
@@ -147,12 +191,12 @@ final class Router {
     Outcome run(long rid, int isl) {
         long t0 = System.nanoTime();
         List<InstanceRecord> live = live();
-        Optional<InstanceRecord> c = leastLoaded(live, true, null);
+        Optional<InstanceRecord> c = pick(live, true, null);
         if (c.isEmpty()) {
             return fail(rid, isl, t0, "NO_INSTANCE", "request " + rid + ": no live context instance", "", "");
         }
         InstanceRecord ctx = c.get();
-        Optional<InstanceRecord> g = leastLoaded(live, false, ctx);
+        Optional<InstanceRecord> g = pick(live, false, ctx);
         if (g.isEmpty()) {
             return fail(rid, isl, t0, "NO_INSTANCE", "request " + rid + ": no live generation instance in " + mode
                     + " mode that context instance " + ctx.id() + " can serve", ctx.id(), "");

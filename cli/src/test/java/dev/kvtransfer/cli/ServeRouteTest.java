@@ -143,6 +143,19 @@ class ServeRouteTest {
         await().atMost(Duration.ofSeconds(60)).until(() -> live().stream().anyMatch(r -> r.id().equals("gen-1")));
         int before = served(stats(), "gen-1");
         await().atMost(Duration.ofSeconds(60)).until(() -> served(stats(), "gen-1") > before);
+        // The stats route lists every failed request so far (the killed instance's), and the requests in flight.
+        Map<?, ?> s = stats();
+        List<?> failures = (List<?>) s.get("failures");
+        assertThat(failures).hasSize(((Number) s.get("failed")).intValue());
+        for (Object o : failures) {
+            Map<?, ?> f = (Map<?, ?>) o;
+            assertThat(f.get("code")).as(f.toString()).isEqualTo("PEER_LOST");
+            assertThat(f.get("generation")).as(f.toString()).isEqualTo("gen-1");
+            assertThat((String) f.get("error")).contains(String.valueOf(f.get("requestId")));
+            assertThat(((Number) f.get("endEpochMs")).longValue()).isLessThanOrEqualTo(System.currentTimeMillis());
+        }
+        assertThat(((Map<?, ?>) s.get("inFlight")).keySet()).map(String::valueOf).contains("ctx-0", "ctx-1", "gen-0",
+                "gen-1");
 
         assertThat(route.get(180, TimeUnit.SECONDS)).isIn(0, 1);
         JsonNode r = ControlHttp.JSON.readTree(report.toFile());

@@ -14,6 +14,8 @@ import java.util.stream.Collectors;
  *       without closing it: only the pair's shutdown hook can remove the namespaces;</li>
  *   <li>{@code create-and-hang}: creates a {@link NetnsPair}, prints {@code CREATED <ns a> <ns b>} and waits to be
  *       killed (a test run killed with SIGKILL: no shutdown hook runs, the namespaces stay);</li>
+ *   <li>{@code star-and-hang}: creates a one-spoke {@link NetnsStar}, starts {@code sleep 600} inside the spoke,
+ *       prints {@code CREATED <hub> <spoke> <sleep pid>} and waits to be killed (the sleep outlives it);</li>
  *   <li>{@code probe}: prints {@code AVAILABLE} or {@code UNAVAILABLE <why>} ({@link NetnsPair#unavailabilityCause()}:
  *       the reason the namespace tests give when they skip).</li>
  * </ul>
@@ -50,6 +52,18 @@ public final class InNamespaceMain {
                 System.out.flush();
                 dev.kvtransfer.testkit.process.ChildJvm.haltWhenStdinEnds();
                 new CountDownLatch(1).await(); // until killed: SIGKILL runs no shutdown hook
+            }
+            case "star-and-hang" -> {
+                NetnsStar s = NetnsStar.create(1);
+                // A process inside a spoke that outlives this JVM (no parent-death signal): what a killed test
+                // run leaves behind.
+                Process sleeper = new ProcessBuilder("ip", "netns", "exec", s.spoke(0).namespace(), "sleep", "600")
+                        .redirectOutput(ProcessBuilder.Redirect.DISCARD).redirectErrorStream(true).start();
+                System.out.println("CREATED " + s.hub().namespace() + " " + s.spoke(0).namespace() + " "
+                        + sleeper.pid());
+                System.out.flush();
+                dev.kvtransfer.testkit.process.ChildJvm.haltWhenStdinEnds();
+                new CountDownLatch(1).await(); // until killed
             }
             case "probe" -> {
                 String cause = NetnsPair.unavailabilityCause();

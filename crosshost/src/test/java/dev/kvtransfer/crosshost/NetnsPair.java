@@ -31,6 +31,8 @@ final class NetnsPair implements AutoCloseable {
     /** Prefix of every namespace this class creates. */
     static final String PREFIX = "kvt-";
     private static final Pattern OURS = Pattern.compile("^" + PREFIX + "(\\d+)-(\\d+)-[ab]$");
+    /** {@link NetnsStar}'s names: {@code kvt-<pid>-star<k>-hub} and {@code -s<i>}. */
+    private static final Pattern STAR = Pattern.compile("^" + PREFIX + "(\\d+)-star\\d+-(hub|s\\d+)$");
     private static final AtomicInteger SEQ = new AtomicInteger();
     private static final long CMD_TIMEOUT_S = 20;
     /** The probe's answer: "" when namespaces work, else why not; null before the probe. */
@@ -247,9 +249,42 @@ final class NetnsPair implements AutoCloseable {
     static void sweepStale() {
         for (String name : existing()) {
             Matcher m = OURS.matcher(name);
+            if (!m.matches()) {
+                m = STAR.matcher(name);
+            }
             if (m.matches() && ProcessHandle.of(Long.parseLong(m.group(1))).isEmpty()) {
+                killProcessesIn(name);
                 Result r = run(List.of("ip", "netns", "del", name));
                 System.out.println("netns: removed stale namespace " + name + " (exit " + r.code + ")");
+            }
+        }
+    }
+
+    /**
+     * Kills (SIGKILL) every process inside a namespace ({@code ip netns pids}) and waits for them to end: what a
+     * killed test JVM left behind (its children, an etcd) would otherwise keep running in a namespace whose name
+     * is gone.
+     *
+     * @param namespace the namespace
+     */
+    static void killProcessesIn(String namespace) {
+        Result r = run(List.of("ip", "netns", "pids", namespace));
+        if (r.code != 0) {
+            return;
+        }
+        for (String pid : r.output.trim().split("\\s+")) {
+            if (!pid.isEmpty()) {
+                ProcessHandle.of(Long.parseLong(pid)).ifPresent(p -> {
+                    p.destroyForcibly();
+                    System.out.println("netns: killed pid " + pid + " left in " + namespace);
+                    try {
+                        p.onExit().get(10, java.util.concurrent.TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
+                        System.out.println("netns: pid " + pid + " in " + namespace + " still runs: " + e);
+                    }
+                });
             }
         }
     }
@@ -277,6 +312,7 @@ final class NetnsPair implements AutoCloseable {
         StringBuilder failures = new StringBuilder();
         for (Side s : List.of(a, b)) {
             if (Files.exists(Path.of("/run/netns", s.namespace))) {
+                killProcessesIn(s.namespace);
                 Result r = run(List.of("ip", "netns", "del", s.namespace));
                 if (r.code != 0) {
                     failures.append(s.namespace).append(": exit ").append(r.code).append(' ')

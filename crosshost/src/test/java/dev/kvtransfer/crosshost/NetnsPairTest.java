@@ -124,4 +124,31 @@ class NetnsPairTest {
         }
     }
 
+    @Test
+    void required_05_aKilledJvmsStarAndTheProcessesLeftInsideAreSweptAtTheNextStart() throws Exception {
+        List<String> cmd = List.of(System.getProperty("java.home") + "/bin/java", "-cp",
+                System.getProperty("java.class.path"), InNamespaceMain.class.getName(), "star-and-hang");
+        Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
+        String[] created;
+        try (BufferedReader out = new BufferedReader(new InputStreamReader(p.getInputStream(),
+                StandardCharsets.UTF_8))) {
+            String line = out.readLine();
+            assertThat(line).as("first line of the helper").startsWith("CREATED ");
+            created = line.substring("CREATED ".length()).split(" ");
+            assertThat(created).hasSize(3);
+            p.destroyForcibly();
+            assertThat(p.waitFor(30, TimeUnit.SECONDS)).as("helper killed").isTrue();
+        } finally {
+            p.destroyForcibly();
+        }
+        long sleeper = Long.parseLong(created[2]);
+        assertThat(NetnsPair.existing()).as("left by the killed JVM").contains(created[0], created[1]);
+        assertThat(ProcessHandle.of(sleeper).map(ProcessHandle::isAlive)).as("its process inside").contains(true);
+        try (NetnsStar fresh = NetnsStar.create(1)) { // sweeps first
+            assertThat(NetnsPair.existing()).doesNotContain(created[0], created[1])
+                    .contains(fresh.hub().namespace());
+            assertThat(ProcessHandle.of(sleeper).map(ProcessHandle::isAlive).orElse(false))
+                    .as("the process left inside was killed").isFalse();
+        }
+    }
 }

@@ -12,8 +12,9 @@ import java.util.concurrent.TimeUnit;
  * A hub namespace holding a bridge and {@code n} spoke namespaces, each joined to the bridge by a veth pair created
  * directly inside the two namespaces (nothing in the host's namespace): the hub has {@code 10.213.<k>.254/24} on
  * the bridge, spoke {@code i} has {@code 10.213.<k>.<i+1>/24}. Every process of an xPyD deployment gets its own
- * namespace and talks to the others over the bridge. {@link #close()} deletes every namespace (and with them the
- * devices); a shutdown hook does the same if the test JVM exits without closing.
+ * namespace and talks to the others over the bridge. {@link #close()} kills any process still inside and deletes
+ * every namespace (and with them the devices); a shutdown hook does the same if the test JVM exits without
+ * closing, and {@link NetnsPair#sweepStale()} if it was killed.
  */
 final class NetnsStar implements AutoCloseable {
     private static final java.util.concurrent.atomic.AtomicInteger SEQ = new java.util.concurrent.atomic.AtomicInteger();
@@ -78,6 +79,41 @@ final class NetnsStar implements AutoCloseable {
         }
     }
 
+    /**
+     * A small token bucket on one spoke's veth egress ({@code tc qdisc replace dev kvt0 root tbf rate <rate> burst
+     * <burst> limit <limit>}): what does not fit its queue is dropped, so the link both limits and loses packets
+     * (this kernel has no {@code sch_netem}; the drops are counted by the qdisc, see {@link #qdiscStats}).
+     *
+     * @param i     the spoke
+     * @param rate  e.g. {@code 100mbit}
+     * @param burst e.g. {@code 16kb}
+     * @param limit bytes the queue holds, e.g. {@code 32kb}
+     */
+    void lossyLink(int i, String rate, String burst, String limit) {
+        NetnsPair.Side sp = spokes.get(i);
+        run("tc", "-n", sp.namespace(), "qdisc", "replace", "dev", sp.device(), "root", "tbf", "rate", rate, "burst",
+                burst, "limit", limit);
+    }
+
+    /**
+     * @param i the spoke
+     * @return {@code tc -s qdisc show dev kvt0} in its namespace (the bucket's {@code Sent … (dropped N, …)} line)
+     */
+    String qdiscStats(int i) {
+        NetnsPair.Side sp = spokes.get(i);
+        return run("tc", "-s", "-n", sp.namespace(), "qdisc", "show", "dev", sp.device());
+    }
+
+    /**
+     * Removes one spoke's root qdisc (back to the default).
+     *
+     * @param i the spoke
+     */
+    void clearLink(int i) {
+        NetnsPair.Side sp = spokes.get(i);
+        run("tc", "-n", sp.namespace(), "qdisc", "del", "dev", sp.device(), "root");
+    }
+
     /** Removes the spokes' token buckets. */
     void clearRateLimit() {
         for (NetnsPair.Side sp : spokes) {
@@ -85,7 +121,14 @@ final class NetnsStar implements AutoCloseable {
         }
     }
 
-    private static void run(String... cmd) {
+    /**
+     * Runs a command with a 20 s deadline.
+     *
+     * @param cmd the command
+     * @return its output
+     * @throws IllegalStateException naming the command, exit code and output when it fails or overruns
+     */
+    static String run(String... cmd) {
         try {
             Process p = new ProcessBuilder(cmd).redirectErrorStream(true).start();
             p.getOutputStream().close();
@@ -99,6 +142,7 @@ final class NetnsStar implements AutoCloseable {
                 throw new IllegalStateException("'" + String.join(" ", cmd) + "' failed (exit " + p.exitValue() + "): "
                         + out.toString(StandardCharsets.UTF_8).trim());
             }
+            return out.toString(StandardCharsets.UTF_8);
         } catch (java.io.IOException e) {
             throw new java.io.UncheckedIOException("cannot run " + String.join(" ", cmd), e);
         } catch (InterruptedException e) {
@@ -114,6 +158,9 @@ final class NetnsStar implements AutoCloseable {
         for (NetnsPair.Side s : all) {
             if (Files.exists(Path.of("/run/netns", s.namespace()))) {
                 try {
+                    // A process left inside (a child the test did not stop) would keep the namespace's network
+                    // alive after its name is gone.
+                    NetnsPair.killProcessesIn(s.namespace());
                     run("ip", "netns", "del", s.namespace());
                 } catch (RuntimeException e) {
                     failures.append(e.getMessage()).append("; ");

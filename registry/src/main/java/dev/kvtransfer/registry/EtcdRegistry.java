@@ -35,13 +35,20 @@ import java.util.function.Consumer;
  * deployment secret ({@link RegistryAuth#seal}); an entry written without it is skipped by {@link #list} and
  * counted, so anyone who can write to etcd but lacks the secret cannot join or redirect the deployment.
  * A registration is a transaction (put only if the key is unchanged since read), so two live instances never hold
- * one id. Every call has a deadline; an etcd that cannot be reached is {@link RegistryException.Kind#UNAVAILABLE}
- * with one line naming it.
+ * one id. Every call has a deadline (longer until etcd first answered: that call also starts the channel); an etcd
+ * that cannot be reached is {@link RegistryException.Kind#UNAVAILABLE} with one line naming it.
  */
 public final class EtcdRegistry implements Registry {
     /** Key prefix of the instances. */
     static final String PREFIX = "/kvtransfer/instances/";
     private static final Duration CALL_TIMEOUT = Duration.ofSeconds(3);
+    /**
+     * Deadline of the calls until etcd has answered once: the first call also starts gRPC's channel (classes, the
+     * connection, HTTP/2), which in a cold JVM on a busy host took longer than {@link #CALL_TIMEOUT}.
+     */
+    static final Duration FIRST_CALL_TIMEOUT = Duration.ofSeconds(10);
+    /** Whether etcd has answered a call of this client. */
+    private volatile boolean answered;
     /** gRPC logs its transport choices at INFO through java.util.logging; kept quiet (a strong reference). */
     private static final java.util.logging.Logger GRPC_LOG = java.util.logging.Logger.getLogger("io.grpc");
 
@@ -101,12 +108,15 @@ public final class EtcdRegistry implements Registry {
     }
 
     private <T> T await(CompletableFuture<T> f, String what) {
+        Duration timeout = answered ? CALL_TIMEOUT : FIRST_CALL_TIMEOUT;
         try {
-            return f.get(CALL_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+            T answer = f.get(timeout.toMillis(), TimeUnit.MILLISECONDS);
+            answered = true;
+            return answer;
         } catch (TimeoutException e) {
             f.cancel(true);
             throw new RegistryException(RegistryException.Kind.UNAVAILABLE, "etcd " + endpoints + ": " + what
-                    + ": no answer within " + CALL_TIMEOUT.toMillis() + " ms (is etcd running and reachable?)", e);
+                    + ": no answer within " + timeout.toMillis() + " ms (is etcd running and reachable?)", e);
         } catch (ExecutionException e) {
             Throwable c = e.getCause();
             String m = String.valueOf(c.getMessage());
