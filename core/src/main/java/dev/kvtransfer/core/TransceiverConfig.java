@@ -65,10 +65,7 @@ public final class TransceiverConfig {
      * requester decides for both sides ({@code RequestInfo.FLAG_NO_COALESCE}). Push always coalesces.
      */
     public static final String P_COALESCE = PREFIX + "coalesce";
-    /**
-     * Whether the generation side awaits ready signals with posted receives (docs/design/core-control-layer.md,
-     * "Generation path: ready signals without a thread per request").
-     */
+    /** Whether the generation side awaits ready signals with posted receives (docs/design/core-control-layer.md). */
     public static final String P_POSTED_READY = PREFIX + "postedReadySignals";
     /** {@code pull} (default: the generation side asks, the context side sends) or {@code push}. */
     public static final String P_TRANSFER_MODE = PREFIX + "transferMode";
