@@ -130,6 +130,9 @@ final class NetnsPair implements AutoCloseable {
                 ip("-n", s.namespace, "link", "set", "lo", "up");
                 ip("-n", s.namespace, "link", "set", s.device, "up");
             }
+            for (Side s : List.of(p.a, p.b)) {
+                awaitRunning(s.namespace, s.device);
+            }
             return p;
         } catch (RuntimeException e) {
             p.close();
@@ -327,6 +330,24 @@ final class NetnsPair implements AutoCloseable {
     public String toString() {
         return a.namespace + " (" + a.device + " " + a.address + ") <-> " + b.namespace + " (" + b.device + " "
                 + b.address + ")";
+    }
+
+    /**
+     * Waits (at most 20 s) until a device reports its carrier and the state UP. The kernel turns a veth pair's
+     * carrier on asynchronously (its link watch may wait up to a second) once both ends are up; a process started
+     * before that sees the device without {@code IFF_RUNNING}, and UCX then leaves it out of its worker, so
+     * endpoints to the peer fail "Destination is unreachable".
+     *
+     * @param namespace the namespace
+     * @param device    the device in it
+     */
+    static void awaitRunning(String namespace, String device) {
+        org.awaitility.Awaitility.await("carrier of " + device + " in " + namespace)
+                .atMost(java.time.Duration.ofSeconds(20)).pollInterval(java.time.Duration.ofMillis(20))
+                .until(() -> {
+                    String line = check(List.of("ip", "-n", namespace, "-o", "link", "show", "dev", device));
+                    return line.contains("LOWER_UP") && line.contains("state UP");
+                });
     }
 
     private static void ip(String... args) {

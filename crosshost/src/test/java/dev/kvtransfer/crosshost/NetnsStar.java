@@ -51,6 +51,11 @@ final class NetnsStar implements AutoCloseable {
                 run("ip", "-n", s.hub.namespace(), "link", "set", "h" + i, "master", "br0");
                 run("ip", "-n", s.hub.namespace(), "link", "set", "h" + i, "up");
             }
+            for (int i = 0; i < n; i++) {
+                NetnsPair.awaitRunning(s.spokes.get(i).namespace(), "kvt0");
+                NetnsPair.awaitRunning(s.hub.namespace(), "h" + i);
+            }
+            NetnsPair.awaitRunning(s.hub.namespace(), "br0");
             return s;
         } catch (RuntimeException e) {
             s.close();
