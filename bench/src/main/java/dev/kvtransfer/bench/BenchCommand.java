@@ -747,19 +747,11 @@ public final class BenchCommand implements Callable<Integer> {
         m.put("transport_properties", new LinkedHashMap<>(transportProperties));
         m.put("java", System.getProperty("java.vm.name") + " " + System.getProperty("java.version"));
         m.put("cores", Runtime.getRuntime().availableProcessors());
-        m.put("load_average", loadAverage());
+        m.put("load_average", BenchReport.Machine.loadAverage());
         Map<String, Object> b = new LinkedHashMap<>(baselineDescriptions);
         m.put("baselines", b);
         m.put("problems", List.copyOf(problems));
         return m;
-    }
-
-    private static String loadAverage() {
-        try {
-            return Files.readString(Path.of("/proc/loadavg")).trim();
-        } catch (IOException | UncheckedIOException e) {
-            return "";
-        }
     }
 
     /**

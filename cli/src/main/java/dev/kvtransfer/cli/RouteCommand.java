@@ -246,8 +246,7 @@ public final class RouteCommand implements java.util.concurrent.Callable<Integer
                         (o.ok() ? done : failed).incrementAndGet();
                         if (!o.ok()) {
                             noteFailure(o);
-                        }
-                        if (o.ok()) {
+                        } else {
                             servedBy.computeIfAbsent(o.generation(), k -> new AtomicInteger()).incrementAndGet();
                             servedBy.computeIfAbsent(o.context(), k -> new AtomicInteger()).incrementAndGet();
                         }
