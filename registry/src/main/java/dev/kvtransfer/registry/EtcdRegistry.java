@@ -56,7 +56,15 @@ public final class EtcdRegistry implements Registry {
         GRPC_LOG.setLevel(java.util.logging.Level.WARNING);
     }
 
-    private final Client client;
+    /** Calls, leases and watches; replaced by a fresh one after etcd could not be reached ({@link #client()}). */
+    private volatile Client client;
+    private final List<URI> endpointList;
+    /** Set when a call found etcd unreachable: the next call first builds a fresh client. */
+    private volatile boolean lost;
+    private volatile long rebuiltAt = System.nanoTime();
+    /** How often at most the client is rebuilt while etcd stays unreachable. */
+    static final Duration REBUILD_EVERY = Duration.ofMillis(500);
+    private final List<Watching> watches = new java.util.concurrent.CopyOnWriteArrayList<>();
     private final String endpoints;
     private final RegistryAuth auth;
     private final long leaseSeconds;
@@ -78,8 +86,41 @@ public final class EtcdRegistry implements Registry {
         this.auth = Objects.requireNonNull(auth, "auth");
         this.leaseSeconds = Math.max(2, (lease.toMillis() + 999) / 1000);
         this.endpoints = endpoints.toString();
-        this.client = Client.builder().endpoints(endpoints.toArray(URI[]::new)).connectTimeout(Duration.ofSeconds(2))
-                .retryMaxDuration(Duration.ofSeconds(2)).retryMaxAttempts(2).build();
+        this.endpointList = List.copyOf(endpoints);
+        this.client = newClient();
+    }
+
+    /*
+     * A fresh client for every outage. gRPC reconnects a lost channel with exponential backoff (1 s growing by 1.6
+     * each try), so after an outage of 10 s the old channel tried again about 5 s after etcd was back: longer than
+     * an entry's lease, which etcd restarts at its full length, so the entries of live instances ran out and were
+     * deleted before their keep-alives resumed. A fresh channel connects at once. Calls fail at once while the
+     * channel cannot connect (no wait-for-ready), so each beat of an outage tries a fresh one.
+     */
+    private Client newClient() {
+        return Client.builder().endpoints(endpointList.toArray(URI[]::new)).connectTimeout(Duration.ofSeconds(2))
+                .retryMaxDuration(Duration.ofSeconds(2)).retryMaxAttempts(2).retryDelay(100).retryMaxDelay(500)
+                .waitForReady(false).build();
+    }
+
+    /** @return the client, first rebuilt (keep-alives and watches moved to it) when etcd was found unreachable */
+    private Client client() {
+        if (lost && System.nanoTime() - rebuiltAt >= REBUILD_EVERY.toNanos()) {
+            synchronized (this) {
+                if (lost && System.nanoTime() - rebuiltAt >= REBUILD_EVERY.toNanos()) {
+                    Client old = client;
+                    client = newClient();
+                    rebuiltAt = System.nanoTime();
+                    lost = false;
+                    keepAlives.values().forEach(io.etcd.jetcd.support.CloseableClient::close);
+                    keepAlives.clear();
+                    leases.values().forEach(this::keepAlive);
+                    watches.forEach(Watching::restart);
+                    old.close();
+                }
+            }
+        }
+        return client;
     }
 
     /**
@@ -115,6 +156,7 @@ public final class EtcdRegistry implements Registry {
             return answer;
         } catch (TimeoutException e) {
             f.cancel(true);
+            lost = true;
             throw new RegistryException(RegistryException.Kind.UNAVAILABLE, "etcd " + endpoints + ": " + what
                     + ": no answer within " + timeout.toMillis() + " ms (is etcd running and reachable?)", e);
         } catch (ExecutionException e) {
@@ -124,6 +166,7 @@ public final class EtcdRegistry implements Registry {
                 throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "etcd " + endpoints + ": "
                         + what + ": the lease ran out; register again", c);
             }
+            lost = true;
             throw new RegistryException(RegistryException.Kind.UNAVAILABLE, "etcd " + endpoints + ": " + what + ": "
                     + m.replaceAll("\\s+", " "), c);
         } catch (InterruptedException e) {
@@ -163,7 +206,7 @@ public final class EtcdRegistry implements Registry {
         Objects.requireNonNull(record, "record");
         ByteSequence key = bytes(PREFIX + record.id());
         String what = "register " + record.id();
-        List<KeyValue> kvs = await(client.getKVClient().get(key), what).getKvs();
+        List<KeyValue> kvs = await(client().getKVClient().get(key), what).getKvs();
         long modRevision = 0;
         if (!kvs.isEmpty()) {
             InstanceRecord old = decode(kvs.get(0).getValue().getBytes());
@@ -174,16 +217,137 @@ public final class EtcdRegistry implements Registry {
             }
             modRevision = kvs.get(0).getModRevision();
         }
-        long lease = await(client.getLeaseClient().grant(leaseSeconds), what).getID();
-        boolean ok = await(client.getKVClient().txn()
+        long lease = await(client().getLeaseClient().grant(leaseSeconds), what).getID();
+        boolean ok = await(client().getKVClient().txn()
                 .If(new Cmp(key, Cmp.Op.EQUAL, CmpTarget.modRevision(modRevision)))
                 .Then(Op.put(key, ByteSequence.from(encode(record)), PutOption.builder().withLeaseId(lease).build()))
                 .commit(), what).isSucceeded();
         if (!ok) {
-            client.getLeaseClient().revoke(lease);
+            client().getLeaseClient().revoke(lease);
             throw new RegistryException(RegistryException.Kind.DUPLICATE, "instance id " + record.id()
                     + " was registered by another instance at the same moment; pick another --id");
         }
+        keepAlive(lease);
+        Long previous = leases.put(record.id(), lease);
+        if (previous != null && previous != lease) {
+            stopKeepAlive(previous);
+            client().getLeaseClient().revoke(previous);
+        }
+        return leaseSeconds * 1000;
+    }
+
+    @Override
+    public void heartbeat(String id, long incarnation, int load) {
+        Long lease = leases.get(id);
+        if (lease == null) {
+            throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "instance " + id
+                    + " is not registered here; register again");
+        }
+        // The keep-alive stream renews the lease; the heartbeat checks it is still held (etcd restarted, a long
+        // stop) and publishes the load.
+        long ttl = await(client().getLeaseClient().timeToLive(lease, io.etcd.jetcd.options.LeaseOption.DEFAULT),
+                "heartbeat " + id).getTTL();
+        if (ttl <= 0) {
+            leases.remove(id, lease);
+            stopKeepAlive(lease);
+            throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "etcd " + endpoints + ": instance "
+                    + id + ": its lease ran out; register again");
+        }
+        ByteSequence key = bytes(PREFIX + id);
+        List<KeyValue> kvs = await(client().getKVClient().get(key), "heartbeat " + id).getKvs();
+        InstanceRecord cur = kvs.isEmpty() ? null : decode(kvs.get(0).getValue().getBytes());
+        if (cur == null || cur.incarnation() != incarnation) {
+            leases.remove(id, lease);
+            throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "instance " + id
+                    + " is no longer in etcd; register again");
+        }
+        if (cur.load() != load) {
+            await(client().getKVClient().put(key, ByteSequence.from(encode(cur.withLoad(load))),
+                    PutOption.builder().withLeaseId(lease).build()), "heartbeat " + id);
+        }
+    }
+
+    @Override
+    public void deregister(String id, long incarnation) {
+        Long lease = leases.remove(id);
+        if (lease != null) {
+            stopKeepAlive(lease);
+            await(client().getLeaseClient().revoke(lease), "deregister " + id); // the key goes with its lease
+        }
+    }
+
+    @Override
+    public List<InstanceRecord> list() {
+        ByteSequence prefix = bytes(PREFIX);
+        List<InstanceRecord> out = new ArrayList<>();
+        for (KeyValue kv : await(client().getKVClient().get(prefix, GetOption.builder().isPrefix(true).build()),
+                "list").getKvs()) {
+            InstanceRecord r = decode(kv.getValue().getBytes());
+            if (r != null) {
+                out.add(r);
+            }
+        }
+        out.sort(Comparator.comparing(InstanceRecord::id));
+        return out;
+    }
+
+    @Override
+    public AutoCloseable watch(Consumer<Event> listener) {
+        Watching w = new Watching(Objects.requireNonNull(listener, "listener"));
+        watches.add(w);
+        w.restart();
+        return () -> {
+            watches.remove(w);
+            w.close();
+        };
+    }
+
+    /** One watch, moved to the fresh client after an outage and resumed after the last revision it saw. */
+    private final class Watching {
+        private final Consumer<Event> listener;
+        private volatile long seen;
+        private Watch.Watcher watcher;
+
+        Watching(Consumer<Event> listener) {
+            this.listener = listener;
+        }
+
+        synchronized void restart() {
+            if (watcher != null) {
+                watcher.close();
+            }
+            WatchOption.Builder o = WatchOption.builder().isPrefix(true).withPrevKV(true);
+            if (seen > 0) {
+                o.withRevision(seen + 1);
+            }
+            watcher = client.getWatchClient().watch(bytes(PREFIX), o.build(), resp -> {
+                for (WatchEvent e : resp.getEvents()) {
+                    seen = Math.max(seen, e.getKeyValue().getModRevision());
+                    if (e.getEventType() == WatchEvent.EventType.PUT && e.getKeyValue().getVersion() == 1) {
+                        InstanceRecord r = decode(e.getKeyValue().getValue().getBytes());
+                        if (r != null) {
+                            listener.accept(new Event(Event.Type.JOINED, r, "registered"));
+                        }
+                    } else if (e.getEventType() == WatchEvent.EventType.DELETE && e.getPrevKV() != null) {
+                        InstanceRecord r = decode(e.getPrevKV().getValue().getBytes());
+                        if (r != null) {
+                            listener.accept(new Event(Event.Type.EVICTED, r,
+                                    "its etcd key was deleted (lease expired or deregistered)"));
+                        }
+                    }
+                }
+            }, t -> { /* jetcd re-establishes the watch itself; a lost etcd shows up in the calls */ });
+        }
+
+        synchronized void close() {
+            if (watcher != null) {
+                watcher.close();
+            }
+        }
+    }
+
+    /** Starts jetcd's keep-alive stream of a lease (it renews every third of the TTL while this process lives). */
+    private void keepAlive(long lease) {
         keepAlives.put(lease, client.getLeaseClient().keepAlive(lease,
                 new io.grpc.stub.StreamObserver<io.etcd.jetcd.lease.LeaseKeepAliveResponse>() {
                     @Override
@@ -199,90 +363,6 @@ public final class EtcdRegistry implements Registry {
                     public void onCompleted() {
                     }
                 }));
-        Long previous = leases.put(record.id(), lease);
-        if (previous != null && previous != lease) {
-            stopKeepAlive(previous);
-            client.getLeaseClient().revoke(previous);
-        }
-        return leaseSeconds * 1000;
-    }
-
-    @Override
-    public void heartbeat(String id, long incarnation, int load) {
-        Long lease = leases.get(id);
-        if (lease == null) {
-            throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "instance " + id
-                    + " is not registered here; register again");
-        }
-        // The keep-alive stream renews the lease; the heartbeat checks it is still held (etcd restarted, a long
-        // stop) and publishes the load.
-        long ttl = await(client.getLeaseClient().timeToLive(lease, io.etcd.jetcd.options.LeaseOption.DEFAULT),
-                "heartbeat " + id).getTTL();
-        if (ttl <= 0) {
-            leases.remove(id, lease);
-            stopKeepAlive(lease);
-            throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "etcd " + endpoints + ": instance "
-                    + id + ": its lease ran out; register again");
-        }
-        ByteSequence key = bytes(PREFIX + id);
-        List<KeyValue> kvs = await(client.getKVClient().get(key), "heartbeat " + id).getKvs();
-        InstanceRecord cur = kvs.isEmpty() ? null : decode(kvs.get(0).getValue().getBytes());
-        if (cur == null || cur.incarnation() != incarnation) {
-            leases.remove(id, lease);
-            throw new RegistryException(RegistryException.Kind.UNKNOWN_INSTANCE, "instance " + id
-                    + " is no longer in etcd; register again");
-        }
-        if (cur.load() != load) {
-            await(client.getKVClient().put(key, ByteSequence.from(encode(cur.withLoad(load))),
-                    PutOption.builder().withLeaseId(lease).build()), "heartbeat " + id);
-        }
-    }
-
-    @Override
-    public void deregister(String id, long incarnation) {
-        Long lease = leases.remove(id);
-        if (lease != null) {
-            stopKeepAlive(lease);
-            await(client.getLeaseClient().revoke(lease), "deregister " + id); // the key goes with its lease
-        }
-    }
-
-    @Override
-    public List<InstanceRecord> list() {
-        ByteSequence prefix = bytes(PREFIX);
-        List<InstanceRecord> out = new ArrayList<>();
-        for (KeyValue kv : await(client.getKVClient().get(prefix, GetOption.builder().isPrefix(true).build()),
-                "list").getKvs()) {
-            InstanceRecord r = decode(kv.getValue().getBytes());
-            if (r != null) {
-                out.add(r);
-            }
-        }
-        out.sort(Comparator.comparing(InstanceRecord::id));
-        return out;
-    }
-
-    @Override
-    public AutoCloseable watch(Consumer<Event> listener) {
-        Objects.requireNonNull(listener, "listener");
-        Watch.Watcher w = client.getWatchClient().watch(bytes(PREFIX),
-                WatchOption.builder().isPrefix(true).withPrevKV(true).build(), resp -> {
-                    for (WatchEvent e : resp.getEvents()) {
-                        if (e.getEventType() == WatchEvent.EventType.PUT && e.getKeyValue().getVersion() == 1) {
-                            InstanceRecord r = decode(e.getKeyValue().getValue().getBytes());
-                            if (r != null) {
-                                listener.accept(new Event(Event.Type.JOINED, r, "registered"));
-                            }
-                        } else if (e.getEventType() == WatchEvent.EventType.DELETE && e.getPrevKV() != null) {
-                            InstanceRecord r = decode(e.getPrevKV().getValue().getBytes());
-                            if (r != null) {
-                                listener.accept(new Event(Event.Type.EVICTED, r,
-                                        "its etcd key was deleted (lease expired or deregistered)"));
-                            }
-                        }
-                    }
-                }, t -> { /* jetcd re-establishes the watch itself; a lost etcd shows up in the calls */ });
-        return w::close;
     }
 
     private void stopKeepAlive(long lease) {
