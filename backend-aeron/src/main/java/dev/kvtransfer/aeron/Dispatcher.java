@@ -102,7 +102,7 @@ final class Dispatcher {
         if (!begin || !end || length < Wire.HEADER_LENGTH || Wire.type(buffer, offset) != Wire.HELLO) {
             agent.refuse(img, "its first message is not a HELLO (" + length + " B"
                     + (begin && length >= Wire.HEADER_LENGTH ? ", " + Wire.typeName(Wire.type(buffer, offset)) : "")
-                    + "): it joined mid-stream or is not this transport", false);
+                    + "): " + TransportAgent.MID_STREAM + " or is not this transport", false);
             return Action.ABORT;
         }
         long bodyLength = Wire.value(buffer, offset);

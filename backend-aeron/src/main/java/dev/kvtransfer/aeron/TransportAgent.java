@@ -163,11 +163,7 @@ final class TransportAgent {
         }
     }
 
-    /**
-     * A blocked caller's cycle ({@code aeron.callerPollMicros}).
-     *
-     * @return the work done, or -1 when another thread runs the cycle right now
-     */
+    /** @return a blocked caller's cycle ({@code aeron.callerPollMicros}): the work done, or -1 when busy elsewhere */
     int tryDutyCycle() {
         if (!duty.tryLock()) {
             return -1;
@@ -307,10 +303,7 @@ final class TransportAgent {
         return n;
     }
 
-    /**
-     * Peers that refused our stream: lost, with UNAUTHORIZED when their reason says so (a wrong or missing secret),
-     * else NETWORK. Only a rejection of a publication of ours names a peer, so nobody can fail a third peer this way.
-     */
+    /** Peers that refused our stream are lost ({@link #refusalCode}); only our publications' rejections count. */
     private int drainRejections() {
         int n = 0;
         Rejection r;
@@ -319,12 +312,18 @@ final class TransportAgent {
             for (Peer p : m.peers.values()) {
                 if (!p.lost && p.connection.registrationId() == r.registrationId()) {
                     String reason = ErrorReporter.peerText(r.reason());
-                    p.lostCode = reason.contains(REJECT_UNAUTHORIZED) ? ErrorCode.UNAUTHORIZED : ErrorCode.NETWORK;
+                    p.lostCode = refusalCode(reason);
                     peerLost(p, "refused our stream: " + reason);
                 }
             }
         }
         return n;
+    }
+
+    /** @return UNAUTHORIZED (wrong secret), PEER_LOST (it timed our session out: we resumed mid-stream), NETWORK */
+    static ErrorCode refusalCode(String reason) {
+        return reason.contains(REJECT_UNAUTHORIZED) ? ErrorCode.UNAUTHORIZED
+                : reason.contains(MID_STREAM) ? ErrorCode.PEER_LOST : ErrorCode.NETWORK;
     }
 
     /** A stream that gets no state at all: rejected at once (its sender's driver is told), counted, reported. */
@@ -460,7 +459,7 @@ final class TransportAgent {
      */
     private static void reject(Image image, String text) {
         if (image.isClosed()) {
-            return;
+            return; // gone already
         }
         try {
             image.reject(text.length() > MAX_REJECT_TEXT ? text.substring(0, MAX_REJECT_TEXT) : text);
@@ -471,6 +470,7 @@ final class TransportAgent {
 
     static final String REJECT_UNAUTHORIZED = "kvtransfer UNAUTHORIZED: ";
     static final String REJECT_MALFORMED = "kvtransfer refused: ";
+    static final String MID_STREAM = "it joined mid-stream";
     private static final int MAX_REJECT_TEXT = 300;
 
     // ------------------------------------------------------------------------------------------ peers
