@@ -271,7 +271,9 @@ public abstract class TransceiverConformanceTest {
     @Test
     public void required_spec3_05_generationCancelBeforeSendingCancelsAndAfterIsRefused() {
         LayoutPair p = workhorsePair();
-        TransceiverConfig c = transceiverConfig().requestThreadsPerPeerInstance(1).build();
+        // Ready signals awaited by request threads: A holds each rank's only one, so B queues before its infos leave.
+        // Posted ready signals (the default) hold no thread, so there infos leave at once: checked at the end.
+        TransceiverConfig c = transceiverConfig().requestThreadsPerPeerInstance(1).postedReady(false).build();
         LocalInstance ctx = start("ctx", p.ctx(), c);
         LocalInstance gen = start("gen", p.gen(), c);
         Transfer warm = prepare(ctx, gen, p.ctx(), p.gen(), 5, 5);
@@ -294,6 +296,24 @@ public abstract class TransceiverConformanceTest {
         respond(ctx, a);
         awaitEnded(List.of(a));
         assertExact(gen, a);
+
+        // The default configuration (posted ready signals where the transport posts): infos out, cancel refused.
+        LocalInstance ctx2 = start("ctx-default", p.ctx(), transceiverConfig().build());
+        LocalInstance gen2 = start("gen-default", p.gen(), transceiverConfig().build());
+        Transfer warm2 = prepare(ctx2, gen2, p.ctx(), p.gen(), 5, 5);
+        respond(ctx2, warm2); // starts the context responders
+        request(gen2, warm2);
+        awaitEnded(List.of(warm2));
+        Transfer d = prepare(ctx2, gen2, p.ctx(), p.gen(), 20, 20);
+        request(gen2, d);
+        await().atMost(bound()).until(() -> d.ctxRanks.stream()
+                .allMatch(r -> ctx2.transceiver(r).contextRequestsAwaitingDispatch() >= 1));
+        for (int i = 0; i < d.gen.size(); i++) {
+            assertThat(gen2.transceiver(d.genRanks.get(i)).cancelRequest(d.gen.get(i))).as("infos are out").isFalse();
+        }
+        respond(ctx2, d);
+        awaitEnded(List.of(d));
+        assertExact(gen2, d);
     }
 
     @Test
