@@ -142,6 +142,20 @@ public record RecurrentStateShape(List<LayerKind> layerKinds, List<Integer> laye
     }
 
     /**
+     * Whether a rank holds recurrent states: CP rank 0 of every (PP, TP) position whose PP stage has recurrent layers.
+     * Context parallelism splits the tokens, not the state, so one CP rank keeps it, on both sides; CP rank 0 is the
+     * one every CP split has and the one the reference's CP-less layout maps to.
+     *
+     * @param state a cache state
+     * @param rank  a rank of its instance
+     * @return false for an attention-only state
+     */
+    public static boolean holdsState(CacheState state, int rank) {
+        RecurrentStateShape r = state.recurrentState();
+        return r != null && state.cpRank(rank) == 0 && r.recurrentLayerCount(state.ppRank(rank)) > 0;
+    }
+
+    /**
      * @param tp TP size
      * @return conv channels one rank holds
      */

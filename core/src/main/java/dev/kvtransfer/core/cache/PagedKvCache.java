@@ -62,6 +62,7 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
     private final BitSet free;
     private final Map<Long, int[]> owned = new HashMap<>();
     private boolean closed;
+    private volatile RecurrentStatePool recurrent;
 
     /**
      * A block pool of host memory.
@@ -320,6 +321,22 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
         }
     }
 
+    /**
+     * Lends a hybrid model's recurrent states through this view ({@link #recurrentState()}); this cache closes it.
+     *
+     * @param states the rank's recurrent states
+     * @return this cache
+     */
+    public PagedKvCache attachRecurrentState(RecurrentStatePool states) {
+        this.recurrent = Objects.requireNonNull(states, "states");
+        return this;
+    }
+
+    @Override
+    public RecurrentStatePool recurrentState() {
+        return recurrent;
+    }
+
     /** Releases the pool's memory (whether or not requests still hold blocks). Idempotent. */
     @Override
     public void close() {
@@ -331,6 +348,10 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
             owned.clear();
         }
         main.close();
+        RecurrentStatePool states = recurrent;
+        if (states != null) {
+            states.close();
+        }
         if (indexer != null) {
             indexer.close();
         }

@@ -223,18 +223,23 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
 
     @Override
     public Set<FormatterCapability> capabilities() {
-        return EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH);
+        // Recurrent states move only with whole requests: a layer range or a push would leave them behind.
+        return cache.recurrentState() != null ? EnumSet.noneOf(FormatterCapability.class)
+                : EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH);
     }
 
     @Override
     public void format(TransferSession session) {
         Objects.requireNonNull(session, "session");
+        RecurrentStates.requireView(session, cache.recurrentState());
         send(session, 0, Integer.MAX_VALUE);
+        RecurrentStates.send(session, cache.recurrentState());
     }
 
     @Override
     public void format(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
+        wholeRequestsOnly(session, "format of a layer range");
         CacheFormatter.checkLayerRange(session, firstLayer, layers);
         send(session, firstLayer, firstLayer + layers);
     }
@@ -242,14 +247,25 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     @Override
     public void unformat(TransferSession session) {
         Objects.requireNonNull(session, "session");
+        RecurrentStates.requireView(session, cache.recurrentState());
         receive(session, 0, Integer.MAX_VALUE);
+        RecurrentStates.receive(session, cache.recurrentState());
     }
 
     @Override
     public void unformat(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
+        wholeRequestsOnly(session, "unformat of a layer range");
         CacheFormatter.checkLayerRange(session, firstLayer, layers);
         receive(session, firstLayer, firstLayer + layers);
+    }
+
+    /** A hybrid model's recurrent states move only with whole two-sided requests. */
+    private static void wholeRequestsOnly(TransferSession session, String what) {
+        if (session.selfState().cacheState().recurrentState() != null) {
+            throw new UnsupportedOperationException("request " + session.requestId() + ": " + what + " is not"
+                    + " supported for a hybrid model (its recurrent states move only with whole requests)");
+        }
     }
 
     /** The parts of this rank's share restricted to global layers {@code [g0, g1)}. */
@@ -478,6 +494,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     @Override
     public void push(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
+        wholeRequestsOnly(session, "push");
         if (!session.isPush()) {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push on a session that is not a"
                     + " push session (no peer pools)", null);
