@@ -257,6 +257,10 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
             System.arraycopy(ids, 0, all, before.length, blocks);
             owned.put(requestId, all);
         }
+        RecurrentStatePool states = recurrent;
+        if (states != null) {
+            states.allocateIfAbsent(requestId); // one state per request, beside its first blocks
+        }
         return ids;
     }
 
@@ -286,6 +290,10 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
             for (int id : ids) {
                 free.set(id);
             }
+        }
+        RecurrentStatePool states = recurrent;
+        if (states != null) {
+            states.free(requestId);
         }
     }
 
@@ -323,6 +331,7 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
 
     /**
      * Lends a hybrid model's recurrent states through this view ({@link #recurrentState()}); this cache closes it.
+     * From then on {@link #allocate} gives a request its states with its first blocks and {@link #free} frees them.
      *
      * @param states the rank's recurrent states
      * @return this cache

@@ -40,12 +40,12 @@ public final class RecurrentStatePool implements RecurrentStateView, AutoCloseab
         if (shape == null) {
             throw new IllegalArgumentException("state " + state + " declares no recurrent state");
         }
-        this.layers = shape.recurrentLayerCount(state.ppRank(rank));
+        this.layers = RecurrentStateShape.holdsState(state, rank) ? shape.recurrentLayerCount(state.ppRank(rank)) : 0;
         this.convBytes = shape.convBytesPerRank(state.tensorParallelism());
         this.ssmBytes = shape.ssmBytesPerRank(state.tensorParallelism());
     }
 
-    /** @return recurrent layers this rank holds */
+    /** @return recurrent layers this rank holds states of (0 on a CP rank other than 0) */
     public int localLayers() {
         return layers;
     }
@@ -64,6 +64,17 @@ public final class RecurrentStatePool implements RecurrentStateView, AutoCloseab
             throw new IllegalStateException("request " + requestId + " already has recurrent states");
         }
         states.put(requestId, buffers.allocate(Math.max(1, layers * (convBytes + ssmBytes)), kind));
+    }
+
+    /**
+     * Allocates the states of a request unless it has them (or this rank holds no states).
+     *
+     * @param requestId the context request id
+     */
+    public synchronized void allocateIfAbsent(long requestId) {
+        if (layers > 0 && !states.containsKey(requestId)) {
+            allocate(requestId);
+        }
     }
 
     /**

@@ -469,8 +469,24 @@ public class KvPattern {
      * @return what was found
      */
     public static Result verifyRecurrent(RecurrentStateView states, CacheState state, int rank, long requestId) {
+        return verifyRecurrent(states, state, rank, requestId, requestId);
+    }
+
+    /**
+     * Checks that a rank's recurrent states of a request hold another request's pattern (e.g. a poison nothing
+     * may have overwritten).
+     *
+     * @param states    the rank's recurrent states
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id whose states are read
+     * @param patternId the request id whose pattern is expected
+     * @return what was found
+     */
+    public static Result verifyRecurrent(RecurrentStateView states, CacheState state, int rank, long requestId,
+                                         long patternId) {
         Result r = new Result();
-        RecurrentPattern.walk(states, state, rank, requestId, requestId, r);
+        RecurrentPattern.walk(states, state, rank, requestId, patternId, r);
         return r;
     }
 

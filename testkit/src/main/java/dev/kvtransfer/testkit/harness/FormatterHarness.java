@@ -406,7 +406,6 @@ public final class FormatterHarness implements AutoCloseable {
                             totalBlocks);
                 }
                 if (RecurrentStateShape.holdsState(ctxState, r)) {
-                    ctx.caches[r].recurrentState().allocate(requestId);
                     KvPattern.fillRecurrent(ctx.caches[r].recurrentState(), ctxState, r, requestId);
                 }
                 ctxNeedSend[r] = ctx.formatters[r].needSendCache(ctxState, r, genState);
@@ -426,8 +425,7 @@ public final class FormatterHarness implements AutoCloseable {
                             totalBlocks, reused, totalBlocks);
                 }
                 if (RecurrentStateShape.holdsState(genState, g)) {
-                    // Poisoned: every state element must be overwritten by the transfer.
-                    gen.caches[g].recurrentState().allocate(requestId);
+                    // Allocated with the blocks; poisoned: every state element must be overwritten by the transfer.
                     KvPattern.fillRecurrent(gen.caches[g].recurrentState(), genState, g, requestId,
                             requestId + GEN_POISON);
                 }
