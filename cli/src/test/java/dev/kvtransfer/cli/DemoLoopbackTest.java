@@ -76,6 +76,25 @@ class DemoLoopbackTest {
     }
 
     @Test
+    void theHybridPresetMovesBlocksAndRecurrentStatesVerified() {
+        // The shape of Qwen3-Next: 12 attention layers (2 KV heads) and 36 recurrent layers whose conv and SSM
+        // states move with the KV of the same request; TP2 -> PP2 re-splits the states' channels, heads and layers.
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--model=qwen3-next-shape", "--requests=2", "--isl=100", "--ctx-tp=2", "--gen-pp=2", "--warmup=0");
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        assertThat(report).contains("qwen3-next-shape").contains("recurrent{RRRA").contains("0 failed");
+        // Per request the generation ranks hold 36 layers x (8192 x 3 + 32 x 128 x 128) state elements, all checked
+        // besides the KV elements.
+        long states = 36L * (8192 * 3 + 32 * 128 * 128);
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("OK \\(([0-9]+) elements checked\\)")
+                .matcher(report);
+        assertThat(m.find()).as(report).isTrue();
+        assertThat(Long.parseLong(m.group(1))).as(report).isGreaterThan(2 * states);
+    }
+
+    @Test
     void unsupportedLayoutFailsTheRunWithTheReason() {
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
         // The standard formatter refuses CP above 1 on both sides when they differ.
