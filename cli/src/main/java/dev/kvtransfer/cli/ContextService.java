@@ -108,7 +108,8 @@ final class ContextService implements AutoCloseable {
                 allocated.add(r);
                 KvPattern.fill(ctx.cache(r), ctx.bufferManager(r), blocks, ctx.cacheState(r), r, rid, total);
                 if (RecurrentStateShape.holdsState(ctx.cacheState(r), r)) {
-                    KvPattern.fillRecurrent(ctx.cache(r).recurrentState(), ctx.cacheState(r), r, rid);
+                    KvPattern.fillRecurrent(ctx.cache(r).recurrentState(), ctx.bufferManager(r), ctx.cacheState(r), r,
+                            rid);
                 }
                 reqs.add(TransferRequest.context(rid, q.isl(), blocks, hashes));
             }

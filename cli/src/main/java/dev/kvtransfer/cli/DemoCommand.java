@@ -470,7 +470,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                     KvPattern.fill(ctx.cache(r), ctx.bufferManager(r), blocks, ctx.cacheState(r), r, id,
                             totalBlocks);
                     if (RecurrentStateShape.holdsState(ctx.cacheState(r), r)) {
-                        KvPattern.fillRecurrent(ctx.cache(r).recurrentState(), ctx.cacheState(r), r, id);
+                        KvPattern.fillRecurrent(ctx.cache(r).recurrentState(), ctx.bufferManager(r), ctx.cacheState(r), r,
+                                id);
                     }
                 }
                 reqs.add(TransferRequest.context(id, isl, blocks, hashes));

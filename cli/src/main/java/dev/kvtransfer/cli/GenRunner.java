@@ -161,8 +161,8 @@ final class GenRunner implements GenSide {
                     }
                     CacheState rs = gen.cacheState(part.rank);
                     if (RecurrentStateShape.holdsState(rs, part.rank)) {
-                        KvPattern.Result st = KvPattern.verifyRecurrent(cache.recurrentState(), rs, part.rank,
-                                requestId);
+                        KvPattern.Result st = KvPattern.verifyRecurrent(cache.recurrentState(),
+                                gen.bufferManager(part.rank), rs, part.rank, requestId);
                         checked += st.checkedElements();
                         mismatches += st.mismatches();
                         if (first.isEmpty() && !st.ok()) {

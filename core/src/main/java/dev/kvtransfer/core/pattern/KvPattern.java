@@ -490,6 +490,40 @@ public class KvPattern {
         return r;
     }
 
+    /**
+     * Writes the pattern into a rank's recurrent states of a request, in host or device memory (device states are
+     * written through a host mirror with {@code copier}).
+     *
+     * @param states    the rank's recurrent states
+     * @param copier    copies between host and the states' memory
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id
+     */
+    public static void fillRecurrent(RecurrentStateView states, BufferManager copier, CacheState state, int rank,
+                                     long requestId) {
+        RecurrentPattern.walk(states, Objects.requireNonNull(copier, "copier"), state, rank, requestId, requestId,
+                null);
+    }
+
+    /**
+     * Checks every element of a rank's recurrent states of a request, in host or device memory (device states are
+     * read through a host mirror with {@code copier}).
+     *
+     * @param states    the rank's recurrent states
+     * @param copier    copies between host and the states' memory
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id
+     * @return what was found
+     */
+    public static Result verifyRecurrent(RecurrentStateView states, BufferManager copier, CacheState state, int rank,
+                                         long requestId) {
+        Result r = new Result();
+        RecurrentPattern.walk(states, Objects.requireNonNull(copier, "copier"), state, rank, requestId, requestId, r);
+        return r;
+    }
+
     private static KvCacheView indexerPool(KvCacheView cache) {
         Objects.requireNonNull(cache, "cache");
         KvCacheView idx = cache.indexerKCache();

@@ -1,10 +1,12 @@
 package dev.kvtransfer.core.pattern;
 
 import dev.kvtransfer.api.cache.RecurrentStateView;
+import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.RecurrentStateShape;
+import dev.kvtransfer.core.memory.HostBufferManager;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
@@ -22,7 +24,24 @@ final class RecurrentPattern {
     /** Writes ({@code result == null}) or checks the states of one request on one rank. */
     static void walk(RecurrentStateView view, CacheState state, int rank, long requestId, long patternId,
                      KvPattern.Result result) {
+        walk(view, null, state, rank, requestId, patternId, result);
+    }
+
+    /**
+     * As {@link #walk(RecurrentStateView, CacheState, int, long, long, KvPattern.Result)}; states in device memory
+     * go through a host mirror, copied with {@code copier} (device to host before a check, host to device after a
+     * fill).
+     */
+    static void walk(RecurrentStateView view, BufferManager copier, CacheState state, int rank, long requestId,
+                     long patternId, KvPattern.Result result) {
         Objects.requireNonNull(view, "view");
+        try (HostBufferManager mirrors = new HostBufferManager()) {
+            walk(view, copier, mirrors, state, rank, requestId, patternId, result);
+        }
+    }
+
+    private static void walk(RecurrentStateView view, BufferManager copier, HostBufferManager mirrors,
+                             CacheState state, int rank, long requestId, long patternId, KvPattern.Result result) {
         RecurrentStateShape s = Objects.requireNonNull(state.recurrentState(), "state.recurrentState()");
         int pp = state.ppRank(rank);
         int tp = state.tensorParallelism();
@@ -32,7 +51,8 @@ final class RecurrentPattern {
         int heads = s.ssmHeadsPerRank(tp);
         for (int i = 0; i < s.recurrentLayerCount(pp); i++) {
             int layer = first + i;
-            ByteBuffer conv = host(view.convState(requestId, i), requestId);
+            Mirror convM = new Mirror(view.convState(requestId, i), copier, mirrors, result == null, requestId);
+            ByteBuffer conv = convM.bytes;
             int cw = s.convDataType().bytes();
             for (int c = 0; c < channels; c++) {
                 int global = tpRank * channels + c;
@@ -42,7 +62,9 @@ final class RecurrentPattern {
                     element(conv, at, cw, v, result, "conv", layer, global, w, 0);
                 }
             }
-            ByteBuffer ssm = host(view.ssmState(requestId, i), requestId);
+            convM.done();
+            Mirror ssmM = new Mirror(view.ssmState(requestId, i), copier, mirrors, result == null, requestId);
+            ByteBuffer ssm = ssmM.bytes;
             int sw = s.ssmDataType().bytes();
             for (int h = 0; h < heads; h++) {
                 int global = tpRank * heads + h;
@@ -54,15 +76,49 @@ final class RecurrentPattern {
                     }
                 }
             }
+            ssmM.done();
         }
     }
 
-    private static ByteBuffer host(MemoryBuffer b, long requestId) {
-        if (b.kind() == MemoryKind.DEVICE) {
-            throw new IllegalArgumentException("request " + requestId
-                    + ": recurrent states in device memory are not read by the CPU");
+    /** A state's bytes for the CPU: the state itself in host memory, else a host copy of a device state. */
+    private static final class Mirror {
+        final ByteBuffer bytes;
+        private final MemoryBuffer state;
+        private final MemoryBuffer copy;
+        private final BufferManager copier;
+        private final boolean fill;
+
+        Mirror(MemoryBuffer state, BufferManager copier, HostBufferManager mirrors, boolean fill, long requestId) {
+            this.state = state;
+            this.copier = copier;
+            this.fill = fill;
+            if (state.kind() != MemoryKind.DEVICE) {
+                this.copy = null;
+                this.bytes = state.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
+                return;
+            }
+            if (copier == null) {
+                throw new IllegalArgumentException("request " + requestId + ": recurrent states in device memory"
+                        + " need a BufferManager to copy them through host memory");
+            }
+            this.copy = mirrors.allocate(Math.max(1, state.size()), MemoryKind.HOST);
+            if (!fill) {
+                copier.copy(state, 0, copy, 0, state.size());
+                copier.synchronize();
+            }
+            this.bytes = copy.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
         }
-        return b.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
+
+        void done() {
+            if (copy == null) {
+                return;
+            }
+            if (fill) {
+                copier.copy(copy, 0, state, 0, state.size());
+                copier.synchronize();
+            }
+            copy.close();
+        }
     }
 
     private static void element(ByteBuffer b, int at, int width, long v, KvPattern.Result result, String what,

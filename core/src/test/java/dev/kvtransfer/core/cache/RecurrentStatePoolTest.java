@@ -1,5 +1,6 @@
 package dev.kvtransfer.core.cache;
 
+import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
@@ -48,6 +49,83 @@ class RecurrentStatePoolTest {
                     assertThatIllegalArgumentException().isThrownBy(() -> pool.ssmState(7, 0))
                             .withMessageContaining("request 7");
                 }
+            }
+        }
+    }
+
+    /** "Device" memory the CPU may not touch: host-backed, copied only through the manager. */
+    private static final class FakeDevice implements BufferManager {
+        private final HostBufferManager host;
+
+        FakeDevice(HostBufferManager host) {
+            this.host = host;
+        }
+
+        private record Buf(MemoryBuffer backing, long offset, long size) implements MemoryBuffer {
+            @Override
+            public long address() {
+                throw new AssertionError("the CPU asked for a device address");
+            }
+
+            @Override
+            public MemoryKind kind() {
+                return MemoryKind.DEVICE;
+            }
+
+            @Override
+            public MemoryBuffer slice(long off, long length) {
+                return new Buf(backing, offset + off, length);
+            }
+
+            @Override
+            public java.nio.ByteBuffer asByteBuffer() {
+                throw new AssertionError("the CPU asked for device bytes");
+            }
+
+            @Override
+            public void close() {
+                if (offset == 0) {
+                    backing.close();
+                }
+            }
+        }
+
+        @Override
+        public MemoryBuffer allocate(long bytes, MemoryKind kind) {
+            assertThat(kind).isEqualTo(MemoryKind.DEVICE);
+            return new Buf(host.allocate(bytes, MemoryKind.HOST), 0, bytes);
+        }
+
+        @Override
+        public void copy(MemoryBuffer src, long srcOffset, MemoryBuffer dst, long dstOffset, long bytes) {
+            MemoryBuffer s = src instanceof Buf b ? b.backing().slice(b.offset(), b.size()) : src;
+            MemoryBuffer d = dst instanceof Buf b ? b.backing().slice(b.offset(), b.size()) : dst;
+            host.copy(s, srcOffset, d, dstOffset, bytes);
+        }
+
+        @Override
+        public void synchronize() {
+        }
+
+        @Override
+        public void close() {
+        }
+    }
+
+    @Test
+    void statesInDeviceMemoryAreFilledAndCheckedThroughAHostMirror() {
+        CacheState s = state(2, 1, 1);
+        try (HostBufferManager mm = new HostBufferManager()) {
+            FakeDevice device = new FakeDevice(mm);
+            try (RecurrentStatePool pool = new RecurrentStatePool(device, MemoryKind.DEVICE, s, 1)) {
+                pool.allocate(5);
+                assertThatIllegalArgumentException().isThrownBy(() -> KvPattern.fillRecurrent(pool, s, 1, 5))
+                        .withMessageContaining("request 5").withMessageContaining("need a BufferManager");
+                KvPattern.fillRecurrent(pool, device, s, 1, 5);
+                assertThat(KvPattern.verifyRecurrent(pool, device, s, 1, 5).assertOk().checkedElements())
+                        .isEqualTo(2L * (4 * 3 + 2 * 2 * 4));
+                pool.allocate(6); // never written: its elements are not request 6's pattern
+                assertThat(KvPattern.verifyRecurrent(pool, device, s, 1, 6).mismatches()).isPositive();
             }
         }
     }
