@@ -382,9 +382,9 @@ public final class LayoutGrid {
     /**
      * Hybrid models (attention layers with recurrent state layers, 3 : 1 as in Jamba or Qwen3-Next, and one starting
      * with a recurrent layer): TP both ways (channels and SSM heads re-split), PP both ways (even and uneven splits of
-     * all layers), generation CP (the state on CP rank 0), 1-, 2- and 4-byte KV elements, and one unsupported pair per
-     * recurrent field the standard formatter checks. The KV blocks and the recurrent states of each request move in
-     * one transfer.
+     * all layers), generation and context CP (the state on CP rank 0), 1-, 2- and 4-byte KV elements, and one
+     * unsupported pair per recurrent field the standard formatter checks. The KV blocks and the recurrent states of
+     * each request move in one transfer.
      *
      * @return the grid
      */
@@ -404,6 +404,8 @@ public final class LayoutGrid {
         b.pair(Side.of(4, 1), Side.of(1, 2).layers(2, 6));
         b.pair(Side.of(1, 1), Side.of(1, 1).cp(2));
         b.pair(Side.of(2, 1), Side.of(1, 2).cp(2));
+        b.pair(Side.of(1, 1).cp(2), Side.of(1, 1));
+        b.pair(Side.of(2, 1).cp(2), Side.of(1, 2));
         b.recurrent(new RecurrentStateShape(RecurrentStateShape.kinds("RAAA", 2), List.of(), 16, 2, 2, 8, 4,
                 DataType.BFLOAT16, DataType.FLOAT16));
         b.pair(Side.of(1, 2), Side.of(2, 1));
