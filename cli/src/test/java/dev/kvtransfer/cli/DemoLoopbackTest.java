@@ -92,6 +92,16 @@ class DemoLoopbackTest {
                 .matcher(report);
         assertThat(m.find()).as(report).isTrue();
         assertThat(Long.parseLong(m.group(1))).as(report).isGreaterThan(2 * states);
+
+        // Every block already held by the generation side (a prefix hit of both 64-token blocks): the states, which
+        // are per request, still move and are checked.
+        captured.reset();
+        code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--model=qwen3-next-shape", "--requests=2", "--isl=100", "--gen-reuse-blocks=2", "--gen-pp=2",
+                "--warmup=0");
+        report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        assertThat(report).contains("0 failed").contains("verify             OK");
     }
 
     @Test
