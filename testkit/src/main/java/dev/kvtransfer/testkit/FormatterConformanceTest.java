@@ -236,7 +236,13 @@ public abstract class FormatterConformanceTest {
                             ctx.cpRank(c));
                     int count = BlockDistribution.count(q.totalBlocks(), ctx.contextParallelism(), ctx.cpRank(c));
                     boolean holdsBlocks = first + count > q.reusedBlocks() && count > 0;
-                    if (picked != q.ctxNeedSend()[c] || !picked && sent || picked && holdsBlocks && !sent) {
+                    // A hybrid model's recurrent states are split over every TP rank, never duplicated: each rank
+                    // holding them sends them (and its KV only when designated).
+                    long states = recurrent(ctx, c, true);
+                    boolean sentKv = q.ctxSentBytes()[c] > states;
+                    boolean needSend = picked || states > 0;
+                    if (needSend != q.ctxNeedSend()[c] || !picked && sentKv || picked && holdsBlocks && !sentKv
+                            || q.ctxSentBytes()[c] < states) {
                         failures.add(r.pair().name() + " request " + q.requestId() + " ctx rank " + c
                                 + ": picked by a generation rank = " + picked + ", needSendCache = "
                                 + q.ctxNeedSend()[c] + ", sent " + q.ctxSentBytes()[c] + " bytes");

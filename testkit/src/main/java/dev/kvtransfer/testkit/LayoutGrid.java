@@ -382,7 +382,8 @@ public final class LayoutGrid {
     /**
      * Hybrid models (attention layers with recurrent state layers, 3 : 1 as in Jamba or Qwen3-Next, and one starting
      * with a recurrent layer): TP both ways (channels and SSM heads re-split), PP both ways (even and uneven splits of
-     * all layers), generation and context CP (the state on CP rank 0), 1-, 2- and 4-byte KV elements, and one
+     * all layers), generation and context CP (the state on CP rank 0), TP above the KV heads on either side, 1-, 2-
+     * and 4-byte KV elements, and one
      * unsupported pair per recurrent field the standard formatter checks. The KV blocks and the recurrent states of
      * each request move in one transfer.
      *
@@ -406,6 +407,13 @@ public final class LayoutGrid {
         b.pair(Side.of(2, 1), Side.of(1, 2).cp(2));
         b.pair(Side.of(1, 1).cp(2), Side.of(1, 1));
         b.pair(Side.of(2, 1).cp(2), Side.of(1, 2));
+        // TP above the KV heads (as Qwen3-Next's 2 KV heads under TP4): one rank per duplicate group sends the KV,
+        // every rank its own slice of the states.
+        b.heads(2);
+        b.pair(Side.of(4, 1), Side.of(1, 1));
+        b.pair(Side.of(1, 1), Side.of(4, 1));
+        b.pair(Side.of(4, 1), Side.of(2, 2));
+        b.heads(4);
         b.recurrent(new RecurrentStateShape(RecurrentStateShape.kinds("RAAA", 2), List.of(), 16, 2, 2, 8, 4,
                 DataType.BFLOAT16, DataType.FLOAT16));
         b.pair(Side.of(1, 2), Side.of(2, 1));
@@ -425,8 +433,6 @@ public final class LayoutGrid {
         b.unsupported("recurrentState.layersPerPp", b.state(Side.of(1, 2).layers(3, 5)), b.state(Side.of(1, 2)));
         // The context side of each refused pair is servable on its own (the transceiver suite checks it still is).
         b.unsupported("attentionDp", base, b.state(Side.of(2, 1).dp(2)));
-        b.unsupported("duplicated KV heads", b.copy().heads(2).state(Side.of(1, 1)),
-                b.copy().heads(2).state(Side.of(4, 1)));
         return b.build();
     }
 

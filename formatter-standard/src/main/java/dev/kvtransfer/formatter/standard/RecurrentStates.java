@@ -51,11 +51,6 @@ final class RecurrentStates {
             why.add("attentionDp: self " + self.attentionDpEnabled() + ", peer " + peer.attentionDpEnabled()
                     + " (recurrent states are split over the whole TP group; attention DP is not supported with them)");
         }
-        if (dup(self) || dup(peer)) {
-            why.add("tensorParallelism: self " + self.tensorParallelism() + ", peer " + peer.tensorParallelism()
-                    + " with " + self.kvHeadsPerLayer().get(0) + " KV heads (duplicated KV heads are not supported"
-                    + " beside recurrent states: every rank sends its state, one rank per duplicate group its KV)");
-        }
         if (why.size() == before) {
             String orphan = orphanStages(s, p);
             if (orphan != null) {
@@ -63,10 +58,6 @@ final class RecurrentStates {
                         + orphan + " share recurrent layers but no attention layer, so no KV connection joins them)");
             }
         }
-    }
-
-    private static boolean dup(CacheState c) {
-        return c.uniformHeads() && c.tpPerDpGroup() > c.kvHeadsPerLayer().get(0);
     }
 
     private static void differ(List<String> why, String field, Object self, Object peer) {

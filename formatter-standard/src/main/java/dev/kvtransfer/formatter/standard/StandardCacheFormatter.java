@@ -22,6 +22,7 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 
 import java.util.EnumSet;
 import java.util.List;
@@ -680,7 +681,11 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     public boolean needSendCache(CacheState self, int selfIndex, CacheState peer) {
         Objects.requireNonNull(self, "self");
         Objects.requireNonNull(peer, "peer");
-        return PeerSelection.needSendCache(self, selfIndex, peer, RankMapping.targetRanks(peer, self, selfIndex));
+        TargetRanks t = RankMapping.targetRanks(peer, self, selfIndex);
+        // Every rank holding recurrent states sends them, even where another rank of its duplicate-head group sends
+        // the KV: the states are split over all TP ranks, never duplicated.
+        return PeerSelection.needSendCache(self, selfIndex, peer, t)
+                || !t.isEmpty() && peer.recurrentState() != null && RecurrentStateShape.holdsState(self, selfIndex);
     }
 
 }

@@ -48,7 +48,11 @@ class HybridTransferTest {
     }
 
     private static CacheState state(int tp, int pp, RecurrentStateShape shape) {
-        return CacheState.builder().uniformKvHeads(shape.attentionLayers(), 4).sizePerHead(16).tokensPerBlock(8)
+        return state(tp, pp, shape, 4);
+    }
+
+    private static CacheState state(int tp, int pp, RecurrentStateShape shape, int kvHeads) {
+        return CacheState.builder().uniformKvHeads(shape.attentionLayers(), kvHeads).sizePerHead(16).tokensPerBlock(8)
                 .tensorParallelism(tp).pipelineParallelism(pp).recurrentState(shape).build();
     }
 
@@ -185,6 +189,14 @@ class HybridTransferTest {
     @Test
     void tp1Pp1ToTp2Pp2MovesEveryBlockAndStateElement() {
         assertThat(move(state(1, 1, SHAPE), state(2, 2, SHAPE), 3000)).isPositive();
+    }
+
+    @Test
+    void tpAboveTheKvHeadsSendsTheKvOncePerDuplicateGroupAndEveryStateSlice() {
+        // 2 KV heads under TP4, as Qwen3-Next's: context ranks 1 and 3 duplicate 0 and 2's KV, yet each holds its
+        // own quarter of the conv channels and SSM heads.
+        assertThat(move(state(4, 1, SHAPE, 2), state(1, 1, SHAPE, 2), 4000)).isPositive();
+        assertThat(move(state(1, 1, SHAPE, 2), state(4, 1, SHAPE, 2), 5000)).isPositive();
     }
 
     @Test
