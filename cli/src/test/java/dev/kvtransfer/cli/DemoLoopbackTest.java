@@ -78,10 +78,11 @@ class DemoLoopbackTest {
     @Test
     void theHybridPresetMovesBlocksAndRecurrentStatesVerified() {
         // The shape of Qwen3-Next: 12 attention layers (2 KV heads) and 36 recurrent layers whose conv and SSM
-        // states move with the KV of the same request; TP2 -> PP2 re-splits the states' channels, heads and layers.
+        // states move with the KV of the same request; TP4 (above the 2 KV heads) -> PP2 re-splits the states'
+        // channels, heads and layers.
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
         int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
-                "--model=qwen3-next-shape", "--requests=2", "--isl=100", "--ctx-tp=2", "--gen-pp=2", "--warmup=0");
+                "--model=qwen3-next-shape", "--requests=2", "--isl=100", "--ctx-tp=4", "--gen-pp=2", "--warmup=0");
         String report = captured.toString(StandardCharsets.UTF_8);
         assertThat(code).as(report).isZero();
         assertThat(report).contains("qwen3-next-shape").contains("recurrent{RRRA").contains("0 failed");
