@@ -1,6 +1,7 @@
 package dev.kvtransfer.cli;
 
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.TransferStatus;
@@ -106,6 +107,10 @@ final class ContextService implements AutoCloseable {
                 int[] blocks = ctx.cache(r).allocate(rid, DemoRanks.blocksOnRank(s, r, total));
                 allocated.add(r);
                 KvPattern.fill(ctx.cache(r), ctx.bufferManager(r), blocks, ctx.cacheState(r), r, rid, total);
+                if (RecurrentStateShape.holdsState(ctx.cacheState(r), r)) {
+                    KvPattern.fillRecurrent(ctx.cache(r).recurrentState(), ctx.bufferManager(r), ctx.cacheState(r), r,
+                            rid);
+                }
                 reqs.add(TransferRequest.context(rid, q.isl(), blocks, hashes));
             }
         } catch (RuntimeException e) {

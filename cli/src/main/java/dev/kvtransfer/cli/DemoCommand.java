@@ -2,10 +2,11 @@ package dev.kvtransfer.cli;
 
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.bench.CopyBaseline;
 import dev.kvtransfer.core.RequestState;
-import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.TransceiverConfig;
+import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.pattern.KvPattern;
 import org.HdrHistogram.Histogram;
@@ -378,7 +379,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
     private String describe(CacheState s) {
         return String.format(Locale.ROOT, "%s%d layers x %d KV heads x %d, %s, %d tokens/block, %s",
                 options.model != null ? options.model + ": " : "", s.numLayers(), s.kvHeadsPerLayer().get(0),
-                s.sizePerHead(), s.dataType(), s.tokensPerBlock(), s.attentionType());
+                s.sizePerHead(), s.dataType(), s.tokensPerBlock(), s.attentionType())
+                + (s.recurrentState() == null ? "" : ", " + s.recurrentState());
     }
 
     private static final class Result {
@@ -467,6 +469,10 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
                 if (options.verify || options.dumpDir != null) {
                     KvPattern.fill(ctx.cache(r), ctx.bufferManager(r), blocks, ctx.cacheState(r), r, id,
                             totalBlocks);
+                    if (RecurrentStateShape.holdsState(ctx.cacheState(r), r)) {
+                        KvPattern.fillRecurrent(ctx.cache(r).recurrentState(), ctx.bufferManager(r), ctx.cacheState(r), r,
+                                id);
+                    }
                 }
                 reqs.add(TransferRequest.context(id, isl, blocks, hashes));
             }

@@ -4,6 +4,7 @@ import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.core.TransceiverConfig;
 import picocli.CommandLine.Option;
 
@@ -22,7 +23,8 @@ public final class DemoOptions {
     @Option(names = "--backend", description = "transport: aeron (default), ucx, mpi, loopback (in-JVM test vehicle)")
     String backend = "aeron";
 
-    @Option(names = "--model", description = "shape preset: tiny, llama3-8b, llama3-70b, qwen2.5-7b, deepseek-v3")
+    @Option(names = "--model", description = "shape preset: tiny, llama3-8b, llama3-70b, qwen2.5-7b, deepseek-v3, "
+            + "qwen3-next-shape (hybrid: attention and recurrent state layers; --*-layers-per-pp then split all 48)")
     String model;
 
     @Option(names = "--layers", description = "attention layers (default: preset, else 4)")
@@ -192,7 +194,10 @@ public final class DemoOptions {
     CacheState contextState() {
         CacheState.Builder b = shape().tensorParallelism(ctxTp).pipelineParallelism(ctxPp).contextParallelism(ctxCp)
                 .attentionDp(ctxAttentionDp, 0, ctxAttentionDp ? ctxTp : 1);
-        if (ctxLayersPerPp != null) {
+        RecurrentStateShape rec = preset() == null ? null : preset().recurrent;
+        if (rec != null) {
+            b.recurrentState(rec.withLayersPerPp(ctxLayersPerPp == null ? List.of() : ctxLayersPerPp));
+        } else if (ctxLayersPerPp != null) {
             b.attentionLayersPerPp(ctxLayersPerPp);
         }
         return b.poolLayout(poolLayout("--ctx-pool-layout", ctxPoolLayout)).build();
@@ -202,7 +207,10 @@ public final class DemoOptions {
     CacheState generationState() {
         CacheState.Builder b = shape().tensorParallelism(genTp).pipelineParallelism(genPp).contextParallelism(genCp)
                 .attentionDp(genAttentionDp, 0, genAttentionDp ? genTp : 1);
-        if (genLayersPerPp != null) {
+        RecurrentStateShape rec = preset() == null ? null : preset().recurrent;
+        if (rec != null) {
+            b.recurrentState(rec.withLayersPerPp(genLayersPerPp == null ? List.of() : genLayersPerPp));
+        } else if (genLayersPerPp != null) {
             b.attentionLayersPerPp(genLayersPerPp);
         }
         return b.poolLayout(poolLayout("--gen-pool-layout", genPoolLayout)).build();

@@ -2,6 +2,7 @@ package dev.kvtransfer.cli;
 
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -35,12 +36,18 @@ final class DemoRanks {
         return BlockDistribution.count(totalBlocks, s.contextParallelism(), s.cpRank(rank));
     }
 
-    /** Bytes of a request's blocks on one rank. */
+    /** Bytes of a request's blocks on one rank, with its recurrent states (a hybrid model's CP rank 0). */
     static long perRankBytes(CacheState s, int rank, int totalBlocks) {
         int layers = s.layerCount(s.ppRank(rank));
         long blockBytes = (long) layers * s.kvFactor() * s.kvHeadsPerRank() * s.tokensPerBlock() * s.sizePerHead()
                 * s.dataType().bytes();
-        return blockBytes * blocksOnRank(s, rank, totalBlocks);
+        long states = 0;
+        if (RecurrentStateShape.holdsState(s, rank)) {
+            RecurrentStateShape r = s.recurrentState();
+            states = r.recurrentLayerCount(s.ppRank(rank))
+                    * (r.convBytesPerRank(s.tensorParallelism()) + r.ssmBytesPerRank(s.tensorParallelism()));
+        }
+        return blockBytes * blocksOnRank(s, rank, totalBlocks) + states;
     }
 
     /** The largest {@link #perRankBytes} over an instance's ranks. */

@@ -6,6 +6,7 @@ import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.cache.PagedKvCache;
@@ -157,6 +158,16 @@ final class GenRunner implements GenSide {
                     mismatches += r.mismatches();
                     if (first.isEmpty() && !r.ok()) {
                         first = "gen rank " + part.rank + ": " + r.firstMismatch();
+                    }
+                    CacheState rs = gen.cacheState(part.rank);
+                    if (RecurrentStateShape.holdsState(rs, part.rank)) {
+                        KvPattern.Result st = KvPattern.verifyRecurrent(cache.recurrentState(),
+                                gen.bufferManager(part.rank), rs, part.rank, requestId);
+                        checked += st.checkedElements();
+                        mismatches += st.mismatches();
+                        if (first.isEmpty() && !st.ok()) {
+                            first = "gen rank " + part.rank + ": " + st.firstMismatch();
+                        }
                     }
                 }
                 if (dumpDir != null && requestId < DemoCommand.WARMUP_ID_BASE) {

@@ -1,8 +1,10 @@
 package dev.kvtransfer.cli;
 
 import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 
 import java.util.Arrays;
+import java.util.List;
 import java.util.Locale;
 import java.util.stream.Collectors;
 
@@ -17,7 +19,15 @@ public enum ModelPreset {
     /** Qwen2.5 7B: 28 layers, 4 KV heads, head size 128. */
     QWEN25_7B("qwen2.5-7b", 28, 4, 128, 32, DataType.BFLOAT16),
     /** DeepSeek-V3-like MLA cache: 61 layers, one latent head of 576 (512 + 64 rope). */
-    DEEPSEEK_V3("deepseek-v3", 61, 1, 576, 64, DataType.BFLOAT16);
+    DEEPSEEK_V3("deepseek-v3", 61, 1, 576, 64, DataType.BFLOAT16),
+    /**
+     * The cache shape of Qwen3-Next-80B-A3B, a hybrid: 48 layers, three Gated DeltaNet layers then one gated
+     * attention layer, repeated; the 12 attention layers have 2 KV heads of 256; each of the 36 recurrent layers keeps
+     * a conv state of 8192 channels x 3 and a state of 32 heads x 128 x 128 per request (BF16 throughout here).
+     */
+    QWEN3_NEXT_SHAPE("qwen3-next-shape", 12, 2, 256, 64, DataType.BFLOAT16,
+            new RecurrentStateShape(RecurrentStateShape.kinds("RRRA", 12), List.of(), 8192, 3, 32, 128, 128,
+                    DataType.BFLOAT16, DataType.BFLOAT16));
 
     final String id;
     final int layers;
@@ -25,8 +35,16 @@ public enum ModelPreset {
     final int sizePerHead;
     final int tokensPerBlock;
     final DataType dataType;
+    /** The recurrent layers of a hybrid model, or {@code null}. */
+    final RecurrentStateShape recurrent;
 
     ModelPreset(String id, int layers, int kvHeads, int sizePerHead, int tokensPerBlock, DataType dataType) {
+        this(id, layers, kvHeads, sizePerHead, tokensPerBlock, dataType, null);
+    }
+
+    ModelPreset(String id, int layers, int kvHeads, int sizePerHead, int tokensPerBlock, DataType dataType,
+                RecurrentStateShape recurrent) {
+        this.recurrent = recurrent;
         this.id = id;
         this.layers = layers;
         this.kvHeads = kvHeads;

@@ -83,6 +83,24 @@ class DemoBackendsTest {
     }
 
     @Test
+    @Timeout(value = 240, unit = TimeUnit.SECONDS)
+    void aeronMovesAHybridModelsBlocksAndStatesTp2ToTp1AndPp2ToPp1AcrossTwoProcesses() {
+        assumeAvailable("aeron");
+        // The shape of Qwen3-Next: per request the 36 recurrent layers' conv and SSM states move with the KV of the
+        // 12 attention layers; the child JVM checks every block and state element.
+        for (String layout : new String[] {"--ctx-tp=2", "--ctx-pp=2"}) {
+            String report = run(0, "demo", "--backend=aeron", "--model=qwen3-next-shape", "--requests=2",
+                    "--isl=100", layout, "--warmup=0");
+            assertThat(report).contains("child JVM").contains("recurrent{RRRA").contains("0 failed")
+                    .contains("verify             OK");
+            java.util.regex.Matcher m = java.util.regex.Pattern.compile("OK \\(([0-9]+) elements checked\\)")
+                    .matcher(report);
+            assertThat(m.find()).as(report).isTrue();
+            assertThat(Long.parseLong(m.group(1))).as(report).isGreaterThan(2 * 36L * (8192 * 3 + 32 * 128 * 128));
+        }
+    }
+
+    @Test
     @Timeout(value = 180, unit = TimeUnit.SECONDS)
     void ucxDemoAcrossTwoProcessesVerifies() {
         assumeAvailable("ucx");

@@ -76,6 +76,36 @@ class DemoLoopbackTest {
     }
 
     @Test
+    void theHybridPresetMovesBlocksAndRecurrentStatesVerified() {
+        // The shape of Qwen3-Next: 12 attention layers (2 KV heads) and 36 recurrent layers whose conv and SSM
+        // states move with the KV of the same request; TP4 (above the 2 KV heads) -> PP2 re-splits the states'
+        // channels, heads and layers.
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--model=qwen3-next-shape", "--requests=2", "--isl=100", "--ctx-tp=4", "--gen-pp=2", "--warmup=0");
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        assertThat(report).contains("qwen3-next-shape").contains("recurrent{RRRA").contains("0 failed");
+        // Per request the generation ranks hold 36 layers x (8192 x 3 + 32 x 128 x 128) state elements, all checked
+        // besides the KV elements.
+        long states = 36L * (8192 * 3 + 32 * 128 * 128);
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("OK \\(([0-9]+) elements checked\\)")
+                .matcher(report);
+        assertThat(m.find()).as(report).isTrue();
+        assertThat(Long.parseLong(m.group(1))).as(report).isGreaterThan(2 * states);
+
+        // Every block already held by the generation side (a prefix hit of both 64-token blocks): the states, which
+        // are per request, still move and are checked.
+        captured.reset();
+        code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--model=qwen3-next-shape", "--requests=2", "--isl=100", "--gen-reuse-blocks=2", "--gen-pp=2",
+                "--warmup=0");
+        report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        assertThat(report).contains("0 failed").contains("verify             OK");
+    }
+
+    @Test
     void unsupportedLayoutFailsTheRunWithTheReason() {
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
         // The standard formatter refuses CP above 1 on both sides when they differ.

@@ -7,6 +7,7 @@ import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.memory.HostBufferManager;
@@ -200,6 +201,7 @@ public abstract class FormatterConformanceTest {
                         expectedElements += (long) blocks * l.localLayers() * l.tokensPerBlock()
                                 * harnessOptions().indexerDim();
                     }
+                    expectedElements += q.genServing()[g] ? recurrent(gen, g, false) : 0;
                 }
                 if (!q.verify().ok()) {
                     failures.add(r.pair().name() + " request " + q.requestId() + " (prompt " + q.promptLength()
@@ -234,7 +236,13 @@ public abstract class FormatterConformanceTest {
                             ctx.cpRank(c));
                     int count = BlockDistribution.count(q.totalBlocks(), ctx.contextParallelism(), ctx.cpRank(c));
                     boolean holdsBlocks = first + count > q.reusedBlocks() && count > 0;
-                    if (picked != q.ctxNeedSend()[c] || !picked && sent || picked && holdsBlocks && !sent) {
+                    // A hybrid model's recurrent states are split over every TP rank, never duplicated: each rank
+                    // holding them sends them (and its KV only when designated).
+                    long states = recurrent(ctx, c, true);
+                    boolean sentKv = q.ctxSentBytes()[c] > states;
+                    boolean needSend = picked || states > 0;
+                    if (needSend != q.ctxNeedSend()[c] || !picked && sentKv || picked && holdsBlocks && !sentKv
+                            || q.ctxSentBytes()[c] < states) {
                         failures.add(r.pair().name() + " request " + q.requestId() + " ctx rank " + c
                                 + ": picked by a generation rank = " + picked + ", needSendCache = "
                                 + q.ctxNeedSend()[c] + ", sent " + q.ctxSentBytes()[c] + " bytes");
@@ -505,9 +513,20 @@ public abstract class FormatterConformanceTest {
                     expected += b;
                 }
                 boolean all = q.reusedBlocks() == q.totalBlocks();
-                if (all && (q.totalSent() != 0 || q.messagesSent() != 0 || q.totalReceived() != 0)) {
+                // A hybrid model's recurrent states always move whole: they are not blocks, reuse does not cover them.
+                long states = 0;
+                CacheState gen = r.pair().genFor(q.index());
+                for (int g = 0; g < q.genServing().length; g++) {
+                    states += q.genServing()[g] ? recurrent(gen, g, true) : 0;
+                }
+                if (all && states == 0 && (q.totalSent() != 0 || q.messagesSent() != 0 || q.totalReceived() != 0)) {
                     failures.add(r.pair().name() + " request " + q.requestId() + ": every block reused, yet "
                             + q.totalSent() + " bytes in " + q.messagesSent() + " messages were sent");
+                }
+                if (all && states > 0 && (q.totalSent() != states || q.totalReceived() != states)) {
+                    failures.add(r.pair().name() + " request " + q.requestId() + ": every block reused, yet "
+                            + q.totalSent() + " bytes were sent and " + q.totalReceived() + " received where the"
+                            + " recurrent states hold " + states);
                 }
                 if (q.totalReceived() != expected) {
                     failures.add(r.pair().name() + " request " + q.requestId() + " (" + q.reusedBlocks() + " of "
@@ -641,6 +660,18 @@ public abstract class FormatterConformanceTest {
         return failures;
     }
 
+    /** Elements (or bytes) of a generation rank's recurrent states of one request; 0 for attention only. */
+    private static long recurrent(CacheState gen, int rank, boolean bytes) {
+        if (!RecurrentStateShape.holdsState(gen, rank)) {
+            return 0;
+        }
+        RecurrentStateShape s = gen.recurrentState();
+        int tp = gen.tensorParallelism();
+        long conv = bytes ? s.convBytesPerRank(tp) : s.convBytesPerRank(tp) / s.convDataType().bytes();
+        long ssm = bytes ? s.ssmBytesPerRank(tp) : s.ssmBytesPerRank(tp) / s.ssmDataType().bytes();
+        return s.recurrentLayerCount(gen.ppRank(rank)) * (conv + ssm);
+    }
+
     /** Rules 1, 2, 3, 11, 13 and 14 for one request of a run (pull or push, whole or by layer ranges). */
     private void movedFailures(PairReport r, PairReport.RequestReport q, String at, List<String> failures) {
         CacheState gen = r.pair().genFor(q.index());
@@ -655,6 +686,7 @@ public abstract class FormatterConformanceTest {
                 expectedElements += blocks * l.blockBytes() / l.elementBytes();
                 expectedElements += (long) blocks * l.localLayers() * l.tokensPerBlock() * harnessOptions().indexerDim();
             }
+            expectedElements += q.genServing()[g] ? recurrent(gen, g, false) : 0;
             if (q.genServing()[g] && q.genReceivedBytes()[g] != q.genExpectedBytes()[g]) {
                 failures.add(at + " gen rank " + g + ": received " + q.genReceivedBytes()[g] + " bytes, its blocks"
                         + " after the reused prefix hold " + q.genExpectedBytes()[g]);

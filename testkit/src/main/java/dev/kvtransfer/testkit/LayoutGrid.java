@@ -4,6 +4,7 @@ import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -378,6 +379,63 @@ public final class LayoutGrid {
         return b.build();
     }
 
+    /**
+     * Hybrid models (attention layers with recurrent state layers, 3 : 1 as in Jamba or Qwen3-Next, and one starting
+     * with a recurrent layer): TP both ways (channels and SSM heads re-split), PP both ways (even and uneven splits of
+     * all layers), generation and context CP (the state on CP rank 0), TP above the KV heads on either side, 1-, 2-
+     * and 4-byte KV elements, and one
+     * unsupported pair per recurrent field the standard formatter checks. The KV blocks and the recurrent states of
+     * each request move in one transfer.
+     *
+     * @return the grid
+     */
+    public static LayoutGrid hybrid() {
+        Builder b = builder().layers(6).heads(4);
+        RecurrentStateShape shape = new RecurrentStateShape(RecurrentStateShape.kinds("AAAR", 2), List.of(), 8, 3, 4,
+                4, 8, DataType.FLOAT16, DataType.FLOAT32);
+        b.recurrent(shape).dataTypes(DataType.FLOAT16, DataType.INT8, DataType.FLOAT32);
+        b.pair(Side.of(1, 1), Side.of(1, 1));
+        b.pair(Side.of(2, 1), Side.of(1, 1));
+        b.pair(Side.of(1, 1), Side.of(2, 1));
+        b.pair(Side.of(1, 2), Side.of(1, 1));
+        b.pair(Side.of(1, 1), Side.of(1, 2));
+        b.pair(Side.of(2, 2), Side.of(4, 1));
+        b.pair(Side.of(1, 4), Side.of(2, 2));
+        b.pair(Side.of(1, 2).layers(5, 3), Side.of(2, 1));
+        b.pair(Side.of(4, 1), Side.of(1, 2).layers(2, 6));
+        b.pair(Side.of(1, 1), Side.of(1, 1).cp(2));
+        b.pair(Side.of(2, 1), Side.of(1, 2).cp(2));
+        b.pair(Side.of(1, 1).cp(2), Side.of(1, 1));
+        b.pair(Side.of(2, 1).cp(2), Side.of(1, 2));
+        // TP above the KV heads (as Qwen3-Next's 2 KV heads under TP4): one rank per duplicate group sends the KV,
+        // every rank its own slice of the states.
+        b.heads(2);
+        b.pair(Side.of(4, 1), Side.of(1, 1));
+        b.pair(Side.of(1, 1), Side.of(4, 1));
+        b.pair(Side.of(4, 1), Side.of(2, 2));
+        b.heads(4);
+        b.recurrent(new RecurrentStateShape(RecurrentStateShape.kinds("RAAA", 2), List.of(), 16, 2, 2, 8, 4,
+                DataType.BFLOAT16, DataType.FLOAT16));
+        b.pair(Side.of(1, 2), Side.of(2, 1));
+        b.pair(Side.of(2, 1), Side.of(1, 2).layers(5, 3));
+        b.recurrent(shape).dataTypes(DataType.FLOAT16);
+        CacheState base = b.state(Side.of(1, 1));
+        b.unsupported("recurrentState", base, b.copy().recurrent(null).layers(6).state(Side.of(1, 1)));
+        b.unsupported("recurrentState.layerKinds", base, b.copy().recurrent(new RecurrentStateShape(
+                RecurrentStateShape.kinds("AARAAAAR", 1), List.of(), 8, 3, 4, 4, 8, DataType.FLOAT16,
+                DataType.FLOAT32)).state(Side.of(1, 1)));
+        b.unsupported("recurrentState.ssmStateDim", base, b.copy().recurrent(new RecurrentStateShape(
+                shape.layerKinds(), List.of(), 8, 3, 4, 4, 16, DataType.FLOAT16, DataType.FLOAT32))
+                .state(Side.of(2, 1)));
+        b.unsupported("recurrentState.convDataType", base, b.copy().recurrent(new RecurrentStateShape(
+                shape.layerKinds(), List.of(), 8, 3, 4, 4, 8, DataType.FLOAT32, DataType.FLOAT32))
+                .state(Side.of(1, 1)));
+        b.unsupported("recurrentState.layersPerPp", b.state(Side.of(1, 2).layers(3, 5)), b.state(Side.of(1, 2)));
+        // The context side of each refused pair is servable on its own (the transceiver suite checks it still is).
+        b.unsupported("attentionDp", base, b.state(Side.of(2, 1).dp(2)));
+        return b.build();
+    }
+
     /** One unsupported pair per field the standard formatter checks. */
     private static void addStandardRejections(Builder b) {
         b.dataType(DataType.FLOAT16).layers(4).heads(4).kvFactor(null);
@@ -480,6 +538,7 @@ public final class LayoutGrid {
         private List<Integer> prompts = DEFAULT_PROMPTS;
         private PoolLayout ctxPool = PoolLayout.BLOCK;
         private PoolLayout genPool = PoolLayout.BLOCK;
+        private RecurrentStateShape recurrent;
         private final List<LayoutPair> pairs = new ArrayList<>();
 
         private Builder() {
@@ -503,7 +562,20 @@ public final class LayoutGrid {
             c.prompts = prompts;
             c.ctxPool = ctxPool;
             c.genPool = genPool;
+            c.recurrent = recurrent;
             return c;
+        }
+
+        /**
+         * A hybrid model: its layer kinds and recurrent state shape; the attention layer count follows from the kinds,
+         * and a side's {@code layers(...)} then splits all layers (attention and recurrent) over PP.
+         *
+         * @param v the recurrent layers, or {@code null} for attention only
+         * @return this builder
+         */
+        public Builder recurrent(RecurrentStateShape v) {
+            this.recurrent = v;
+            return this;
         }
 
         /**
@@ -614,7 +686,7 @@ public final class LayoutGrid {
 
         private CacheState state(Side s, DataType type) {
             CacheState.Builder c = CacheState.builder()
-                    .uniformKvHeads(layers, heads)
+                    .uniformKvHeads(recurrent == null ? layers : recurrent.attentionLayers(), heads)
                     .sizePerHead(sizePerHead)
                     .tokensPerBlock(tokensPerBlock)
                     .tensorParallelism(s.tp())
@@ -625,7 +697,9 @@ public final class LayoutGrid {
             if (s.dpSize() > 0) {
                 c.attentionDp(true, 0, s.dpSize());
             }
-            if (s.layersPerPp() != null) {
+            if (recurrent != null) {
+                c.recurrentState(recurrent.withLayersPerPp(s.layersPerPp() == null ? List.of() : s.layersPerPp()));
+            } else if (s.layersPerPp() != null) {
                 c.attentionLayersPerPp(s.layersPerPp());
             }
             if (kvFactor != null) {
@@ -686,7 +760,8 @@ public final class LayoutGrid {
         private static String shape(CacheState s) {
             return "L" + s.numLayers() + " H" + s.kvHeadsPerLayer().get(0) + " D" + s.sizePerHead() + " T"
                     + s.tokensPerBlock() + " " + s.dataType() + (s.attentionType() == AttentionType.MLA ? " MLA" : "")
-                    + " kvF" + s.kvFactor();
+                    + " kvF" + s.kvFactor()
+                    + (s.recurrentState() == null ? "" : " hybrid " + s.recurrentState().pattern());
         }
     }
 }

@@ -7,6 +7,7 @@ import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
 import dev.kvtransfer.core.RequestState;
@@ -43,6 +44,8 @@ import static org.awaitility.Awaitility.await;
  */
 public final class TransferFixture {
     private static final AtomicLong NEXT_ID = new AtomicLong(1_000);
+    /** Added to a request id for the poison written into the generation side's recurrent states. */
+    private static final long STATE_POISON = 1L << 41;
 
     private TransferFixture() {
     }
@@ -121,6 +124,9 @@ public final class TransferFixture {
             int cp = ctxState.contextParallelism();
             int[] ids = ctx.cache(r).allocate(t.id, BlockDistribution.count(t.totalBlocks, cp, ctxState.cpRank(r)));
             KvPattern.fill(ctx.cache(r), ids, ctx.cacheState(r), r, t.id, t.totalBlocks);
+            if (RecurrentStateShape.holdsState(ctx.cacheState(r), r)) {
+                KvPattern.fillRecurrent(ctx.cache(r).recurrentState(), ctx.cacheState(r), r, t.id);
+            }
             t.ctxRanks.add(r);
             t.ctx.add(TransferRequest.context(t.id, prompt, ids, hashes));
         }
@@ -132,6 +138,11 @@ public final class TransferFixture {
             int cp = genState.contextParallelism();
             int[] ids = gen.cache(r).allocate(t.id, BlockDistribution.count(genTotal, cp, genState.cpRank(r)));
             t.genRanks.add(r);
+            if (RecurrentStateShape.holdsState(gen.cacheState(r), r)) {
+                // A hybrid model's states, poisoned: the transfer must overwrite every element.
+                KvPattern.fillRecurrent(gen.cache(r).recurrentState(), gen.cacheState(r), r, t.id,
+                        t.id + STATE_POISON);
+            }
             if (reused > 0) {
                 KvPattern.fill(gen.cache(r), ids, gen.cacheState(r), r, t.id, genTotal, 0, reused);
             }
@@ -184,6 +195,17 @@ public final class TransferFixture {
             assertThat(v.checkedElements()).as("elements checked on rank %d", rank)
                     .isEqualTo(expectedElements(gen, rank, r.blockIds().length));
             v.assertOk();
+            CacheState s = gen.cacheState(rank);
+            if (RecurrentStateShape.holdsState(s, rank)) {
+                RecurrentStateShape shape = s.recurrentState();
+                int tp = s.tensorParallelism();
+                long states = shape.recurrentLayerCount(s.ppRank(rank))
+                        * (shape.convBytesPerRank(tp) / shape.convDataType().bytes()
+                        + shape.ssmBytesPerRank(tp) / shape.ssmDataType().bytes());
+                KvPattern.Result sv = KvPattern.verifyRecurrent(gen.cache(rank).recurrentState(), s, rank, t.id);
+                assertThat(sv.checkedElements()).as("state elements checked on rank %d", rank).isEqualTo(states);
+                sv.assertOk();
+            }
         }
     }
 

@@ -49,6 +49,16 @@ public interface KvCacheView {
         return null;
     }
 
+    /**
+     * The recurrent states of a hybrid model's recurrent layers (one per request and layer, not per block), when the
+     * rank's {@code CacheState} declares a {@link dev.kvtransfer.api.model.RecurrentStateShape}.
+     *
+     * @return the states, or {@code null} when the cache has none
+     */
+    default RecurrentStateView recurrentState() {
+        return null;
+    }
+
     /** @return how the pool stores its blocks; {@link PoolLayout#BLOCK} unless overridden */
     default PoolLayout poolLayout() {
         return PoolLayout.BLOCK;

@@ -5,6 +5,9 @@ import dev.kvtransfer.api.wire.MalformedMessageException;
 import dev.kvtransfer.api.wire.WireReader;
 import dev.kvtransfer.api.wire.WireWriter;
 
+import static dev.kvtransfer.api.model.CacheStateChecks.check;
+import static dev.kvtransfer.api.model.CacheStateChecks.isPowerOfTwo;
+
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -31,6 +34,7 @@ public final class CacheState {
     public static final int MAX_WORLD_SIZE = 1 << 16;
 
     static final int WIRE_TAG = 0x43; // 'C'
+    static final int HYBRID_WIRE_TAG = 0x48; // 'H': the fields, then a RecurrentStateShape
 
     private final List<Integer> kvHeadsPerLayer;
     private final int sizePerHead;
@@ -50,9 +54,11 @@ public final class CacheState {
     private final int indexerDimPerHead;
     private final int indexerKCacheQuantBlockSize;
     private final boolean partialReuse;
+    private final RecurrentStateShape recurrentState;
     private final int[] firstLayerOfPp;
 
-    private CacheState(Builder b, List<Integer> layersPerPp, int kvFactor) {
+    private CacheState(Builder b, List<Integer> layersPerPp, int kvFactor, RecurrentStateShape recurrent) {
+        this.recurrentState = recurrent;
         this.kvHeadsPerLayer = b.kvHeadsPerLayer;
         this.sizePerHead = b.sizePerHead;
         this.tokensPerBlock = b.tokensPerBlock;
@@ -98,7 +104,13 @@ public final class CacheState {
                 .contextParallelism(contextParallelism).attentionDp(attentionDpEnabled, dpRank, dpSize)
                 .attentionLayersPerPp(attentionLayersPerPp).dataType(dataType).attentionType(attentionType)
                 .kvFactor(kvFactor).blockReuse(blockReuse).poolLayout(poolLayout)
-                .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize).partialReuse(partialReuse);
+                .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize).partialReuse(partialReuse)
+                .recurrentState(recurrentState);
+    }
+
+    /** @return the recurrent layers of a hybrid model (resolved PP split), or {@code null} for attention only */
+    public RecurrentStateShape recurrentState() {
+        return recurrentState;
     }
 
     /**
@@ -465,7 +477,8 @@ public final class CacheState {
                 && kvHeadsPerLayer.equals(s.kvHeadsPerLayer) && attentionLayersPerPp.equals(s.attentionLayersPerPp)
                 && dataType == s.dataType && attentionType == s.attentionType && poolLayout.equals(s.poolLayout)
                 && indexerDimPerHead == s.indexerDimPerHead
-                && indexerKCacheQuantBlockSize == s.indexerKCacheQuantBlockSize && partialReuse == s.partialReuse;
+                && indexerKCacheQuantBlockSize == s.indexerKCacheQuantBlockSize && partialReuse == s.partialReuse
+                && Objects.equals(recurrentState, s.recurrentState);
     }
 
     @Override
@@ -473,7 +486,7 @@ public final class CacheState {
         return Objects.hash(kvHeadsPerLayer, sizePerHead, tokensPerBlock, tensorParallelism, pipelineParallelism,
                 contextParallelism, attentionDpEnabled, dpRank, dpSize, attentionLayersPerPp, dataType,
                 attentionType, kvFactor, blockReuse, poolLayout, indexerDimPerHead, indexerKCacheQuantBlockSize,
-                partialReuse);
+                partialReuse, recurrentState);
     }
 
     @Override
@@ -487,7 +500,7 @@ public final class CacheState {
                 + " T=" + tokensPerBlock + " " + dataType + " " + attentionType + " kvF=" + kvFactor
                 + (blockReuse ? " reuse" : "") + (partialReuse ? " partial" : "") + (poolLayout.equals(PoolLayout.BLOCK) ? "" : " pool=" + poolLayout)
                 + (hasIndexerKCache() ? " indexerK=" + indexerDimPerHead + "/q" + indexerKCacheQuantBlockSize : "")
-                + "}";
+                + (recurrentState != null ? " " + recurrentState : "") + "}";
     }
 
     /**
@@ -503,10 +516,6 @@ public final class CacheState {
             out.add(layers / pp + (p < layers % pp ? 1 : 0));
         }
         return Collections.unmodifiableList(out);
-    }
-
-    private static boolean isPowerOfTwo(int v) {
-        return v > 0 && (v & (v - 1)) == 0;
     }
 
     /** Builds a {@link CacheState}; {@link #build()} validates and names the offending field and value. */
@@ -529,6 +538,7 @@ public final class CacheState {
         private int indexerDimPerHead;
         private int indexerKCacheQuantBlockSize;
         private boolean partialReuse;
+        private RecurrentStateShape recurrentState;
 
         private Builder() {
         }
@@ -712,10 +722,16 @@ public final class CacheState {
             return this;
         }
 
-        private static void check(boolean ok, String field, Object value, String rule) {
-            if (!ok) {
-                throw new IllegalArgumentException(field + " = " + value + ": " + rule);
-            }
+        /**
+         * Declares a hybrid model: its layer kinds, PP split of all layers and recurrent state shape. The attention
+         * layers per PP rank then follow from it (an explicit {@link #attentionLayersPerPp} must agree).
+         *
+         * @param v the recurrent layers, or {@code null} for an attention-only model (the default)
+         * @return this builder
+         */
+        public Builder recurrentState(RecurrentStateShape v) {
+            this.recurrentState = v;
+            return this;
         }
 
         /**
@@ -731,24 +747,8 @@ public final class CacheState {
             check(sizePerHead >= 1 && sizePerHead <= MAX_DIM, "sizePerHead", sizePerHead, "must be in [1, " + MAX_DIM + "]");
             check(tokensPerBlock >= 1 && tokensPerBlock <= MAX_DIM, "tokensPerBlock", tokensPerBlock,
                     "must be in [1, " + MAX_DIM + "]");
-            check(tensorParallelism >= 1 && tensorParallelism <= MAX_PARALLELISM, "tensorParallelism",
-                    tensorParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
-            check(pipelineParallelism >= 1 && pipelineParallelism <= MAX_PARALLELISM, "pipelineParallelism",
-                    pipelineParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
-            check(contextParallelism >= 1 && contextParallelism <= MAX_PARALLELISM, "contextParallelism",
-                    contextParallelism, "must be in [1, " + MAX_PARALLELISM + "]");
-            long world = (long) tensorParallelism * pipelineParallelism * contextParallelism;
-            check(world <= MAX_WORLD_SIZE, "tensorParallelism*pipelineParallelism*contextParallelism", world,
-                    "must be at most " + MAX_WORLD_SIZE + " ranks");
-            check(isPowerOfTwo(contextParallelism), "contextParallelism", contextParallelism, "must be a power of two");
-            if (attentionDpEnabled) {
-                check(dpSize >= 1 && tensorParallelism % dpSize == 0, "dpSize", dpSize,
-                        "tensorParallelism " + tensorParallelism + " must be divisible by it");
-                check(dpRank >= 0 && dpRank < dpSize, "dpRank", dpRank, "must be in [0, dpSize=" + dpSize + ")");
-            } else {
-                check(dpRank == 0, "dpRank", dpRank, "must be 0 when attention DP is off");
-                check(dpSize == 1, "dpSize", dpSize, "must be 1 when attention DP is off");
-            }
+            CacheStateChecks.parallelism(tensorParallelism, pipelineParallelism, contextParallelism,
+                    attentionDpEnabled, dpRank, dpSize);
             int g = attentionDpEnabled ? tensorParallelism / dpSize : tensorParallelism;
             check(isPowerOfTwo(g), attentionDpEnabled ? "tensorParallelism/dpSize" : "tensorParallelism", g,
                     "TP per attention-DP group must be a power of two");
@@ -767,9 +767,10 @@ public final class CacheState {
             if (attentionType == AttentionType.MLA) {
                 check(kvf == 1, "kvFactor", kvf, "MLA stores K only: must be 1");
             }
-            List<Integer> perPp = attentionLayersPerPp != null
-                    ? attentionLayersPerPp
-                    : evenLayerSplit(layers, pipelineParallelism);
+            RecurrentStateShape rec = recurrentState == null ? null : RecurrentStateShape.resolve(recurrentState,
+                    layers, tensorParallelism, pipelineParallelism, attentionType, attentionLayersPerPp);
+            List<Integer> perPp = rec != null ? rec.attentionLayersPerPp()
+                    : attentionLayersPerPp != null ? attentionLayersPerPp : evenLayerSplit(layers, pipelineParallelism);
             check(perPp.size() == pipelineParallelism, "attentionLayersPerPp", perPp,
                     "needs one entry per PP rank (" + pipelineParallelism + ")");
             long sum = 0;
@@ -786,14 +787,9 @@ public final class CacheState {
                 check(poolLayout.ropeDim() < sizePerHead, "poolLayout.ropeDim", poolLayout.ropeDim(),
                         "must be below sizePerHead " + sizePerHead);
             }
-            check(indexerDimPerHead >= 0 && indexerDimPerHead <= MAX_DIM, "indexerDimPerHead", indexerDimPerHead,
-                    "must be in [0, " + MAX_DIM + "]");
-            check(indexerKCacheQuantBlockSize >= 0 && indexerKCacheQuantBlockSize <= MAX_DIM,
-                    "indexerKCacheQuantBlockSize", indexerKCacheQuantBlockSize, "must be in [0, " + MAX_DIM + "]");
-            check(indexerDimPerHead > 0 || indexerKCacheQuantBlockSize == 0, "indexerKCacheQuantBlockSize",
-                    indexerKCacheQuantBlockSize, "must be 0 without an indexer-K pool (indexerDimPerHead 0)");
+            CacheStateChecks.indexer(indexerDimPerHead, indexerKCacheQuantBlockSize);
             check(blockReuse || !partialReuse, "partialReuse", true, "needs blockReuse");
-            return new CacheState(this, perPp, kvf);
+            return new CacheState(this, perPp, kvf, rec);
         }
     }
 }

@@ -9,13 +9,18 @@ import dev.kvtransfer.api.wire.WireWriter;
  * The wire format of {@link CacheState}: a tag byte, then the fields in declaration order (format version 2 adds
  * the pool layout, version 3 the indexer-K pool: {@code indexerDimPerHead i32}, {@code quantBlockSize i32}, version 4
  * {@code partialReuse bool}). Reading range-checks every field and validates the result like a built state.
+ *
+ * <p>A hybrid model's state (one with a {@link RecurrentStateShape}) starts with another tag,
+ * {@code HYBRID_WIRE_TAG}, and has its shape after the last field: the encoding of every attention-only state stays
+ * byte for byte what it was, and a reader that predates hybrid states refuses one as malformed (unknown tag) instead
+ * of dropping its recurrent layers.
  */
 final class CacheStateWire {
     private CacheStateWire() {
     }
 
     static void write(CacheState s, WireWriter w) {
-        w.writeByte(CacheState.WIRE_TAG);
+        w.writeByte(s.recurrentState() == null ? CacheState.WIRE_TAG : CacheState.HYBRID_WIRE_TAG);
         w.writeIntList(s.kvHeadsPerLayer());
         w.writeInt(s.sizePerHead());
         w.writeInt(s.tokensPerBlock());
@@ -38,12 +43,15 @@ final class CacheStateWire {
         w.writeInt(s.indexerKCacheQuantBlockSize());
         // Format version 4.
         w.writeBoolean(s.partialReuse());
+        if (s.recurrentState() != null) {
+            s.recurrentState().write(w);
+        }
     }
 
     static CacheState read(WireReader r) {
         int start = r.offset();
         int tag = r.readByte("CacheState tag");
-        if (tag != CacheState.WIRE_TAG) {
+        if (tag != CacheState.WIRE_TAG && tag != CacheState.HYBRID_WIRE_TAG) {
             throw new MalformedMessageException(start, "expected CacheState tag " + CacheState.WIRE_TAG + ", found " + tag);
         }
         CacheState.Builder b = CacheState.builder();
@@ -93,6 +101,9 @@ final class CacheStateWire {
         }
         if (r.version() >= 4) {
             b.partialReuse(r.readBoolean("partialReuse"));
+        }
+        if (tag == CacheState.HYBRID_WIRE_TAG) {
+            b.recurrentState(RecurrentStateShape.read(r));
         }
         try {
             return b.build();

@@ -5,6 +5,8 @@ import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.CommState;
 import dev.kvtransfer.api.model.ContextPhaseParams;
 import dev.kvtransfer.api.model.DataType;
+import dev.kvtransfer.api.model.LayerKind;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.api.model.RequestInfo;
 import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.transport.Tags;
@@ -62,7 +64,20 @@ final class Samples {
             }
             b.kvHeadsPerLayer(heads).kvFactor(1 + rnd.nextInt(2));
         }
-        if (rnd.nextBoolean()) {
+        boolean hybrid = !mla && rnd.nextInt(4) == 0;
+        if (hybrid) {
+            // Recurrent layers at random places among the attention ones; all layers split over PP (or evenly).
+            List<LayerKind> kinds = new ArrayList<>(Collections.nCopies(layers, LayerKind.ATTENTION));
+            int recurrent = 1 + rnd.nextInt(8);
+            for (int i = 0; i < recurrent; i++) {
+                kinds.add(rnd.nextInt(kinds.size() + 1), LayerKind.RECURRENT);
+            }
+            List<Integer> split = rnd.nextBoolean() ? List.of() : randomSplit(rnd, kinds.size(), pp);
+            DataType[] types = DataType.values();
+            b.recurrentState(new RecurrentStateShape(kinds, split, tp * (1 + rnd.nextInt(64)), 1 + rnd.nextInt(4),
+                    tp * (1 + rnd.nextInt(8)), 1 + rnd.nextInt(64), 1 + rnd.nextInt(128),
+                    types[rnd.nextInt(types.length)], types[rnd.nextInt(types.length)]));
+        } else if (rnd.nextBoolean()) {
             b.attentionLayersPerPp(randomSplit(rnd, layers, pp));
         }
         return b.build();

@@ -62,6 +62,7 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
     private final BitSet free;
     private final Map<Long, int[]> owned = new HashMap<>();
     private boolean closed;
+    private volatile RecurrentStatePool recurrent;
 
     /**
      * A block pool of host memory.
@@ -256,6 +257,10 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
             System.arraycopy(ids, 0, all, before.length, blocks);
             owned.put(requestId, all);
         }
+        RecurrentStatePool states = recurrent;
+        if (states != null) {
+            states.allocateIfAbsent(requestId); // one state per request, beside its first blocks
+        }
         return ids;
     }
 
@@ -285,6 +290,10 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
             for (int id : ids) {
                 free.set(id);
             }
+        }
+        RecurrentStatePool states = recurrent;
+        if (states != null) {
+            states.free(requestId);
         }
     }
 
@@ -320,6 +329,23 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
         }
     }
 
+    /**
+     * Lends a hybrid model's recurrent states through this view ({@link #recurrentState()}); this cache closes it.
+     * From then on {@link #allocate} gives a request its states with its first blocks and {@link #free} frees them.
+     *
+     * @param states the rank's recurrent states
+     * @return this cache
+     */
+    public PagedKvCache attachRecurrentState(RecurrentStatePool states) {
+        this.recurrent = Objects.requireNonNull(states, "states");
+        return this;
+    }
+
+    @Override
+    public RecurrentStatePool recurrentState() {
+        return recurrent;
+    }
+
     /** Releases the pool's memory (whether or not requests still hold blocks). Idempotent. */
     @Override
     public void close() {
@@ -331,6 +357,10 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
             owned.clear();
         }
         main.close();
+        RecurrentStatePool states = recurrent;
+        if (states != null) {
+            states.close();
+        }
         if (indexer != null) {
             indexer.close();
         }

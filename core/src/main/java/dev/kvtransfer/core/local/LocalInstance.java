@@ -16,6 +16,7 @@ import dev.kvtransfer.core.RankAssembly;
 import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.cache.PagedKvCache;
+import dev.kvtransfer.core.cache.RecurrentStatePool;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.core.sync.InProcessGroup;
@@ -436,6 +437,9 @@ public final class LocalInstance implements AutoCloseable {
                     states.add(s);
                     BufferManager bm = shared != null ? shared : add(bms, bufferFactory.get());
                     caches.add(PagedKvCache.of(bm, s, r, blocksPerRank, poolKind));
+                    if (s.recurrentState() != null) {
+                        caches.get(r).attachRecurrentState(new RecurrentStatePool(bm, poolKind, s, r));
+                    }
                     TransportConfig tc = TransportConfig.builder().name(name + "-rank-" + r)
                             .host(baseTransport.host())
                             .port(baseTransport.port() == 0 ? 0 : baseTransport.port() + r)

@@ -1,6 +1,7 @@
 package dev.kvtransfer.core.pattern;
 
 import dev.kvtransfer.api.cache.KvCacheView;
+import dev.kvtransfer.api.cache.RecurrentStateView;
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.layout.PoolGeometry;
@@ -28,6 +29,11 @@ import java.util.Objects;
  * <p>The indexer-K pool of MLA ({@link #fillIndexer}, {@link #verifyIndexer}) uses the same formula with
  * {@code k = }{@value #INDEXER_KV} (so its values differ from the main pool's K and V planes) and head 0, over
  * the pool's own layout (uint8 elements).
+ *
+ * <p>The recurrent states of a hybrid model ({@link #fillRecurrent}, {@link #verifyRecurrent}) use the same formula
+ * with the global recurrent layer as {@code l}: conv element {@code (channel c, entry w)} is
+ * {@code (l, }{@value #CONV_KV}{@code , global channel, w, 0)}, SSM element {@code (head h, row p, column n)} is
+ * {@code (l, }{@value #SSM_KV}{@code , global head, p, n)}; global channel / head = TP rank × per-rank count + local.
  *
  * <p>Any pool layout: elements are found through the cache's {@link KvCacheView#geometry()} (block pools through
  * {@link KvCacheView#block}, layer pools through {@link KvCacheView#region}), so the values depend only on the
@@ -64,6 +70,10 @@ public class KvPattern {
     public static final long C_D = 0x85EBCA77C2B2AE63L;
     /** The kv index used in the key of indexer-K pool elements. */
     public static final int INDEXER_KV = 2;
+    /** The kv index in the key of conv-state elements of a recurrent layer. */
+    public static final int CONV_KV = 3;
+    /** The kv index in the key of SSM-state elements of a recurrent layer. */
+    public static final int SSM_KV = 4;
 
     /** Static methods only; {@code dev.kvtransfer.testkit.KvPattern} names the same methods for test code. */
     protected KvPattern() {
@@ -420,6 +430,97 @@ public class KvPattern {
         Result r = new Result();
         PatternWalk.indexer(pool, blockIds, state, rank, requestId, totalBlocks).run(pool, blockIds, blockIds, r, 0,
                 Integer.MAX_VALUE);
+        return r;
+    }
+
+    /**
+     * Writes the pattern into a rank's recurrent states of a request (host memory).
+     *
+     * @param states    the rank's recurrent states
+     * @param state     the rank's instance cache state (declares the recurrent state)
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id whose pattern is written
+     */
+    public static void fillRecurrent(RecurrentStateView states, CacheState state, int rank, long requestId) {
+        fillRecurrent(states, state, rank, requestId, requestId);
+    }
+
+    /**
+     * Writes another request's pattern (a poison) into a rank's recurrent states of a request.
+     *
+     * @param states    the rank's recurrent states
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id whose states are written
+     * @param patternId the request id whose pattern is written
+     */
+    public static void fillRecurrent(RecurrentStateView states, CacheState state, int rank, long requestId,
+                                     long patternId) {
+        RecurrentPattern.walk(states, state, rank, requestId, patternId, null);
+    }
+
+    /**
+     * Checks every element of a rank's recurrent states of a request (see {@link #fillRecurrent}).
+     *
+     * @param states    the rank's recurrent states
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id
+     * @return what was found
+     */
+    public static Result verifyRecurrent(RecurrentStateView states, CacheState state, int rank, long requestId) {
+        return verifyRecurrent(states, state, rank, requestId, requestId);
+    }
+
+    /**
+     * Checks that a rank's recurrent states of a request hold another request's pattern (e.g. a poison nothing
+     * may have overwritten).
+     *
+     * @param states    the rank's recurrent states
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id whose states are read
+     * @param patternId the request id whose pattern is expected
+     * @return what was found
+     */
+    public static Result verifyRecurrent(RecurrentStateView states, CacheState state, int rank, long requestId,
+                                         long patternId) {
+        Result r = new Result();
+        RecurrentPattern.walk(states, state, rank, requestId, patternId, r);
+        return r;
+    }
+
+    /**
+     * Writes the pattern into a rank's recurrent states of a request, in host or device memory (device states are
+     * written through a host mirror with {@code copier}).
+     *
+     * @param states    the rank's recurrent states
+     * @param copier    copies between host and the states' memory
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id
+     */
+    public static void fillRecurrent(RecurrentStateView states, BufferManager copier, CacheState state, int rank,
+                                     long requestId) {
+        RecurrentPattern.walk(states, Objects.requireNonNull(copier, "copier"), state, rank, requestId, requestId,
+                null);
+    }
+
+    /**
+     * Checks every element of a rank's recurrent states of a request, in host or device memory (device states are
+     * read through a host mirror with {@code copier}).
+     *
+     * @param states    the rank's recurrent states
+     * @param copier    copies between host and the states' memory
+     * @param state     the rank's instance cache state
+     * @param rank      the rank index in its instance
+     * @param requestId the context request id
+     * @return what was found
+     */
+    public static Result verifyRecurrent(RecurrentStateView states, BufferManager copier, CacheState state, int rank,
+                                         long requestId) {
+        Result r = new Result();
+        RecurrentPattern.walk(states, Objects.requireNonNull(copier, "copier"), state, rank, requestId, requestId, r);
         return r;
     }
 

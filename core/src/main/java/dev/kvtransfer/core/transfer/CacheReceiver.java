@@ -295,8 +295,11 @@ public final class CacheReceiver implements AutoCloseable {
 
     /** Pull: the formatter receives (whole, or layer by layer); push: wait for the writers' done notices. */
     private void receive(GenerationJob job, DefaultTransferSession session) {
-        if (session.reusedBlocks() == session.totalBlocks()) {
-            return; // every block was reused: nothing moves (the context side skips it too)
+        if (session.reusedBlocks() == session.totalBlocks()
+                && session.selfState().cacheState().recurrentState() == null) {
+            // Every block was reused: nothing moves (the context side skips it too). A hybrid model's recurrent
+            // states are not blocks: they move whatever the reuse.
+            return;
         }
         if (job.push) {
             push.awaitPush(job, session);

@@ -318,8 +318,10 @@ final class ContextSend {
      * written), the whole request at once or layer by layer as the engine marks layers ready.
      */
     void move(TransferHandle h, DefaultTransferSession session, boolean push, boolean layered) {
-        if (session.reusedBlocks() == session.totalBlocks()) {
-            return; // the generation side holds every block already: nothing moves (both sides know it)
+        if (session.reusedBlocks() == session.totalBlocks() && env.selfCache().recurrentState() == null) {
+            // The generation side holds every block already: nothing moves (both sides know it). A hybrid model's
+            // recurrent states are not blocks: they move whatever the reuse.
+            return;
         }
         CacheState self = env.selfCache();
         int pp = self.ppRank(env.selfIndex());

@@ -22,6 +22,7 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 
 import java.util.EnumSet;
 import java.util.List;
@@ -223,18 +224,23 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
 
     @Override
     public Set<FormatterCapability> capabilities() {
-        return EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH);
+        // Recurrent states move only with whole requests: a layer range or a push would leave them behind.
+        return cache.recurrentState() != null ? EnumSet.noneOf(FormatterCapability.class)
+                : EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH);
     }
 
     @Override
     public void format(TransferSession session) {
         Objects.requireNonNull(session, "session");
+        RecurrentStates.requireView(session, cache.recurrentState());
         send(session, 0, Integer.MAX_VALUE);
+        RecurrentStates.send(session, cache.recurrentState());
     }
 
     @Override
     public void format(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
+        wholeRequestsOnly(session, "format of a layer range");
         CacheFormatter.checkLayerRange(session, firstLayer, layers);
         send(session, firstLayer, firstLayer + layers);
     }
@@ -242,14 +248,25 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     @Override
     public void unformat(TransferSession session) {
         Objects.requireNonNull(session, "session");
+        RecurrentStates.requireView(session, cache.recurrentState());
         receive(session, 0, Integer.MAX_VALUE);
+        RecurrentStates.receive(session, cache.recurrentState());
     }
 
     @Override
     public void unformat(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
+        wholeRequestsOnly(session, "unformat of a layer range");
         CacheFormatter.checkLayerRange(session, firstLayer, layers);
         receive(session, firstLayer, firstLayer + layers);
+    }
+
+    /** A hybrid model's recurrent states move only with whole two-sided requests. */
+    private static void wholeRequestsOnly(TransferSession session, String what) {
+        if (session.selfState().cacheState().recurrentState() != null) {
+            throw new UnsupportedOperationException("request " + session.requestId() + ": " + what + " is not"
+                    + " supported for a hybrid model (its recurrent states move only with whole requests)");
+        }
     }
 
     /** The parts of this rank's share restricted to global layers {@code [g0, g1)}. */
@@ -478,6 +495,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     @Override
     public void push(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
+        wholeRequestsOnly(session, "push");
         if (!session.isPush()) {
             throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push on a session that is not a"
                     + " push session (no peer pools)", null);
@@ -663,7 +681,11 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     public boolean needSendCache(CacheState self, int selfIndex, CacheState peer) {
         Objects.requireNonNull(self, "self");
         Objects.requireNonNull(peer, "peer");
-        return PeerSelection.needSendCache(self, selfIndex, peer, RankMapping.targetRanks(peer, self, selfIndex));
+        TargetRanks t = RankMapping.targetRanks(peer, self, selfIndex);
+        // Every rank holding recurrent states sends them, even where another rank of its duplicate-head group sends
+        // the KV: the states are split over all TP ranks, never duplicated.
+        return PeerSelection.needSendCache(self, selfIndex, peer, t)
+                || !t.isEmpty() && peer.recurrentState() != null && RecurrentStateShape.holdsState(self, selfIndex);
     }
 
 }

@@ -76,6 +76,7 @@ final class SupportRules {
                     + " the other side has CP 1 or the same CP; unequal CP > 1 on both sides would need blocks"
                     + " from ranks outside the target mapping)");
         }
+        RecurrentStates.unsupported(self, peer, why);
         return why.isEmpty() ? Support.yes() : Support.no(String.join("; ", why));
     }
 }

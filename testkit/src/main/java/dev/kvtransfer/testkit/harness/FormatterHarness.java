@@ -11,6 +11,7 @@ import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.api.model.TransceiverState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
@@ -404,6 +405,9 @@ public final class FormatterHarness implements AutoCloseable {
                     KvPattern.fillIndexer(ctx.caches[r], ctxBlocks[r], ctxState, r, requestId, totalBlocks, reused,
                             totalBlocks);
                 }
+                if (RecurrentStateShape.holdsState(ctxState, r)) {
+                    KvPattern.fillRecurrent(ctx.caches[r].recurrentState(), ctxState, r, requestId);
+                }
                 ctxNeedSend[r] = ctx.formatters[r].needSendCache(ctxState, r, genState);
             }
             for (int g = 0; g < ng; g++) {
@@ -420,7 +424,22 @@ public final class FormatterHarness implements AutoCloseable {
                     KvPattern.fillIndexer(gen.caches[g], genBlocks[g], genState, g, requestId + GEN_POISON,
                             totalBlocks, reused, totalBlocks);
                 }
+                if (RecurrentStateShape.holdsState(genState, g)) {
+                    // Allocated with the blocks; poisoned: every state element must be overwritten by the transfer.
+                    KvPattern.fillRecurrent(gen.caches[g].recurrentState(), genState, g, requestId,
+                            requestId + GEN_POISON);
+                }
             }
+        }
+
+        /** A generation rank's whole recurrent state of the request: it receives all of it, whatever the reuse. */
+        private long recurrentBytes(CacheState state, int rank) {
+            if (!RecurrentStateShape.holdsState(state, rank)) {
+                return 0;
+            }
+            RecurrentStateShape s = state.recurrentState();
+            return s.recurrentLayerCount(state.ppRank(rank))
+                    * (s.convBytesPerRank(state.tensorParallelism()) + s.ssmBytesPerRank(state.tensorParallelism()));
         }
 
         private int count(CacheState state, int rank) {
@@ -703,7 +722,7 @@ public final class FormatterHarness implements AutoCloseable {
                 if (gen.caches[g].indexerKCache() != null) {
                     perBlock += gen.caches[g].indexerKCache().layout().blockBytes();
                 }
-                expected[g] = fresh * perBlock;
+                expected[g] = fresh * perBlock + recurrentBytes(genState, g);
                 TargetRanks t = RankMapping.targetRanks(ctxState, genState, g);
                 for (int p : gen.formatters[g].pickRecvConnections(genState, g, ctxState)) {
                     picked[t.peerRanks().get(p)] = true;
@@ -713,6 +732,10 @@ public final class FormatterHarness implements AutoCloseable {
                     if (options.indexerDim() > 0) {
                         verify.merge(KvPattern.verifyIndexer(gen.caches[g], genBlocks[g], genState, g, requestId,
                                 totalBlocks));
+                    }
+                    if (RecurrentStateShape.holdsState(genState, g)) {
+                        verify.merge(KvPattern.verifyRecurrent(gen.caches[g].recurrentState(), genState, g,
+                                requestId));
                     }
                 }
             }

@@ -11,6 +11,7 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
+import dev.kvtransfer.core.cache.RecurrentStatePool;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.testkit.LayoutPair;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
@@ -67,6 +68,9 @@ final class HarnessInstance implements AutoCloseable {
                 caches[r] = new PagedKvCache(memory, main, state.poolLayout(), MemoryKind.HOST, idx, blocks);
             } else {
                 caches[r] = PagedKvCache.of(memory, state, r, blocks);
+            }
+            if (state.recurrentState() != null) {
+                caches[r].attachRecurrentState(new RecurrentStatePool(memory, MemoryKind.HOST, state, r));
             }
             // Slots of the direction this side uses for every concurrent request, one of the other.
             boolean sender = side.equals("ctx");
