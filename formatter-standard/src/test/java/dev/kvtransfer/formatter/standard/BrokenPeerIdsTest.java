@@ -13,12 +13,13 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.junit.platform.engine.discovery.DiscoverySelectors.selectMethod;
 
 /**
- * The formatter mutant that survived the first sixteen formatter rules: a sender that sees the receiver's block ids
- * as one consecutive run (the real ones have holes). On the standard grid every block is small enough that the
- * production policy stages each part into one message, so the sender's view of the peer's ids never reached a plan.
- * Clause 5.17 ({@code required_spec5_17_…}) moves blocks large enough to travel straight from and into the pools,
- * with ids fragmented differently on the two sides; run through the JUnit engine test kit over the standard
- * formatter's own suite configuration, it fails the mutant and passes the untouched formatter.
+ * The formatter mutant the notes recorded as a survivor: a sender that sees the receiver's block ids as one
+ * consecutive run (the real ones have holes), so it joins blocks into messages across the receiver's holes. The
+ * standard grid's blocks are a few KiB, so where it is caught there it is by the few pairs whose plans coalesce
+ * small runs (layer ranges, a context-parallel pair of layer pools); over a grid without those it passes every pull
+ * rule but clause 5.17 ({@code required_spec5_17_…}), which moves blocks large enough to travel straight from and
+ * into the pools, with ids fragmented differently on the two sides. Run through the JUnit engine test kit over the
+ * standard formatter's own suite configuration, 5.17 fails the mutant and passes the untouched formatter.
  */
 class BrokenPeerIdsTest {
     static final String RULE = "required_spec5_17_largeBlocksWithBlockIdsFragmentedDifferentlyMoveExactly";
