@@ -78,7 +78,9 @@ public final class MutantTransportProvider implements TransportProvider {
         /** A receive of more than {@link #SMALL} bytes completes normally with only its first half written. */
         SHORT_RECV,
         /** A timed receive waits three times its timeout before it reports TIMEOUT, delivering what comes meanwhile. */
-        DEADLINE_OVERSHOT
+        DEADLINE_OVERSHOT,
+        /** Data tags keep only their low 2 bits above the first data tag: requests in flight at once share tags. */
+        DATA_TAGS_COLLIDE
     }
 
     /** Messages below this many bytes are control messages to the transceiver mutants. */
@@ -170,6 +172,8 @@ public final class MutantTransportProvider implements TransportProvider {
         return switch (defect) {
             case TAG_TRUNCATED_16 -> tag & 0xFFFF;
             case TAG_TRUNCATED_24 -> tag & 0xFF_FFFF;
+            case DATA_TAGS_COLLIDE -> tag >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG
+                    ? dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG + (tag & 3) : tag;
             default -> tag;
         };
     }

@@ -49,6 +49,7 @@ class TransceiverMutantsTest {
     private static volatile Defect defect = Defect.NONE;
 
     static final String SPEC3_01 = "required_spec3_01_everyGridPairMovesEveryElementExactly";
+    static final String SPEC3_02 = "required_spec3_02_twoHundredConcurrentRequestsArriveExactly";
     static final String SPEC3_03 = "required_spec3_03_contextCancelBeforeReadyCancelsBothSides";
     static final String SPEC3_16 = "required_spec3_16_messagesOfAMebibyteAndMoreArriveExactly";
     static final String SPEC4_08 = "required_spec4_08_contextEndpointClosedMidMessageFailsInBoundAndAFreshContextIsServed";
@@ -110,6 +111,7 @@ class TransceiverMutantsTest {
                 Arguments.of(Defect.CANCEL_DROPPED, TransceiverSuite.class, SPEC3_03, "CANCELLED"),
                 Arguments.of(Defect.SHORT_RECV, TransceiverSuite.class, SPEC3_01, "MALFORMED"),
                 Arguments.of(Defect.DEADLINE_OVERSHOT, FaultSuite.class, SPEC4_11, "within"),
+                Arguments.of(Defect.DATA_TAGS_COLLIDE, TransceiverSuite.class, SPEC3_02, "MALFORMED"),
                 Arguments.of(Defect.BIT_FLIP_FIRST, TransceiverSuite.class, SPEC3_16, "elements differ"),
                 Arguments.of(Defect.BIT_FLIP_MIDDLE, TransceiverSuite.class, SPEC3_16, "elements differ"),
                 Arguments.of(Defect.BIT_FLIP_LAST, TransceiverSuite.class, SPEC3_16, "elements differ"));
@@ -124,6 +126,7 @@ class TransceiverMutantsTest {
     @Test
     void theUnmutatedWrapperPassesEveryRuleTheMutantsFail() {
         Map<String, String> failed = run(Defect.NONE, DiscoverySelectors.selectMethod(TransceiverSuite.class, SPEC3_01),
+                DiscoverySelectors.selectMethod(TransceiverSuite.class, SPEC3_02),
                 DiscoverySelectors.selectMethod(TransceiverSuite.class, SPEC3_03),
                 DiscoverySelectors.selectMethod(TransceiverSuite.class, SPEC3_16),
                 DiscoverySelectors.selectMethod(FaultSuite.class, SPEC4_08),
