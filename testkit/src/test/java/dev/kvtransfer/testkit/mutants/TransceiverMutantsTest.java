@@ -6,6 +6,7 @@ import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.testkit.LayoutGrid;
 import dev.kvtransfer.testkit.LayoutGrid.Side;
 import dev.kvtransfer.testkit.LeakCheckExtension;
+import dev.kvtransfer.testkit.RuleBounds;
 import dev.kvtransfer.testkit.TransceiverConformanceTest;
 import dev.kvtransfer.testkit.TransceiverFaultConformanceTest;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
@@ -143,6 +144,28 @@ class TransceiverMutantsTest {
         assertThat(failed.get(rule)).as("what %s reports for %s", rule, d).contains(says);
     }
 
+    /**
+     * Receives deaf to deadlines and interrupts hang the engine's own threads, not the rule's: each rule still fails
+     * at its bound (3 s here), and once one has hung the rest of the class shares the suite's budget (6 s here).
+     */
+    @Test
+    void aTransportThatHangsInEveryReceiveEndsBothSuitesWithinTheirBounds() {
+        Map<String, String> failed;
+        try {
+            failed = run(Defect.HANG_RECV, Map.of(RuleBounds.RULE_SECONDS_PROPERTY, "3",
+                            RuleBounds.SUITE_SECONDS_PROPERTY, "6"),
+                    DiscoverySelectors.selectMethod(TransceiverSuite.class, SPEC3_03),
+                    DiscoverySelectors.selectMethod(TransceiverSuite.class, SPEC3_16),
+                    DiscoverySelectors.selectMethod(FaultSuite.class, SPEC4_11));
+        } finally {
+            MutantTransportProvider.release();
+        }
+        assertThat(failed).as("rules over a transport whose receives never return").containsKeys(SPEC3_03, SPEC3_16,
+                SPEC4_11);
+        assertThat(failed.values()).allSatisfy(what -> assertThat(what).containsAnyOf("did not end within its bound",
+                "budget of 6 s"));
+    }
+
     @AfterAll
     static void catchRate() {
         System.clearProperty(LeakCheckExtension.BOUND_PROPERTY);
@@ -154,10 +177,16 @@ class TransceiverMutantsTest {
 
     /** Runs the selected rules over a defect; returns each failed rule with what its failures said. */
     private static Map<String, String> run(Defect d, DiscoverySelector... selectors) {
+        return run(d, Map.of(), selectors);
+    }
+
+    private static Map<String, String> run(Defect d, Map<String, String> config, DiscoverySelector... selectors) {
         defect = d;
         Events tests;
         try {
-            tests = EngineTestKit.engine("junit-jupiter").selectors(selectors).execute().testEvents();
+            EngineTestKit.Builder b = EngineTestKit.engine("junit-jupiter").selectors(selectors);
+            config.forEach(b::configurationParameter);
+            tests = b.execute().testEvents();
         } finally {
             defect = Defect.NONE;
         }
