@@ -352,7 +352,8 @@ public abstract class TransceiverFaultConformanceTest {
             KvTransferException e = r.error().orElseThrow();
             if (detects) {
                 assertThat(e.code()).as("spec 4.8: %s declares PEER_FAILURE_DETECTION, so a request whose context "
-                        + "endpoint closed must fail PEER_LOST: %s", provider().name(), e).isEqualTo(ErrorCode.PEER_LOST);
+                        + "endpoint closed must fail PEER_LOST: %s", provider().name(), e)
+                        .isEqualTo(ErrorCode.PEER_LOST);
             } else {
                 assertThat(e.code()).as("%s", r).isIn(PAYLOAD_CODES);
             }

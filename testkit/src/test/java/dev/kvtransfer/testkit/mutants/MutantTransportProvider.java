@@ -62,7 +62,7 @@ public final class MutantTransportProvider implements TransportProvider {
         AVAILABILITY_THROWS,
         /** Nothing: loopback through this wrapper, the control of the transceiver mutants. */
         NONE,
-        /** A small message (under {@link #SMALL} bytes) on a data tag is delivered twice: a ready signal arrives twice. */
+        /** A small message (under {@link #SMALL} bytes) on a data tag is delivered twice: so is a ready signal. */
         CONTROL_DUPLICATED,
         /**
          * Small messages (under {@link #SMALL} bytes) on data tags go through a lane of their own, flushed only when
@@ -328,7 +328,7 @@ public final class MutantTransportProvider implements TransportProvider {
             this.c = c;
         }
 
-        /** A refused ready signal: status and padding zero, 12 + 4 x its block count bytes, plus a MAC of 32 or none. */
+        /** A refused ready signal: status and padding zero, 12 + 4 x its block count bytes, and a MAC of 32 or none. */
         private boolean isCancel(MemoryBuffer buffer, long offset, long length) {
             if (length < 12 || buffer.kind() == dev.kvtransfer.api.memory.MemoryKind.DEVICE) {
                 return false;

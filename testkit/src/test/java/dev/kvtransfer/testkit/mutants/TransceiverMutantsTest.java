@@ -53,7 +53,8 @@ class TransceiverMutantsTest {
     static final String SPEC3_02 = "required_spec3_02_twoHundredConcurrentRequestsArriveExactly";
     static final String SPEC3_03 = "required_spec3_03_contextCancelBeforeReadyCancelsBothSides";
     static final String SPEC3_16 = "required_spec3_16_messagesOfAMebibyteAndMoreArriveExactly";
-    static final String SPEC4_08 = "required_spec4_08_contextEndpointClosedMidMessageFailsInBoundAndAFreshContextIsServed";
+    static final String SPEC4_08 = "required_spec4_08_contextEndpointClosedMidMessage"
+            + "FailsInBoundAndAFreshContextIsServed";
     static final String SPEC4_11 = "required_spec4_11_droppedRequestInfoTimesOutOnBothSides";
 
     /** The transceiver suite over the mutant: one TP 2 to TP 2 pair, short deadlines. */
@@ -139,7 +140,8 @@ class TransceiverMutantsTest {
     @MethodSource("mutants")
     void eachMutantFailsTheRuleOfItsClause(Defect d, Class<?> suite, String rule, String says) {
         Map<String, String> failed = run(d, DiscoverySelectors.selectMethod(suite, rule));
-        CAUGHT.put(d, failed.isEmpty() ? "survived" : failed.keySet() + ": " + firstLine(failed.values().iterator().next()));
+        CAUGHT.put(d, failed.isEmpty() ? "survived"
+                : failed.keySet() + ": " + firstLine(failed.values().iterator().next()));
         assertThat(failed).as("%s must fail %s", d, rule).containsKey(rule);
         assertThat(failed.get(rule)).as("what %s reports for %s", rule, d).contains(says);
     }
