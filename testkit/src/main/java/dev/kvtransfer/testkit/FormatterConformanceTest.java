@@ -738,6 +738,42 @@ public abstract class FormatterConformanceTest {
         }
     }
 
+    /**
+     * @return the pairs of rule 17: one pair of {@link #grid()} whose sides have the same parallelism, in every
+     *         pool-layout combination the grid uses, its heads widened to blocks of at least 2 MiB per rank (a layer
+     *         pool's plane of a block 256 KiB or more), so a formatter's own thresholds let it move runs of blocks
+     *         straight from and into the pools; reuse of 0 and 1 blocks in rotation, which with the default prompts
+     *         puts holes of one side inside runs of the other
+     */
+    protected LayoutGrid largeBlockGrid() {
+        return grid().onePairPerPoolLayoutCombination().withReuse(0, 1).withBlocksOfAtLeast(2L << 20);
+    }
+
+    /**
+     * Rule 17: blocks large enough to move directly, with block ids fragmented differently on the two sides (the
+     * harness's default), move every element exactly, so a plan built from the wrong view of the peer's ids (runs
+     * joined across a hole of one side) cannot pass on grids whose blocks are all staged.
+     */
+    @Test
+    public void required_spec5_17_largeBlocksWithBlockIdsFragmentedDifferentlyMoveExactly() {
+        List<String> failures = new ArrayList<>();
+        long checked = 0;
+        for (PairReport r : runPairs(largeBlockGrid().supported(), harnessOptions())) {
+            if (!r.completed()) {
+                failures.add(r.pair().name() + ": " + describe(r.failure()));
+                continue;
+            }
+            for (PairReport.RequestReport q : r.requests()) {
+                if (!q.verify().ok()) {
+                    failures.add(r.pair().name() + " request " + q.requestId() + ": " + q.verify());
+                }
+                checked += q.verify().checkedElements();
+            }
+        }
+        assertThat(failures).as("large-block pairs that failed").isEmpty();
+        assertThat(checked).as("elements verified").isPositive();
+    }
+
     /** @return the reports of pairs that completed (failures are reported by rule 1) */
     protected final List<PairReport> completedRuns() {
         return gridRun().stream().filter(PairReport::completed).toList();

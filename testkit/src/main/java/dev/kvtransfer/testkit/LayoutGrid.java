@@ -1,5 +1,6 @@
 package dev.kvtransfer.testkit;
 
+import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
@@ -178,6 +179,70 @@ public final class LayoutGrid {
             out.add(s.get(i));
         }
         return new LayoutGrid(out);
+    }
+
+    /**
+     * Every supported pair with its heads widened ({@code sizePerHead} multiplied alike on both sides) until a block
+     * of every rank that holds layers has at least {@code bytes}: blocks large enough that a transport switches to
+     * its large-message path and a formatter moves runs of them straight from and into the pools.
+     *
+     * @param bytes the smallest block wanted
+     * @return a new grid of the supported pairs, widened
+     */
+    public LayoutGrid withBlocksOfAtLeast(long bytes) {
+        List<LayoutPair> out = new ArrayList<>();
+        for (LayoutPair p : supported()) {
+            long smallest = Math.min(smallestBlock(p.ctx()), smallestBlock(p.gen()));
+            int widen = (int) Math.max(1, (bytes + smallest - 1) / smallest);
+            out.add(p.with(p.name() + " | heads x" + widen,
+                    p.ctx().toBuilder().sizePerHead(p.ctx().sizePerHead() * widen).build(),
+                    p.gen().toBuilder().sizePerHead(p.gen().sizePerHead() * widen).build()));
+        }
+        return new LayoutGrid(out);
+    }
+
+    /**
+     * One pair in each (context, generation) pool-layout combination that this grid's supported pairs use: its first
+     * pair whose two sides have the same parallelism (so a part holds whole blocks and runs can coalesce), else its
+     * first pair.
+     *
+     * @return a new grid, as many pairs as combinations
+     */
+    public LayoutGrid onePairPerPoolLayoutCombination() {
+        List<LayoutPair> s = supported();
+        if (s.isEmpty()) {
+            return new LayoutGrid(List.of());
+        }
+        LayoutPair base = s.stream().filter(p -> sameParallelism(p.ctx(), p.gen())).findFirst().orElse(s.get(0));
+        java.util.Map<List<PoolLayout>, LayoutPair> out = new java.util.LinkedHashMap<>();
+        for (LayoutPair p : s) {
+            out.computeIfAbsent(List.of(p.ctx().poolLayout(), p.gen().poolLayout()), k -> k.get(0).equals(
+                    base.ctx().poolLayout()) && k.get(1).equals(base.gen().poolLayout()) ? base
+                    : base.with(base.name() + " | pools " + k.get(0) + " -> " + k.get(1),
+                    base.ctx().withPoolLayout(k.get(0)), base.gen().withPoolLayout(k.get(1))));
+        }
+        return new LayoutGrid(new ArrayList<>(out.values()));
+    }
+
+    private static boolean sameParallelism(CacheState a, CacheState b) {
+        return a.tensorParallelism() == b.tensorParallelism() && a.pipelineParallelism() == b.pipelineParallelism()
+                && a.contextParallelism() == b.contextParallelism() && !a.attentionDpEnabled()
+                && !b.attentionDpEnabled();
+    }
+
+    /**
+     * @param s a cache state
+     * @return bytes of the smallest block of a rank of the state that holds layers
+     */
+    public static long smallestBlock(CacheState s) {
+        long min = Long.MAX_VALUE;
+        for (int r = 0; r < s.worldSize(); r++) {
+            long b = BlockLayout.of(s, r).blockBytes();
+            if (b > 0) {
+                min = Math.min(min, b);
+            }
+        }
+        return min;
     }
 
     private static LayoutPair withPools(LayoutPair p, PoolLayout c, PoolLayout g) {

@@ -153,9 +153,13 @@ public abstract class TransceiverConformanceTest {
      * @return the running instance
      */
     protected final LocalInstance start(String name, CacheState state, TransceiverConfig config) {
+        return start(name, state, config, blocksPerRank());
+    }
+
+    private LocalInstance start(String name, CacheState state, TransceiverConfig config, int blocks) {
         LocalInstance i = LocalInstance.builder(name, state).transport(provider(), baseConfig())
                 .formatter(formatterProvider()).config(config)
-                .blocksPerRank(blocksPerRank()).errorHandler(backgroundErrors::add).start();
+                .blocksPerRank(blocks).errorHandler(backgroundErrors::add).start();
         instances.add(i);
         return i;
     }
@@ -595,6 +599,48 @@ public abstract class TransceiverConformanceTest {
             assertThat(backgroundErrors).isEmpty();
             closeInstances();
         }
+    }
+
+    /** Bytes of a message the suite calls large: a transport may switch protocol there (rendezvous, RMA, fragments). */
+    private static final long LARGE_MESSAGE = 1L << 20;
+
+    /**
+     * Clause 3.16, large messages. The workhorse pair with each head widened until a block of every rank holds at
+     * least 1 MiB, parts sent in chunks of 4 MiB and part checksums off, so that what a transport does to a large
+     * message (a bit flipped at its start, middle or end, a tail not written) reaches the blocks and fails the
+     * pattern check rather than only a checksum. The rule checks that it moved messages of 1 MiB on average.
+     */
+    @Test
+    public void required_spec3_16_messagesOfAMebibyteAndMoreArriveExactly() {
+        LayoutPair base = workhorsePair();
+        LayoutPair p = LayoutGrid.of(List.of(base)).withBlocksOfAtLeast(LARGE_MESSAGE).supported().get(0);
+        TransceiverConfig c = transceiverConfig().chunkBytes(4L << 20).transferBufferBytes(8L << 20)
+                .partChecksums(false).build();
+        LocalInstance ctx = start("ctx", p.ctx(), c, 32);
+        LocalInstance gen = start("gen", p.gen(), c, 32);
+        int tpb = p.ctx().tokensPerBlock();
+        List<Transfer> ts = new ArrayList<>();
+        for (int prompt : new int[] {tpb * 6, tpb * 3 + 1}) {
+            Transfer t = prepare(ctx, gen, p.ctx(), p.gen(), prompt, prompt, 0);
+            ts.add(t);
+            respond(ctx, t);
+            request(gen, t);
+        }
+        awaitEnded(ts);
+        long bytes = 0;
+        long messages = 0;
+        for (Transfer t : ts) {
+            assertExact(gen, t);
+            for (TransferRequest r : t.gen) {
+                bytes += r.copyLedger().bytes();
+                messages += r.messageCount();
+            }
+            free(ctx, gen, t);
+        }
+        assertThat(messages).as("payload messages of %s", p.name()).isPositive();
+        assertThat(bytes / messages).as("bytes per payload message on %s (%d bytes, %d messages): the rule must move "
+                + "messages of at least 1 MiB", p.name(), bytes, messages).isGreaterThanOrEqualTo(LARGE_MESSAGE);
+        assertThat(backgroundErrors).isEmpty();
     }
 
     /**

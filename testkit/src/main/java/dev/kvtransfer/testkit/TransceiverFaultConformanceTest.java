@@ -4,6 +4,7 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.Tags;
+import dev.kvtransfer.api.transport.TransportCapability;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
 import dev.kvtransfer.core.RequestState;
@@ -343,9 +344,19 @@ public abstract class TransceiverFaultConformanceTest {
         Transfer hit = transfer(doomed, gen, 16 * 160);
         long t0 = System.nanoTime();
         TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        // A transport that detects peer failure must say so: the generation side learns that its peer is gone,
+        // not merely that the deadline passed (a retry policy tells the two apart).
+        boolean detects = provider().capabilities().contains(TransportCapability.PEER_FAILURE_DETECTION);
         for (TransferRequest r : hit.gen) {
             assertThat(r.state()).isNotEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
-            assertThat(r.error().orElseThrow().code()).as("%s", r).isIn(PAYLOAD_CODES);
+            KvTransferException e = r.error().orElseThrow();
+            if (detects) {
+                assertThat(e.code()).as("spec 4.8: %s declares PEER_FAILURE_DETECTION, so a request whose context "
+                        + "endpoint closed must fail PEER_LOST: %s", provider().name(), e)
+                        .isEqualTo(ErrorCode.PEER_LOST);
+            } else {
+                assertThat(e.code()).as("%s", r).isIn(PAYLOAD_CODES);
+            }
         }
         assertThat(Duration.ofNanos(System.nanoTime() - t0)).isLessThan(deadline().plus(slack()));
         faults.clear();

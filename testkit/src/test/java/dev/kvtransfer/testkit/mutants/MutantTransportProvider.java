@@ -59,8 +59,32 @@ public final class MutantTransportProvider implements TransportProvider {
         /** Every manager opens a pipe (two descriptors) its close does not close. */
         FD_LEAK,
         /** {@code isAvailable()} throws instead of answering. */
-        AVAILABILITY_THROWS
+        AVAILABILITY_THROWS,
+        /** Nothing: loopback through this wrapper, the control of the transceiver mutants. */
+        NONE,
+        /** A small message (under {@link #SMALL} bytes) on a data tag is delivered twice: so is a ready signal. */
+        CONTROL_DUPLICATED,
+        /**
+         * Small messages (under {@link #SMALL} bytes) on data tags go through a lane of their own, flushed only when
+         * the application next calls the manager: a larger message sent after a ready signal on the same
+         * (connection, tag) overtakes it.
+         */
+        CONTROL_REORDERED,
+        /**
+         * A refused ready signal (the context side's cancel, status and padding zero) is lost with the refusal that
+         * follows it on its (connection, tag).
+         */
+        CANCEL_DROPPED,
+        /** A receive of more than {@link #SMALL} bytes completes normally with only its first half written. */
+        SHORT_RECV,
+        /** A timed receive waits three times its timeout before it reports TIMEOUT, delivering what comes meanwhile. */
+        DEADLINE_OVERSHOT,
+        /** Data tags keep only their low 2 bits above the first data tag: requests in flight at once share tags. */
+        DATA_TAGS_COLLIDE
     }
+
+    /** Messages below this many bytes are control messages to the transceiver mutants. */
+    static final long SMALL = 512;
 
     private static final long LARGE = 1L << 20;
     private static volatile CountDownLatch released = new CountDownLatch(1);
@@ -148,6 +172,8 @@ public final class MutantTransportProvider implements TransportProvider {
         return switch (defect) {
             case TAG_TRUNCATED_16 -> tag & 0xFFFF;
             case TAG_TRUNCATED_24 -> tag & 0xFF_FFFF;
+            case DATA_TAGS_COLLIDE -> tag >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG
+                    ? dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG + (tag & 3) : tag;
             default -> tag;
         };
     }
@@ -198,11 +224,36 @@ public final class MutantTransportProvider implements TransportProvider {
             return m.defaultTimeout();
         }
 
+        /** Small messages waiting in their own lane ({@link Defect#CONTROL_REORDERED}), in sending order. */
+        private final java.util.List<Held> lane = new java.util.ArrayList<>();
+
+        void hold(Held h) {
+            synchronized (lane) {
+                lane.add(h);
+            }
+        }
+
+        /** Sends the small lane's messages, in order (the application called the transport again). */
+        void flush() {
+            if (defect != Defect.CONTROL_REORDERED) {
+                return;
+            }
+            java.util.List<Held> out;
+            synchronized (lane) {
+                out = new java.util.ArrayList<>(lane);
+                lane.clear();
+            }
+            for (Held h : out) {
+                h.sendAndFree();
+            }
+        }
+
         @Override
         public Connection pollConnect(int tag, MemoryBuffer buffer, long offset, long length, Duration wait) {
+            flush();
             try {
                 Connection c = m.pollConnect(tag(tag), buffer, offset, length, wait);
-                return c == null ? null : new Conn(c);
+                return c == null ? null : new Conn(this, c);
             } catch (RuntimeException e) {
                 throw mapped(e);
             }
@@ -210,7 +261,8 @@ public final class MutantTransportProvider implements TransportProvider {
 
         @Override
         public Connection connection(String address) {
-            return new Conn(m.connection(address));
+            flush();
+            return new Conn(this, m.connection(address));
         }
 
         @Override
@@ -230,15 +282,101 @@ public final class MutantTransportProvider implements TransportProvider {
 
         @Override
         public void close() {
+            flush();
             m.close();
         }
     }
 
-    private final class Conn implements Connection {
-        private final Connection c;
+    /** A small message held in its lane: an off-heap copy and where it goes. */
+    private final class Held {
+        private final Connection to;
+        private final int tag;
+        private final long address;
+        private final long length;
+        private final Duration timeout;
 
-        Conn(Connection c) {
+        Held(Connection to, int tag, MemoryBuffer src, long offset, long length, Duration timeout) {
+            this.to = to;
+            this.tag = tag;
+            this.length = length;
+            this.timeout = timeout;
+            this.address = MemoryAccess.allocate(Math.max(1, length));
+            MemoryAccess.copy(src.address() + offset, address, length);
+        }
+
+        void sendAndFree() {
+            try (dev.kvtransfer.core.memory.HostBufferManager hm = new dev.kvtransfer.core.memory.HostBufferManager();
+                 MemoryBuffer b = hm.allocate(Math.max(1, length), dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+                MemoryAccess.copy(address, b.address(), length);
+                to.send(tag, b, 0, length, timeout);
+            } catch (RuntimeException e) {
+                // the peer or this manager closed meanwhile: the message is lost, as on a closing transport
+            } finally {
+                MemoryAccess.free(address);
+            }
+        }
+    }
+
+    private final class Conn implements Connection {
+        private final Manager owner;
+        private final Connection c;
+        /** Per tag, messages still to drop after a dropped cancel ({@link Defect#CANCEL_DROPPED}). */
+        private final java.util.Map<Integer, Integer> dropping = new java.util.concurrent.ConcurrentHashMap<>();
+
+        Conn(Manager owner, Connection c) {
+            this.owner = owner;
             this.c = c;
+        }
+
+        /** A refused ready signal: status and padding zero, 12 + 4 x its block count bytes, and a MAC of 32 or none. */
+        private boolean isCancel(MemoryBuffer buffer, long offset, long length) {
+            if (length < 12 || buffer.kind() == dev.kvtransfer.api.memory.MemoryKind.DEVICE) {
+                return false;
+            }
+            long a = buffer.address() + offset;
+            long mac = length - 12 - 4L * MemoryAccess.getInt(a + 4);
+            return MemoryAccess.getInt(a) == 0 && (mac == 0 || mac == 32);
+        }
+
+        private boolean mutatedSend(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+            boolean control = tag >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG && length < SMALL;
+            switch (defect) {
+                case CONTROL_DUPLICATED -> {
+                    if (control) {
+                        c.send(tag(tag), buffer, offset, length, timeout);
+                    }
+                    return false;
+                }
+                case CONTROL_REORDERED -> {
+                    if (control) {
+                        owner.flush(); // the lane keeps its own order
+                        owner.hold(new Held(c, tag(tag), buffer, offset, length, timeout));
+                        return true;
+                    }
+                    c.send(tag(tag), buffer, offset, length, timeout);
+                    owner.flush(); // the larger message went first
+                    return true;
+                }
+                case CANCEL_DROPPED -> {
+                    Integer left = dropping.get(tag);
+                    if (left != null) {
+                        if (left <= 1) {
+                            dropping.remove(tag);
+                        } else {
+                            dropping.put(tag, left - 1);
+                        }
+                        return true;
+                    }
+                    if (tag >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG && isCancel(buffer, offset, length)) {
+                        dropping.put(tag, 2); // the refusal's length and text
+                        return true;
+                    }
+                    return false;
+                }
+                default -> {
+                    return false;
+                }
+            }
         }
 
         @Override
@@ -249,7 +387,9 @@ public final class MutantTransportProvider implements TransportProvider {
         @Override
         public void send(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
             try {
-                c.send(tag(tag), buffer, offset, length, timeout);
+                if (!mutatedSend(tag, buffer, offset, length, timeout)) {
+                    c.send(tag(tag), buffer, offset, length, timeout);
+                }
             } catch (RuntimeException e) {
                 throw mapped(e);
             }
@@ -262,9 +402,15 @@ public final class MutantTransportProvider implements TransportProvider {
                 // Released by the test's cleanup: the buffer may be gone by now, so touch nothing.
                 throw new TransportException(ErrorCode.NETWORK, "mutant released from its hang");
             }
+            owner.flush();
             long t0 = System.nanoTime();
             try {
-                c.recv(tag(tag), buffer, offset, length, timeout);
+                if (defect == Defect.SHORT_RECV && length > SMALL) {
+                    shortRecv(tag, buffer, offset, length, timeout);
+                    return;
+                }
+                c.recv(tag(tag), buffer, offset, length,
+                        defect == Defect.DEADLINE_OVERSHOT ? timeout.multipliedBy(3) : timeout);
             } catch (TransportException e) {
                 if (defect == Defect.PEER_LOST_NEVER_REPORTED && e.code() == ErrorCode.PEER_LOST) {
                     LockSupport.parkNanos(Math.max(0, timeout.toNanos() - (System.nanoTime() - t0)));
@@ -299,6 +445,15 @@ public final class MutantTransportProvider implements TransportProvider {
                     long a = buffer.address() + offset + at;
                     MemoryAccess.putByte(a, (byte) (MemoryAccess.getByte(a) ^ 0x10));
                 }
+            }
+        }
+
+        /** Receives the whole message but writes only its first half into the caller's buffer. */
+        private void shortRecv(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
+            try (dev.kvtransfer.core.memory.HostBufferManager hm = new dev.kvtransfer.core.memory.HostBufferManager();
+                 MemoryBuffer whole = hm.allocate(length, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
+                c.recv(tag(tag), whole, 0, length, timeout);
+                MemoryAccess.copy(whole.address(), buffer.address() + offset, length / 2);
             }
         }
 
