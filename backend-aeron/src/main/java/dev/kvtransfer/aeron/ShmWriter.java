@@ -36,6 +36,8 @@ final class ShmWriter implements AutoCloseable {
     /** Regions remembered per peer before the memory of them is dropped (grants live as long as a request). */
     private static final int MAX_REMEMBERED = 4096;
     private static final long PID = ProcessHandle.current().pid();
+    /** The smallest page size: every page of a mapped pool file is touched once at that stride. */
+    private static final int POPULATE_STRIDE = 4096;
 
     /** Bytes copied into peers' pools by every writer of this process (tests read it). */
     private static final java.util.concurrent.atomic.AtomicLong COPIED = new java.util.concurrent.atomic.AtomicLong();
@@ -280,7 +282,14 @@ final class ShmWriter implements AutoCloseable {
             return null;
         }
         MappedByteBuffer b = IoUtil.mapExistingFile(f, FileChannel.MapMode.READ_WRITE, "pool", 0, f.length());
-        return new Mapped(b, new UnsafeBuffer(b));
+        UnsafeBuffer view = new UnsafeBuffer(b);
+        // Fault every page into this mapping now, once, instead of inside each request's copy (a fresh mapping's
+        // first write to a page costs a page fault, which made the first copies of each block several times slower
+        // than memcpy). An atomic add of 0 writes nothing the owner could lose.
+        for (int at = 0; at + 4 <= view.capacity(); at += POPULATE_STRIDE) {
+            view.getAndAddInt(at, 0);
+        }
+        return new Mapped(b, view);
     }
 
     private static long left(long deadline, String peer) {
