@@ -75,6 +75,11 @@ final class OneSidedWrites implements AutoCloseable {
         return owner == null ? 0 : owner.sharedRegions();
     }
 
+    /** @return the writer side, or null when the path is off (tests look at its mappings) */
+    ShmWriter writer() {
+        return writer;
+    }
+
     /** @return the emulation (tests look at its refusals) */
     EmulatedOneSided emulated() {
         return emulated;

@@ -209,6 +209,11 @@ final class ShmFence implements AutoCloseable {
         words.getAndAddLong(at(slot), -1);
     }
 
+    /** @return false once unmapped here */
+    boolean isOpen() {
+        return open.get();
+    }
+
     /** Unmaps; the owner also deletes the file. Idempotent. */
     @Override
     public void close() {

@@ -62,7 +62,26 @@ final class ShmWriter implements AutoCloseable {
         }
     }
 
-    private record Mapped(MappedByteBuffer buffer, UnsafeBuffer view) {
+    /** A peer's pool file mapped here; {@code gone} is set (under the write lock) when it is unmapped. */
+    private static final class Mapped {
+        final String path;
+        final MappedByteBuffer buffer;
+        final UnsafeBuffer view;
+        volatile boolean gone;
+
+        Mapped(String path, MappedByteBuffer buffer, UnsafeBuffer view) {
+            this.path = path;
+            this.buffer = buffer;
+            this.view = view;
+        }
+
+        MappedByteBuffer buffer() {
+            return buffer;
+        }
+
+        UnsafeBuffer view() {
+            return view;
+        }
     }
 
     /** Per peer: the map exchange is one at a time, its answers are remembered. */
@@ -147,7 +166,7 @@ final class ShmWriter implements AutoCloseable {
                 if (closed) {
                     throw closedError(peer);
                 }
-                if (!t.fence().enter(t.slot(), t.generation())) {
+                if (t.file().gone || !t.fence().isOpen() || !t.fence().enter(t.slot(), t.generation())) {
                     ps.byRegion.remove(d.regionId());
                     throw new TransportException(ErrorCode.CANCELLED, "write to " + peer + ": region #"
                             + d.regionId() + " was deregistered (its grant was revoked)");
@@ -172,6 +191,7 @@ final class ShmWriter implements AutoCloseable {
     /** Asks the owner for a region's place in its pool; one exchange per peer at a time. */
     private Target ask(Connection c, PeerState ps, RegionDescriptor d, long deadline) {
         String peer = c.peer();
+        dropVanished();
         try {
             if (!ps.lock.tryLock(left(deadline, peer), TimeUnit.NANOSECONDS)) {
                 throw new TransportException(ErrorCode.TIMEOUT, "write to " + peer + ": another shared-memory grant "
@@ -289,7 +309,54 @@ final class ShmWriter implements AutoCloseable {
         for (int at = 0; at + 4 <= view.capacity(); at += POPULATE_STRIDE) {
             view.getAndAddInt(at, 0);
         }
-        return new Mapped(b, view);
+        return new Mapped(file, b, view);
+    }
+
+    /**
+     * Unmaps the pool and fence files whose owner deleted them (it closed its pool, or a process that swept after
+     * it was killed did): a mapping would otherwise keep the deleted file's memory alive until this manager closes.
+     * Runs once per grant hand-out; waits for the pieces being copied (at most one each).
+     */
+    private void dropVanished() {
+        boolean any = false;
+        for (String f : files.keySet()) {
+            any |= !new File(f).exists();
+        }
+        for (String f : fences.keySet()) {
+            any |= !new File(f).exists();
+        }
+        if (!any) {
+            return;
+        }
+        mappings.writeLock().lock();
+        try {
+            files.values().removeIf(m -> {
+                if (new File(m.path).exists()) {
+                    return false;
+                }
+                m.gone = true;
+                IoUtil.unmap(m.buffer());
+                return true;
+            });
+            fences.values().removeIf(f -> {
+                if (java.nio.file.Files.exists(f.path)) {
+                    return false;
+                }
+                f.close();
+                return true;
+            });
+            // Targets that name an unmapped file or fence are refused by their next piece and forgotten then.
+            for (PeerState p : peers.values()) {
+                p.byRegion.values().removeIf(t -> t.shared() && (t.file().gone || !fences.containsValue(t.fence())));
+            }
+        } finally {
+            mappings.writeLock().unlock();
+        }
+    }
+
+    /** @return pool files mapped here now */
+    int mappedFiles() {
+        return files.size();
     }
 
     private static long left(long deadline, String peer) {

@@ -230,6 +230,36 @@ class AeronSharedMemoryWritesTest {
     }
 
     /**
+     * A writer does not keep a closed owner's pool alive: once the owner's pool file is gone, the writer's next grant
+     * hand-out unmaps it; writes to a new owner land as before.
+     */
+    @Test
+    void aDeletedPoolFileIsUnmappedByTheWriter() {
+        AeronConnectionManager writer = manager("writer", SECRET);
+        AeronConnectionManager first = manager("first", SECRET);
+        long size = 2L << 20;
+        MemoryBuffer pool = pool(size);
+        OffHeapBuffer src = buffer(size);
+        TestPattern.fill(src, 0, size, 46);
+        RegisteredRegion r1 = first.register(pool);
+        writer.connection(first.localAddress()).write(new WriteBatch().add(src, 0, r1.descriptor(), 0, size), T);
+        TestPattern.assertPattern(pool, 0, size, 46);
+        ShmWriter w = writer.oneSided().writer();
+        assertThat(w.mappedFiles()).isEqualTo(1);
+        r1.close();
+        first.close();
+        pool.close();
+        AeronConnectionManager second = manager("second", SECRET);
+        MemoryBuffer pool2 = pool(size);
+        RegisteredRegion r2 = second.register(pool2);
+        TestPattern.fill(src, 0, size, 47);
+        writer.connection(second.localAddress()).write(new WriteBatch().add(src, 0, r2.descriptor(), 0, size), T);
+        TestPattern.assertPattern(pool2, 0, size, 47);
+        assertThat(w.mappedFiles()).as("the first owner's deleted file is no longer mapped").isEqualTo(1);
+        r2.close();
+    }
+
+    /**
      * A writer keeps writing a grant while the owner revokes it at a varying moment: after {@code close()} returned,
      * the pool never changes again, although the writer goes on trying with other bytes (each try refused
      * {@code CANCELLED}).
