@@ -4,6 +4,7 @@ import dev.kvtransfer.api.memory.SharedMappings;
 
 import java.io.IOException;
 import java.io.RandomAccessFile;
+import java.nio.ByteBuffer;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.DirectoryStream;
@@ -29,6 +30,8 @@ final class SharedPoolFile implements AutoCloseable {
     private static final long HEADROOM = 256L << 20;
     private static final SecureRandom RANDOM = new SecureRandom();
     private static final AtomicBoolean SWEPT = new AtomicBoolean();
+    /** Zeros written to reserve a file's pages (read-only use: duplicates only). */
+    private static final ByteBuffer ZEROS = ByteBuffer.allocateDirect(1 << 20);
 
     private final Path path;
     private final MappedByteBuffer mapped;
@@ -65,6 +68,7 @@ final class SharedPoolFile implements AutoCloseable {
             MappedByteBuffer m;
             try (RandomAccessFile f = new RandomAccessFile(p.toFile(), "rw")) {
                 f.setLength(bytes);
+                reserve(f.getChannel(), bytes);
                 m = f.getChannel().map(FileChannel.MapMode.READ_WRITE, 0, bytes);
             }
             SharedMappings.Mapping mapping = new SharedMappings.Mapping(MemoryAccess.address(m), bytes,
@@ -80,6 +84,18 @@ final class SharedPoolFile implements AutoCloseable {
                 }
             }
             return null;
+        }
+    }
+
+    /**
+     * Writes the file's pages once, so that a full tmpfs is an {@link IOException} here (and the pool falls back to
+     * private memory) rather than a bus error at the first touch of an unbacked page.
+     */
+    private static void reserve(FileChannel ch, long bytes) throws IOException {
+        ByteBuffer zeros = ZEROS.duplicate();
+        for (long pos = 0; pos < bytes; ) {
+            zeros.clear().limit((int) Math.min(zeros.capacity(), bytes - pos));
+            pos += ch.write(zeros, pos);
         }
     }
 
