@@ -67,6 +67,8 @@ final class AeronConnection implements Connection {
     private UnsafeBuffer hello;
     // Liveness (agent reads; establishment writes).
     private volatile long openedNs;
+    /** Whether the last one-sided batch was copied whole through shared memory. */
+    private volatile boolean sharedWrites;
     /** {@link #copiesPerByte}, once known (0 before). */
     private volatile int copies;
     private volatile boolean everConnected;
@@ -139,7 +141,7 @@ final class AeronConnection implements Connection {
 
     @Override
     public void write(WriteBatch batch, Duration timeout) {
-        manager.oneSided().write(this, batch, timeout);
+        sharedWrites = manager.oneSided().write(this, batch, timeout) == batch.totalBytes() && batch.size() > 0;
     }
 
     @Override
@@ -164,10 +166,14 @@ final class AeronConnection implements Connection {
         return c;
     }
 
-    /** Writes are emulated ({@code EmulatedOneSided}): each entry is a message received into place. */
+    /**
+     * One pass when the last batch on this connection went through the peer's shared pool file ({@code ShmWriter}:
+     * a copy from the writer's memory into the owner's pool), else emulated ({@code EmulatedOneSided}): each entry
+     * is a message received into place.
+     */
     @Override
     public int writeCopiesPerByte(long length) {
-        return copiesPerByte(length);
+        return sharedWrites ? 1 : copiesPerByte(length);
     }
 
     @Override

@@ -65,7 +65,7 @@ public final class AeronConnectionManager implements ConnectionManager {
     final ConcurrentHashMap<String, Peer> peers = new ConcurrentHashMap<>();
     private final TransportAgent agent;
     private final AgentGroup group;
-    private final EmulatedOneSided oneSided;
+    private final OneSidedWrites oneSided;
     private final AtomicBoolean closed = new AtomicBoolean();
     volatile boolean closing;
     private volatile String failure;
@@ -137,7 +137,7 @@ public final class AeronConnectionManager implements ConnectionManager {
                 stream);
         this.self = Address.parse(localAddress);
         this.agent = a;
-        this.oneSided = new EmulatedOneSided(this, new ControlBuffers(), reporter::report, defaultTimeout, name);
+        this.oneSided = OneSidedWrites.of(this, settings, handshake.authenticates(), reporter::report, defaultTimeout);
         this.group = rt.join(a);
     }
 
@@ -242,7 +242,7 @@ public final class AeronConnectionManager implements ConnectionManager {
         return oneSided.register(memory, writers);
     }
 
-    EmulatedOneSided oneSided() {
+    OneSidedWrites oneSided() {
         return oneSided;
     }
 

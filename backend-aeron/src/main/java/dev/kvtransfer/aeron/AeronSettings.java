@@ -52,6 +52,11 @@ public final class AeronSettings {
     public static final String EAGER_LIMIT = "aeron.eagerLimit";
     /** Whether peers on the same media driver talk over {@code aeron:ipc} (true/false). */
     public static final String IPC = "aeron.ipc";
+    /**
+     * Whether one-sided writes between processes of one host copy straight into the owner's pool when it lies in a
+     * shared file and the managers authenticate each other (true/false, default true); false keeps them emulated.
+     */
+    public static final String SHARED_MEMORY_WRITES = "aeron.sharedMemoryWrites";
     /** Agent threads per media driver in this process (all managers on that driver share them). */
     public static final String AGENTS = "aeron.agents";
     /** A stream (image) that has not completed its handshake in this time is refused and no longer read. */
@@ -95,7 +100,8 @@ public final class AeronSettings {
     public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
             PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
             IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS,
-            CALLER_POLL_MICROS, CONGESTION_CONTROL, DIR_GROUP, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_SOURCE);
+            CALLER_POLL_MICROS, CONGESTION_CONTROL, DIR_GROUP, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_SOURCE,
+            SHARED_MEMORY_WRITES);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
@@ -139,6 +145,8 @@ public final class AeronSettings {
     final long earlyMessages;
     final int eagerLimit;
     final boolean ipc;
+    /** One-copy writes through shared pool files with peers of this host. */
+    final boolean sharedMemoryWrites;
     final int agents;
     final long handshakeTimeoutNs;
     final int maxImages;
@@ -227,6 +235,12 @@ public final class AeronSettings {
                     + "': must be true or false");
         }
         this.ipc = ipcValue.equals("true");
+        String shm = config.property(SHARED_MEMORY_WRITES, "true").trim().toLowerCase(Locale.ROOT);
+        if (!shm.equals("true") && !shm.equals("false")) {
+            throw new IllegalArgumentException("transport property " + SHARED_MEMORY_WRITES + " = '"
+                    + config.property(SHARED_MEMORY_WRITES, "") + "': must be true or false");
+        }
+        this.sharedMemoryWrites = shm.equals("true");
         this.agents = (int) range(config, AGENTS, 1, 1, 64);
         this.handshakeTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, HANDSHAKE_TIMEOUT_MS,
                 DEFAULT_HANDSHAKE_TIMEOUT_MS, 100, 600_000));

@@ -124,6 +124,50 @@ class AeronSharedMemoryModeTest {
         return PosixFilePermissions.toString(Files.getPosixFilePermissions(p));
     }
 
+    /**
+     * The one-copy path's files: a KV pool region in {@code /dev/shm} and the owner's fence file, both created
+     * {@code 0600} in one step (no window with the umask's mode); uid nobody reads 0 bytes of either, while a writer
+     * with the secret copies into the pool (bytes verified).
+     */
+    @Test
+    void anotherUidCannotOpenTheSharedPoolOrFenceFiles() throws Exception {
+        byte[] secret = "kvtransfer-shm-mode-secret-0123456789".getBytes(StandardCharsets.UTF_8);
+        AeronConnectionManager owner = (AeronConnectionManager) new AeronTransportProvider().create(TransportConfig
+                .builder().name("owner").defaultTimeout(T).authSecret(secret).build());
+        closeables.add(owner);
+        AeronConnectionManager writer = (AeronConnectionManager) new AeronTransportProvider().create(TransportConfig
+                .builder().name("writer").defaultTimeout(T).authSecret(secret).build());
+        closeables.add(writer);
+        dev.kvtransfer.core.memory.HostBufferManager pools = new dev.kvtransfer.core.memory.HostBufferManager(false,
+                true);
+        closeables.add(pools);
+        dev.kvtransfer.api.memory.MemoryBuffer pool = pools.allocatePool(1 << 20,
+                dev.kvtransfer.api.memory.MemoryKind.HOST);
+        closeables.add(pool);
+        OffHeapBuffer src = OffHeapBuffer.allocate(1 << 20);
+        closeables.add(src);
+        TestPattern.fill(src, 0, 1 << 20, 21);
+        dev.kvtransfer.api.transport.RegisteredRegion region = owner.register(pool, java.util.Set.of(
+                writer.localAddress()));
+        closeables.add(region);
+        writer.connection(owner.localAddress()).write(new dev.kvtransfer.api.transport.WriteBatch().add(src, 0,
+                region.descriptor(), 0, 1 << 20), T);
+        TestPattern.assertPattern(pool, 0, 1 << 20, 21);
+        Path file = Path.of(dev.kvtransfer.api.memory.SharedMappings.find(pool.address(), pool.size()).file());
+        List<Path> all = new ArrayList<>(List.of(file));
+        try (Stream<Path> s = Files.list(Path.of("/dev/shm"))) {
+            s.filter(p -> p.getFileName().toString().startsWith(ShmFence.PREFIX + ProcessHandle.current().pid() + "-"))
+                    .forEach(all::add);
+        }
+        assertThat(all).hasSizeGreaterThanOrEqualTo(2);
+        for (Path p : all) {
+            assertThat(mode(p)).as("%s", p).isEqualTo("rw-------");
+        }
+        long leaked = bytesLeakedTo(NOBODY, NOBODY, all);
+        System.out.println("one-copy files: uid nobody tried " + all.size() + " files, bytes read: " + leaked);
+        assertThat(leaked).isZero();
+    }
+
     @Test
     void anotherUidCannotOpenTheEmbeddedDriversFilesNotEvenThoseCreatedLater() throws Exception {
         AeronConnectionManager a = manager("a");

@@ -18,12 +18,33 @@ class AeronTransceiverCrossProcessTest extends TransceiverCrossProcessTest {
 
     @Override
     protected Map<String, String> transportProperties() {
-        return Map.of(AeronSettings.PEER_TIMEOUT_MS, "2000");
+        return emulated ? Map.of(AeronSettings.PEER_TIMEOUT_MS, "2000", AeronSettings.SHARED_MEMORY_WRITES, "false")
+                : Map.of(AeronSettings.PEER_TIMEOUT_MS, "2000");
     }
 
-    /** The context process killed mid-push (emulated one-sided writes): fails in bound, a fresh one is pushed. */
+    /**
+     * The context process killed with -9 mid-push: both processes share the deployment secret and the generation
+     * pools lie in shared files, so the child copies straight into them (one copy); the request fails in bound, the
+     * grants it held are revoked although the writer died inside a copy, and a fresh context's request is pushed
+     * byte-exact, again through shared memory.
+     */
     @org.junit.jupiter.api.Test
     void contextKilledMidPushFailsTheRequestInBoundAndAFreshOneIsServed() throws Exception {
+        long granted = ShmOwner.granted();
         killedContext(TransceiverConfig.TransferMode.PUSH, 7100);
+        // At least one grant to the killed child and one to the fresh one.
+        org.assertj.core.api.Assertions.assertThat(ShmOwner.granted() - granted)
+                .as("shared-memory grants handed to the context children").isGreaterThanOrEqualTo(2);
     }
+
+    /** The same with one-copy writes turned off: emulated one-sided writes. */
+    @org.junit.jupiter.api.Test
+    void contextKilledMidEmulatedPushFailsTheRequestInBoundAndAFreshOneIsServed() throws Exception {
+        emulated = true;
+        long granted = ShmOwner.granted();
+        killedContext(TransceiverConfig.TransferMode.PUSH, 7200);
+        org.assertj.core.api.Assertions.assertThat(ShmOwner.granted() - granted).isZero();
+    }
+
+    private boolean emulated;
 }

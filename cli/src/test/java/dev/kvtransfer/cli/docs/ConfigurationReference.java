@@ -93,7 +93,10 @@ public final class ConfigurationReference {
             new ConfigKey(AeronSettings.CONGESTION_CONTROL, "cubic", "cubic | static",
                     "Congestion control of the UDP streams this manager receives; IPC streams have none."),
             new ConfigKey(AeronSettings.DIR_GROUP, "", "empty, or a group name",
-                    "Group that may use the host's shared media driver (group read-write); empty = owner only."));
+                    "Group that may use the host's shared media driver (group read-write); empty = owner only."),
+            new ConfigKey(AeronSettings.SHARED_MEMORY_WRITES, "true", "true | false",
+                    "One-sided writes to a peer process of this host copy straight into its shared pool file (one "
+                            + "copy; needs a deployment secret); false keeps them emulated (two copies over IPC)."));
 
     /** JVM system properties ({@code -Dname=value}), read where they are used. */
     static final List<ConfigKey> SYSTEM_PROPERTIES = List.of(
@@ -108,6 +111,9 @@ public final class ConfigurationReference {
                     "Time between two progress lines when the output is not a terminal."),
             new ConfigKey(HostBufferManager.DEBUG_PROPERTY, "false", "true | false",
                     "Capture allocation sites, so a leak report names where each outstanding buffer came from."),
+            new ConfigKey(HostBufferManager.SHARED_POOLS_PROPERTY, "true", "true | false",
+                    "Host KV pools live in owner-only /dev/shm files that an authenticated writer of this host can "
+                            + "copy into once; false allocates them privately."),
             new ConfigKey("kvtransfer.standard.fusedChecksums", "true", "true | false",
                     "Standard formatter: compute part checksums in the gather / scatter pass (false: a separate pass, "
                             + "for comparisons)."),

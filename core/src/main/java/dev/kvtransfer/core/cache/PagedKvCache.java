@@ -10,6 +10,7 @@ import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
+import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.memory.MemoryAccess;
 
 import java.util.Arrays;
@@ -408,7 +409,10 @@ public final class PagedKvCache implements KvCacheView, AutoCloseable {
             this.blocks = poolLayout.kind() == PoolLayout.Kind.BLOCK ? new MemoryBuffer[numBlocks] : null;
             try {
                 for (int r = 0; r < count; r++) {
-                    regions[r] = buffers.allocate(geometry.regionBytes(r, numBlocks), kind);
+                    long bytes = geometry.regionBytes(r, numBlocks);
+                    // Shared where the host allows, so a peer process of this host can write it with one copy.
+                    regions[r] = buffers instanceof HostBufferManager h && kind != MemoryKind.DEVICE
+                            ? h.allocatePool(bytes, kind) : buffers.allocate(bytes, kind);
                     if (kind != MemoryKind.DEVICE) {
                         // Resident before the first transfer, as an engine's KV pool is when it starts serving.
                         MemoryAccess.preTouch(regions[r].address(), regions[r].size());

@@ -37,18 +37,28 @@ public final class HostBufferManager implements BufferManager {
     public static final int PAGE_SIZE = 4096;
     /** System property that turns on allocation-site capture. */
     public static final String DEBUG_PROPERTY = "kvtransfer.memory.debug";
+    /**
+     * System property: whether {@link #allocatePool} places KV pools in {@code /dev/shm} files (mode {@code 0600})
+     * that an authenticated peer process of this host may write with one copy; default {@code true}.
+     */
+    public static final String SHARED_POOLS_PROPERTY = "kvtransfer.memory.sharedPools";
 
     private static final int MAX_LISTED = 32;
     private static final AtomicLong NEXT_ID = new AtomicLong();
 
     private final boolean debug;
+    private final boolean sharedPools;
     private final Map<Long, Owned> outstanding = new ConcurrentHashMap<>();
     private final AtomicLong outstandingBytes = new AtomicLong();
     private volatile boolean closed;
 
-    /** A manager that records allocation sites only when {@value #DEBUG_PROPERTY} is {@code true}. */
+    /**
+     * A manager that records allocation sites only when {@value #DEBUG_PROPERTY} is {@code true}, and shares pools
+     * unless {@value #SHARED_POOLS_PROPERTY} is {@code false}.
+     */
     public HostBufferManager() {
-        this(Boolean.getBoolean(DEBUG_PROPERTY));
+        this(Boolean.getBoolean(DEBUG_PROPERTY),
+                !"false".equalsIgnoreCase(System.getProperty(SHARED_POOLS_PROPERTY, "true").trim()));
     }
 
     /**
@@ -57,7 +67,46 @@ public final class HostBufferManager implements BufferManager {
      * @param debug whether to record each buffer's allocation stack for leak reports
      */
     public HostBufferManager(boolean debug) {
+        this(debug, !"false".equalsIgnoreCase(System.getProperty(SHARED_POOLS_PROPERTY, "true").trim()));
+    }
+
+    /**
+     * A manager.
+     *
+     * @param debug       whether to record each buffer's allocation stack for leak reports
+     * @param sharedPools whether {@link #allocatePool} places pools in shared files
+     */
+    public HostBufferManager(boolean debug, boolean sharedPools) {
         this.debug = debug;
+        this.sharedPools = sharedPools;
+    }
+
+    /** @return whether {@link #allocatePool} places pools in shared files where the host allows */
+    public boolean sharesPools() {
+        return sharedPools;
+    }
+
+    /**
+     * Allocates a KV pool region: in a {@code /dev/shm} file of mode {@code 0600} when this manager shares pools
+     * and the host has room (see {@code SharedPoolFile}), else as {@link #allocate}. A shared region is recorded in
+     * {@link dev.kvtransfer.api.memory.SharedMappings} until it is closed.
+     *
+     * @param bytes size in bytes, at least 0
+     * @param kind  {@code HOST} or {@code PINNED_HOST}
+     * @return an owning buffer
+     */
+    public MemoryBuffer allocatePool(long bytes, MemoryKind kind) {
+        Objects.requireNonNull(kind, "kind");
+        SharedPoolFile f = sharedPools && kind != MemoryKind.DEVICE && !closed ? SharedPoolFile.create(bytes) : null;
+        if (f == null) {
+            return allocate(bytes, kind);
+        }
+        Owned b = new Owned(NEXT_ID.incrementAndGet(), 0, f.address(), bytes, kind,
+                debug ? new Throwable("allocated here") : null, f);
+        outstanding.put(b.id, b);
+        LiveResources.count(0, 1);
+        outstandingBytes.addAndGet(bytes);
+        return b;
     }
 
     @Override
@@ -77,7 +126,7 @@ public final class HostBufferManager implements BufferManager {
         long raw = MemoryAccess.allocate(Math.max(bytes, 1) + PAGE_SIZE - 1);
         long aligned = (raw + PAGE_SIZE - 1) & -PAGE_SIZE;
         Owned b = new Owned(NEXT_ID.incrementAndGet(), raw, aligned, bytes, kind,
-                debug ? new Throwable("allocated here") : null);
+                debug ? new Throwable("allocated here") : null, null);
         outstanding.put(b.id, b);
         LiveResources.count(0, 1);
         outstandingBytes.addAndGet(bytes);
@@ -183,15 +232,18 @@ public final class HostBufferManager implements BufferManager {
         private final long size;
         private final MemoryKind kind;
         private final Throwable site;
+        /** The shared file holding the bytes, or null for malloc'd memory. */
+        private final SharedPoolFile shared;
         private final AtomicBoolean open = new AtomicBoolean(true);
 
-        Owned(long id, long raw, long address, long size, MemoryKind kind, Throwable site) {
+        Owned(long id, long raw, long address, long size, MemoryKind kind, Throwable site, SharedPoolFile shared) {
             this.id = id;
             this.raw = raw;
             this.address = address;
             this.size = size;
             this.kind = kind;
             this.site = site;
+            this.shared = shared;
         }
 
         void checkOpen() {
@@ -235,13 +287,18 @@ public final class HostBufferManager implements BufferManager {
                 outstanding.remove(id);
                 LiveResources.count(0, -1);
                 outstandingBytes.addAndGet(-size);
-                MemoryAccess.free(raw);
+                if (shared != null) {
+                    shared.close();
+                } else {
+                    MemoryAccess.free(raw);
+                }
             }
         }
 
         @Override
         public String toString() {
-            return "HostBuffer#" + id + "[" + size + " B " + kind + (open.get() ? "" : ", closed") + "]";
+            return "HostBuffer#" + id + "[" + size + " B " + kind + (shared != null ? " shared" : "")
+                    + (open.get() ? "" : ", closed") + "]";
         }
     }
 

@@ -125,6 +125,15 @@ public final class MemoryAccess {
     }
 
     /**
+     * Unmaps a mapped buffer now (its cleaner), instead of whenever the GC finds it unreachable.
+     *
+     * @param mapped a buffer from {@code FileChannel.map}, never used again after this
+     */
+    public static void unmap(ByteBuffer mapped) {
+        UNSAFE.invokeCleaner(mapped);
+    }
+
+    /**
      * Frees memory from {@link #allocate}.
      *
      * @param address the address returned by {@link #allocate}

