@@ -13,10 +13,10 @@ import java.util.Map;
 import java.util.function.Function;
 
 /**
- * {@code bench.svg}, written by hand: two panels against size (message bytes for the transport level, request bytes
- * for the transceiver levels; log2 axis): GB/s and p99 latency (µs), both log10. One line per series (level,
- * backend, what, mode, checksums, in flight) through the medians of the repeats, with a min–max whisker at each
- * point; ours solid, the raw baseline dashed beside it in the same colour family, memcpy dotted grey.
+ * {@code bench.svg}, written by hand: three panels against size (message bytes for the transport level, request
+ * bytes for the transceiver levels; log2 axis): GB/s, p50 and p99 latency (µs, one axis for both), all log10. One
+ * line per series (level, backend, what, mode, checksums, in flight) through the medians of the repeats, with a
+ * min–max whisker at each point; ours solid, the raw baseline dashed beside it in the same colour family, memcpy dotted grey.
  */
 final class SvgPlot {
     private static final int PANEL_W = 560;
@@ -62,8 +62,8 @@ final class SvgPlot {
         }
         double g0 = Math.floor(Math.log10(Math.max(gbMin, 1e-6)));
         double g1 = Math.max(g0 + 1, Math.ceil(Math.log10(Math.max(gbMax, 1e-6))));
-        double latMin = summaries.stream().mapToDouble(s -> s.p99Us().present() ? s.p99Us().min() : Double.MAX_VALUE)
-                .min().orElse(1);
+        double latMin = summaries.stream().mapToDouble(s -> s.p50Us().present() ? s.p50Us().min()
+                : s.p99Us().present() ? s.p99Us().min() : Double.MAX_VALUE).min().orElse(1);
         double latMax = summaries.stream().mapToDouble(s -> s.p99Us().present() ? s.p99Us().max() : 0).max().orElse(10);
         if (latMin == Double.MAX_VALUE) {
             latMin = 1;
@@ -73,7 +73,7 @@ final class SvgPlot {
         double l1 = Math.max(l0 + 1, Math.ceil(Math.log10(Math.max(latMax, 1e-3))));
 
         int legendRows = series.size();
-        int width = MARGIN_L + PANEL_W + GAP + MARGIN_L + PANEL_W + 40;
+        int width = 3 * (MARGIN_L + PANEL_W) + 2 * GAP + 40;
         int height = MARGIN_T + PANEL_H + MARGIN_B + 20 + legendRows * 18 + 20;
         StringBuilder b = new StringBuilder();
         b.append("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
@@ -82,7 +82,8 @@ final class SvgPlot {
         b.append("<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
         text(b, width / 2.0, 20, "middle", 15, title);
         int leftX = MARGIN_L;
-        int rightX = MARGIN_L + PANEL_W + GAP + MARGIN_L;
+        int midX = MARGIN_L + PANEL_W + GAP + MARGIN_L;
+        int rightX = midX + PANEL_W + GAP + MARGIN_L;
         double fx0 = x0;
         double fx1 = x1;
         Function<Double, Double> xs = v -> (log2(v) - fx0) / (fx1 - fx0) * PANEL_W;
@@ -99,17 +100,21 @@ final class SvgPlot {
             line(b, leftX - 4, y, leftX + PANEL_W, y, "#e0e0e0", "");
             text(b, leftX - 8, y + 4, "end", 11, formatGb(Math.pow(10, e)));
         }
-        axes(b, rightX, x0, x1, "p99 latency, us (log scale)", "size (message or request bytes)");
-        for (double e = l0; e <= l1; e++) {
-            double y = MARGIN_T + ysLat.apply(Math.pow(10, e));
-            line(b, rightX - 4, y, rightX + PANEL_W, y, "#e0e0e0", "");
-            text(b, rightX - 8, y + 4, "end", 11, formatMicros(Math.pow(10, e)));
+        for (int panel : new int[] {midX, rightX}) {
+            axes(b, panel, x0, x1, (panel == midX ? "p50" : "p99") + " latency, us (log scale)",
+                    "size (message or request bytes)");
+            for (double e = l0; e <= l1; e++) {
+                double y = MARGIN_T + ysLat.apply(Math.pow(10, e));
+                line(b, panel - 4, y, panel + PANEL_W, y, "#e0e0e0", "");
+                text(b, panel - 8, y + 4, "end", 11, formatMicros(Math.pow(10, e)));
+            }
         }
         for (int si = 0; si < series.size(); si++) {
             Series s = series.get(si);
             String color = s.impl().equals("memcpy") ? "#555555" : COLORS[(colorIndex(series, si)) % COLORS.length];
             String dash = s.impl().equals("ours") ? "" : s.impl().equals("raw") ? "6,4" : "2,3";
             plot(b, s, leftX, xs, ysGb, color, dash, Summary::gbps);
+            plot(b, s, midX, xs, ysLat, color, dash, Summary::p50Us);
             plot(b, s, rightX, xs, ysLat, color, dash, Summary::p99Us);
             double ly = MARGIN_T + PANEL_H + MARGIN_B + 20 + si * 18;
             line(b, leftX, ly - 4, leftX + 36, ly - 4, color, dash, 2.5);

@@ -177,7 +177,8 @@ final class BenchOutputs {
         assertThat(svg.getDocumentElement().getLocalName()).isEqualTo("svg");
         assertThat(svg.getDocumentElement().getNamespaceURI()).isEqualTo("http://www.w3.org/2000/svg");
         assertThat(svg.getElementsByTagNameNS("http://www.w3.org/2000/svg", "polyline").getLength())
-                .as("one line per series and panel").isGreaterThanOrEqualTo(2);
+                .as("one line per series and panel").isGreaterThanOrEqualTo(3);
+        assertThat(svgText()).as("panels").contains("GB/s (log scale)", "p50 latency", "p99 latency");
         for (Map<String, String> s : summary) {
             String label = s.get("level") + " " + s.get("backend") + " " + s.get("impl");
             assertThat(svgText()).as("legend names %s", label).contains(label);
