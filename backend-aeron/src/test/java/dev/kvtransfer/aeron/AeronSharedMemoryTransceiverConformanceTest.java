@@ -37,15 +37,10 @@ class AeronSharedMemoryTransceiverConformanceTest extends TransceiverConformance
         return new AeronTransportProvider();
     }
 
-    /**
-     * The small grid less its generation-CP pair: in push mode a generation rank of a CP group that holds no block of
-     * a short prompt asks for pull while its peer asks for push, and the context side refuses the request ("generation
-     * ranks disagree on push and pull") whatever the one-sided path; that is core's, and it fails the same with
-     * private pools.
-     */
+    /** The small grid, generation CP included (a CP rank of a short prompt holds no block to be written). */
     @Override
     protected LayoutGrid grid() {
-        return LayoutGrid.standardSmall().filter(p -> p.gen().contextParallelism() == 1);
+        return LayoutGrid.standardSmall();
     }
 
     @Override

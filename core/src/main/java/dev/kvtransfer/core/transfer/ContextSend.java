@@ -179,13 +179,15 @@ final class ContextSend {
                             null);
                 }
             }
-            boolean push = asked.get(0).info().push() && canPush();
+            // A generation rank with no block past the reused prefix (a CP rank of a short prompt) registers no
+            // grant, so its info reads as pull: it receives nothing either way and does not decide the mode.
+            boolean push = canPush() && asked.stream().anyMatch(a -> a.info().push());
             dev.kvtransfer.api.format.PeerPool[] pools = null;
             if (push) {
                 pools = new dev.kvtransfer.api.format.PeerPool[n];
                 for (int i = 0; i < n; i++) {
                     RequestInfo ai = asked.get(i).info();
-                    if (!ai.push()) {
+                    if (!ai.push() && receives(ai, totalBlocks, reused)) {
                         throw new KvTransferException(ErrorCode.MALFORMED, id, "generation ranks of request " + id
                                 + " disagree on push and pull", null);
                     }
@@ -395,6 +397,15 @@ final class ContextSend {
                         + "failed: " + e.getMessage(), e));
             }
         }
+    }
+
+    /** @return whether a generation rank holds a block past the reused prefix (its blocks are contiguous) */
+    private static boolean receives(RequestInfo info, int totalBlocks, int reused) {
+        CacheState gen = info.requesterState().cacheState();
+        int cpRank = gen.cpRank(info.requesterState().selfIndex());
+        int first = BlockDistribution.firstGlobalBlock(totalBlocks, gen.contextParallelism(), cpRank);
+        int count = BlockDistribution.count(totalBlocks, gen.contextParallelism(), cpRank);
+        return count > 0 && first + count > reused;
     }
 
     /**
