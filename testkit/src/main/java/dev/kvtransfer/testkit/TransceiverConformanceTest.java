@@ -613,6 +613,12 @@ public abstract class TransceiverConformanceTest {
     @Test
     public void required_spec3_16_messagesOfAMebibyteAndMoreArriveExactly() {
         LayoutPair base = workhorsePair();
+        if (base.ctx().recurrentState() != null) {
+            // Its KV only: a hybrid's recurrent states travel as small messages of their own, and they are not
+            // what this rule is about (the other rules move them).
+            base = base.with(base.name() + " | attention only", base.ctx().toBuilder().recurrentState(null).build(),
+                    base.gen().toBuilder().recurrentState(null).build());
+        }
         LayoutPair p = LayoutGrid.of(List.of(base)).withBlocksOfAtLeast(LARGE_MESSAGE).supported().get(0);
         // Pulled: the rule is about messages, and a push may write pools with no message at all (one-copy paths).
         TransceiverConfig c = transceiverConfig().chunkBytes(4L << 20).transferBufferBytes(8L << 20)
