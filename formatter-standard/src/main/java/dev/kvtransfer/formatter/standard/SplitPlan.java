@@ -228,6 +228,29 @@ final class SplitPlan {
         return new SplitPlan(List.copyOf(out), localBlocks);
     }
 
+    /**
+     * The plan restricted to global blocks from {@code fromGlobal} on (a sliding window's blocks): every part keeps its
+     * layers and heads and loses its blocks before that one. O(peers) objects.
+     *
+     * @param selfFirstGlobalBlock this rank's first global block (its CP share)
+     * @param fromGlobal           first global block to keep
+     * @return the restricted plan
+     */
+    SplitPlan fromBlock(int selfFirstGlobalBlock, int fromGlobal) {
+        List<Part> out = new ArrayList<>(parts.size());
+        for (Part p : parts) {
+            int start = selfFirstGlobalBlock + p.firstBlock;
+            int drop = Math.min(p.blockCount, Math.max(0, fromGlobal - start));
+            int n = p.blockCount - drop;
+            long bytes = p.blockCount == 0 ? 0 : p.bytes / p.blockCount * n;
+            out.add(n == 0 ? new Part(p.peer, 0, 0, 0, p.firstLayer, p.peerFirstLayer, p.layerCount, p.firstHead,
+                    p.peerFirstHead, p.headCount, p.peerLayout, 0)
+                    : new Part(p.peer, p.firstBlock + drop, p.peerFirstBlock + drop, n, p.firstLayer,
+                    p.peerFirstLayer, p.layerCount, p.firstHead, p.peerFirstHead, p.headCount, p.peerLayout, bytes));
+        }
+        return new SplitPlan(List.copyOf(out), localBlocks);
+    }
+
     @Override
     public String toString() {
         return "SplitPlan{localBlocks=" + localBlocks + " parts=" + parts + "}";
