@@ -4,10 +4,11 @@ import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
 import dev.kvtransfer.testkit.LayoutGrid;
 import dev.kvtransfer.testkit.TransceiverConformanceTest;
+import dev.kvtransfer.testkit.WindowedGrid;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 
 /**
- * Core's whole protocol over sliding-window caches ({@link LayoutGrid#windowed()}): every pair moves through two
+ * Core's whole protocol over sliding-window caches ({@link WindowedGrid.windowed()}): every pair moves through two
  * LocalInstances over loopback, every element inside each layer's window checked against the pattern, every element
  * of a windowed layer before its window checked to still hold the poison written before the transfer, and the pairs
  * whose windows differ refused before a byte moves.
@@ -20,7 +21,7 @@ class LoopbackWindowedTransceiverConformanceTest extends TransceiverConformanceT
 
     @Override
     protected LayoutGrid grid() {
-        return LayoutGrid.windowed();
+        return WindowedGrid.windowed();
     }
 
     /** 8 tokens a block: rule 2's 200 prompts of up to 40 tokens hold up to 1000 blocks at once. */
