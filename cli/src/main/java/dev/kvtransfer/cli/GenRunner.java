@@ -12,6 +12,7 @@ import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.pattern.KvPattern;
+import dev.kvtransfer.core.pattern.WindowPattern;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -38,6 +39,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * stored; with a split MLA latent {@code K} is {@code nope} or {@code rope} (one file per segment).
  */
 final class GenRunner implements GenSide {
+    /** Added to a request id for the poison of a windowed request's blocks (no real request id comes near it). */
+    private static final long WINDOW_POISON = 1L << 42;
     private final LocalInstance gen;
     private final boolean verify;
     private final Path dumpDir;
@@ -71,6 +74,12 @@ final class GenRunner implements GenSide {
                     // The prefix-cache hit: the leading blocks already hold this prompt's KV.
                     KvPattern.fill(gen.cache(r), gen.bufferManager(r), blocks, gen.cacheState(r), r, requestId, total,
                             0, reused);
+                }
+                if (verify && s.windowGroups() != null) {
+                    // Sliding windows: the blocks after the prefix are poisoned, so the check shows that a local
+                    // layer's blocks before its window were never written.
+                    KvPattern.fill(gen.cache(r), gen.bufferManager(r), blocks, gen.cacheState(r), r,
+                            requestId + WINDOW_POISON, total, reused, total);
                 }
             }
         } catch (RuntimeException e) {
@@ -152,8 +161,12 @@ final class GenRunner implements GenSide {
                 PagedKvCache cache = gen.cache(part.rank);
                 if (verify) {
                     // Every block, reused ones included.
-                    KvPattern.Result r = KvPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
-                            gen.cacheState(part.rank), part.rank, requestId, p.totalBlocks);
+                    KvPattern.Result r = gen.cacheState(part.rank).windowGroups() == null
+                            ? KvPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
+                            gen.cacheState(part.rank), part.rank, requestId, p.totalBlocks)
+                            : WindowPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
+                            gen.cacheState(part.rank), part.rank, requestId, requestId + WINDOW_POISON,
+                            p.totalBlocks, p.reused);
                     checked += r.checkedElements();
                     mismatches += r.mismatches();
                     if (first.isEmpty() && !r.ok()) {
