@@ -39,8 +39,6 @@ import java.util.concurrent.ConcurrentHashMap;
  * stored; with a split MLA latent {@code K} is {@code nope} or {@code rope} (one file per segment).
  */
 final class GenRunner implements GenSide {
-    /** Added to a request id for the poison of a windowed request's blocks (no real request id comes near it). */
-    private static final long WINDOW_POISON = 1L << 42;
     private final LocalInstance gen;
     private final boolean verify;
     private final Path dumpDir;
@@ -79,7 +77,7 @@ final class GenRunner implements GenSide {
                     // Sliding windows: the blocks after the prefix are poisoned, so the check shows that a local
                     // layer's blocks before its window were never written.
                     KvPattern.fill(gen.cache(r), gen.bufferManager(r), blocks, gen.cacheState(r), r,
-                            requestId + WINDOW_POISON, total, reused, total);
+                            requestId + DemoRanks.WINDOW_POISON, total, reused, total);
                 }
             }
         } catch (RuntimeException e) {
@@ -165,7 +163,7 @@ final class GenRunner implements GenSide {
                             ? KvPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
                             gen.cacheState(part.rank), part.rank, requestId, p.totalBlocks)
                             : WindowPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
-                            gen.cacheState(part.rank), part.rank, requestId, requestId + WINDOW_POISON,
+                            gen.cacheState(part.rank), part.rank, requestId, requestId + DemoRanks.WINDOW_POISON,
                             p.totalBlocks, p.reused);
                     checked += r.checkedElements();
                     mismatches += r.mismatches();
