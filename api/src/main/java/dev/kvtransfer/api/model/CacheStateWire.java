@@ -62,7 +62,8 @@ final class CacheStateWire {
     static CacheState read(WireReader r) {
         int start = r.offset();
         int tag = r.readByte("CacheState tag");
-        if (tag != CacheState.WIRE_TAG && tag != CacheState.HYBRID_WIRE_TAG && tag != CacheState.WINDOWED_WIRE_TAG) {
+        if (tag != CacheState.WIRE_TAG && tag != CacheState.HYBRID_WIRE_TAG
+                && tag != CacheState.WINDOWED_WIRE_TAG) {
             throw new MalformedMessageException(start, "expected CacheState tag " + CacheState.WIRE_TAG + ", found " + tag);
         }
         CacheState.Builder b = CacheState.builder();
