@@ -81,6 +81,11 @@ final class SplitPlan {
     final List<Part> parts;
     /** This rank's block count for the request. */
     final int localBlocks;
+    /**
+     * The whole share cut into sliding-window runs ({@code StandardCacheFormatter}), made on first use and kept with
+     * the remembered plan, so a repeated request shape plans its runs once; benignly racy (immutable lists).
+     */
+    volatile List<SplitPlan> windowRuns;
 
     private SplitPlan(List<Part> parts, int localBlocks) {
         this.parts = parts;

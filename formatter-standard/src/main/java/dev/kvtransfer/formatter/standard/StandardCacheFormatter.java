@@ -306,6 +306,11 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
      */
     private static List<SplitPlan> windowSegments(TransferSession session, SplitPlan whole, CacheState self,
                                                   int selfIndex, int g0, int g1) {
+        boolean all = g0 == 0 && g1 == Integer.MAX_VALUE;
+        List<SplitPlan> kept = all ? whole.windowRuns : null;
+        if (kept != null) {
+            return kept; // the remembered plan's runs: same states, blocks and reused prefix
+        }
         WindowGroups w = self.windowGroups();
         int first = self.firstLayer(self.ppRank(selfIndex));
         int a = Math.max(g0, first);
@@ -319,7 +324,11 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
                     w.firstMovedBlock(a, self.tokensPerBlock(), total, session.reusedBlocks())));
             a = b;
         }
-        return out;
+        List<SplitPlan> runs = List.copyOf(out);
+        if (all) {
+            whole.windowRuns = runs;
+        }
+        return runs;
     }
 
     /** Sends the parts of one plan (a whole share, a layer range, or one window's run of layers). */
