@@ -380,7 +380,8 @@ public final class DemoCommand implements java.util.concurrent.Callable<Integer>
         return String.format(Locale.ROOT, "%s%d layers x %d KV heads x %d, %s, %d tokens/block, %s",
                 options.model != null ? options.model + ": " : "", s.numLayers(), s.kvHeadsPerLayer().get(0),
                 s.sizePerHead(), s.dataType(), s.tokensPerBlock(), s.attentionType())
-                + (s.recurrentState() == null ? "" : ", " + s.recurrentState());
+                + (s.recurrentState() == null ? "" : ", " + s.recurrentState())
+                + (s.windowGroups() == null ? "" : ", " + s.windowGroups());
     }
 
     private static final class Result {

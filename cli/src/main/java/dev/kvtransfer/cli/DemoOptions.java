@@ -5,6 +5,7 @@ import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.api.model.RecurrentStateShape;
+import dev.kvtransfer.api.model.WindowGroups;
 import dev.kvtransfer.core.TransceiverConfig;
 import picocli.CommandLine.Option;
 
@@ -24,7 +25,8 @@ public final class DemoOptions {
     String backend = "aeron";
 
     @Option(names = "--model", description = "shape preset: tiny, llama3-8b, llama3-70b, qwen2.5-7b, deepseek-v3, "
-            + "qwen3-next-shape (hybrid: attention and recurrent state layers; --*-layers-per-pp then split all 48)")
+            + "qwen3-next-shape (hybrid: attention and recurrent state layers; --*-layers-per-pp then split all 48), "
+            + "gemma3-shape (sliding windows: 5 local layers of 1024 tokens to 1 global, repeated over --layers)")
     String model;
 
     @Option(names = "--layers", description = "attention layers (default: preset, else 4)")
@@ -187,7 +189,9 @@ public final class DemoOptions {
                 .sizePerHead(pick(sizePerHead, p == null ? 0 : p.sizePerHead, 16))
                 .tokensPerBlock(tokensPerBlock())
                 .dataType(dataType())
-                .attentionType(at);
+                .attentionType(at)
+                .windowGroups(p == null || p.windowPattern == null ? null
+                        : WindowGroups.pattern(layers(), p.windowPattern));
     }
 
     /** @return the context instance's cache state (DP rank 0 when attention DP is on) */

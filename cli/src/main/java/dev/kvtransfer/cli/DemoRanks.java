@@ -9,6 +9,12 @@ import java.util.List;
 
 /** Which ranks of an instance serve a request, and how many of its blocks each holds. */
 final class DemoRanks {
+    /**
+     * Added to a request id for the poison written into a windowed request's generation blocks after the reused
+     * prefix before the transfer (no demo request id comes near it).
+     */
+    static final long WINDOW_POISON = 1L << 42;
+
     private DemoRanks() {
     }
 

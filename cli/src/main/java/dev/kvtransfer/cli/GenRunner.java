@@ -12,6 +12,7 @@ import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.pattern.KvPattern;
+import dev.kvtransfer.core.pattern.WindowPattern;
 
 import java.io.IOException;
 import java.io.UncheckedIOException;
@@ -71,6 +72,12 @@ final class GenRunner implements GenSide {
                     // The prefix-cache hit: the leading blocks already hold this prompt's KV.
                     KvPattern.fill(gen.cache(r), gen.bufferManager(r), blocks, gen.cacheState(r), r, requestId, total,
                             0, reused);
+                }
+                if (verify && s.windowGroups() != null) {
+                    // Sliding windows: the blocks after the prefix are poisoned, so the check shows that a local
+                    // layer's blocks before its window were never written.
+                    KvPattern.fill(gen.cache(r), gen.bufferManager(r), blocks, gen.cacheState(r), r,
+                            requestId + DemoRanks.WINDOW_POISON, total, reused, total);
                 }
             }
         } catch (RuntimeException e) {
@@ -152,8 +159,12 @@ final class GenRunner implements GenSide {
                 PagedKvCache cache = gen.cache(part.rank);
                 if (verify) {
                     // Every block, reused ones included.
-                    KvPattern.Result r = KvPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
-                            gen.cacheState(part.rank), part.rank, requestId, p.totalBlocks);
+                    KvPattern.Result r = gen.cacheState(part.rank).windowGroups() == null
+                            ? KvPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
+                            gen.cacheState(part.rank), part.rank, requestId, p.totalBlocks)
+                            : WindowPattern.verify(cache, gen.bufferManager(part.rank), part.blocks,
+                            gen.cacheState(part.rank), part.rank, requestId, requestId + DemoRanks.WINDOW_POISON,
+                            p.totalBlocks, p.reused);
                     checked += r.checkedElements();
                     mismatches += r.mismatches();
                     if (first.isEmpty() && !r.ok()) {

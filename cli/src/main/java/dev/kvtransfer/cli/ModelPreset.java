@@ -2,6 +2,7 @@ package dev.kvtransfer.cli;
 
 import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.api.model.RecurrentStateShape;
+import dev.kvtransfer.api.model.WindowGroups;
 
 import java.util.Arrays;
 import java.util.List;
@@ -27,7 +28,14 @@ public enum ModelPreset {
      */
     QWEN3_NEXT_SHAPE("qwen3-next-shape", 12, 2, 256, 64, DataType.BFLOAT16,
             new RecurrentStateShape(RecurrentStateShape.kinds("RRRA", 12), List.of(), 8192, 3, 32, 128, 128,
-                    DataType.BFLOAT16, DataType.BFLOAT16));
+                    DataType.BFLOAT16, DataType.BFLOAT16)),
+    /**
+     * The cache shape of Gemma 3 12B, with sliding-window attention: 48 layers of 8 KV heads of 256, five local layers
+     * with a 1024-token window then one global (full-attention) layer, repeated; only the blocks inside each local
+     * layer's window move.
+     */
+    GEMMA3_SHAPE("gemma3-shape", 48, 8, 256, 32, DataType.BFLOAT16, null, List.of(1024, 1024, 1024, 1024, 1024,
+            WindowGroups.UNLIMITED));
 
     final String id;
     final int layers;
@@ -37,6 +45,8 @@ public enum ModelPreset {
     final DataType dataType;
     /** The recurrent layers of a hybrid model, or {@code null}. */
     final RecurrentStateShape recurrent;
+    /** One period of the attention layers' windows (VSWA), repeated over the layers, or {@code null}. */
+    final List<Integer> windowPattern;
 
     ModelPreset(String id, int layers, int kvHeads, int sizePerHead, int tokensPerBlock, DataType dataType) {
         this(id, layers, kvHeads, sizePerHead, tokensPerBlock, dataType, null);
@@ -44,7 +54,13 @@ public enum ModelPreset {
 
     ModelPreset(String id, int layers, int kvHeads, int sizePerHead, int tokensPerBlock, DataType dataType,
                 RecurrentStateShape recurrent) {
+        this(id, layers, kvHeads, sizePerHead, tokensPerBlock, dataType, recurrent, null);
+    }
+
+    ModelPreset(String id, int layers, int kvHeads, int sizePerHead, int tokensPerBlock, DataType dataType,
+                RecurrentStateShape recurrent, List<Integer> windowPattern) {
         this.recurrent = recurrent;
+        this.windowPattern = windowPattern;
         this.id = id;
         this.layers = layers;
         this.kvHeads = kvHeads;

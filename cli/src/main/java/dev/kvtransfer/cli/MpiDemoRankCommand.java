@@ -17,6 +17,7 @@ import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.core.pattern.KvPattern;
+import dev.kvtransfer.core.pattern.WindowPattern;
 import org.HdrHistogram.Histogram;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -144,6 +145,12 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                                 // The prefix-cache hit: the leading blocks already hold this prompt's KV.
                                 KvPattern.fill(cache, blocks, mine, rank, id, totalBlocks, 0, reused);
                             }
+                            if (options.verify && mine.windowGroups() != null) {
+                                // Sliding windows: poisoned after the prefix, so the check shows that a local
+                                // layer's blocks before its window were never written.
+                                KvPattern.fill(cache, blocks, mine, rank, id + DemoRanks.WINDOW_POISON,
+                                        totalBlocks, reused, totalBlocks);
+                            }
                             CacheState ctxForRequest = ctxState.attentionDpEnabled()
                                     ? ctxState.withDpRank(i % ctxState.dpSize()) : ctxState;
                             int firstServing = DemoRanks.serving(ctxState, i).get(0);
@@ -204,8 +211,10 @@ public final class MpiDemoRankCommand implements Callable<Integer> {
                         TransferRequest r = mineReqs.get(k);
                         if (!isCtx && r.state() == RequestState.GENERATION_TRANS_COMPLETE) {
                             if (options.verify) {
-                                KvPattern.Result v = KvPattern.verify(cache, r.blockIds(), mine, rank, r.requestId(),
-                                        totalBlocks);
+                                KvPattern.Result v = mine.windowGroups() == null
+                                        ? KvPattern.verify(cache, r.blockIds(), mine, rank, r.requestId(), totalBlocks)
+                                        : WindowPattern.verify(cache, r.blockIds(), mine, rank, r.requestId(),
+                                        r.requestId() + DemoRanks.WINDOW_POISON, totalBlocks, r.reusedBlocks());
                                 checked += v.checkedElements();
                                 mismatches += v.mismatches();
                                 if (!v.ok() && firstProblem.isEmpty()) {

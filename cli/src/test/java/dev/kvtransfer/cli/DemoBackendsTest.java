@@ -101,6 +101,27 @@ class DemoBackendsTest {
     }
 
     @Test
+    @Timeout(value = 240, unit = TimeUnit.SECONDS)
+    void aeronMovesOnlyTheWindowsBlocksOfASlidingWindowModelTp2ToTp1AndPp2ToPp1AcrossTwoProcesses() {
+        assumeAvailable("aeron");
+        // The shape of Gemma 3 cut to 12 layers of 2 KV heads of 16: a 2000-token prompt is 63 blocks, of which a
+        // local layer (1024-token window) moves 33 and a global layer 63; the child JVM finds the pattern inside every
+        // window and the poison before it.
+        for (String layout : new String[] {"--ctx-tp=2", "--ctx-pp=2"}) {
+            String report = run(0, "demo", "--backend=aeron", "--model=gemma3-shape", "--layers=12", "--kv-heads=2",
+                    "--size-per-head=16", "--requests=2", "--isl=2000", layout, "--warmup=0");
+            assertThat(report).contains("child JVM").contains("windows=[1024x5,full,1024x5,full]")
+                    .contains("0 failed").contains("verify             OK");
+            java.util.regex.Matcher m = java.util.regex.Pattern.compile("OK \\(([0-9]+) elements checked\\)")
+                    .matcher(report);
+            assertThat(m.find()).as(report).isTrue();
+            assertThat(Long.parseLong(m.group(1))).as(report).isEqualTo(2L * 63 * 12 * 2 * 2 * 32 * 16);
+            // 2 x (10 x 33 + 2 x 63) x 4096 bytes = 3.563 MiB, where every block of every layer would be 5.906 MiB.
+            assertThat(report).as(report).containsPattern("bytes moved +3\\.563 MiB");
+        }
+    }
+
+    @Test
     @Timeout(value = 180, unit = TimeUnit.SECONDS)
     void ucxDemoAcrossTwoProcessesVerifies() {
         assumeAvailable("ucx");

@@ -106,6 +106,30 @@ class DemoLoopbackTest {
     }
 
     @Test
+    void theSlidingWindowPresetMovesOnlyTheBlocksInsideEachWindowVerified() {
+        // The shape of Gemma 3 (5 local layers with a 1024-token window : 1 global), cut to 12 layers of 2 KV heads of
+        // 16 so a 2000-token prompt stays small: 63 blocks of 32 tokens, of which a local layer moves the last
+        // ceil(1024 / 32) + 1 = 33 and a global layer all 63. TP2 -> PP2; the check finds the pattern inside every
+        // window and the poison in the local layers' 30 blocks before it.
+        ByteArrayOutputStream captured = new ByteArrayOutputStream();
+        int code = run(new PrintStream(captured, true, StandardCharsets.UTF_8), "demo", "--backend=loopback",
+                "--model=gemma3-shape", "--layers=12", "--kv-heads=2", "--size-per-head=16", "--requests=2",
+                "--isl=2000", "--ctx-tp=2", "--gen-pp=2", "--warmup=0");
+        String report = captured.toString(StandardCharsets.UTF_8);
+        assertThat(code).as(report).isZero();
+        assertThat(report).contains("gemma3-shape").contains("windows=[1024x5,full,1024x5,full]")
+                .contains("0 failed").contains("verify             OK");
+        // Every element of the 63 blocks is checked (12 layers x K,V x 2 heads x 32 tokens x 16 per block).
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("OK \\(([0-9]+) elements checked\\)")
+                .matcher(report);
+        assertThat(m.find()).as(report).isTrue();
+        assertThat(Long.parseLong(m.group(1))).as(report).isEqualTo(2L * 63 * 12 * 2 * 2 * 32 * 16);
+        // Moved: 2 requests x (10 local layers x 33 blocks + 2 global layers x 63 blocks) x 4096 bytes a layer of a
+        // block = 3735552 bytes = 3.563 MiB, where every block of every layer would be 5.906 MiB.
+        assertThat(report).containsPattern("bytes moved +3\\.563 MiB");
+    }
+
+    @Test
     void unsupportedLayoutFailsTheRunWithTheReason() {
         ByteArrayOutputStream captured = new ByteArrayOutputStream();
         // The standard formatter refuses CP above 1 on both sides when they differ.

@@ -6,6 +6,7 @@ import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.api.model.RecurrentStateShape;
+import dev.kvtransfer.api.model.WindowGroups;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -518,6 +519,7 @@ public final class LayoutGrid {
         private PoolLayout ctxPool = PoolLayout.BLOCK;
         private PoolLayout genPool = PoolLayout.BLOCK;
         private RecurrentStateShape recurrent;
+        private WindowGroups windows;
         private final List<LayoutPair> pairs = new ArrayList<>();
 
         private Builder() {
@@ -542,7 +544,19 @@ public final class LayoutGrid {
             c.ctxPool = ctxPool;
             c.genPool = genPool;
             c.recurrent = recurrent;
+            c.windows = windows;
             return c;
+        }
+
+        /**
+         * Sliding-window attention (VSWA): the window of every attention layer.
+         *
+         * @param v the windows, or {@code null} for full attention everywhere
+         * @return this builder
+         */
+        public Builder windows(WindowGroups v) {
+            this.windows = v;
+            return this;
         }
 
         /**
@@ -684,6 +698,7 @@ public final class LayoutGrid {
             if (kvFactor != null) {
                 c.kvFactor(kvFactor);
             }
+            c.windowGroups(windows);
             return c.build();
         }
 
@@ -740,7 +755,8 @@ public final class LayoutGrid {
             return "L" + s.numLayers() + " H" + s.kvHeadsPerLayer().get(0) + " D" + s.sizePerHead() + " T"
                     + s.tokensPerBlock() + " " + s.dataType() + (s.attentionType() == AttentionType.MLA ? " MLA" : "")
                     + " kvF" + s.kvFactor()
-                    + (s.recurrentState() == null ? "" : " hybrid " + s.recurrentState().pattern());
+                    + (s.recurrentState() == null ? "" : " hybrid " + s.recurrentState().pattern())
+                    + (s.windowGroups() == null ? "" : " windows " + s.windowGroups().compact());
         }
     }
 }

@@ -16,6 +16,7 @@ import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.TransferStatus;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.plugin.Plugins;
+import dev.kvtransfer.core.pattern.WindowPattern;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.DynamicTest;
@@ -46,6 +47,7 @@ public final class TransferFixture {
     private static final AtomicLong NEXT_ID = new AtomicLong(1_000);
     /** Added to a request id for the poison written into the generation side's recurrent states. */
     private static final long STATE_POISON = 1L << 41;
+    private static final long WINDOW_POISON = 1L << 42;
 
     private TransferFixture() {
     }
@@ -146,6 +148,11 @@ public final class TransferFixture {
             if (reused > 0) {
                 KvPattern.fill(gen.cache(r), ids, gen.cacheState(r), r, t.id, genTotal, 0, reused);
             }
+            if (gen.cacheState(r).windowGroups() != null) {
+                // Sliding windows, poisoned after the prefix: the blocks before each window must keep the poison.
+                KvPattern.fill(gen.cache(r), ids, gen.cacheState(r), r, t.id + WINDOW_POISON, genTotal, reused,
+                        genTotal);
+            }
             t.gen.add(reused > 0
                     ? TransferRequest.generation(params, genPrompt, ids, reused, java.util.Arrays.copyOf(hashes, reused))
                     : TransferRequest.generation(params, genPrompt, ids));
@@ -190,8 +197,10 @@ public final class TransferFixture {
             TransferRequest r = t.gen.get(i);
             assertThat(r.state()).as("generation rank %d of request %d: %s", rank, t.id, r)
                     .isEqualTo(RequestState.GENERATION_TRANS_COMPLETE);
-            KvPattern.Result v = KvPattern.verify(gen.cache(rank), r.blockIds(), gen.cacheState(rank), rank, t.id,
-                    t.totalBlocks);
+            KvPattern.Result v = gen.cacheState(rank).windowGroups() == null
+                    ? KvPattern.verify(gen.cache(rank), r.blockIds(), gen.cacheState(rank), rank, t.id, t.totalBlocks)
+                    : WindowPattern.verify(gen.cache(rank), r.blockIds(), gen.cacheState(rank), rank, t.id,
+                    t.id + WINDOW_POISON, t.totalBlocks, r.reusedBlocks());
             assertThat(v.checkedElements()).as("elements checked on rank %d", rank)
                     .isEqualTo(expectedElements(gen, rank, r.blockIds().length));
             v.assertOk();

@@ -35,6 +35,7 @@ public final class CacheState {
 
     static final int WIRE_TAG = 0x43; // 'C'
     static final int HYBRID_WIRE_TAG = 0x48; // 'H': the fields, then a RecurrentStateShape
+    static final int WINDOWED_WIRE_TAG = 0x57; // 'W': the fields, hybrid flag [+ shape], then WindowGroups
 
     private final List<Integer> kvHeadsPerLayer;
     private final int sizePerHead;
@@ -55,10 +56,12 @@ public final class CacheState {
     private final int indexerKCacheQuantBlockSize;
     private final boolean partialReuse;
     private final RecurrentStateShape recurrentState;
+    private final WindowGroups windowGroups;
     private final int[] firstLayerOfPp;
 
     private CacheState(Builder b, List<Integer> layersPerPp, int kvFactor, RecurrentStateShape recurrent) {
         this.recurrentState = recurrent;
+        this.windowGroups = b.windowGroups;
         this.kvHeadsPerLayer = b.kvHeadsPerLayer;
         this.sizePerHead = b.sizePerHead;
         this.tokensPerBlock = b.tokensPerBlock;
@@ -105,7 +108,12 @@ public final class CacheState {
                 .attentionLayersPerPp(attentionLayersPerPp).dataType(dataType).attentionType(attentionType)
                 .kvFactor(kvFactor).blockReuse(blockReuse).poolLayout(poolLayout)
                 .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize).partialReuse(partialReuse)
-                .recurrentState(recurrentState);
+                .recurrentState(recurrentState).windowGroups(windowGroups);
+    }
+
+    /** @return the attention window of every attention layer (VSWA), or {@code null}: every layer attends fully */
+    public WindowGroups windowGroups() {
+        return windowGroups;
     }
 
     /** @return the recurrent layers of a hybrid model (resolved PP split), or {@code null} for attention only */
@@ -478,7 +486,7 @@ public final class CacheState {
                 && dataType == s.dataType && attentionType == s.attentionType && poolLayout.equals(s.poolLayout)
                 && indexerDimPerHead == s.indexerDimPerHead
                 && indexerKCacheQuantBlockSize == s.indexerKCacheQuantBlockSize && partialReuse == s.partialReuse
-                && Objects.equals(recurrentState, s.recurrentState);
+                && Objects.equals(recurrentState, s.recurrentState) && Objects.equals(windowGroups, s.windowGroups);
     }
 
     @Override
@@ -486,7 +494,7 @@ public final class CacheState {
         return Objects.hash(kvHeadsPerLayer, sizePerHead, tokensPerBlock, tensorParallelism, pipelineParallelism,
                 contextParallelism, attentionDpEnabled, dpRank, dpSize, attentionLayersPerPp, dataType,
                 attentionType, kvFactor, blockReuse, poolLayout, indexerDimPerHead, indexerKCacheQuantBlockSize,
-                partialReuse, recurrentState);
+                partialReuse, recurrentState, windowGroups);
     }
 
     @Override
@@ -500,7 +508,8 @@ public final class CacheState {
                 + " T=" + tokensPerBlock + " " + dataType + " " + attentionType + " kvF=" + kvFactor
                 + (blockReuse ? " reuse" : "") + (partialReuse ? " partial" : "") + (poolLayout.equals(PoolLayout.BLOCK) ? "" : " pool=" + poolLayout)
                 + (hasIndexerKCache() ? " indexerK=" + indexerDimPerHead + "/q" + indexerKCacheQuantBlockSize : "")
-                + (recurrentState != null ? " " + recurrentState : "") + "}";
+                + (recurrentState != null ? " " + recurrentState : "")
+                + (windowGroups != null ? " " + windowGroups : "") + "}";
     }
 
     /**
@@ -539,6 +548,7 @@ public final class CacheState {
         private int indexerKCacheQuantBlockSize;
         private boolean partialReuse;
         private RecurrentStateShape recurrentState;
+        private WindowGroups windowGroups;
 
         private Builder() {
         }
@@ -735,6 +745,17 @@ public final class CacheState {
         }
 
         /**
+         * Declares variable sliding-window attention: the window of every attention layer.
+         *
+         * @param v the windows, or {@code null} for full attention on every layer (the default)
+         * @return this builder
+         */
+        public Builder windowGroups(WindowGroups v) {
+            this.windowGroups = v;
+            return this;
+        }
+
+        /**
          * Validates and builds.
          *
          * @return the state
@@ -752,16 +773,7 @@ public final class CacheState {
             int g = attentionDpEnabled ? tensorParallelism / dpSize : tensorParallelism;
             check(isPowerOfTwo(g), attentionDpEnabled ? "tensorParallelism/dpSize" : "tensorParallelism", g,
                     "TP per attention-DP group must be a power of two");
-            for (int l = 0; l < layers; l++) {
-                int h = kvHeadsPerLayer.get(l);
-                check(h >= 1 && h <= MAX_DIM, "kvHeadsPerLayer[" + l + "]", h, "must be in [1, " + MAX_DIM + "]");
-                if (attentionType == AttentionType.MLA) {
-                    check(h == 1, "kvHeadsPerLayer[" + l + "]", h, "MLA has one latent head per layer");
-                } else {
-                    check(h % g == 0 || g % h == 0, "kvHeadsPerLayer[" + l + "]", h,
-                            "must be divisible by the TP group size " + g + " or divide it");
-                }
-            }
+            CacheStateChecks.heads(kvHeadsPerLayer, attentionType, g);
             int kvf = kvFactor != null ? kvFactor : (attentionType == AttentionType.MLA ? 1 : 2);
             check(kvf == 1 || kvf == 2, "kvFactor", kvf, "must be 1 or 2");
             if (attentionType == AttentionType.MLA) {
@@ -771,16 +783,8 @@ public final class CacheState {
                     layers, tensorParallelism, pipelineParallelism, attentionType, attentionLayersPerPp);
             List<Integer> perPp = rec != null ? rec.attentionLayersPerPp()
                     : attentionLayersPerPp != null ? attentionLayersPerPp : evenLayerSplit(layers, pipelineParallelism);
-            check(perPp.size() == pipelineParallelism, "attentionLayersPerPp", perPp,
-                    "needs one entry per PP rank (" + pipelineParallelism + ")");
-            long sum = 0;
-            for (int p = 0; p < perPp.size(); p++) {
-                int v = perPp.get(p);
-                check(v >= 0, "attentionLayersPerPp[" + p + "]", v, "must not be negative");
-                sum += v;
-            }
-            check(sum == layers, "attentionLayersPerPp", perPp, "sums to " + sum + " but the model has " + layers
-                    + " layers");
+            CacheStateChecks.layersPerPp(perPp, pipelineParallelism, layers);
+            CacheStateChecks.windows(windowGroups, layers, attentionType);
             if (poolLayout.splitLatent()) {
                 check(attentionType == AttentionType.MLA, "poolLayout", poolLayout,
                         "a split latent (ropeDim > 0) needs MLA attention");

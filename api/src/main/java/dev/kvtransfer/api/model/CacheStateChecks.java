@@ -40,6 +40,43 @@ final class CacheStateChecks {
                 indexerKCacheQuantBlockSize, "must be 0 without an indexer-K pool (indexerDimPerHead 0)");
     }
 
+    static void heads(java.util.List<Integer> kvHeadsPerLayer, AttentionType attentionType, int g) {
+        for (int l = 0; l < kvHeadsPerLayer.size(); l++) {
+            int h = kvHeadsPerLayer.get(l);
+            check(h >= 1 && h <= MAX_DIM, "kvHeadsPerLayer[" + l + "]", h, "must be in [1, " + MAX_DIM + "]");
+            if (attentionType == AttentionType.MLA) {
+                check(h == 1, "kvHeadsPerLayer[" + l + "]", h, "MLA has one latent head per layer");
+            } else {
+                check(h % g == 0 || g % h == 0, "kvHeadsPerLayer[" + l + "]", h,
+                        "must be divisible by the TP group size " + g + " or divide it");
+            }
+        }
+    }
+
+    static void layersPerPp(java.util.List<Integer> perPp, int pipelineParallelism, int layers) {
+        check(perPp.size() == pipelineParallelism, "attentionLayersPerPp", perPp,
+                "needs one entry per PP rank (" + pipelineParallelism + ")");
+        long sum = 0;
+        for (int p = 0; p < perPp.size(); p++) {
+            int v = perPp.get(p);
+            check(v >= 0, "attentionLayersPerPp[" + p + "]", v, "must not be negative");
+            sum += v;
+        }
+        check(sum == layers, "attentionLayersPerPp", perPp, "sums to " + sum + " but the model has " + layers
+                + " layers");
+    }
+
+    /** A window per attention layer, and only for MHA/GQA (the MLA formatter moves whole requests). */
+    static void windows(WindowGroups w, int layers, AttentionType attentionType) {
+        if (w == null) {
+            return;
+        }
+        check(w.layers() == layers, "windowGroups.size", w.layers(), "needs one window per attention layer ("
+                + layers + ")");
+        check(attentionType == AttentionType.DEFAULT, "windowGroups", w.compact(),
+                "sliding windows need DEFAULT attention, not " + attentionType);
+    }
+
     static boolean isPowerOfTwo(int v) {
         return v > 0 && (v & (v - 1)) == 0;
     }

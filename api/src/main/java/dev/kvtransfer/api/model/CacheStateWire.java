@@ -14,13 +14,18 @@ import dev.kvtransfer.api.wire.WireWriter;
  * {@code HYBRID_WIRE_TAG}, and has its shape after the last field: the encoding of every attention-only state stays
  * byte for byte what it was, and a reader that predates hybrid states refuses one as malformed (unknown tag) instead
  * of dropping its recurrent layers.
+ *
+ * <p>A state with sliding windows ({@link WindowGroups}) starts with {@code WINDOWED_WIRE_TAG}; after the last field
+ * come a {@code bool} (hybrid), the recurrent shape when true, and the windows. States without windows are encoded
+ * as before, and an older reader refuses a windowed one (unknown tag) instead of moving blocks outside the windows.
  */
 final class CacheStateWire {
     private CacheStateWire() {
     }
 
     static void write(CacheState s, WireWriter w) {
-        w.writeByte(s.recurrentState() == null ? CacheState.WIRE_TAG : CacheState.HYBRID_WIRE_TAG);
+        w.writeByte(s.windowGroups() != null ? CacheState.WINDOWED_WIRE_TAG
+                : s.recurrentState() == null ? CacheState.WIRE_TAG : CacheState.HYBRID_WIRE_TAG);
         w.writeIntList(s.kvHeadsPerLayer());
         w.writeInt(s.sizePerHead());
         w.writeInt(s.tokensPerBlock());
@@ -43,15 +48,22 @@ final class CacheStateWire {
         w.writeInt(s.indexerKCacheQuantBlockSize());
         // Format version 4.
         w.writeBoolean(s.partialReuse());
+        if (s.windowGroups() != null) {
+            w.writeBoolean(s.recurrentState() != null);
+        }
         if (s.recurrentState() != null) {
             s.recurrentState().write(w);
+        }
+        if (s.windowGroups() != null) {
+            s.windowGroups().write(w);
         }
     }
 
     static CacheState read(WireReader r) {
         int start = r.offset();
         int tag = r.readByte("CacheState tag");
-        if (tag != CacheState.WIRE_TAG && tag != CacheState.HYBRID_WIRE_TAG) {
+        if (tag != CacheState.WIRE_TAG && tag != CacheState.HYBRID_WIRE_TAG
+                && tag != CacheState.WINDOWED_WIRE_TAG) {
             throw new MalformedMessageException(start, "expected CacheState tag " + CacheState.WIRE_TAG + ", found " + tag);
         }
         CacheState.Builder b = CacheState.builder();
@@ -102,8 +114,12 @@ final class CacheStateWire {
         if (r.version() >= 4) {
             b.partialReuse(r.readBoolean("partialReuse"));
         }
-        if (tag == CacheState.HYBRID_WIRE_TAG) {
+        boolean windowed = tag == CacheState.WINDOWED_WIRE_TAG;
+        if (tag == CacheState.HYBRID_WIRE_TAG || windowed && r.readBoolean("hybrid")) {
             b.recurrentState(RecurrentStateShape.read(r));
+        }
+        if (windowed) {
+            b.windowGroups(WindowGroups.read(r));
         }
         try {
             return b.build();

@@ -9,6 +9,7 @@ import dev.kvtransfer.api.model.LayerKind;
 import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.api.model.RequestInfo;
 import dev.kvtransfer.api.model.TransceiverState;
+import dev.kvtransfer.api.model.WindowGroups;
 import dev.kvtransfer.api.transport.Tags;
 
 import java.util.ArrayList;
@@ -79,6 +80,14 @@ final class Samples {
                     types[rnd.nextInt(types.length)], types[rnd.nextInt(types.length)]));
         } else if (rnd.nextBoolean()) {
             b.attentionLayersPerPp(randomSplit(rnd, layers, pp));
+        }
+        if (!mla && rnd.nextInt(4) == 0) {
+            // Sliding windows (also on hybrids): a random window or full attention per attention layer.
+            List<Integer> windows = new ArrayList<>(layers);
+            for (int l = 0; l < layers; l++) {
+                windows.add(rnd.nextInt(3) == 0 ? WindowGroups.UNLIMITED : 1 + rnd.nextInt(8192));
+            }
+            b.windowGroups(WindowGroups.of(windows));
         }
         return b.build();
     }

@@ -29,7 +29,7 @@ class WireFuzzTest {
     private static final int MAX_SAMPLE_BYTES = 600;
     private static final int RANDOM_INPUTS = 20_000;
     private static final int[] HOSTILE = {0x7fffffff, 0x80000000, -1, WireReader.MAX_COUNT + 1, 0xffff};
-    private static final int[] TAGS = {0x43, 0x48, 0x4D, 0x54, 0x52, 0x50};
+    private static final int[] TAGS = {0x43, 0x48, 0x57, 0x4D, 0x54, 0x52, 0x50};
 
     private long inputs;
     private long decodes;

@@ -285,7 +285,7 @@ public class KvPattern {
     }
 
     /** @return whether the pool's memory is on the device (the CPU must not touch it) */
-    private static boolean onDevice(KvCacheView cache) {
+    static boolean onDevice(KvCacheView cache) {
         return cache.regionCount() > 0 && cache.region(0).kind() == MemoryKind.DEVICE;
     }
 
@@ -300,7 +300,7 @@ public class KvPattern {
      * Runs a walk on a host mirror of the blocks: device to mirror first when verifying, mirror to device after
      * filling; only the blocks of global index {@code [from, to)} travel.
      */
-    private static void mirrored(KvCacheView device, BufferManager copier, int[] blockIds, PatternWalk w, Result result,
+    static void mirrored(KvCacheView device, BufferManager copier, int[] blockIds, PatternWalk w, Result result,
                                  int from, int to) {
         int n = blockIds.length;
         boolean[] sel = new boolean[n];

@@ -29,6 +29,25 @@ final class PatternWalk {
     final int kvBase;
     final int firstBlock;
     final int rank;
+    /** Global layers walked: {@code [layerFrom, layerTo)} (all by default). */
+    private int layerFrom = 0;
+    private int layerTo = Integer.MAX_VALUE;
+
+    /**
+     * Restricts the walk to global layers {@code [from, to)} (a sliding window's run of layers).
+     *
+     * @return this walk
+     */
+    PatternWalk layers(int from, int to) {
+        this.layerFrom = from;
+        this.layerTo = to;
+        return this;
+    }
+
+    private boolean skipLayer(int layer) {
+        int g = firstLayer + layer;
+        return g < layerFrom || g >= layerTo;
+    }
 
     private PatternWalk(BlockLayout layout, long requestId, int firstLayer, int firstHead, int kvBase, int firstBlock,
                  int rank) {
@@ -127,6 +146,9 @@ final class PatternWalk {
                 }
             }
             for (int layer = 0; layer < layout.localLayers(); layer++) {
+                if (skipLayer(layer)) {
+                    continue;
+                }
                 for (int kv = 0; kv < layout.kvFactor(); kv++) {
                     for (int head = 0; head < layout.localHeads(); head++) {
                         long base = rPart + (firstLayer + layer) * C_L + (kvBase + kv) * C_K
@@ -197,6 +219,9 @@ final class PatternWalk {
                 }
             }
             for (int layer = 0; layer < layout.localLayers(); layer++) {
+                if (skipLayer(layer)) {
+                    continue;
+                }
                 for (int kv = 0; kv < layout.kvFactor(); kv++) {
                     long lk = rPart + (firstLayer + layer) * C_L + (kvBase + kv) * C_K;
                     for (int s = 0; s < segs; s++) {

@@ -10,6 +10,7 @@ import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.core.protocol.PushEntryFlyweight;
 import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
+import dev.kvtransfer.core.pattern.WindowPattern;
 
 import java.nio.ByteBuffer;
 import java.time.Duration;
@@ -222,6 +223,10 @@ final class PushReceive {
     private long expectedPushBytes(GenerationJob job, DefaultTransferSession session) {
         CacheState self = env.selfCache();
         int total = session.totalBlocks();
+        if (self.windowGroups() != null) {
+            // Sliding windows: per layer only the blocks inside its window are written.
+            return WindowPattern.movedBytes(self, env.selfIndex(), total, session.reusedBlocks());
+        }
         int cp = self.contextParallelism();
         int cpRank = self.cpRank(env.selfIndex());
         int firstGlobal = BlockDistribution.firstGlobalBlock(total, cp, cpRank);

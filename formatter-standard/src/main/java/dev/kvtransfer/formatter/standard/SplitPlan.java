@@ -81,6 +81,11 @@ final class SplitPlan {
     final List<Part> parts;
     /** This rank's block count for the request. */
     final int localBlocks;
+    /**
+     * The whole share cut into sliding-window runs ({@code StandardCacheFormatter}), made on first use and kept with
+     * the remembered plan, so a repeated request shape plans its runs once; benignly racy (immutable lists).
+     */
+    volatile List<SplitPlan> windowRuns;
 
     private SplitPlan(List<Part> parts, int localBlocks) {
         this.parts = parts;
@@ -224,6 +229,29 @@ final class SplitPlan {
             long bytes = p.layerCount == 0 ? 0 : p.bytes / p.layerCount * n;
             out.add(new Part(p.peer, p.firstBlock, p.peerFirstBlock, p.blockCount, p.firstLayer + shift,
                     p.peerFirstLayer + shift, n, p.firstHead, p.peerFirstHead, p.headCount, p.peerLayout, bytes));
+        }
+        return new SplitPlan(List.copyOf(out), localBlocks);
+    }
+
+    /**
+     * The plan restricted to global blocks from {@code fromGlobal} on (a sliding window's blocks): every part keeps its
+     * layers and heads and loses its blocks before that one. O(peers) objects.
+     *
+     * @param selfFirstGlobalBlock this rank's first global block (its CP share)
+     * @param fromGlobal           first global block to keep
+     * @return the restricted plan
+     */
+    SplitPlan fromBlock(int selfFirstGlobalBlock, int fromGlobal) {
+        List<Part> out = new ArrayList<>(parts.size());
+        for (Part p : parts) {
+            int start = selfFirstGlobalBlock + p.firstBlock;
+            int drop = Math.min(p.blockCount, Math.max(0, fromGlobal - start));
+            int n = p.blockCount - drop;
+            long bytes = p.blockCount == 0 ? 0 : p.bytes / p.blockCount * n;
+            out.add(n == 0 ? new Part(p.peer, 0, 0, 0, p.firstLayer, p.peerFirstLayer, p.layerCount, p.firstHead,
+                    p.peerFirstHead, p.headCount, p.peerLayout, 0)
+                    : new Part(p.peer, p.firstBlock + drop, p.peerFirstBlock + drop, n, p.firstLayer,
+                    p.peerFirstLayer, p.layerCount, p.firstHead, p.peerFirstHead, p.headCount, p.peerLayout, bytes));
         }
         return new SplitPlan(List.copyOf(out), localBlocks);
     }

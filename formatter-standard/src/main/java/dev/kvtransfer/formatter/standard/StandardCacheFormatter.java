@@ -8,6 +8,7 @@ import dev.kvtransfer.api.format.FormatterCapability;
 import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
+import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
 import dev.kvtransfer.api.layout.ChunkCrc;
 import dev.kvtransfer.api.layout.PartPlan;
@@ -23,7 +24,9 @@ import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.RecurrentStateShape;
+import dev.kvtransfer.api.model.WindowGroups;
 
+import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
@@ -286,9 +289,53 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         int[] ids = session.blockIds();
         SplitPlan whole = plans.plan(session, self, selfIndex, peer, t, true);
         checkLayout(session, self, selfIndex, ids, whole);
-        SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
+        boolean layerRange = layerRange(self, g0, g1);
+        if (self.windowGroups() == null) {
+            sendPlan(session, clipped(whole, self, selfIndex, g0, g1), peer, t, ids, layerRange);
+            return;
+        }
+        for (SplitPlan segment : windowSegments(session, whole, self, selfIndex, g0, g1)) {
+            sendPlan(session, segment, peer, t, ids, layerRange);
+        }
+    }
+
+    /**
+     * A windowed (VSWA) share in layer runs of one window each, in ascending global layer order: each run's parts
+     * keep only the blocks inside the run's window (after the reused prefix). Both ranks cut the layers both hold at
+     * the same window changes, so they agree on the runs, their order and every part.
+     */
+    private static List<SplitPlan> windowSegments(TransferSession session, SplitPlan whole, CacheState self,
+                                                  int selfIndex, int g0, int g1) {
+        boolean all = g0 == 0 && g1 == Integer.MAX_VALUE;
+        List<SplitPlan> kept = all ? whole.windowRuns : null;
+        if (kept != null) {
+            return kept; // the remembered plan's runs: same states, blocks and reused prefix
+        }
+        WindowGroups w = self.windowGroups();
+        int first = self.firstLayer(self.ppRank(selfIndex));
+        int a = Math.max(g0, first);
+        int end = Math.min(g1, first + self.layerCount(self.ppRank(selfIndex)));
+        int total = session.totalBlocks();
+        int s0 = BlockDistribution.firstGlobalBlock(total, self.contextParallelism(), self.cpRank(selfIndex));
+        List<SplitPlan> out = new ArrayList<>();
+        while (a < end) {
+            int b = w.runEnd(a, end);
+            out.add(whole.clip(first, a, b).fromBlock(s0,
+                    w.firstMovedBlock(a, self.tokensPerBlock(), total, session.reusedBlocks())));
+            a = b;
+        }
+        List<SplitPlan> runs = List.copyOf(out);
+        if (all) {
+            whole.windowRuns = runs;
+        }
+        return runs;
+    }
+
+    /** Sends the parts of one plan (a whole share, a layer range, or one window's run of layers). */
+    private void sendPlan(TransferSession session, SplitPlan plan, CacheState peer, TargetRanks t, int[] ids,
+                          boolean layerRange) {
         PartPlan[] plans = new PartPlan[t.size()];
-        int[] active = partPlans(session, plan, peer, ids, true, layerRange(self, g0, g1), plans);
+        int[] active = partPlans(session, plan, peer, ids, true, layerRange, plans);
         // A pool the transport cannot take (device memory without DEVICE_MEMORY) is staged even where the plan is
         // direct: the messages stay the plan's (the peer cannot know our memory), each copied through staging.
         boolean poolOk = session.transportAccepts(poolKind);
@@ -403,9 +450,21 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         int[] ids = session.blockIds();
         SplitPlan whole = plans.plan(session, self, selfIndex, peer, t, false);
         checkLayout(session, self, selfIndex, ids, whole);
-        SplitPlan plan = clipped(whole, self, selfIndex, g0, g1);
+        boolean layerRange = layerRange(self, g0, g1);
+        if (self.windowGroups() == null) {
+            receivePlan(session, clipped(whole, self, selfIndex, g0, g1), peer, t, ids, layerRange);
+            return;
+        }
+        for (SplitPlan segment : windowSegments(session, whole, self, selfIndex, g0, g1)) {
+            receivePlan(session, segment, peer, t, ids, layerRange);
+        }
+    }
+
+    /** Receives the parts of one plan (a whole share, a layer range, or one window's run of layers). */
+    private void receivePlan(TransferSession session, SplitPlan plan, CacheState peer, TargetRanks t, int[] ids,
+                             boolean layerRange) {
         PartPlan[] plans = new PartPlan[t.size()];
-        int[] active = partPlans(session, plan, peer, ids, false, layerRange(self, g0, g1), plans);
+        int[] active = partPlans(session, plan, peer, ids, false, layerRange, plans);
         boolean poolOk = session.transportAccepts(poolKind);
         MemoryBuffer[] staging = staging(session, active, plans, t.size(), poolOk);
         BufferManager bm = session.bufferManager();
@@ -511,8 +570,13 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         int[] ids = session.blockIds();
         SplitPlan whole = plans.plan(session, self, selfIndex, peer, t, true);
         checkLayout(session, self, selfIndex, ids, whole);
-        SplitPlan plan = clipped(whole, self, selfIndex, firstLayer, firstLayer + layers);
-        pushWriter.push(session, peer, t, ids, plan);
+        if (self.windowGroups() == null) {
+            pushWriter.push(session, peer, t, ids, clipped(whole, self, selfIndex, firstLayer, firstLayer + layers));
+            return;
+        }
+        for (SplitPlan segment : windowSegments(session, whole, self, selfIndex, firstLayer, firstLayer + layers)) {
+            pushWriter.push(session, peer, t, ids, segment);
+        }
     }
 
     /** @return whether {@code [g0, g1)} is less than the model's layers: a layer-wise call (both ranks see the same) */

@@ -6,6 +6,7 @@ import dev.kvtransfer.api.model.CacheState;
 
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Objects;
 
 /**
  * Which pairs of cache states the standard formatter can move between: the fields both sides must share and the CP
@@ -31,6 +32,10 @@ final class SupportRules {
         Support s = compute(self, peer);
         supportCache[slot] = new SupportEntry(self, peer, s);
         return s;
+    }
+
+    private static String windows(CacheState s) {
+        return s.windowGroups() == null ? "none (full attention)" : s.windowGroups().compact();
     }
 
     static Support compute(CacheState self, CacheState peer) {
@@ -75,6 +80,10 @@ final class SupportRules {
             why.add("contextParallelism: self " + sc + ", peer " + pc + " (context CP > 1 is supported only when"
                     + " the other side has CP 1 or the same CP; unequal CP > 1 on both sides would need blocks"
                     + " from ranks outside the target mapping)");
+        }
+        if (!Objects.equals(self.windowGroups(), peer.windowGroups())) {
+            why.add("windowGroups: self " + windows(self) + ", peer " + windows(peer) + " (every attention layer"
+                    + " needs the same sliding window on both sides, or the blocks moved would not be the ones read)");
         }
         RecurrentStates.unsupported(self, peer, why);
         return why.isEmpty() ? Support.yes() : Support.no(String.join("; ", why));

@@ -19,6 +19,7 @@ import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
+import dev.kvtransfer.core.pattern.WindowPattern;
 import dev.kvtransfer.core.timing.TransferTiming;
 import dev.kvtransfer.core.transfer.DefaultTransferSession;
 import dev.kvtransfer.testkit.KvPattern;
@@ -626,6 +627,9 @@ public final class FormatterHarness implements AutoCloseable {
             for (int i = 0; i < genBlocks[g].length; i++) {
                 expected += first + i >= reused ? gen.caches[g].layout().blockBytes() : 0;
             }
+            if (genState.windowGroups() != null) {
+                expected = WindowPattern.movedBytes(genState, g, totalBlocks, reused);
+            }
             written[g] = PushChecks.checkWrites(logs[g], granted.get(g), "request " + requestId + " gen rank " + g,
                     picked, expected, reused, violations);
             writtenEntries[g] = logs[g].size();
@@ -722,13 +726,19 @@ public final class FormatterHarness implements AutoCloseable {
                 if (gen.caches[g].indexerKCache() != null) {
                     perBlock += gen.caches[g].indexerKCache().layout().blockBytes();
                 }
-                expected[g] = fresh * perBlock + recurrentBytes(genState, g);
+                // Sliding windows: per layer only the blocks inside its window (after the reused prefix) move.
+                long blockBytes = genState.windowGroups() == null ? fresh * perBlock
+                        : WindowPattern.movedBytes(genState, g, totalBlocks, reused);
+                expected[g] = blockBytes + recurrentBytes(genState, g);
                 TargetRanks t = RankMapping.targetRanks(ctxState, genState, g);
                 for (int p : gen.formatters[g].pickRecvConnections(genState, g, ctxState)) {
                     picked[t.peerRanks().get(p)] = true;
                 }
                 if (!zeroLayer[g] && options.verify()) {
-                    verify.merge(KvPattern.verify(gen.caches[g], genBlocks[g], genState, g, requestId, totalBlocks));
+                    verify.merge(genState.windowGroups() == null
+                            ? KvPattern.verify(gen.caches[g], genBlocks[g], genState, g, requestId, totalBlocks)
+                            : WindowPattern.verify(gen.caches[g], genBlocks[g], genState, g, requestId,
+                            requestId + GEN_POISON, totalBlocks, reused));
                     if (options.indexerDim() > 0) {
                         verify.merge(KvPattern.verifyIndexer(gen.caches[g], genBlocks[g], genState, g, requestId,
                                 totalBlocks));
