@@ -373,7 +373,7 @@ final class TransportAgent {
         Peer p = img.peer;
         if (img.state == ImageState.BOUND && p != null && p.image == img) {
             matcher.abandonAssembly(img, p);
-            peerLost(p, "its stream ended (it closed, or was silent for "
+            peerLost(p, img.image.isEndOfStream() ? CLOSED : "its stream ended (it closed, or was silent for "
                     + TimeUnit.NANOSECONDS.toMillis(m.settings.peerTimeoutNs) + " ms)");
         }
         img.state = ImageState.REFUSED;
@@ -471,6 +471,7 @@ final class TransportAgent {
     static final String REJECT_UNAUTHORIZED = "kvtransfer UNAUTHORIZED: ";
     static final String REJECT_MALFORMED = "kvtransfer refused: ";
     static final String MID_STREAM = "it joined mid-stream";
+    static final String CLOSED = "it closed its stream";
     private static final int MAX_REJECT_TEXT = 300;
 
     // ------------------------------------------------------------------------------------------ peers
@@ -493,7 +494,7 @@ final class TransportAgent {
         needsControl.remove(p);
         needsEstablish.remove(p);
         m.counters.peersLost.increment();
-        if (!m.closing) {
+        if (!m.closing && !CLOSED.equals(reason)) { // an orderly close is no news; its callers still learn of it
             ErrorReporter.info("aeron " + m.name + ": peer " + ErrorReporter.peerText(p.address) + " lost: " + reason);
         }
         p.connection.shutdown();

@@ -395,10 +395,34 @@ class AeronTransportTest {
         cb.send(1, buf, 0, 1, T);
         Connection bc = b.recvConnect(1, buf, 0, 1, T);
         Future<?> waiting = pool.submit(() -> bc.recv(10, buf, 0, 1 << 20, Duration.ofSeconds(60)));
+        // An orderly close is told to the callers waiting on the peer, not logged as a loss.
+        java.util.List<String> logged = new java.util.concurrent.CopyOnWriteArrayList<>();
+        java.util.logging.Logger log = java.util.logging.Logger.getLogger("dev.kvtransfer.aeron");
+        java.util.logging.Handler h = new java.util.logging.Handler() {
+            @Override
+            public void publish(java.util.logging.LogRecord r) {
+                logged.add(r.getMessage());
+            }
+
+            @Override
+            public void flush() {
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+        log.addHandler(h);
         long t0 = System.nanoTime();
-        c.close();
-        assertThatThrownBy(() -> waiting.get(20, TimeUnit.SECONDS)).cause()
-                .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code()).isEqualTo(ErrorCode.PEER_LOST));
+        try {
+            c.close();
+            assertThatThrownBy(() -> waiting.get(20, TimeUnit.SECONDS)).cause()
+                    .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code()).isEqualTo(
+                            ErrorCode.PEER_LOST)).hasMessageContaining("it closed its stream");
+        } finally {
+            log.removeHandler(h);
+        }
+        assertThat(logged).as("lines logged while a peer closed").noneMatch(l -> l.contains(" lost: "));
         assertThat(System.nanoTime() - t0).isLessThan(TimeUnit.SECONDS.toNanos(10));
         assertThatThrownBy(() -> bc.send(1, buf, 0, 1, T))
                 .isInstanceOfSatisfying(TransportException.class, e -> assertThat(e.code()).isEqualTo(ErrorCode.PEER_LOST));
