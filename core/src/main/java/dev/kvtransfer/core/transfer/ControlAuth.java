@@ -220,6 +220,39 @@ public final class ControlAuth {
         return info.requestTokenMatches(m.out, 0, TOKEN_BYTES);
     }
 
+    /**
+     * The context side's token check of a request info: the token must be one this issuer issued for the request,
+     * and the info must echo the checksum of the tokens the requester received, equal to the one the token was
+     * issued for. A genuine info is checked in place (no copy).
+     *
+     * @param info the request info
+     * @return null when it passes (always when off), else why not, naming the request and both checksums
+     */
+    String checkToken(dev.kvtransfer.api.model.RequestInfo info) {
+        if (!enabled()) {
+            return null;
+        }
+        long id = info.requestId();
+        boolean echoed = info.echoesTokensChecksum();
+        if (echoed && tokenValid(id, info.tokensChecksum(), info)) {
+            return null; // the genuine requester, holding the tokens the token was issued for
+        }
+        byte[] token = info.requestToken();
+        if (!tokenValid(id, token)) {
+            return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
+                    + "with CacheTransceiver.contextPhaseParams)";
+        }
+        String issued = Integer.toHexString(issuedChecksum(token));
+        if (!echoed) {
+            return "request " + id + ": the request info does not echo the checksum of the first generated and "
+                    + "draft tokens it received (the params were issued for tokens checksum " + issued + "), so "
+                    + "they cannot be shown unchanged: a generation instance without this check";
+        }
+        return "request " + id + ": its first generated / draft tokens changed between the instances: the context "
+                + "side issued the params for tokens checksum " + issued + ", the requester received tokens with "
+                + "checksum " + Integer.toHexString(info.tokensChecksum()) + " (replaced on the way, e.g. by a router)";
+    }
+
     /** @return a fresh nonce, or empty when off */
     byte[] nonce() {
         if (!enabled()) {

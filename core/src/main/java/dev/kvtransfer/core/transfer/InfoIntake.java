@@ -481,25 +481,7 @@ final class InfoIntake {
         if (stale != null) {
             return stale.startsWith("nonce already used") ? REPLAYED : stale;
         }
-        long id = info.requestId();
-        boolean echoed = info.echoesTokensChecksum();
-        if (echoed && auth.tokenValid(id, info.tokensChecksum(), info)) {
-            return null; // the genuine requester, holding the tokens the token was issued for: no copy
-        }
-        byte[] token = info.requestToken();
-        if (!auth.tokenValid(id, token)) {
-            return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
-                    + "with CacheTransceiver.contextPhaseParams)";
-        }
-        String issued = Integer.toHexString(ControlAuth.issuedChecksum(token));
-        if (!echoed) {
-            return "request " + id + ": the request info does not echo the checksum of the first generated and "
-                    + "draft tokens it received (the params were issued for tokens checksum " + issued + "), so "
-                    + "they cannot be shown unchanged: a generation instance without this check";
-        }
-        return "request " + id + ": its first generated / draft tokens changed between the instances: the context "
-                + "side issued the params for tokens checksum " + issued + ", the requester received tokens with "
-                + "checksum " + Integer.toHexString(info.tokensChecksum()) + " (replaced on the way, e.g. by a router)";
+        return auth.checkToken(info);
     }
 
     /** {@link #authenticate}'s answer for a replayed info: dropped without a word. */

@@ -198,6 +198,37 @@ class ControlAuthTest {
         assertThat(ControlAuth.of(null).tokenValid(50, issued + 1, echoing)).isTrue();
     }
 
+    private static RequestInfo echoing(ControlAuth auth, long id, byte[] token, boolean echo, int checksum) {
+        RequestInfo base = info(auth, id);
+        return new RequestInfo(id, 0, new long[0], base.requesterState(), 4096, 0, 0, new long[0], new int[] {5},
+                token, auth.nonce(), System.currentTimeMillis(), echo ? RequestInfo.FLAG_TOKENS_CHECKSUM : 0, 1,
+                List.of(), echo ? checksum : 0);
+    }
+
+    @Test
+    void theTokenCheckRefusesOtherTokensAMissingEchoAndAForgeryNamingWhatItCan() {
+        ControlAuth auth = ControlAuth.of(SECRET);
+        int issued = 0x0badf00d;
+        byte[] token = auth.token(60, issued);
+        assertThat(auth.checkToken(echoing(auth, 60, token, true, issued))).isNull();
+        // Tokens replaced on the way: the request and both checksums named.
+        assertThat(auth.checkToken(echoing(auth, 60, token, true, 0x12345678))).contains("request 60",
+                "changed between the instances", "tokens checksum badf00d", "checksum 12345678");
+        // A requester that does not echo cannot show its tokens unchanged: refused, naming the issued checksum.
+        assertThat(auth.checkToken(echoing(auth, 60, token, false, 0))).contains("request 60",
+                "does not echo", "tokens checksum badf00d");
+        // A token rewritten to claim the requester's checksum is no token of this issuer.
+        byte[] rewritten = token.clone();
+        rewritten[ControlAuth.TOKEN_BYTES - 4] = 0x78;
+        assertThat(auth.checkToken(echoing(auth, 60, rewritten, true, ControlAuth.issuedChecksum(rewritten))))
+                .startsWith("wrong request token");
+        assertThat(auth.checkToken(echoing(auth, 61, token, true, issued))).startsWith("wrong request token");
+        assertThat(ControlAuth.of(SECRET).checkToken(echoing(auth, 60, token, true, issued)))
+                .as("another issuing key").startsWith("wrong request token");
+        // Off: nothing binds the tokens (the params' CRC is all that holds).
+        assertThat(ControlAuth.of(null).checkToken(echoing(auth, 60, new byte[0], false, 0))).isNull();
+    }
+
     /** What the MAC of a ready signal covers: request, tag, the request's nonce, both ends' addresses, its body. */
     private static byte[] readyMac(ControlAuth auth, long id, int tag, byte[] nonce, String ctxAddress,
                                    String genAddress, byte[] body) {
