@@ -32,6 +32,19 @@ public final class SeedWriter {
                 "aeron:127.0.0.1:40124#3c4d"), 1));
     }
 
+    /** @return a valid request info echoing the checksum of its params' tokens */
+    public static RequestInfo tokensChecksumInfo() {
+        return new RequestInfo(42, 2, new long[] {7, 8}, transceiverState(), 2048, 0, 0, new long[0],
+                new int[] {3, 4, 5}, new byte[16], new byte[16], 1234L, RequestInfo.FLAG_TOKENS_CHECKSUM, 1,
+                List.of(), 0x40d7eae7);
+    }
+
+    /** @return a valid MLA cache state with an FP4 indexer-K cache */
+    public static CacheState fp4IndexerState() {
+        return CacheState.builder().uniformKvHeads(4, 1).sizePerHead(576).tokensPerBlock(64)
+                .attentionType(dev.kvtransfer.api.model.AttentionType.MLA).indexerKCache(132, 128, true).build();
+    }
+
     /** @return a valid request info */
     public static RequestInfo requestInfo() {
         return new RequestInfo(42, 2, new long[] {7, 8}, transceiverState(), 2048, 65536, 1, new long[] {99},
@@ -62,6 +75,9 @@ public final class SeedWriter {
                 RequestInfo.FLAG_PARTIAL_REUSE, 1, List.of()).toBytes());
         write(root.resolve(api + "contextPhaseParams/valid-v4"), new ContextPhaseParams(42, new long[] {1},
                 partialState, new byte[0], new long[] {5, 6, 7}).toBytes());
+        // Version 4 additions without a new version: an echoed tokens checksum, an FP4 indexer-K cache.
+        write(root.resolve(api + "requestInfo/valid-tokens-checksum"), tokensChecksumInfo().toBytes());
+        write(root.resolve(api + "cacheState/valid-fp4"), fp4IndexerState().toBytes());
         for (var e : journalRecords().entrySet()) {
             write(root.resolve("dev/kvtransfer/core/journal/JournalDecodeFuzzTestInputs/record/" + e.getKey()),
                     e.getValue());

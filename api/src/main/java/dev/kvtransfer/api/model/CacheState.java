@@ -8,7 +8,6 @@ import dev.kvtransfer.api.wire.WireWriter;
 import static dev.kvtransfer.api.model.CacheStateChecks.check;
 import static dev.kvtransfer.api.model.CacheStateChecks.isPowerOfTwo;
 
-import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Objects;
@@ -54,6 +53,7 @@ public final class CacheState {
     private final PoolLayout poolLayout;
     private final int indexerDimPerHead;
     private final int indexerKCacheQuantBlockSize;
+    private final boolean indexerKCacheUseFp4;
     private final boolean partialReuse;
     private final RecurrentStateShape recurrentState;
     private final WindowGroups windowGroups;
@@ -79,6 +79,7 @@ public final class CacheState {
         this.poolLayout = b.poolLayout;
         this.indexerDimPerHead = b.indexerDimPerHead;
         this.indexerKCacheQuantBlockSize = b.indexerKCacheQuantBlockSize;
+        this.indexerKCacheUseFp4 = b.indexerKCacheUseFp4;
         this.partialReuse = b.partialReuse;
         this.firstLayerOfPp = new int[pipelineParallelism + 1];
         for (int p = 0; p < pipelineParallelism; p++) {
@@ -107,7 +108,8 @@ public final class CacheState {
                 .contextParallelism(contextParallelism).attentionDp(attentionDpEnabled, dpRank, dpSize)
                 .attentionLayersPerPp(attentionLayersPerPp).dataType(dataType).attentionType(attentionType)
                 .kvFactor(kvFactor).blockReuse(blockReuse).poolLayout(poolLayout)
-                .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize).partialReuse(partialReuse)
+                .indexerKCache(indexerDimPerHead, indexerKCacheQuantBlockSize, indexerKCacheUseFp4)
+                .partialReuse(partialReuse)
                 .recurrentState(recurrentState).windowGroups(windowGroups);
     }
 
@@ -137,6 +139,11 @@ public final class CacheState {
     /** @return the indexer-K cache's quantization block size (0: not quantized in blocks, or no indexer pool) */
     public int indexerKCacheQuantBlockSize() {
         return indexerKCacheQuantBlockSize;
+    }
+
+    /** @return whether the indexer-K cache is stored as FP4 (TensorRT-LLM's {@code indexerKCacheUseFp4}) */
+    public boolean indexerKCacheUseFp4() {
+        return indexerKCacheUseFp4;
     }
 
     /**
@@ -261,7 +268,7 @@ public final class CacheState {
      * @return its TP rank
      */
     public int tpRank(int rank) {
-        checkRank(rank);
+        CacheStateChecks.index("rank", rank, worldSize());
         return (rank % (tensorParallelism * contextParallelism)) / contextParallelism;
     }
 
@@ -272,7 +279,7 @@ public final class CacheState {
      * @return its PP rank
      */
     public int ppRank(int rank) {
-        checkRank(rank);
+        CacheStateChecks.index("rank", rank, worldSize());
         return rank / (tensorParallelism * contextParallelism);
     }
 
@@ -283,7 +290,7 @@ public final class CacheState {
      * @return its CP rank
      */
     public int cpRank(int rank) {
-        checkRank(rank);
+        CacheStateChecks.index("rank", rank, worldSize());
         return rank % contextParallelism;
     }
 
@@ -304,12 +311,6 @@ public final class CacheState {
         return pp * (tensorParallelism * contextParallelism) + tp * contextParallelism + cp;
     }
 
-    private void checkRank(int rank) {
-        if (rank < 0 || rank >= worldSize()) {
-            throw new IllegalArgumentException("rank " + rank + " outside [0, " + worldSize() + ")");
-        }
-    }
-
     /**
      * First global layer held by a PP rank.
      *
@@ -317,14 +318,8 @@ public final class CacheState {
      * @return the global layer index
      */
     public int firstLayer(int ppRank) {
-        checkPpRank(ppRank);
+        CacheStateChecks.index("ppRank", ppRank, pipelineParallelism);
         return firstLayerOfPp[ppRank];
-    }
-
-    private void checkPpRank(int ppRank) {
-        if (ppRank < 0 || ppRank >= pipelineParallelism) {
-            throw new IllegalArgumentException("ppRank " + ppRank + " outside [0, " + pipelineParallelism + ")");
-        }
     }
 
     /**
@@ -334,7 +329,7 @@ public final class CacheState {
      * @return the layer count, possibly 0
      */
     public int layerCount(int ppRank) {
-        checkPpRank(ppRank);
+        CacheStateChecks.index("ppRank", ppRank, pipelineParallelism);
         return attentionLayersPerPp.get(ppRank);
     }
 
@@ -396,9 +391,7 @@ public final class CacheState {
      * @return the global head index
      */
     public int firstGlobalHead(int tpRank) {
-        if (tpRank < 0 || tpRank >= tensorParallelism) {
-            throw new IllegalArgumentException("tpRank " + tpRank + " outside [0, " + tensorParallelism + ")");
-        }
+        CacheStateChecks.index("tpRank", tpRank, tensorParallelism);
         if (attentionType == AttentionType.MLA) {
             return 0;
         }
@@ -486,6 +479,7 @@ public final class CacheState {
                 && dataType == s.dataType && attentionType == s.attentionType && poolLayout.equals(s.poolLayout)
                 && indexerDimPerHead == s.indexerDimPerHead
                 && indexerKCacheQuantBlockSize == s.indexerKCacheQuantBlockSize && partialReuse == s.partialReuse
+                && indexerKCacheUseFp4 == s.indexerKCacheUseFp4
                 && Objects.equals(recurrentState, s.recurrentState) && Objects.equals(windowGroups, s.windowGroups);
     }
 
@@ -494,7 +488,7 @@ public final class CacheState {
         return Objects.hash(kvHeadsPerLayer, sizePerHead, tokensPerBlock, tensorParallelism, pipelineParallelism,
                 contextParallelism, attentionDpEnabled, dpRank, dpSize, attentionLayersPerPp, dataType,
                 attentionType, kvFactor, blockReuse, poolLayout, indexerDimPerHead, indexerKCacheQuantBlockSize,
-                partialReuse, recurrentState, windowGroups);
+                partialReuse, recurrentState, windowGroups, indexerKCacheUseFp4);
     }
 
     @Override
@@ -507,7 +501,8 @@ public final class CacheState {
                 + " layers/pp=" + attentionLayersPerPp + " heads=" + heads + " D=" + sizePerHead
                 + " T=" + tokensPerBlock + " " + dataType + " " + attentionType + " kvF=" + kvFactor
                 + (blockReuse ? " reuse" : "") + (partialReuse ? " partial" : "") + (poolLayout.equals(PoolLayout.BLOCK) ? "" : " pool=" + poolLayout)
-                + (hasIndexerKCache() ? " indexerK=" + indexerDimPerHead + "/q" + indexerKCacheQuantBlockSize : "")
+                + (hasIndexerKCache() ? " indexerK=" + indexerDimPerHead + "/q" + indexerKCacheQuantBlockSize
+                        + (indexerKCacheUseFp4 ? "/fp4" : "") : "")
                 + (recurrentState != null ? " " + recurrentState : "")
                 + (windowGroups != null ? " " + windowGroups : "") + "}";
     }
@@ -520,11 +515,7 @@ public final class CacheState {
      * @return layers per PP rank
      */
     public static List<Integer> evenLayerSplit(int layers, int pp) {
-        List<Integer> out = new ArrayList<>(pp);
-        for (int p = 0; p < pp; p++) {
-            out.add(layers / pp + (p < layers % pp ? 1 : 0));
-        }
-        return Collections.unmodifiableList(out);
+        return CacheStateChecks.evenLayerSplit(layers, pp);
     }
 
     /** Builds a {@link CacheState}; {@link #build()} validates and names the offending field and value. */
@@ -546,6 +537,7 @@ public final class CacheState {
         private PoolLayout poolLayout = PoolLayout.BLOCK;
         private int indexerDimPerHead;
         private int indexerKCacheQuantBlockSize;
+        private boolean indexerKCacheUseFp4;
         private boolean partialReuse;
         private RecurrentStateShape recurrentState;
         private WindowGroups windowGroups;
@@ -715,8 +707,22 @@ public final class CacheState {
          * @return this builder
          */
         public Builder indexerKCache(int dimPerHead, int quantBlockSize) {
+            return indexerKCache(dimPerHead, quantBlockSize, false);
+        }
+
+        /**
+         * {@link #indexerKCache(int, int)} for an indexer-K cache that may be stored as FP4 (TensorRT-LLM's
+         * {@code indexerKCacheUseFp4}); both sides must declare the same.
+         *
+         * @param dimPerHead     bytes per token and layer, 0 for no indexer pool
+         * @param quantBlockSize quantization block size, 0 for none
+         * @param useFp4         whether the pool holds FP4 values; needs an indexer pool
+         * @return this builder
+         */
+        public Builder indexerKCache(int dimPerHead, int quantBlockSize, boolean useFp4) {
             this.indexerDimPerHead = dimPerHead;
             this.indexerKCacheQuantBlockSize = quantBlockSize;
+            this.indexerKCacheUseFp4 = useFp4;
             return this;
         }
 
@@ -763,35 +769,22 @@ public final class CacheState {
          */
         public CacheState build() {
             int layers = kvHeadsPerLayer.size();
-            check(layers >= 1 && layers <= MAX_LAYERS, "kvHeadsPerLayer.size", layers,
-                    "must be in [1, " + MAX_LAYERS + "]");
-            check(sizePerHead >= 1 && sizePerHead <= MAX_DIM, "sizePerHead", sizePerHead, "must be in [1, " + MAX_DIM + "]");
-            check(tokensPerBlock >= 1 && tokensPerBlock <= MAX_DIM, "tokensPerBlock", tokensPerBlock,
-                    "must be in [1, " + MAX_DIM + "]");
+            CacheStateChecks.shape(layers, sizePerHead, tokensPerBlock);
             CacheStateChecks.parallelism(tensorParallelism, pipelineParallelism, contextParallelism,
                     attentionDpEnabled, dpRank, dpSize);
             int g = attentionDpEnabled ? tensorParallelism / dpSize : tensorParallelism;
             check(isPowerOfTwo(g), attentionDpEnabled ? "tensorParallelism/dpSize" : "tensorParallelism", g,
                     "TP per attention-DP group must be a power of two");
             CacheStateChecks.heads(kvHeadsPerLayer, attentionType, g);
-            int kvf = kvFactor != null ? kvFactor : (attentionType == AttentionType.MLA ? 1 : 2);
-            check(kvf == 1 || kvf == 2, "kvFactor", kvf, "must be 1 or 2");
-            if (attentionType == AttentionType.MLA) {
-                check(kvf == 1, "kvFactor", kvf, "MLA stores K only: must be 1");
-            }
+            int kvf = CacheStateChecks.kvFactor(kvFactor, attentionType);
             RecurrentStateShape rec = recurrentState == null ? null : RecurrentStateShape.resolve(recurrentState,
                     layers, tensorParallelism, pipelineParallelism, attentionType, attentionLayersPerPp);
             List<Integer> perPp = rec != null ? rec.attentionLayersPerPp()
                     : attentionLayersPerPp != null ? attentionLayersPerPp : evenLayerSplit(layers, pipelineParallelism);
             CacheStateChecks.layersPerPp(perPp, pipelineParallelism, layers);
             CacheStateChecks.windows(windowGroups, layers, attentionType);
-            if (poolLayout.splitLatent()) {
-                check(attentionType == AttentionType.MLA, "poolLayout", poolLayout,
-                        "a split latent (ropeDim > 0) needs MLA attention");
-                check(poolLayout.ropeDim() < sizePerHead, "poolLayout.ropeDim", poolLayout.ropeDim(),
-                        "must be below sizePerHead " + sizePerHead);
-            }
-            CacheStateChecks.indexer(indexerDimPerHead, indexerKCacheQuantBlockSize);
+            CacheStateChecks.poolLayout(poolLayout, attentionType, sizePerHead);
+            CacheStateChecks.indexer(indexerDimPerHead, indexerKCacheQuantBlockSize, indexerKCacheUseFp4);
             check(blockReuse || !partialReuse, "partialReuse", true, "needs blockReuse");
             return new CacheState(this, perPp, kvf, rec);
         }

@@ -1,6 +1,9 @@
 package dev.kvtransfer.api.model;
 
+import dev.kvtransfer.api.layout.PoolLayout;
+
 import static dev.kvtransfer.api.model.CacheState.MAX_DIM;
+import static dev.kvtransfer.api.model.CacheState.MAX_LAYERS;
 import static dev.kvtransfer.api.model.CacheState.MAX_PARALLELISM;
 import static dev.kvtransfer.api.model.CacheState.MAX_WORLD_SIZE;
 
@@ -31,7 +34,44 @@ final class CacheStateChecks {
         }
     }
 
-    static void indexer(int indexerDimPerHead, int indexerKCacheQuantBlockSize) {
+    static void shape(int layers, int sizePerHead, int tokensPerBlock) {
+        check(layers >= 1 && layers <= MAX_LAYERS, "kvHeadsPerLayer.size", layers,
+                "must be in [1, " + MAX_LAYERS + "]");
+        check(sizePerHead >= 1 && sizePerHead <= MAX_DIM, "sizePerHead", sizePerHead, "must be in [1, " + MAX_DIM + "]");
+        check(tokensPerBlock >= 1 && tokensPerBlock <= MAX_DIM, "tokensPerBlock", tokensPerBlock,
+                "must be in [1, " + MAX_DIM + "]");
+    }
+
+    /** The kvFactor a state gets: the one set, else 1 for MLA and 2 otherwise. */
+    static int kvFactor(Integer kvFactor, AttentionType attentionType) {
+        int kvf = kvFactor != null ? kvFactor : (attentionType == AttentionType.MLA ? 1 : 2);
+        check(kvf == 1 || kvf == 2, "kvFactor", kvf, "must be 1 or 2");
+        if (attentionType == AttentionType.MLA) {
+            check(kvf == 1, "kvFactor", kvf, "MLA stores K only: must be 1");
+        }
+        return kvf;
+    }
+
+    static void poolLayout(PoolLayout poolLayout, AttentionType attentionType, int sizePerHead) {
+        if (poolLayout.splitLatent()) {
+            check(attentionType == AttentionType.MLA, "poolLayout", poolLayout,
+                    "a split latent (ropeDim > 0) needs MLA attention");
+            check(poolLayout.ropeDim() < sizePerHead, "poolLayout.ropeDim", poolLayout.ropeDim(),
+                    "must be below sizePerHead " + sizePerHead);
+        }
+    }
+
+    static java.util.List<Integer> evenLayerSplit(int layers, int pp) {
+        java.util.List<Integer> out = new java.util.ArrayList<>(pp);
+        for (int p = 0; p < pp; p++) {
+            out.add(layers / pp + (p < layers % pp ? 1 : 0));
+        }
+        return java.util.Collections.unmodifiableList(out);
+    }
+
+    static void indexer(int indexerDimPerHead, int indexerKCacheQuantBlockSize, boolean useFp4) {
+        check(indexerDimPerHead > 0 || !useFp4, "indexerKCacheUseFp4", true,
+                "needs an indexer-K pool (indexerDimPerHead > 0)");
         check(indexerDimPerHead >= 0 && indexerDimPerHead <= MAX_DIM, "indexerDimPerHead", indexerDimPerHead,
                 "must be in [0, " + MAX_DIM + "]");
         check(indexerKCacheQuantBlockSize >= 0 && indexerKCacheQuantBlockSize <= MAX_DIM,
@@ -75,6 +115,13 @@ final class CacheStateChecks {
                 + layers + ")");
         check(attentionType == AttentionType.DEFAULT, "windowGroups", w.compact(),
                 "sliding windows need DEFAULT attention, not " + attentionType);
+    }
+
+    /** A rank-like index inside {@code [0, size)}. */
+    static void index(String what, int value, int size) {
+        if (value < 0 || value >= size) {
+            throw new IllegalArgumentException(what + " " + value + " outside [0, " + size + ")");
+        }
     }
 
     static boolean isPowerOfTwo(int v) {

@@ -10,6 +10,11 @@ import dev.kvtransfer.api.wire.WireWriter;
  * the pool layout, version 3 the indexer-K pool: {@code indexerDimPerHead i32}, {@code quantBlockSize i32}, version 4
  * {@code partialReuse bool}). Reading range-checks every field and validates the result like a built state.
  *
+ * <p>An FP4 indexer-K cache ({@link CacheState#indexerKCacheUseFp4()}) sets bit 30 ({@code FP4_BIT}) of the
+ * {@code quantBlockSize} word, with no new field and no new format version: every other state encodes as before,
+ * and a reader that predates the flag range-checks that word and refuses the state as malformed instead of
+ * dropping the declaration (a peer that cannot tell FP4 from not FP4 never agrees to a transfer by mistake).
+ *
  * <p>A hybrid model's state (one with a {@link RecurrentStateShape}) starts with another tag,
  * {@code HYBRID_WIRE_TAG}, and has its shape after the last field: the encoding of every attention-only state stays
  * byte for byte what it was, and a reader that predates hybrid states refuses one as malformed (unknown tag) instead
@@ -20,6 +25,9 @@ import dev.kvtransfer.api.wire.WireWriter;
  * as before, and an older reader refuses a windowed one (unknown tag) instead of moving blocks outside the windows.
  */
 final class CacheStateWire {
+    /** The bit of the {@code quantBlockSize} word that declares an FP4 indexer-K cache (above any valid size). */
+    static final int FP4_BIT = 1 << 30;
+
     private CacheStateWire() {
     }
 
@@ -45,7 +53,7 @@ final class CacheStateWire {
         w.writeInt(s.poolLayout().ropeDim());
         // Format version 3.
         w.writeInt(s.indexerDimPerHead());
-        w.writeInt(s.indexerKCacheQuantBlockSize());
+        w.writeInt(s.indexerKCacheQuantBlockSize() | (s.indexerKCacheUseFp4() ? FP4_BIT : 0));
         // Format version 4.
         w.writeBoolean(s.partialReuse());
         if (s.windowGroups() != null) {
@@ -108,8 +116,16 @@ final class CacheStateWire {
             }
         }
         if (r.version() >= 3) {
-            b.indexerKCache(r.readInt("indexerDimPerHead", 0, CacheState.MAX_DIM),
-                    r.readInt("indexerKCacheQuantBlockSize", 0, CacheState.MAX_DIM));
+            int dim = r.readInt("indexerDimPerHead", 0, CacheState.MAX_DIM);
+            int quantAt = r.offset();
+            int word = r.readInt("indexerKCacheQuantBlockSize");
+            int quant = word & ~FP4_BIT;
+            if (quant < 0 || quant > CacheState.MAX_DIM) {
+                throw new MalformedMessageException(quantAt, "indexerKCacheQuantBlockSize = " + quant
+                        + " (word 0x" + Integer.toHexString(word) + "): must be in [0, " + CacheState.MAX_DIM
+                        + "], bit 30 (FP4) aside");
+            }
+            b.indexerKCache(dim, quant, (word & FP4_BIT) != 0);
         }
         if (r.version() >= 4) {
             b.partialReuse(r.readBoolean("partialReuse"));

@@ -35,11 +35,13 @@ import java.util.Objects;
  *                          {@link #FLAG_NO_COALESCE})
  * @param blocksPerRegion   blocks per region of the requester's pool (lets both sides coalesce across blocks)
  * @param grants            for a push: what the requester registered for this request's blocks (empty for pull)
+ * @param tokensChecksum    with {@link #FLAG_TOKENS_CHECKSUM}: the checksum of the first generated and draft tokens
+ *                          of the params the requester holds ({@link ContextPhaseParams#tokensChecksum()}); else 0
  */
 public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey, TransceiverState requesterState,
                           int dataTag, long chunkBytes, int reusedBlocks, long[] reusedBlockHashes, int[] blockIds,
                           byte[] requestToken, byte[] nonce, long timestampMillis, int flags, int blocksPerRegion,
-                          java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants) {
+                          java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants, int tokensChecksum) {
     /** Nonce length when authentication is on. */
     public static final int NONCE_BYTES = 16;
     /** Flag: every message carries an end-to-end CRC32C, checked by the receiver before it completes. */
@@ -56,8 +58,17 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * {@link CacheState#partialReuse()}, and refuses it naming both otherwise.
      */
     public static final int FLAG_PARTIAL_REUSE = 4;
+    /**
+     * Flag: the info echoes {@link #tokensChecksum()}, the checksum of the tokens in the requester's
+     * {@code ContextPhaseParams}, as an {@code int32} after the grants (format version 4; no new version: an older
+     * reader refuses the unknown flag). With authentication on the requester always sets it and the context side
+     * compares it with the checksum the request token was issued for, so tokens replaced between the instances are
+     * refused; without authentication it is not sent.
+     */
+    public static final int FLAG_TOKENS_CHECKSUM = 8;
     /** Flags this version knows. */
-    public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS | FLAG_NO_COALESCE | FLAG_PARTIAL_REUSE;
+    public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS | FLAG_NO_COALESCE | FLAG_PARTIAL_REUSE
+            | FLAG_TOKENS_CHECKSUM;
     private static final int WIRE_TAG = 0x52; // 'R'
 
     /**
@@ -78,6 +89,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * @param flags             transfer options
      * @param blocksPerRegion   requester's blocks per region
      * @param grants            push grants or empty
+     * @param tokensChecksum    the echoed tokens checksum with {@link #FLAG_TOKENS_CHECKSUM}, else 0
      */
     public RequestInfo {
         Objects.requireNonNull(grants, "grants");
@@ -131,6 +143,42 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
             throw new IllegalArgumentException("a partially reused block after " + reusedBlocks + " reused blocks "
                     + "of " + (indexFromEnd + 1) + ": there is none");
         }
+        if ((flags & FLAG_TOKENS_CHECKSUM) == 0 && tokensChecksum != 0) {
+            throw new IllegalArgumentException("tokensChecksum = " + Integer.toHexString(tokensChecksum)
+                    + " without FLAG_TOKENS_CHECKSUM: must be 0");
+        }
+    }
+
+    /**
+     * An info that echoes no tokens checksum (the canonical constructor before {@code tokensChecksum}).
+     *
+     * @param requestId         context request id
+     * @param indexFromEnd      blocks minus one
+     * @param lastBlockKey      last block key
+     * @param requesterState    the requester's state
+     * @param dataTag           payload tag
+     * @param chunkBytes        chunk size or 0
+     * @param reusedBlocks      reused leading blocks
+     * @param reusedBlockHashes their hashes
+     * @param blockIds          requester's block ids
+     * @param requestToken      token or empty
+     * @param nonce             nonce or empty
+     * @param timestampMillis   send time
+     * @param flags             transfer options (without {@link #FLAG_TOKENS_CHECKSUM})
+     * @param blocksPerRegion   requester's blocks per region
+     * @param grants            push grants or empty
+     */
+    public RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey, TransceiverState requesterState,
+                       int dataTag, long chunkBytes, int reusedBlocks, long[] reusedBlockHashes, int[] blockIds,
+                       byte[] requestToken, byte[] nonce, long timestampMillis, int flags, int blocksPerRegion,
+                       java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants) {
+        this(requestId, indexFromEnd, lastBlockKey, requesterState, dataTag, chunkBytes, reusedBlocks,
+                reusedBlockHashes, blockIds, requestToken, nonce, timestampMillis, flags, blocksPerRegion, grants, 0);
+    }
+
+    /** @return whether the info echoes the checksum of the requester's tokens ({@link #FLAG_TOKENS_CHECKSUM}) */
+    public boolean echoesTokensChecksum() {
+        return (flags & FLAG_TOKENS_CHECKSUM) != 0;
     }
 
     private static final long[] NO_LONGS = new long[0];
@@ -236,6 +284,39 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
                                             byte[] requestToken, byte[] nonce, long timestampMillis, int flags,
                                             int blocksPerRegion,
                                             java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants) {
+        return ofOwnedArrays(requestId, indexFromEnd, lastBlockKey, requesterState, dataTag, chunkBytes, reusedBlocks,
+                reusedBlockHashes, blockIds, requestToken, nonce, timestampMillis, flags, blocksPerRegion, grants, 0);
+    }
+
+    /**
+     * {@link #ofOwnedArrays(long, int, long[], TransceiverState, int, long, int, long[], int[], byte[], byte[], long,
+     * int, int, java.util.List)} with an echoed tokens checksum ({@link #FLAG_TOKENS_CHECKSUM}).
+     *
+     * @param requestId         context request id
+     * @param indexFromEnd      blocks minus one
+     * @param lastBlockKey      last block key (taken over)
+     * @param requesterState    the requester's state
+     * @param dataTag           payload tag
+     * @param chunkBytes        chunk size or 0
+     * @param reusedBlocks      reused leading blocks
+     * @param reusedBlockHashes their hashes (taken over)
+     * @param blockIds          requester's block ids (taken over)
+     * @param requestToken      token or empty (taken over)
+     * @param nonce             nonce or empty (taken over)
+     * @param timestampMillis   send time
+     * @param flags             transfer options
+     * @param blocksPerRegion   requester's blocks per region
+     * @param grants            push grants or empty
+     * @param tokensChecksum    the echoed tokens checksum with {@link #FLAG_TOKENS_CHECKSUM}, else 0
+     * @return the request info
+     */
+    public static RequestInfo ofOwnedArrays(long requestId, int indexFromEnd, long[] lastBlockKey,
+                                            TransceiverState requesterState, int dataTag, long chunkBytes,
+                                            int reusedBlocks, long[] reusedBlockHashes, int[] blockIds,
+                                            byte[] requestToken, byte[] nonce, long timestampMillis, int flags,
+                                            int blocksPerRegion,
+                                            java.util.List<dev.kvtransfer.api.format.PeerPool.Grant> grants,
+                                            int tokensChecksum) {
         Object[] fresh = FRESH.get();
         fresh[0] = lastBlockKey;
         fresh[1] = reusedBlockHashes;
@@ -245,7 +326,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         try {
             return new RequestInfo(requestId, indexFromEnd, lastBlockKey, requesterState, dataTag, chunkBytes,
                     reusedBlocks, reusedBlockHashes, blockIds, requestToken, nonce, timestampMillis, flags,
-                    blocksPerRegion, grants);
+                    blocksPerRegion, grants, tokensChecksum);
         } finally {
             java.util.Arrays.fill(fresh, null);
         }
@@ -356,7 +437,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         byte[] state = stateBytes();
         long size = 6L + 1 + 8 + 4 + 4 + 8L * lastBlockKey.length + state.length + 4 + 8 + 4 + 4
                 + 8L * reusedBlockHashes.length + 4 + 4L * blockIds.length + 4 + requestToken.length + 4 + nonce.length
-                + 8 + 4 + 4 + 4;
+                + 8 + 4 + 4 + 4 + (echoesTokensChecksum() ? 4 : 0);
         if (!grants.isEmpty()) {
             return toBytes().length; // rare (push): measured the long way
         }
@@ -441,6 +522,10 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         p += 4;
         b.putInt(p, 0); // no grants
         p += 4;
+        if (echoesTokensChecksum()) {
+            b.putInt(p, tokensChecksum);
+            p += 4;
+        }
         if (p - at != size) {
             throw new IllegalStateException("request info encoded " + (p - at) + " bytes, expected " + size);
         }
@@ -526,6 +611,9 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         for (int i = 0; i < grants.size(); i++) { // indexed: no iterator for the usual empty list
             grants.get(i).writeTo(w);
         }
+        if (echoesTokensChecksum()) {
+            w.writeInt(tokensChecksum);
+        }
     }
 
     /**
@@ -565,7 +653,8 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         long ts = r.readLong("timestampMillis");
         int flagsAt = r.offset();
         int flags = r.readInt("flags");
-        if ((flags & ~KNOWN_FLAGS) != 0 || r.version() < 4 && (flags & FLAG_PARTIAL_REUSE) != 0) {
+        if ((flags & ~KNOWN_FLAGS) != 0 || r.version() < 4
+                && (flags & (FLAG_PARTIAL_REUSE | FLAG_TOKENS_CHECKSUM)) != 0) {
             throw new MalformedMessageException(flagsAt, "flags = " + flags + ": unknown bits in format version "
                     + r.version());
         }
@@ -595,6 +684,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
             }
             grants = list;
         }
+        int echoed = (flags & FLAG_TOKENS_CHECKSUM) != 0 ? r.readInt("tokensChecksum") : 0;
         Object[] fresh = FRESH.get();
         fresh[0] = key;
         fresh[1] = hashes;
@@ -603,7 +693,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         fresh[4] = nonce;
         try {
             return new RequestInfo(id, indexFromEnd, key, state, dataTag, chunk, reused, hashes, ids, token, nonce,
-                    ts, flags, bpr, grants);
+                    ts, flags, bpr, grants, echoed);
         } finally {
             java.util.Arrays.fill(fresh, null);
         }
@@ -618,13 +708,14 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
                 && Arrays.equals(reusedBlockHashes, i.reusedBlockHashes) && Arrays.equals(blockIds, i.blockIds)
                 && Arrays.equals(requestToken, i.requestToken) && Arrays.equals(nonce, i.nonce)
                 && timestampMillis == i.timestampMillis && flags == i.flags && blocksPerRegion == i.blocksPerRegion
-                && grants.equals(i.grants);
+                && grants.equals(i.grants) && tokensChecksum == i.tokensChecksum;
     }
 
     @Override
     public int hashCode() {
         return Objects.hash(requestId, indexFromEnd, Arrays.hashCode(lastBlockKey), requesterState, dataTag, chunkBytes,
-                reusedBlocks, Arrays.hashCode(reusedBlockHashes), Arrays.hashCode(blockIds), timestampMillis);
+                reusedBlocks, Arrays.hashCode(reusedBlockHashes), Arrays.hashCode(blockIds), timestampMillis,
+                tokensChecksum);
     }
 
     @Override

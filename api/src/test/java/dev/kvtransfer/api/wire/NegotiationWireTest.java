@@ -154,6 +154,63 @@ class NegotiationWireTest {
         return hex(h.substring(0, at) + cache.substring(0, cache.length() - 2) + h.substring(at + cache.length()));
     }
 
+    /** A request info of request 5, one block, no key, the requester's state, echoing {@code 0x40d7eae7}. */
+    private static String echoingInfoHex(String flags, String tail) {
+        return String.join("",
+                "4b565458", "0400",                    // magic "KVTX", format version 4 (LE u16)
+                "52",                                  // RequestInfo tag 'R'
+                "0500000000000000",                    // requestId 5
+                "00000000",                            // indexFromEnd 0 (one block)
+                "00000000",                            // lastBlockKey: none
+                stateBody(),                           // the requester's TransceiverState
+                "00100000",                            // dataTag 4096
+                "0000000000000000",                    // chunkBytes 0
+                "00000000", "00000000",                // reusedBlocks 0, reusedBlockHashes: none (v2)
+                "00000000",                            // blockIds: none
+                "00000000", "00000000",                // requestToken, nonce: none
+                "0000000000000000",                    // timestampMillis 0
+                flags,                                 // flags
+                "01000000",                            // blocksPerRegion 1
+                "00000000",                            // grants: none
+                tail);
+    }
+
+    @Test
+    void anEchoedTokensChecksumFollowsTheGrantsUnderItsFlag() {
+        int checksum = new ContextPhaseParams(5, new long[] {7}, TS, new byte[0], new long[] {11, 12})
+                .tokensChecksum();
+        RequestInfo echoing = new RequestInfo(5, 0, new long[0], TS, 4096, 0, 0, new long[0], new int[0],
+                new byte[0], new byte[0], 0, RequestInfo.FLAG_TOKENS_CHECKSUM, 1, List.of(), checksum);
+        String golden = echoingInfoHex("08000000", "e7ead740"); // FLAG_TOKENS_CHECKSUM; the checksum (LE i32)
+        assertThat(HexFormat.of().formatHex(echoing.toBytes())).isEqualTo(golden);
+        java.nio.ByteBuffer direct = java.nio.ByteBuffer.allocateDirect(echoing.messageSize() + 3);
+        assertThat(echoing.writeMessage(direct, 3)).isEqualTo(echoing.messageSize());
+        byte[] inPlace = new byte[echoing.messageSize()];
+        direct.get(3, inPlace);
+        assertThat(HexFormat.of().formatHex(inPlace)).isEqualTo(golden);
+        RequestInfo back = RequestInfo.fromBytes(hex(golden));
+        assertThat(back).isEqualTo(echoing);
+        assertThat(back.echoesTokensChecksum()).isTrue();
+        assertThat(back.tokensChecksum()).isEqualTo(0x40d7eae7);
+        // Without the flag nothing follows the grants: the bytes are the ones every version-4 writer wrote.
+        RequestInfo plain = new RequestInfo(5, 0, new long[0], TS, 4096, 0, 0, new long[0], new int[0],
+                new byte[0], new byte[0], 0, 0, 1, List.of());
+        assertThat(HexFormat.of().formatHex(plain.toBytes())).isEqualTo(echoingInfoHex("00000000", ""));
+        assertThat(plain.echoesTokensChecksum()).isFalse();
+        assertThat(plain.tokensChecksum()).isZero();
+        assertThat(plain).isNotEqualTo(echoing);
+        // A checksum without its flag is refused; the flag without its checksum is truncated; version 3 never set it.
+        assertThatIllegalArgumentException().isThrownBy(() -> new RequestInfo(5, 0, new long[0], TS, 4096, 0, 0,
+                new long[0], new int[0], new byte[0], new byte[0], 0, 0, 1, List.of(), 7))
+                .withMessageContaining("without FLAG_TOKENS_CHECKSUM");
+        assertThat(catchThrowableOfType(MalformedMessageException.class,
+                () -> RequestInfo.fromBytes(hex(echoingInfoHex("08000000", ""))))).isNotNull();
+        byte[] v3 = withoutPartialReuseByte(echoing.toBytes());
+        v3[4] = 3;
+        assertThat(catchThrowableOfType(MalformedMessageException.class, () -> RequestInfo.fromBytes(v3))
+                .getMessage()).contains("flags = 8", "format version 3");
+    }
+
     @Test
     void theLastBlockKeyIsComparedInPlace() {
         long[] key = {1, 42, 7};

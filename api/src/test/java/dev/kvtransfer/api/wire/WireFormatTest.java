@@ -185,6 +185,43 @@ class WireFormatTest {
     }
 
     @Test
+    void anFp4IndexerCacheSetsBit30OfTheQuantWordAndEveryOtherStateEncodesAsBefore() {
+        CacheState mla = CacheState.builder().uniformKvHeads(4, 1).sizePerHead(576).tokensPerBlock(64)
+                .attentionType(dev.kvtransfer.api.model.AttentionType.MLA).indexerKCache(132, 128).build();
+        CacheState fp4 = mla.toBuilder().indexerKCache(132, 128, true).build();
+        assertThat(fp4.indexerKCacheUseFp4()).isTrue();
+        assertThat(mla.indexerKCacheUseFp4()).isFalse();
+        assertThat(fp4).isNotEqualTo(mla);
+        assertThat(fp4.toString()).contains("indexerK=132/q128/fp4");
+        byte[] plain = mla.toBytes();
+        byte[] flagged = fp4.toBytes();
+        String tail = "84000000" + "80000000" + "00"; // indexerDimPerHead 132, quant block size 128, partialReuse
+        assertThat(HexFormat.of().formatHex(plain)).endsWith(tail);
+        // Same length, same bytes but bit 30 of the quant word: 0x40000080, which a reader without the flag
+        // range-checks against [0, MAX_DIM] and refuses.
+        assertThat(HexFormat.of().formatHex(flagged)).endsWith("84000000" + "80000040" + "00")
+                .startsWith(HexFormat.of().formatHex(plain, 0, plain.length - 5));
+        assertThat(0x40000080).isGreaterThan(CacheState.MAX_DIM);
+        CacheState back = CacheState.fromBytes(flagged);
+        assertThat(back).isEqualTo(fp4);
+        assertThat(back.indexerKCacheUseFp4()).isTrue();
+        assertThat(back.indexerKCacheQuantBlockSize()).isEqualTo(128);
+        assertThat(CacheState.fromBytes(plain).indexerKCacheUseFp4()).isFalse();
+        // FP4 needs an indexer pool; other high bits stay malformed.
+        assertThatIllegalArgumentException().isThrownBy(() -> SMALL.toBuilder().indexerKCache(0, 0, true).build())
+                .withMessageContaining("indexerKCacheUseFp4 = true: needs an indexer-K pool");
+        byte[] b = SMALL.toBytes();
+        putIntLe(b, b.length - 5, 1 << 30);
+        assertThat(malformedCacheState(b).getMessage()).contains("indexerKCacheUseFp4", "needs an indexer-K pool");
+        b = mla.toBytes();
+        putIntLe(b, b.length - 5, 0x80000080);
+        assertThat(malformedCacheState(b).getMessage()).contains("indexerKCacheQuantBlockSize");
+        b = mla.toBytes();
+        putIntLe(b, b.length - 5, (1 << 30) | (CacheState.MAX_DIM + 1));
+        assertThat(malformedCacheState(b).getMessage()).contains("indexerKCacheQuantBlockSize");
+    }
+
+    @Test
     void aPoolLayoutRoundTripsAndAnUnknownOneIsMalformed() {
         CacheState mla = CacheState.builder().uniformKvHeads(4, 1).sizePerHead(576).tokensPerBlock(16)
                 .attentionType(dev.kvtransfer.api.model.AttentionType.MLA)

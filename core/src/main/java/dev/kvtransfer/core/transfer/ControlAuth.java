@@ -14,7 +14,10 @@ import java.util.Arrays;
  * Authentication of the control plane with the deployment's shared secret (HMAC-SHA256 from the JDK): MACs over
  * control messages, unguessable per-request tokens, fresh nonces and a replay window. The MAC key is derived from
  * the secret; the token key from the context instance's own issuing key, which no generation instance holds, so
- * a holder of the secret cannot compute a request's token, only present one it was handed. With no secret
+ * a holder of the secret cannot compute a request's token, only present one it was handed. A token is issued for the
+ * request <em>and</em> the checksum of its first generated and draft tokens: its first {@link #TOKEN_MAC_BYTES} bytes
+ * are HMAC(issuing key, id, checksum), its last 4 the checksum itself, so every rank sharing the issuing key can
+ * tell which tokens the params were issued with and refuse a requester that received others. With no secret
  * ({@link #OFF}) every method is a no-op: MACs are empty, tokens are empty, everything verifies.
  *
  * <p>What each MAC covers is fixed by its caller: the message's bytes, the sender's and the receiver's transport
@@ -29,6 +32,8 @@ public final class ControlAuth {
     static final int NONCE_BYTES = 16;
     /** Bytes of one request token. */
     static final int TOKEN_BYTES = 16;
+    /** Bytes of a token's MAC (the rest is the tokens checksum it was issued for): 96 bits, never guessed online. */
+    static final int TOKEN_MAC_BYTES = TOKEN_BYTES - 4;
     /** How far a timestamp may be from this clock, and how long a nonce is remembered. */
     static final long WINDOW_MILLIS = 120_000;
     /** Most nonces remembered at once; beyond that new requests are refused until old ones expire. */
@@ -56,7 +61,7 @@ public final class ControlAuth {
         // Tokens come from the context instance's own issuing key, never from the deployment secret: every holder
         // of the secret (each generation instance of the deployment) could otherwise compute any request's token.
         tokenKey = hmac(issuingKey != null ? issuingKey.clone() : newIssuingKey(),
-                "kvtransfer-request-token-v2".getBytes(StandardCharsets.US_ASCII));
+                "kvtransfer-request-token-v3".getBytes(StandardCharsets.US_ASCII));
         macs = ThreadLocal.withInitial(() -> new Hmac(macKey));
         tokens = ThreadLocal.withInitial(() -> new Hmac(tokenKey));
     }
@@ -104,58 +109,148 @@ public final class ControlAuth {
     }
 
     /**
-     * The request's token: the same on every context rank sharing the issuing key, unguessable without that key
-     * (the deployment secret alone does not give it).
+     * The token of a request whose params carry no tokens: {@code token(requestId, tokensChecksum of two empty
+     * lists)}.
      *
      * @param requestId the context request id
      * @return {@link #TOKEN_BYTES} bytes, or empty when off
      */
     public byte[] token(long requestId) {
+        return token(requestId, NO_TOKENS_CHECKSUM);
+    }
+
+    private static final int NO_TOKENS_CHECKSUM = dev.kvtransfer.api.model.ContextPhaseParams.tokensChecksum(
+            new long[0], new long[0]);
+
+    /**
+     * The request's token, issued for the checksum of its params' first generated and draft tokens: the same on
+     * every context rank sharing the issuing key, unguessable without that key (the deployment secret alone does
+     * not give it), and not valid for other tokens.
+     *
+     * @param requestId      the context request id
+     * @param tokensChecksum {@code ContextPhaseParams.tokensChecksum} of the tokens the params will carry
+     * @return {@link #TOKEN_BYTES} bytes, or empty when off
+     */
+    public byte[] token(long requestId, int tokensChecksum) {
         if (!enabled()) {
             return new byte[0];
         }
         Hmac m = tokens.get();
-        tokenInto(m, requestId);
+        tokenInto(m, requestId, tokensChecksum);
         return Arrays.copyOf(m.out, TOKEN_BYTES);
     }
 
-    /** The token's HMAC into {@code m.out} (its first {@link #TOKEN_BYTES} bytes are the token). */
-    private static void tokenInto(Hmac m, long requestId) {
+    /**
+     * The token into the first {@link #TOKEN_BYTES} bytes of {@code m.out}: the HMAC of (id, checksum), cut to
+     * {@link #TOKEN_MAC_BYTES}, then the checksum little-endian.
+     */
+    private static void tokenInto(Hmac m, long requestId, int tokensChecksum) {
         m.start();
         for (int i = 0; i < 8; i++) {
             m.md.update((byte) (requestId >>> (8 * i)));
         }
+        for (int i = 0; i < 4; i++) {
+            m.md.update((byte) (tokensChecksum >>> (8 * i)));
+        }
         m.finish(m.out, 0);
+        for (int i = 0; i < 4; i++) {
+            m.out[TOKEN_MAC_BYTES + i] = (byte) (tokensChecksum >>> (8 * i));
+        }
+    }
+
+    /**
+     * The tokens checksum a token says it was issued for (its last 4 bytes); only {@link #tokenValid(long, byte[])}
+     * proves that the issuer wrote it.
+     *
+     * @param token a token of {@link #TOKEN_BYTES} bytes
+     * @return the checksum
+     */
+    static int issuedChecksum(byte[] token) {
+        int v = 0;
+        for (int i = 0; i < 4; i++) {
+            v |= (token[TOKEN_MAC_BYTES + i] & 0xFF) << (8 * i);
+        }
+        return v;
     }
 
     /**
      * @param requestId the request
      * @param token     a claimed token
-     * @return whether it is the request's token (constant-time); always true when off
+     * @return whether it is a token this issuer issued for the request, for the checksum it carries
+     *         (constant-time); always true when off
      */
     boolean tokenValid(long requestId, byte[] token) {
         if (!enabled()) {
             return true;
         }
+        if (token.length != TOKEN_BYTES) {
+            return false;
+        }
         Hmac m = tokens.get();
-        tokenInto(m, requestId);
-        return token.length == TOKEN_BYTES && equalRange(m.out, token, TOKEN_BYTES);
+        tokenInto(m, requestId, issuedChecksum(token));
+        return equalRange(m.out, token, TOKEN_BYTES);
     }
 
     /**
-     * {@link #tokenValid(long, byte[])} for the token an info carries, without copying it out of the info.
+     * {@link #tokenValid(long, byte[])} for the token an info carries.
      *
      * @param requestId the request
      * @param info      the request info claiming it
-     * @return whether the info holds the request's token (constant-time); always true when off
+     * @return whether the info holds a token issued for the request (constant-time); always true when off
      */
     boolean tokenValid(long requestId, dev.kvtransfer.api.model.RequestInfo info) {
+        return !enabled() || tokenValid(requestId, info.requestToken());
+    }
+
+    /**
+     * Whether the info holds the request's token issued for exactly the tokens checksum given (the one the
+     * requester echoes), without copying the token out of the info: the common case of a genuine requester.
+     *
+     * @param requestId      the request
+     * @param tokensChecksum the checksum the token must have been issued for
+     * @param info           the request info claiming it
+     * @return whether it is (constant-time); always true when off
+     */
+    boolean tokenValid(long requestId, int tokensChecksum, dev.kvtransfer.api.model.RequestInfo info) {
         if (!enabled()) {
             return true;
         }
         Hmac m = tokens.get();
-        tokenInto(m, requestId);
+        tokenInto(m, requestId, tokensChecksum);
         return info.requestTokenMatches(m.out, 0, TOKEN_BYTES);
+    }
+
+    /**
+     * The context side's token check of a request info: the token must be one this issuer issued for the request,
+     * and the info must echo the checksum of the tokens the requester received, equal to the one the token was
+     * issued for. A genuine info is checked in place (no copy).
+     *
+     * @param info the request info
+     * @return null when it passes (always when off), else why not, naming the request and both checksums
+     */
+    String checkToken(dev.kvtransfer.api.model.RequestInfo info) {
+        if (!enabled()) {
+            return null;
+        }
+        long id = info.requestId();
+        boolean echoed = info.echoesTokensChecksum();
+        if (echoed && tokenValid(id, info.tokensChecksum(), info)) {
+            return null; // the genuine requester, holding the tokens the token was issued for
+        }
+        byte[] token = info.requestToken();
+        if (!tokenValid(id, token)) {
+            return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
+                    + "with CacheTransceiver.contextPhaseParams)";
+        }
+        String issued = Integer.toHexString(issuedChecksum(token));
+        if (!echoed) {
+            return "request " + id + ": the request info does not echo the checksum of the first generated and "
+                    + "draft tokens it received (the params were issued for tokens checksum " + issued + "), so "
+                    + "they cannot be shown unchanged: a generation instance without this check";
+        }
+        return "request " + id + ": its first generated / draft tokens changed between the instances: the context "
+                + "side issued the params for tokens checksum " + issued + ", the requester received tokens with "
+                + "checksum " + Integer.toHexString(info.tokensChecksum()) + " (replaced on the way, e.g. by a router)";
     }
 
     /** @return a fresh nonce, or empty when off */

@@ -115,14 +115,17 @@ final class GenerationHandshake {
         byte[] nonce = auth.nonce();
         int flags = (env.config().partChecksums() ? RequestInfo.FLAG_PART_CHECKSUMS : 0)
                 | (env.config().coalesce() ? 0 : RequestInfo.FLAG_NO_COALESCE)
-                | (partial > 0 ? RequestInfo.FLAG_PARTIAL_REUSE : 0);
+                | (partial > 0 ? RequestInfo.FLAG_PARTIAL_REUSE : 0)
+                | (auth.enabled() ? RequestInfo.FLAG_TOKENS_CHECKSUM : 0);
+        // With authentication the context side compares it with the checksum the request token was issued for.
+        int tokensChecksum = auth.enabled() ? params.tokensChecksum() : 0;
         List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
                 == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
                 ? push.registerGrants(job, totalBlocks, reused, writers(conns)) : List.of();
         // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
         RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, h.lastBlockKey(), env.selfState(), tag,
                 env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,
-                System.currentTimeMillis(), flags, env.cache().blocksPerRegion(), grants);
+                System.currentTimeMillis(), flags, env.cache().blocksPerRegion(), grants, tokensChecksum);
         int infoBytes = info.messageSize();
         int mac = auth.macBytes();
         int infoAt = RequestHeaderFlyweight.LENGTH;
@@ -320,9 +323,11 @@ final class GenerationHandshake {
             List<Connection> all = env.connections().getConnections(ctxComm);
             int totalBlocks = BlockDistribution.blocksFor(job.handle.promptLength(),
                     params.contextState().cacheState().tokensPerBlock());
+            boolean auth = env.auth().enabled();
             RequestInfo info = new RequestInfo(job.handle.requestId(), totalBlocks - 1, new long[0], env.selfState(),
                     tag, env.config().chunkBytes(), 0, new long[0], job.handle.blockIds(),
-                    params.requestToken(), env.auth().nonce(), System.currentTimeMillis(), 0, 1, List.of());
+                    params.requestToken(), env.auth().nonce(), System.currentTimeMillis(),
+                    auth ? RequestInfo.FLAG_TOKENS_CHECKSUM : 0, 1, List.of(), auth ? params.tokensChecksum() : 0);
             sendInfos(job, all, info);
         } catch (RuntimeException e) {
             env.metrics().error(new KvTransferException(ErrorCode.UNSUPPORTED_LAYOUT, job.handle.requestId(),

@@ -481,11 +481,7 @@ final class InfoIntake {
         if (stale != null) {
             return stale.startsWith("nonce already used") ? REPLAYED : stale;
         }
-        if (!auth.tokenValid(info.requestId(), info)) {
-            return "wrong request token: the asker does not hold this request's ContextPhaseParams (build them "
-                    + "with CacheTransceiver.contextPhaseParams)";
-        }
-        return null;
+        return auth.checkToken(info);
     }
 
     /** {@link #authenticate}'s answer for a replayed info: dropped without a word. */

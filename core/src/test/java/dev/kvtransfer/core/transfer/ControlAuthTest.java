@@ -55,7 +55,7 @@ class ControlAuthTest {
         byte[] issuing = ControlAuth.newIssuingKey();
         ControlAuth auth = ControlAuth.of(SECRET, issuing);
         byte[] macKey = jdkHmac(SECRET, "kvtransfer-control-mac-v1".getBytes(StandardCharsets.US_ASCII));
-        byte[] tokenKey = jdkHmac(issuing, "kvtransfer-request-token-v2".getBytes(StandardCharsets.US_ASCII));
+        byte[] tokenKey = jdkHmac(issuing, "kvtransfer-request-token-v3".getBytes(StandardCharsets.US_ASCII));
         // What a holder of the deployment secret alone can derive (the former tokens) is no token.
         byte[] fromSecret = jdkHmac(SECRET, "kvtransfer-request-token-v1".getBytes(StandardCharsets.US_ASCII));
         ControlAuth sameSecretOtherRank = ControlAuth.of(SECRET);
@@ -68,10 +68,21 @@ class ControlAuthTest {
             random.nextBytes(b);
             assertThat(auth.mac("INFO", a, b)).isEqualTo(jdkHmac(macKey, framed("INFO", a, b)));
             long id = random.nextLong();
+            int checksum = random.nextInt();
             byte[] le = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN).putLong(id).array();
-            byte[] token = java.util.Arrays.copyOf(jdkHmac(tokenKey, le), ControlAuth.TOKEN_BYTES);
-            assertThat(auth.token(id)).isEqualTo(token);
+            // The token: HMAC(token key, id, checksum) cut to 12 bytes, then the checksum it was issued for.
+            byte[] token = ByteBuffer.allocate(ControlAuth.TOKEN_BYTES).order(ByteOrder.LITTLE_ENDIAN)
+                    .put(jdkHmac(tokenKey, ByteBuffer.allocate(12).order(ByteOrder.LITTLE_ENDIAN).putLong(id)
+                            .putInt(checksum).array()), 0, ControlAuth.TOKEN_MAC_BYTES).putInt(checksum).array();
+            assertThat(auth.token(id, checksum)).isEqualTo(token);
+            assertThat(ControlAuth.issuedChecksum(token)).isEqualTo(checksum);
             assertThat(auth.tokenValid(id, token)).isTrue();
+            // Issued for other tokens: the checksum bytes cannot be rewritten without the issuing key.
+            byte[] rewritten = token.clone();
+            rewritten[ControlAuth.TOKEN_BYTES - 1] ^= 1;
+            assertThat(auth.tokenValid(id, rewritten)).isFalse();
+            assertThat(auth.token(id)).isEqualTo(auth.token(id,
+                    dev.kvtransfer.api.model.ContextPhaseParams.tokensChecksum(new long[0], new long[0])));
             assertThat(sameKey.tokenValid(id, token)).as("another rank of the instance").isTrue();
             assertThat(sameSecretOtherRank.tokenValid(id, token)).as("a rank with its own key").isFalse();
             assertThat(auth.tokenValid(id, java.util.Arrays.copyOf(jdkHmac(fromSecret, le), ControlAuth.TOKEN_BYTES)))
@@ -169,6 +180,53 @@ class ControlAuthTest {
         assertThat(auth.tokenValid(47, noToken)).isFalse();
         assertThat(ControlAuth.of(null).tokenValid(47, noToken)).isTrue();
         assertThat(ControlAuth.of(null).checkFresh(noNonce)).isNull();
+    }
+
+    @Test
+    void aTokenIsValidInPlaceOnlyForTheTokensChecksumItWasIssuedFor() {
+        ControlAuth auth = ControlAuth.of(SECRET);
+        RequestInfo base = info(auth, 50);
+        int issued = 0x1234abcd;
+        RequestInfo echoing = new RequestInfo(50, 0, new long[0], base.requesterState(), 4096, 0, 0, new long[0],
+                new int[] {5}, auth.token(50, issued), auth.nonce(), System.currentTimeMillis(),
+                RequestInfo.FLAG_TOKENS_CHECKSUM, 1, List.of(), issued);
+        assertThat(auth.tokenValid(50, issued, echoing)).isTrue();
+        assertThat(auth.tokenValid(50, issued + 1, echoing)).as("echoing other tokens").isFalse();
+        assertThat(auth.tokenValid(51, issued, echoing)).as("another request").isFalse();
+        assertThat(auth.tokenValid(50, echoing)).as("genuine, whatever was echoed").isTrue();
+        assertThat(ControlAuth.issuedChecksum(echoing.requestToken())).isEqualTo(issued);
+        assertThat(ControlAuth.of(null).tokenValid(50, issued + 1, echoing)).isTrue();
+    }
+
+    private static RequestInfo echoing(ControlAuth auth, long id, byte[] token, boolean echo, int checksum) {
+        RequestInfo base = info(auth, id);
+        return new RequestInfo(id, 0, new long[0], base.requesterState(), 4096, 0, 0, new long[0], new int[] {5},
+                token, auth.nonce(), System.currentTimeMillis(), echo ? RequestInfo.FLAG_TOKENS_CHECKSUM : 0, 1,
+                List.of(), echo ? checksum : 0);
+    }
+
+    @Test
+    void theTokenCheckRefusesOtherTokensAMissingEchoAndAForgeryNamingWhatItCan() {
+        ControlAuth auth = ControlAuth.of(SECRET);
+        int issued = 0x0badf00d;
+        byte[] token = auth.token(60, issued);
+        assertThat(auth.checkToken(echoing(auth, 60, token, true, issued))).isNull();
+        // Tokens replaced on the way: the request and both checksums named.
+        assertThat(auth.checkToken(echoing(auth, 60, token, true, 0x12345678))).contains("request 60",
+                "changed between the instances", "tokens checksum badf00d", "checksum 12345678");
+        // A requester that does not echo cannot show its tokens unchanged: refused, naming the issued checksum.
+        assertThat(auth.checkToken(echoing(auth, 60, token, false, 0))).contains("request 60",
+                "does not echo", "tokens checksum badf00d");
+        // A token rewritten to claim the requester's checksum is no token of this issuer.
+        byte[] rewritten = token.clone();
+        rewritten[ControlAuth.TOKEN_BYTES - 4] = 0x78;
+        assertThat(auth.checkToken(echoing(auth, 60, rewritten, true, ControlAuth.issuedChecksum(rewritten))))
+                .startsWith("wrong request token");
+        assertThat(auth.checkToken(echoing(auth, 61, token, true, issued))).startsWith("wrong request token");
+        assertThat(ControlAuth.of(SECRET).checkToken(echoing(auth, 60, token, true, issued)))
+                .as("another issuing key").startsWith("wrong request token");
+        // Off: nothing binds the tokens (the params' CRC is all that holds).
+        assertThat(ControlAuth.of(null).checkToken(echoing(auth, 60, new byte[0], false, 0))).isNull();
     }
 
     /** What the MAC of a ready signal covers: request, tag, the request's nonce, both ends' addresses, its body. */

@@ -91,7 +91,8 @@ public final class MlaSupport {
                     + a.sizePerHead() + ", " + bName + " sizePerHead=" + b.sizePerHead());
         }
         if (a.indexerDimPerHead() != b.indexerDimPerHead()
-                || a.indexerKCacheQuantBlockSize() != b.indexerKCacheQuantBlockSize()) {
+                || a.indexerKCacheQuantBlockSize() != b.indexerKCacheQuantBlockSize()
+                || a.indexerKCacheUseFp4() != b.indexerKCacheUseFp4()) {
             return Support.no("MLA formatter needs the same indexer-K cache on both sides: " + aName + " "
                     + indexer(a) + ", " + bName + " " + indexer(b));
         }
@@ -117,7 +118,7 @@ public final class MlaSupport {
     /** How a state's indexer-K declaration reads in a refusal. */
     static String indexer(CacheState s) {
         return s.hasIndexerKCache() ? "indexerK=" + s.indexerDimPerHead() + " B/token, quantBlockSize="
-                + s.indexerKCacheQuantBlockSize() : "indexerK=none";
+                + s.indexerKCacheQuantBlockSize() + ", fp4=" + s.indexerKCacheUseFp4() : "indexerK=none";
     }
 
     private static Support checkHeads(CacheState s, String name) {

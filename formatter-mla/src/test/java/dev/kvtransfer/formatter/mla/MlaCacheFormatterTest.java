@@ -260,4 +260,54 @@ class MlaCacheFormatterTest {
             fabric.drain();
         }
     }
+
+    @Test
+    void anFp4IndexerCacheOnOneSideOnlyIsRefusedNamingBothSidesBeforeAByteMoves() {
+        // The two sides' indexer-K pools have the same size but one stores FP4 values: moving its bytes into the
+        // other would decode them as another format. Refused by inquireSupport and by format / unformat, naming
+        // both declarations; nothing is sent or written.
+        CacheState plain = mla(1, 1).toBuilder().indexerKCache(16, 32).build();
+        CacheState fp4 = plain.toBuilder().indexerKCache(16, 32, true).build();
+        var refused = MlaSupport.inquire(fp4, plain);
+        assertThat(refused.supported()).isFalse();
+        assertThat(refused.reason()).contains("indexer-K",
+                "self indexerK=16 B/token, quantBlockSize=32, fp4=true",
+                "peer indexerK=16 B/token, quantBlockSize=32, fp4=false");
+        assertThat(MlaSupport.check(plain, fp4).reason()).contains("context indexerK=16 B/token, "
+                + "quantBlockSize=32, fp4=false", "generation indexerK=16 B/token, quantBlockSize=32, fp4=true");
+        assertThat(MlaSupport.inquire(fp4, fp4).supported()).isTrue();
+        assertThat(MlaSupport.inquire(plain, plain).supported()).isTrue();
+
+        BlockLayout main = BlockLayout.of(plain, 0);
+        BlockLayout idx = new BlockLayout(4, 1, 1, 4, 16, 1);
+        LocalFabric fabric = new LocalFabric(memory, 200);
+        try (PagedKvCache ctxCache = new PagedKvCache(memory, main, idx, 4);
+             PagedKvCache genCache = new PagedKvCache(memory, main, idx, 4)) {
+            int[] ctxIds = ctxCache.allocate(5, 2);
+            int[] genIds = genCache.allocate(5, 2);
+            KvPattern.fill(ctxCache, ctxIds, plain, 0, 5, 2);
+            KvPattern.fill(genCache, genIds, plain, 0, 6, 2); // another request's pattern: "not written" is exact
+            CacheFormatter sender = new MlaCacheFormatter(ctxCache, pool);
+            CacheFormatter receiver = new MlaCacheFormatter(genCache, pool);
+            try (LocalSession tx = new LocalSession(5, true, ts(plain, 0), fp4, ctxIds, 2, memory, pool, fabric);
+                 LocalSession rx = new LocalSession(5, false, ts(fp4, 0), plain, genIds, 2, memory, pool,
+                    fabric)) {
+                assertThatThrownBy(() -> sender.format(tx)).isInstanceOfSatisfying(KvTransferException.class, e -> {
+                    assertThat(e.code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
+                    assertThat(e.requestId()).isEqualTo(5);
+                    assertThat(e.getMessage()).contains("fp4=false", "fp4=true");
+                });
+                assertThatThrownBy(() -> receiver.unformat(rx)).isInstanceOfSatisfying(KvTransferException.class,
+                        e -> {
+                            assertThat(e.code()).isEqualTo(ErrorCode.UNSUPPORTED_LAYOUT);
+                            assertThat(e.requestId()).isEqualTo(5);
+                            assertThat(e.getMessage()).contains("fp4=false", "fp4=true");
+                        });
+            }
+            KvPattern.verify(genCache, genIds, plain, 0, 6, 2).assertOk();
+            KvPattern.verify(ctxCache, ctxIds, plain, 0, 5, 2).assertOk();
+        } finally {
+            fabric.drain();
+        }
+    }
 }

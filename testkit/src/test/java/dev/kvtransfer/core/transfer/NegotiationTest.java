@@ -16,11 +16,17 @@ import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.api.io.TempDir;
 
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatIllegalStateException;
@@ -50,13 +56,42 @@ class NegotiationTest {
         }
     }
 
+    @TempDir
+    Path dir;
+    private final List<Throwable> ctxErrors = new CopyOnWriteArrayList<>();
+
     private LocalInstance start(String name, CacheState state) {
-        TransceiverConfig c = TransceiverConfig.builder().transferBufferBytes(1 << 20)
-                .kvTransferTimeout(Duration.ofSeconds(30)).build();
-        LocalInstance i = LocalInstance.builder(name, state).transport(new LoopbackTransportProvider(),
-                dev.kvtransfer.api.transport.TransportConfig.builder().build()).config(c).blocksPerRank(64).start();
+        return start(name, state, null, true);
+    }
+
+    private LocalInstance start(String name, CacheState state, Path secret) {
+        return start(name, state, secret, true);
+    }
+
+    /**
+     * An instance with the given secret file (null: the JVM's own secret), or with authentication off; a context
+     * instance's ({@code "ctx"}) background errors are collected.
+     */
+    private LocalInstance start(String name, CacheState state, Path secret, boolean auth) {
+        TransceiverConfig.Builder c = TransceiverConfig.builder().transferBufferBytes(1 << 20)
+                .kvTransferTimeout(Duration.ofSeconds(30)).auth(auth);
+        if (secret != null) {
+            c.authSecretFile(secret);
+        }
+        LocalInstance.Builder b = LocalInstance.builder(name, state).transport(new LoopbackTransportProvider(),
+                dev.kvtransfer.api.transport.TransportConfig.builder().build()).config(c.build()).blocksPerRank(64);
+        if (name.equals("ctx")) {
+            b.errorHandler(ctxErrors::add);
+        }
+        LocalInstance i = b.start();
         instances.add(i);
         return i;
+    }
+
+    private Path secret() throws IOException {
+        byte[] b = new byte[32];
+        new SecureRandom().nextBytes(b);
+        return Files.write(dir.resolve("deployment.key"), b);
     }
 
     /** One request over both instances, with its prefix hashes and blocks filled on the context side. */
@@ -296,6 +331,101 @@ class NegotiationTest {
             ContextPhaseParams p = q.gen[r].contextPhaseParams().orElseThrow();
             assertThat(p.draftTokens()).containsExactly(draft);
             assertThat(p.firstGenTokens()).containsExactly(first);
+        }
+        q.free(ctx, gen);
+    }
+
+    /** The params a router could forward: the same request, state and token, other tokens and a fresh CRC. */
+    private static ContextPhaseParams routed(ContextPhaseParams real, long[] first, long[] draft) {
+        ContextPhaseParams p = new ContextPhaseParams(real.requestId(), first, real.contextState(),
+                real.requestToken(), draft);
+        return ContextPhaseParams.fromBytes(p.toBytes()); // its own checksum is right: the CRC alone cannot tell
+    }
+
+    @Test
+    void withAuthenticationTokensReplacedOnTheWayAreRefusedNamingBothChecksumsAndTheGenuineOnesServed()
+            throws IOException {
+        Path secret = secret();
+        LocalInstance ctx = start("ctx", REUSE, secret);
+        LocalInstance genuineGen = start("gen", REUSE, secret);
+        long[] first = {31_337};
+        long[] draft = {5, 6, 7, 8, 9, 10};
+        Req q = new Req(ctx, genuineGen, 950, 8 * 4 + 1);
+        for (int r = 0; r < 2; r++) {
+            ctx.transceiver(r).respondAndSendAsync(q.ctx[r]);
+        }
+        ContextPhaseParams real = ctx.transceiver(0).contextPhaseParams(950, first, draft);
+        String issued = Integer.toHexString(real.tokensChecksum());
+        List<ContextPhaseParams> tampered = List.of(
+                routed(real, first, new long[] {5, 6, 7, 8, 9, 11}), // one draft token replaced
+                routed(real, first, new long[0]),                    // the drafts dropped
+                routed(real, new long[] {42}, draft));               // the first generated token replaced
+        for (int k = 0; k < tampered.size(); k++) {
+            ContextPhaseParams bad = tampered.get(k);
+            assertThat(bad.tokensChecksum()).isNotEqualTo(real.tokensChecksum());
+            String received = Integer.toHexString(bad.tokensChecksum());
+            // Each attempt from a generation instance of its own (an id ends its life on a rank once).
+            LocalInstance gen = start("gen-" + k, REUSE, secret);
+            TransferRequest[] asked = new TransferRequest[2];
+            for (int r = 0; r < 2; r++) {
+                int[] ids = gen.cache(r).allocate(950, q.blocks);
+                KvPattern.fill(gen.cache(r), ids, gen.cacheState(), r, 950 + POISON, q.blocks);
+                asked[r] = TransferRequest.generation(bad, q.prompt, ids);
+                gen.transceiver(r).requestAndReceiveAsync(asked[r]);
+            }
+            await().atMost(BOUND).until(() -> asked[0].isDone() && asked[1].isDone());
+            for (int r = 0; r < 2; r++) {
+                TransferRequest g = asked[r];
+                assertThat(g.state()).as("%s", g).isEqualTo(RequestState.TRANS_ERROR);
+                KvTransferException e = g.error().orElseThrow();
+                assertThat(e.code()).as("%s", e).isEqualTo(ErrorCode.UNAUTHORIZED);
+                assertThat(e.requestId()).isEqualTo(950);
+                assertThat(e.getMessage()).contains("request 950", "changed between the instances",
+                        "tokens checksum " + issued, "checksum " + received);
+                assertThat(g.kvCacheSize()).isZero();
+                KvPattern.verify(gen.cache(r), g.blockIds(), gen.cacheState(), r, 950 + POISON, q.blocks)
+                        .assertOk();
+                gen.cache(r).free(950);
+            }
+            // Both context ranks refused it (rank 1 did not issue the params; it shares the issuing key).
+            await().atMost(BOUND).until(() -> ctxErrors.stream()
+                    .filter(t -> String.valueOf(t.getMessage()).contains("checksum " + received)).count() >= 2);
+            assertThat(q.ctx[0].isDone() || q.ctx[1].isDone()).as("refusals do not end the request").isFalse();
+        }
+        assertThat(ctxErrors).filteredOn(t -> String.valueOf(t.getMessage()).contains("changed between"))
+                .hasSize(2 * tampered.size())
+                .allSatisfy(t -> assertThat(t.getMessage()).contains("request 950", "tokens checksum " + issued));
+
+        // The genuine params, carried byte for byte: served, every element verified, the exact tokens held.
+        q.poisoned(genuineGen).plain(ContextPhaseParams.fromBytes(real.toBytes()));
+        for (int r = 0; r < 2; r++) {
+            genuineGen.transceiver(r).requestAndReceiveAsync(q.gen[r]);
+        }
+        await().atMost(BOUND).until(() -> q.ctx[0].isDone() && q.ctx[1].isDone() && q.gen[0].isDone()
+                && q.gen[1].isDone());
+        q.verify(genuineGen);
+        for (int r = 0; r < 2; r++) {
+            ContextPhaseParams p = q.gen[r].contextPhaseParams().orElseThrow();
+            assertThat(p.draftTokens()).containsExactly(draft);
+            assertThat(p.firstGenTokens()).containsExactly(first);
+        }
+        q.free(ctx, genuineGen);
+    }
+
+    @Test
+    void withoutAuthenticationOnlyTheCrcHoldsAndReplacedTokensWithAFreshOneGoThrough() {
+        // As documented: with kvtransfer.auth off nothing binds the tokens to the request; a router that
+        // re-checksums replaced tokens is not detected (the KV itself still moves exactly).
+        LocalInstance ctx = start("ctx", REUSE, null, false);
+        LocalInstance gen = start("gen", REUSE, null, false);
+        ContextPhaseParams real = ctx.transceiver(0).contextPhaseParams(960, new long[] {1}, new long[] {2, 3});
+        assertThat(real.requestToken()).isEmpty();
+        long[] replaced = {2, 4};
+        Req q = new Req(ctx, gen, 960, 8 * 4).plain(routed(real, new long[] {1}, replaced));
+        q.submit(ctx, gen);
+        q.verify(gen);
+        for (int r = 0; r < 2; r++) {
+            assertThat(q.gen[r].contextPhaseParams().orElseThrow().draftTokens()).containsExactly(replaced);
         }
         q.free(ctx, gen);
     }
