@@ -50,6 +50,7 @@ public final class CacheReceiver implements AutoCloseable {
     private final GenerationHandshake handshake;
     /** Requests waiting for posted ready signals, with no thread ({@link PostedReady}); ended by close. */
     private final java.util.Set<PostedReady> posted = ConcurrentHashMap.newKeySet();
+    private final LeaseCount leases = new LeaseCount();
 
     /**
      * Creates the receiver; threads start per context instance on first use.
@@ -286,6 +287,12 @@ public final class CacheReceiver implements AutoCloseable {
 
     void register(PostedReady w) {
         posted.add(w);
+        leases.up();
+    }
+
+    /** A posted request gave its control lease back (its receives ended, or it was never posted). */
+    void leaseReleased() {
+        leases.down();
     }
 
     void unregister(PostedReady w) {
@@ -379,6 +386,7 @@ public final class CacheReceiver implements AutoCloseable {
     public void close() {
         shutdown();
         awaitTermination(Duration.ofSeconds(5));
+        leases.awaitZero(Duration.ofSeconds(5)); // posted receives' leases, back once the transport closed
         releaseControlBuffers();
     }
 

@@ -76,6 +76,7 @@ final class PostedReady {
                     }
                     if (!aborted) {
                         owner.unregister(w);
+                        owner.leaseReleased(); // counted, not given back: the caller keeps it
                         return false;
                     }
                     break;
@@ -214,6 +215,7 @@ final class PostedReady {
             a.lease.reusable();
         }
         a.lease.close();
+        owner.leaseReleased();
         if (releaseTag) {
             owner.releaseTag(a.tag);
         }
