@@ -276,7 +276,7 @@ public abstract class TransceiverConformanceTest {
     public void required_spec3_05_generationCancelBeforeSendingCancelsAndAfterIsRefused() {
         LayoutPair p = workhorsePair();
         // Ready signals awaited by request threads: A holds each rank's only one, so B queues before its infos leave.
-        // Posted ready signals (the default) hold no thread, so there infos leave at once: checked at the end.
+        // Posted ready signals hold no thread, so there infos leave at once: the end checks the plugin's own config.
         TransceiverConfig c = transceiverConfig().requestThreadsPerPeerInstance(1).postedReady(false).build();
         LocalInstance ctx = start("ctx", p.ctx(), c);
         LocalInstance gen = start("gen", p.gen(), c);
@@ -301,7 +301,7 @@ public abstract class TransceiverConformanceTest {
         awaitEnded(List.of(a));
         assertExact(gen, a);
 
-        // The default configuration (posted ready signals where the transport posts): infos out, cancel refused.
+        // The plugin's own configuration (posted ready signals where it turns them on): infos out, cancel refused.
         LocalInstance ctx2 = start("ctx-default", p.ctx(), transceiverConfig().build());
         LocalInstance gen2 = start("gen-default", p.gen(), transceiverConfig().build());
         Transfer warm2 = prepare(ctx2, gen2, p.ctx(), p.gen(), 5, 5);

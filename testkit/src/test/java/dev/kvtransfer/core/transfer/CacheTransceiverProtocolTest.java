@@ -318,7 +318,7 @@ class CacheTransceiverProtocolTest {
     @Test
     void generationCancelBeforeSendingSucceedsAndAfterSendingIsRefused() {
         // Ready signals awaited by the request thread, so that A holds the only one and B queues before its infos
-        // leave; with posted ready signals (the default) no request waits for a thread and every cancel is "after".
+        // leave (set here whatever the default); with posted ready signals every cancel is "after".
         TransceiverConfig c = config().requestThreadsPerPeerInstance(1).postedReady(false).build();
         LocalInstance ctx = start("ctx", state(1, 1, DataType.FLOAT16), c);
         LocalInstance gen = start("gen", state(1, 1, DataType.FLOAT16), c);
