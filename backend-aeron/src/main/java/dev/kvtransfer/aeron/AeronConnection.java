@@ -73,6 +73,9 @@ final class AeronConnection implements Connection {
     private volatile int copies;
     private volatile boolean everConnected;
 
+    /** Tests: a large send's wait reaches the agent only after its CTS did (the order a command-queue race makes). */
+    static volatile boolean waitAfterClearForTest;
+
     AeronConnection(AeronConnectionManager manager, Peer peer) {
         this.manager = manager;
         this.peer = peer;
@@ -97,12 +100,23 @@ final class AeronConnection implements Connection {
         long seq = nextSeq.incrementAndGet();
         Op op = manager.takeOp().reset(Op.AWAIT_CTS, peer, tag, 0, length);
         op.seq = seq;
-        manager.post(op);
+        boolean late = waitAfterClearForTest;
+        if (!late) {
+            manager.post(op);
+        }
         try {
             offer(Wire.RTS, tag, seq, length, 0, 0, deadline);
         } catch (TransportException e) {
             manager.withdraw(op);
             throw e;
+        }
+        if (late) {
+            // As a producer descheduled in an earlier slot of the command queue makes it: the CTS comes first.
+            long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+            while (peer.lastStrayClear != seq && System.nanoTime() - until < 0) {
+                Thread.onSpinWait();
+            }
+            manager.post(op);
         }
         int st = manager.await(op, deadline, deadline);
         if (st == Op.CANCELLED) {
@@ -114,7 +128,7 @@ final class AeronConnection implements Connection {
             }
             throw new TransportException(ErrorCode.TIMEOUT, "aeron " + manager.name + ": send of tag " + tag + " ("
                     + length + " B) to " + peer.address + " timed out after " + timeout.toMillis() + " ms waiting"
-                    + " for the receiver to post a matching recv");
+                    + " for the receiver to post a matching recv (RTS seq " + seq + "); " + peer.flowNote(tag));
         }
         manager.throwIfFailed(op);
         manager.recycle(op);

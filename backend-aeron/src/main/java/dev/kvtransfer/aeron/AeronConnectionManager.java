@@ -309,7 +309,7 @@ public final class AeronConnectionManager implements ConnectionManager {
             }
             throw new TransportException(ErrorCode.TIMEOUT, "aeron " + name + ": recv of tag " + tag + " (" + length
                     + " B) from " + (peer == null ? "any peer" : peer.address) + " timed out after "
-                    + timeout.toMillis() + " ms");
+                    + timeout.toMillis() + " ms" + Peer.flowNote(peer, tag, op.received, op.seq));
         }
         if (st == Op.FAILED && poll && op.failure.code() == ErrorCode.TIMEOUT
                 && !(op.failure instanceof TransportClosedException)) {

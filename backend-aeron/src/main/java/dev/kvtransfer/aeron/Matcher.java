@@ -127,7 +127,10 @@ final class Matcher {
             case Op.AWAIT_CTS: {
                 Peer p = op.peer;
                 know(p);
-                if (p.lost) {
+                long[] early = p.earlyClears.isEmpty() ? null : p.earlyClears.remove(op.seq);
+                if (early != null) {
+                    clear(op, p, early[1] == 1);
+                } else if (p.lost) {
                     op.fail(m.peerLostError(p, "send of tag " + op.tag));
                 } else {
                     p.awaitingCts.put(op.seq, op);
@@ -322,6 +325,7 @@ final class Matcher {
             }
         }
         if (!fits(p, total)) {
+            p.heldBack(Wire.EAGER, tag);
             return Action.ABORT;
         }
         Peer.Arrival a = pool.take(Wire.EAGER, 0, total, ++stamp);
@@ -445,6 +449,7 @@ final class Matcher {
             }
         }
         if (!fits(p, 0)) {
+            p.heldBack(Wire.RTS, tag);
             return Action.ABORT;
         }
         Peer.Arrival a = pool.take(Wire.RTS, seq, length, ++stamp);
@@ -461,13 +466,36 @@ final class Matcher {
             op = p.awaitingCts.remove(seq);
         }
         if (op == null) {
-            return; // the sender gave up meanwhile: nothing waits for it
+            // Its wait is not visible yet (another producer holds an earlier slot of the command queue), or the
+            // sender gave up: kept for the wait to take when it arrives, dropped after EARLY_CLEAR_NS.
+            p.lastStrayClear = seq;
+            p.strayClears++; // agent only: a plain count, read racily in timeout messages
+            keepEarlyClear(p, seq, cts);
+            return;
         }
+        clear(op, p, cts);
+    }
+
+    private void clear(Op op, Peer p, boolean cts) {
         if (cts) {
             op.complete();
         } else {
             op.fail(new TransportException(ErrorCode.MALFORMED, "aeron " + m.name + ": " + p.address
                     + " posted a receive of another length for tag " + op.tag + " (" + op.length + " B sent)"));
+        }
+    }
+
+    /** How long a CTS / REJECT with no visible wait is kept: a live sender's wait shows up within microseconds. */
+    static final long EARLY_CLEAR_NS = java.util.concurrent.TimeUnit.SECONDS.toNanos(30);
+
+    private static void keepEarlyClear(Peer p, long seq, boolean cts) {
+        long now = System.nanoTime();
+        if (!p.earlyClears.isEmpty()) {
+            // Those of senders that gave up: rare, so swept here rather than on a timer.
+            p.earlyClears.values().removeIf(e -> now - e[0] > EARLY_CLEAR_NS);
+        }
+        if (p.earlyClears.size() < 1024) {
+            p.earlyClears.put(seq, new long[] {now, cts ? 1 : 0});
         }
     }
 
