@@ -112,8 +112,8 @@ public final class TransceiverConfig {
     public static final boolean DEFAULT_PART_CHECKSUMS = true;
     /** Default: coalesce runs of blocks. */
     public static final boolean DEFAULT_COALESCE = true;
-    /** Default: ready signals awaited by request threads (posted receives are opt-in). */
-    public static final boolean DEFAULT_POSTED_READY = false;
+    /** Default: ready signals awaited with posted receives, no thread per waiting request. */
+    public static final boolean DEFAULT_POSTED_READY = true;
     /** Default transfer mode. */
     public static final String DEFAULT_TRANSFER_MODE = "pull";
 
