@@ -5,15 +5,15 @@ import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockDistribution;
-import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.TargetRanks;
-import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.formatter.support.PeerWriteSink;
+import dev.kvtransfer.formatter.support.WritePlan;
 
 import java.util.function.IntFunction;
 
