@@ -16,8 +16,6 @@ import dev.kvtransfer.api.transport.WriteBatch;
 
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
-import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Objects;
@@ -47,7 +45,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * time; batches of different writers are served concurrently (at most {@value #MAX_WORKERS} at once; a
  * stalled writer holds one worker for at most the operation timeout).
  *
- * <p>Keys are 16 random bytes from {@link SecureRandom}, compared in constant time. Region ids only grow, so a
+ * <p>Registrations, keys and the check of every entry are a {@link RegionRegistry}'s: keys are 16 random bytes
+ * from {@code SecureRandom}, compared in constant time. Region ids only grow, so a
  * known-but-deregistered id ({@code CANCELLED}) is told apart from one never issued ({@code UNAUTHORIZED}).
  * {@link RegisteredRegion#close()} refuses new batches at once and returns when no batch writes into the
  * region; since every receive into a region has the operation timeout as its deadline, it never waits longer
@@ -65,7 +64,7 @@ public final class EmulatedOneSided implements AutoCloseable {
     /** Most batches served at once. */
     public static final int MAX_WORKERS = 8;
     /** Key length. */
-    public static final int KEY_BYTES = 16;
+    public static final int KEY_BYTES = RegionRegistry.KEY_BYTES;
 
     private static final int MAGIC = 0x31414d52; // "RMA1"
     private static final int GO = 0;
@@ -77,10 +76,8 @@ public final class EmulatedOneSided implements AutoCloseable {
     private final ErrorHandler errors;
     private final Duration opTimeout;
     private final String name;
-    private final SecureRandom random = new SecureRandom();
-    private final AtomicLong nextRegionId = new AtomicLong(1);
     private final AtomicLong nextBatchId = new AtomicLong(1);
-    private final Map<Long, Region> regions = new ConcurrentHashMap<>();
+    private final RegionRegistry regions = new RegionRegistry();
     private final Map<String, ReentrantLock> writerLocks = new ConcurrentHashMap<>();
     private final AtomicInteger refused = new AtomicInteger();
     private final Object lifecycle = new Object();
@@ -144,12 +141,8 @@ public final class EmulatedOneSided implements AutoCloseable {
             throw new TransportClosedException("register at " + manager.localAddress() + ": closed");
         }
         startAgent();
-        byte[] key = new byte[KEY_BYTES];
-        random.nextBytes(key);
-        long id = nextRegionId.getAndIncrement();
-        Region r = new Region(id, memory, key, new RegionDescriptor(manager.localAddress(), id, memory.address(),
-                memory.size(), key), writers == null ? null : java.util.Set.copyOf(writers));
-        regions.put(id, r);
+        Region r = new Region(regions.issue(manager.localAddress(), memory, writers));
+        regions.publish(r.registration, r);
         return r;
     }
 
@@ -333,7 +326,7 @@ public final class EmulatedOneSided implements AutoCloseable {
 
     private void serve(Connection c, long batchId, int n) {
         long deadline = System.nanoTime() + nanos(opTimeout);
-        Region[] targets = new Region[n];
+        RegionRegistry.Registration[] targets = new RegionRegistry.Registration[n];
         int acquired = 0;
         try (ControlBuffer ctl = new ControlBuffer((long) n * ENTRY_BYTES + REPLY_BYTES)) {
             ByteBuffer b = ctl.bytes;
@@ -347,43 +340,22 @@ public final class EmulatedOneSided implements AutoCloseable {
                 long off = b.getLong(at + 24);
                 long len = b.getLong(at + 32);
                 long claimedAddress = b.getLong(at + 40);
-                Region r = regions.get(id);
-                String refusal = null;
-                ErrorCode code = null;
-                if (r == null) {
-                    boolean issued = id > 0 && id < nextRegionId.get();
-                    code = issued ? ErrorCode.CANCELLED : ErrorCode.UNAUTHORIZED;
-                    refusal = issued ? "region #" + id + " was deregistered" : "no region #" + id + " here";
-                } else if (!MessageDigest.isEqual(key, r.key)) {
-                    code = ErrorCode.UNAUTHORIZED;
-                    refusal = "wrong key for region #" + id;
-                } else if (r.writers != null && !r.writers.contains(c.peer())) {
-                    code = ErrorCode.UNAUTHORIZED;
-                    refusal = "region #" + id + " is granted to other peers, not to " + c.peer();
-                } else if (claimedAddress != r.memory.address()) {
-                    code = ErrorCode.UNAUTHORIZED;
-                    refusal = "region #" + id + " is not at the address its descriptor claims";
-                } else if (!r.descriptor.contains(off, len)) {
-                    code = ErrorCode.MALFORMED;
-                    refusal = len + " bytes at offset " + off + " leave region #" + id + " of " + r.memory.size()
-                            + " bytes";
-                } else if (!r.acquire()) {
-                    code = ErrorCode.CANCELLED;
-                    refusal = "region #" + id + " was deregistered";
-                }
-                if (refusal != null) {
+                try {
+                    targets[acquired] = regions.acquire(id, key, c.peer(), claimedAddress, off, len);
+                } catch (RegionRegistry.Refusal refusal) {
+                    ErrorCode code = refusal.code();
                     refused.incrementAndGet();
-                    reply(c, ctl, replyAt, batchId, REFUSED + code.ordinal(), i, refusal, deadline);
+                    reply(c, ctl, replyAt, batchId, REFUSED + code.ordinal(), i, refusal.reason(), deadline);
                     errors.onError(new TransportException(code, name + ": refused one-sided write from " + c.peer()
-                            + ", entry " + i + ": " + refusal));
+                            + ", entry " + i + ": " + refusal.reason()));
                     return;
                 }
-                targets[acquired++] = r;
+                acquired++;
             }
             reply(c, ctl, replyAt, batchId, GO, 0, "", deadline);
             for (int i = 0; i < n; i++) {
                 int at = i * ENTRY_BYTES;
-                c.recv(Tags.RMA_DATA_TAG, targets[i].memory, b.getLong(at + 24), b.getLong(at + 32),
+                c.recv(Tags.RMA_DATA_TAG, targets[i].memory(), b.getLong(at + 24), b.getLong(at + 32),
                         remaining(deadline, c.peer()));
             }
             release(targets, acquired);
@@ -399,7 +371,7 @@ public final class EmulatedOneSided implements AutoCloseable {
         }
     }
 
-    private static void release(Region[] targets, int n) {
+    private static void release(RegionRegistry.Registration[] targets, int n) {
         for (int i = 0; i < n; i++) {
             targets[i].release();
         }
@@ -433,8 +405,8 @@ public final class EmulatedOneSided implements AutoCloseable {
             p = poller;
             w = workers;
         }
-        for (Region r : regions.values()) {
-            r.close();
+        for (RegionRegistry.Registration r : regions.registrations()) {
+            r.handle().close();
         }
         if (w != null) {
             w.shutdown();
@@ -487,79 +459,37 @@ public final class EmulatedOneSided implements AutoCloseable {
         }
     }
 
-    /** One registration. */
+    /** One registration, as {@link #register} hands it out. */
     private final class Region implements RegisteredRegion {
-        final long id;
-        final MemoryBuffer memory;
-        final byte[] key;
-        final RegionDescriptor descriptor;
-        /** The peers allowed to write, or null for any holder of the descriptor. */
-        final java.util.Set<String> writers;
-        private int inFlight;
-        private boolean revoked;
+        final RegionRegistry.Registration registration;
 
-        Region(long id, MemoryBuffer memory, byte[] key, RegionDescriptor descriptor, java.util.Set<String> writers) {
-            this.id = id;
-            this.memory = memory;
-            this.key = key;
-            this.descriptor = descriptor;
-            this.writers = writers;
-        }
-
-        synchronized boolean acquire() {
-            if (revoked) {
-                return false;
-            }
-            inFlight++;
-            return true;
-        }
-
-        synchronized void release() {
-            inFlight--;
-            if (inFlight == 0) {
-                notifyAll();
-            }
+        Region(RegionRegistry.Registration registration) {
+            this.registration = registration;
         }
 
         @Override
         public RegionDescriptor descriptor() {
-            return descriptor;
+            return registration.descriptor();
         }
 
         @Override
         public MemoryBuffer memory() {
-            return memory;
+            return registration.memory();
         }
 
         @Override
         public void close() {
-            regions.remove(id);
             long deadline = System.nanoTime() + nanos(opTimeout) + TimeUnit.SECONDS.toNanos(1);
-            synchronized (this) {
-                revoked = true;
-                boolean interrupted = false;
-                while (inFlight > 0) {
-                    long left = deadline - System.nanoTime();
-                    if (left <= 0) {
-                        errors.onError(new TransportException(ErrorCode.INTERNAL, name + ": region #" + id + " still "
-                                + "has " + inFlight + " batches writing after " + opTimeout.toMillis() + " ms"));
-                        break;
-                    }
-                    try {
-                        TimeUnit.NANOSECONDS.timedWait(this, left);
-                    } catch (InterruptedException e) {
-                        interrupted = true;
-                    }
-                }
-                if (interrupted) {
-                    Thread.currentThread().interrupt();
-                }
+            int left = registration.revoke(deadline, false);
+            if (left > 0) {
+                errors.onError(new TransportException(ErrorCode.INTERNAL, name + ": region #" + registration.id()
+                        + " still has " + left + " batches writing after " + opTimeout.toMillis() + " ms"));
             }
         }
 
         @Override
         public String toString() {
-            return "EmulatedRegion{" + descriptor + "}";
+            return "EmulatedRegion{" + registration.descriptor() + "}";
         }
     }
 }
