@@ -10,7 +10,7 @@ import dev.kvtransfer.api.transport.RecvCompletion;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
-import dev.kvtransfer.api.transport.support.EmulatedOneSided;
+import dev.kvtransfer.transport.support.EmulatedOneSided;
 import io.aeron.Aeron;
 import io.aeron.Subscription;
 import org.agrona.CloseHelper;

@@ -6,7 +6,7 @@ import dev.kvtransfer.api.memory.MemoryKind;
 import org.agrona.UnsafeApi;
 
 /**
- * The host memory {@link dev.kvtransfer.api.transport.support.EmulatedOneSided} needs for its small control
+ * The host memory {@link dev.kvtransfer.transport.support.EmulatedOneSided} needs for its small control
  * messages (batch headers, entry lists, replies): plain off-heap buffers, HOST only.
  */
 final class ControlBuffers implements BufferManager {

@@ -6,7 +6,7 @@ import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.WriteBatch;
-import dev.kvtransfer.api.transport.support.EmulatedOneSided;
+import dev.kvtransfer.transport.support.EmulatedOneSided;
 
 import java.time.Duration;
 import java.util.Set;

@@ -11,7 +11,7 @@ import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.api.transport.WriteBatch;
-import dev.kvtransfer.api.transport.support.EmulatedOneSided;
+import dev.kvtransfer.transport.support.EmulatedOneSided;
 
 import java.time.Duration;
 import java.util.Objects;

@@ -10,12 +10,11 @@ import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.transport.support.RegionRegistry;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
-import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.Map;
@@ -53,7 +52,7 @@ final class MpiOneSided {
     static final int HEADER_BYTES = 32;
     static final int ENTRY_BYTES = 48;
     static final int REPLY_BYTES = 256;
-    static final int KEY_BYTES = 16;
+    static final int KEY_BYTES = RegionRegistry.KEY_BYTES;
     static final int MAGIC = 0x314e4d52; // "RMN1"
     static final int REQUEST = 1;
     static final int DONE = 2;
@@ -62,13 +61,12 @@ final class MpiOneSided {
 
     private final MpiConnectionManager manager;
     private final MpiRuntime runtime;
-    private final SecureRandom random = new SecureRandom();
-    private final AtomicLong nextRegionId = new AtomicLong(1);
     private final AtomicLong nextBatchId = new AtomicLong(1);
-    private final Map<Long, Region> regions = new ConcurrentHashMap<>();
+    /** Ids, keys and the check of every entry: the same registry as the emulated writes'. */
+    private final RegionRegistry regions = new RegionRegistry();
     private final Map<String, ReentrantLock> writerLocks = new ConcurrentHashMap<>();
     /** Grants given and not yet done: owned by the agent thread. */
-    private final Map<GrantKey, Region[]> grants = new HashMap<>();
+    private final Map<GrantKey, RegionRegistry.Registration[]> grants = new HashMap<>();
     /** The agent's reply buffer. */
     private final HostBuffer reply = HostBuffer.allocate(REPLY_BYTES);
     private final ByteBuffer replyView = reply.asByteBuffer();
@@ -102,9 +100,7 @@ final class MpiOneSided {
         if (closed) {
             throw new TransportClosedException("register at " + manager.localAddress() + ": closed");
         }
-        byte[] key = new byte[KEY_BYTES];
-        random.nextBytes(key);
-        long id = nextRegionId.getAndIncrement();
+        RegionRegistry.Registration registration = regions.issue(manager.localAddress(), memory, null);
         if (!runtime.enter()) {
             throw new TransportClosedException("register at " + manager.localAddress() + ": MPI is finalizing");
         }
@@ -117,9 +113,8 @@ final class MpiOneSided {
         } finally {
             runtime.exit();
         }
-        Region r = new Region(id, memory, key, new RegionDescriptor(manager.localAddress(), id, memory.address(),
-                memory.size(), key));
-        regions.put(id, r);
+        Region r = new Region(registration);
+        regions.publish(registration, r);
         return r;
     }
 
@@ -141,9 +136,9 @@ final class MpiOneSided {
         long batch = m.getLong(8);
         GrantKey key = new GrantKey(link, rank, endpoint, batch);
         if (type == DONE) {
-            Region[] held = grants.remove(key);
+            RegionRegistry.Registration[] held = grants.remove(key);
             if (held != null) {
-                for (Region r : held) {
+                for (RegionRegistry.Registration r : held) {
                     r.release();
                 }
             }
@@ -155,7 +150,7 @@ final class MpiOneSided {
                     + length + " bytes");
             return;
         }
-        Region[] targets = new Region[n];
+        RegionRegistry.Registration[] targets = new RegionRegistry.Registration[n];
         int acquired = 0;
         byte[] k = new byte[KEY_BYTES];
         for (int i = 0; i < n; i++) {
@@ -165,27 +160,12 @@ final class MpiOneSided {
             long off = m.getLong(at + 24);
             long len = m.getLong(at + 32);
             long claimed = m.getLong(at + 40);
-            Region r = regions.get(id);
-            ErrorCode code = null;
-            String why = null;
-            if (r == null) {
-                boolean issued = id > 0 && id < nextRegionId.get();
-                code = issued ? ErrorCode.CANCELLED : ErrorCode.UNAUTHORIZED;
-                why = issued ? "region #" + id + " was deregistered" : "no region #" + id + " here";
-            } else if (!MessageDigest.isEqual(k, r.key)) {
-                code = ErrorCode.UNAUTHORIZED;
-                why = "wrong key for region #" + id;
-            } else if (claimed != r.memory.address()) {
-                code = ErrorCode.UNAUTHORIZED;
-                why = "region #" + id + " is not at the address its descriptor claims";
-            } else if (!r.descriptor.contains(off, len)) {
-                code = ErrorCode.MALFORMED;
-                why = len + " bytes at offset " + off + " leave region #" + id + " of " + r.memory.size() + " bytes";
-            } else if (!r.acquire()) {
-                code = ErrorCode.CANCELLED;
-                why = "region #" + id + " was deregistered";
-            }
-            if (code != null) {
+            try {
+                // The writer is not told apart here: MPI regions are registered without writers.
+                targets[acquired] = regions.acquire(id, k, null, claimed, off, len);
+            } catch (RegionRegistry.Refusal refusal) {
+                ErrorCode code = refusal.code();
+                String why = refusal.reason();
                 for (int j = 0; j < acquired; j++) {
                     targets[j].release();
                 }
@@ -196,7 +176,7 @@ final class MpiOneSided {
                         + why));
                 return;
             }
-            targets[acquired++] = r;
+            acquired++;
         }
         grants.put(key, targets);
         reply(link, rank, endpoint, batch, GO, 0, "");
@@ -368,8 +348,8 @@ final class MpiOneSided {
     /** Revokes every region (each waits for its granted writes, bounded) and frees the reply buffer. */
     void close() {
         closed = true;
-        for (Region r : regions.values()) {
-            r.close();
+        for (RegionRegistry.Registration r : regions.registrations()) {
+            r.handle().close();
         }
     }
 
@@ -378,76 +358,37 @@ final class MpiOneSided {
         reply.close();
     }
 
-    /** One registration. */
+    /** One registration, as {@link #register} hands it out. */
     private final class Region implements RegisteredRegion {
-        final long id;
-        final MemoryBuffer memory;
-        final byte[] key;
-        final RegionDescriptor descriptor;
-        private int inFlight;
-        private boolean revoked;
-        private boolean detached;
+        final RegionRegistry.Registration registration;
 
-        Region(long id, MemoryBuffer memory, byte[] key, RegionDescriptor descriptor) {
-            this.id = id;
-            this.memory = memory;
-            this.key = key;
-            this.descriptor = descriptor;
-        }
-
-        synchronized boolean acquire() {
-            if (revoked) {
-                return false;
-            }
-            inFlight++;
-            return true;
-        }
-
-        synchronized void release() {
-            inFlight--;
-            if (inFlight == 0) {
-                notifyAll();
-            }
+        Region(RegionRegistry.Registration registration) {
+            this.registration = registration;
         }
 
         @Override
         public RegionDescriptor descriptor() {
-            return descriptor;
+            return registration.descriptor();
         }
 
         @Override
         public MemoryBuffer memory() {
-            return memory;
+            return registration.memory();
         }
 
         @Override
         public void close() {
-            regions.remove(id);
+            long id = registration.id();
+            MemoryBuffer memory = registration.memory();
             long deadline = System.nanoTime() + MpiConnectionManager.nanos(manager.defaultTimeout());
-            synchronized (this) {
-                if (detached) {
-                    return;
-                }
-                revoked = true;
-                boolean interrupted = false;
-                while (inFlight > 0) {
-                    long left = deadline - System.nanoTime();
-                    if (left <= 0) {
-                        manager.backgroundError(new TransportException(ErrorCode.INTERNAL, manager + ": region #" + id
-                                + " still has " + inFlight + " granted write(s) after " + manager.defaultTimeout()
-                                .toMillis() + " ms; detached anyway (a stalled writer may still put into it)"));
-                        break;
-                    }
-                    try {
-                        TimeUnit.NANOSECONDS.timedWait(this, left);
-                    } catch (InterruptedException e) {
-                        interrupted = true;
-                    }
-                }
-                detached = true;
-                if (interrupted) {
-                    Thread.currentThread().interrupt();
-                }
+            int inFlight = registration.revoke(deadline, true);
+            if (inFlight < 0) {
+                return; // detached by an earlier close
+            }
+            if (inFlight > 0) {
+                manager.backgroundError(new TransportException(ErrorCode.INTERNAL, manager + ": region #" + id
+                        + " still has " + inFlight + " granted write(s) after " + manager.defaultTimeout()
+                        .toMillis() + " ms; detached anyway (a stalled writer may still put into it)"));
             }
             if (runtime.enter()) {
                 try {
@@ -463,7 +404,7 @@ final class MpiOneSided {
 
         @Override
         public String toString() {
-            return "MpiRegion{" + descriptor + "}";
+            return "MpiRegion{" + registration.descriptor() + "}";
         }
     }
 }

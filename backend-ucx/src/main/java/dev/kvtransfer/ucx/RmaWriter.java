@@ -134,7 +134,7 @@ final class RmaWriter {
         if (d.key().length <= RmaRegions.CAPABILITY_BYTES) {
             throw new TransportException(ErrorCode.UNAUTHORIZED, "write to " + c.peer + ": region #" + d.regionId()
                     + " has a " + d.key().length + "-byte key; this transport's keys are longer"
-                    + (d.key().length == dev.kvtransfer.api.transport.support.EmulatedOneSided.KEY_BYTES
+                    + (d.key().length == dev.kvtransfer.transport.support.EmulatedOneSided.KEY_BYTES
                     ? " (an emulated region's: the owner runs ucx.oneSided=emulated or auto resolved to emulated,"
                     + " this writer native; give both sides the same ucx.oneSided)" : ""));
         }

@@ -83,7 +83,7 @@ public final class UcxConnectionManager implements ConnectionManager {
             () -> new RmaWriter.Target[][] {new RmaWriter.Target[16]});
     private volatile Throwable agentFailure;
     /** One-sided writes over tagged messages ({@code ucx.oneSided=emulated}), else null (native RMA). */
-    private final dev.kvtransfer.api.transport.support.EmulatedOneSided emulated;
+    private final dev.kvtransfer.transport.support.EmulatedOneSided emulated;
     private volatile java.util.Set<dev.kvtransfer.api.transport.TransportCapability> capabilities;
 
     /**
@@ -103,8 +103,8 @@ public final class UcxConnectionManager implements ConnectionManager {
         this.callerSpinNanos = settings.callerSpinNanos();
         this.callerPollNanos = settings.callerPollNanos();
         // Starts nothing before the first register (only stores this manager).
-        this.emulated = settings.emulatedOneSided() ? new dev.kvtransfer.api.transport.support.EmulatedOneSided(
-                this, dev.kvtransfer.api.transport.support.ControlMemory.withAddresses("UCX",
+        this.emulated = settings.emulatedOneSided() ? new dev.kvtransfer.transport.support.EmulatedOneSided(
+                this, dev.kvtransfer.transport.support.ControlMemory.withAddresses("UCX",
                         org.openucx.jucx.UcxUtils::getAddress), e -> errors.report("one-sided", e), defaultTimeout,
                 "ucx-" + name) : null;
         InetSocketAddress bind = new InetSocketAddress(config.host(), config.port());

@@ -21,9 +21,10 @@ import static org.assertj.core.api.Assertions.assertThat;
  * A plugin project outside the reactor builds with nothing but kvtransfer-bom and kvtransfer-plugin-parent: a
  * copy of {@code examples/tcp-transport} (its relative parent path leads nowhere there) is built by a separate
  * {@code mvn package} whose local repository holds only this build's kvtransfer artifacts (the parents, the BOM,
- * api, core, testkit, formatter-standard, laid out as {@code mvn install} would), while every third-party
- * artifact and build plugin comes from a file mirror of this build's own local repository (nothing from the
- * network). It runs one test class, so the pinned compiler, resources, surefire, jar and assembly plugins all run.
+ * api, transport-support, formatter-support, core, testkit, formatter-standard, laid out as {@code mvn install}
+ * would), while every third-party artifact and build plugin comes from a file mirror of this build's own local
+ * repository (nothing from the network). It runs one test class, so the pinned compiler, resources, surefire, jar
+ * and assembly plugins all run.
  */
 @Timeout(value = 6, unit = TimeUnit.MINUTES)
 class OutsideBuildIT {
@@ -40,7 +41,8 @@ class OutsideBuildIT {
         install(repo, "kvtransfer-parent", root.resolve("pom.xml"), null);
         install(repo, "kvtransfer-bom", root.resolve("bom/pom.xml"), null);
         install(repo, "kvtransfer-plugin-parent", root.resolve("plugin-parent/pom.xml"), null);
-        for (String module : List.of("api", "core", "testkit", "formatter-standard")) {
+        for (String module : List.of("api", "transport-support", "formatter-support", "core", "testkit",
+                "formatter-standard")) {
             install(repo, "kvtransfer-" + module, root.resolve(module).resolve("pom.xml"),
                     root.resolve(module).resolve("target").resolve("kvtransfer-" + module + "-" + VERSION + ".jar"));
         }

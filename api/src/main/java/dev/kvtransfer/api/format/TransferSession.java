@@ -153,9 +153,10 @@ public interface TransferSession {
     /**
      * Whether this session keeps part checksums: the CRC32C of every message it moves, which the receiver checks
      * end to end. A formatter that copies a message's bytes itself (a gather before a send, a scatter after a
-     * receive) may then compute that CRC32C in the same pass ({@link dev.kvtransfer.api.layout.ChunkCrc}) and hand
-     * it over with {@link #send(int, MemoryBuffer, long, long, int)} or {@link #recvChecksumLater} /
-     * {@link #receivedChecksum}, so the session does not read the bytes a second time. The default is false.
+     * receive) may then compute that CRC32C in the same pass (formatter-support's
+     * {@code dev.kvtransfer.formatter.support.ChunkCrc}) and hand it over with
+     * {@link #send(int, MemoryBuffer, long, long, int)} or {@link #recvChecksumLater} / {@link #receivedChecksum},
+     * so the session does not read the bytes a second time. The default is false.
      *
      * @return whether messages are checksummed
      */

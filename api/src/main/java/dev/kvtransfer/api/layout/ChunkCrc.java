@@ -18,7 +18,12 @@ import java.util.zip.CRC32C;
  * memory itself, never a {@code byte[]} copy; the view is kept while messages come from the same buffer, so a part
  * costs no allocation per message. Not thread-safe: one per thread. Host memory only: a copy that may still be in
  * flight (a device manager's asynchronous copy) must not be summed this way.
+ *
+ * @deprecated moved to {@code dev.kvtransfer.formatter.support.ChunkCrc}
+ *             (kvtransfer-formatter-support), which every kvtransfer module uses now; this frozen copy stays for
+ *             plugins built against an older api until 0.4 (see the api README).
  */
+@Deprecated(since = "0.3", forRemoval = true)
 public final class ChunkCrc {
     /**
      * Bytes summed at once (the last chunk of a message may be shorter, and a slice larger than a chunk is summed

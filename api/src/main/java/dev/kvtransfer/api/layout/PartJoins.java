@@ -5,7 +5,10 @@ package dev.kvtransfer.api.layout;
  * ({@link PartPlan.Builder#mergeBlocks}): a message that ends at a block's last unit continues into the next block
  * where that block's bytes continue in both pools' real geometry, up to a cap. Both ranks build it from the same
  * facts, so they agree on every joined message.
+ *
+ * <p>Part of the deprecated frozen copy of PartPlan (now in formatter-support): removed with it.
  */
+@SuppressWarnings("removal") // the frozen PartPlan it serves
 final class PartJoins {
     private final PartPlan p;
     final long maxBytes;

@@ -43,7 +43,13 @@ import java.util.function.IntFunction;
  *
  * <p>Created once per peer and request (O(peers) objects); iterating the messages ({@link Cursor}) allocates
  * nothing.
+ *
+ * @deprecated moved to {@code dev.kvtransfer.formatter.support.PartPlan}
+ *             (kvtransfer-formatter-support), which every kvtransfer module uses now; this frozen copy stays for
+ *             plugins built against an older api until 0.4 (see the api README).
  */
+@Deprecated(since = "0.3", forRemoval = true)
+@SuppressWarnings("removal") // the other classes of the same frozen copy
 public final class PartPlan {
     /** Planning choices, for tests and reports. */
     public enum Mode {

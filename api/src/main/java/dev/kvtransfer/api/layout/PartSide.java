@@ -1,6 +1,10 @@
 package dev.kvtransfer.api.layout;
 
-/** One side of a {@link PartPlan}: its pool's real geometry, the geometry it plans with, and where the part is. */
+/**
+ * One side of a {@link PartPlan}: its pool's real geometry, the geometry it plans with, and where the part is.
+ *
+ * <p>Part of the deprecated frozen copy of PartPlan (now in formatter-support): removed with it.
+ */
 final class PartSide {
     final PoolGeometry actual;
     /** Block pools of one block per region, layer pools of one region per plane segment: adjacency without ids. */

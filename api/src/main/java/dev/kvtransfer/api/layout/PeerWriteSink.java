@@ -18,7 +18,13 @@ import java.util.function.Consumer;
  * {@link #flush()}.
  *
  * <p>One per peer and call (O(1) objects); the batch is cleared after every write. Not thread-safe.
+ *
+ * @deprecated moved to {@code dev.kvtransfer.formatter.support.PeerWriteSink}
+ *             (kvtransfer-formatter-support), which every kvtransfer module uses now; this frozen copy stays for
+ *             plugins built against an older api until 0.4 (see the api README).
  */
+@Deprecated(since = "0.3", forRemoval = true)
+@SuppressWarnings("removal") // the other classes of the same frozen copy
 public final class PeerWriteSink implements WritePlan.Sink {
     /** Default entries per write: 16 Ki (about 640 KiB of batch arrays). */
     public static final int DEFAULT_MAX_ENTRIES = 16 * 1024;

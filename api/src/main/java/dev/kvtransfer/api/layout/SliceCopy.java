@@ -6,6 +6,8 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 /**
  * Strided copies of one block's slice of a plane between a pool and a buffer in another element order, through a
  * {@link BufferManager} only ({@code copy} / {@code copy2d}), so device pools work as well as host ones.
+ *
+ * <p>Part of the deprecated frozen copy of PartPlan and WritePlan (now in formatter-support): removed with it.
  */
 final class SliceCopy {
     private SliceCopy() {

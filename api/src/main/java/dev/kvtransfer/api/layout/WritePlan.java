@@ -37,7 +37,12 @@ import java.util.function.IntFunction;
  *
  * <p>Created once per peer and layer range (O(1) objects); {@link #write} allocates nothing but one small helper.
  * Immutable; {@link #write} may run on several threads at once with different sinks and staging buffers.
+ *
+ * @deprecated moved to {@code dev.kvtransfer.formatter.support.WritePlan}
+ *             (kvtransfer-formatter-support), which every kvtransfer module uses now; this frozen copy stays for
+ *             plugins built against an older api until 0.4 (see the api README).
  */
+@Deprecated(since = "0.3", forRemoval = true)
 public final class WritePlan {
     /** How the part travels. */
     public enum Mode {

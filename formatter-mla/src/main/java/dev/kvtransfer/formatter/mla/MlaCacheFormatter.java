@@ -10,25 +10,23 @@ import dev.kvtransfer.api.format.Support;
 import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockLayout;
-import dev.kvtransfer.api.layout.PartPlan;
-import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
-import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
-import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
-import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.formatter.support.PartPlan;
+import dev.kvtransfer.formatter.support.PartStaging;
+import dev.kvtransfer.formatter.support.PoolRegions;
+import dev.kvtransfer.formatter.support.PushWrites;
+import dev.kvtransfer.formatter.support.WritePlan;
 
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
-import java.util.concurrent.atomic.AtomicReferenceArray;
-import java.util.function.IntFunction;
 
 /**
  * The MLA cache formatter (TensorRT-LLM's {@code MLACacheFormatter}): one latent head per layer, identical on
@@ -82,9 +80,6 @@ public final class MlaCacheFormatter implements CacheFormatter {
      * part is staged into the destination's order when that needs fewer entries.
      */
     public static final long DEFAULT_MIN_DIRECT_ENTRY_BYTES = 64 * 1024;
-
-    /** One write batch per thread, cleared and refilled by every push. */
-    private static final ThreadLocal<WriteBatch> BATCHES = ThreadLocal.withInitial(() -> new WriteBatch(1024));
 
     private final Pool main;
     private final Pool indexer;
@@ -247,10 +242,7 @@ public final class MlaCacheFormatter implements CacheFormatter {
                     + "indexer-K pool, which a push cannot write (the peer pool and its grants cover the main pool "
                     + "only); this formatter does not declare PUSH");
         }
-        if (!session.isPush()) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push on a session that is not a"
-                    + " push session (no peer pools)", null);
-        }
+        PushWrites.requirePushSession(session);
         CacheFormatter.checkLayerRange(session, firstLayer, layers);
         CacheState self = session.selfState().cacheState();
         int selfIndex = session.selfState().selfIndex();
@@ -272,8 +264,6 @@ public final class MlaCacheFormatter implements CacheFormatter {
         int peers = targets.size();
         WritePlan[] plans = new WritePlan[peers];
         PeerPool[] pools = new PeerPool[peers];
-        int active = 0;
-        int staged = 0;
         int cPp = self.ppRank(selfIndex);
         int cl0 = self.firstLayer(cPp);
         for (int p = 0; p < peers; p++) {
@@ -302,54 +292,14 @@ public final class MlaCacheFormatter implements CacheFormatter {
                 plans[p] = WritePlan.builder().sender(main.geometry, blocks, b0, l0 - cl0, 0)
                         .receiver(pool.geometry(), pool.blockIds(), b0 - q0, l0 - gl0, 0)
                         .shape(q1 - b0, l1 - l0, 1).policy(minDirectEntryBytes, stagingChunk)
-                        .sourceDirect(session.transportAccepts(main.kind)).build();
+                        .sourceDirect(session.transportAccepts(main.regions.kind())).build();
             } catch (IllegalArgumentException e) {
                 throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "cannot plan the writes into "
                         + "generation rank " + genIndex + ": " + e.getMessage(), e);
             }
             pools[p] = pool;
-            active++;
-            staged += plans[p].staged() ? 1 : 0;
         }
-        int[] all = new int[active];
-        long[] sizes = new long[staged];
-        int k = 0;
-        int j = 0;
-        for (int p = 0; p < peers; p++) {
-            if (plans[p] != null) {
-                all[k++] = p;
-                if (plans[p].staged()) {
-                    sizes[j++] = plans[p].stagingBytes();
-                }
-            }
-        }
-        MemoryBuffer[] staging = new MemoryBuffer[peers];
-        if (staged > 0) {
-            MemoryBuffer[] got = session.stagingBuffers(sizes);
-            j = 0;
-            for (int p : all) {
-                if (plans[p].staged()) {
-                    staging[p] = got[j++];
-                }
-            }
-        }
-        BufferManager bm = session.bufferManager();
-        session.forEachPeer(all, p -> {
-            long start = System.nanoTime();
-            WriteBatch batch = BATCHES.get();
-            try {
-                PeerWriteSink sink = new PeerWriteSink(pools[p], batch, PeerWriteSink.DEFAULT_MAX_ENTRIES,
-                        b -> session.write(p, b));
-                plans[p].write(bm, main.regions, staging[p], sink);
-                sink.flush();
-            } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
-                throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "writing " + plans[p]
-                        + " into generation rank " + pools[p].rank() + " failed: " + e.getMessage(), e);
-            } finally {
-                batch.clear();
-            }
-            session.recordMeasure(p, start, System.nanoTime(), plans[p].bytes());
-        });
+        PushWrites.writeAll(session, plans, pools, main.regions);
     }
 
     private static int reused(TransferSession session) {
@@ -480,26 +430,22 @@ public final class MlaCacheFormatter implements CacheFormatter {
             }
             staged += rep[p] == p ? 1 : 0;
         }
-        MemoryBuffer[] staging = new MemoryBuffer[peers];
-        if (staged > 0) {
-            long[] sizes = new long[staged];
-            int j = 0;
-            for (int p = 0; p < peers; p++) {
-                if (plans[p] != null && pool.staged(session, plans[p]) && rep[p] == p) {
-                    sizes[j++] = plans[p].bytes();
-                }
+        int[] gathered = new int[staged];
+        int j = 0;
+        for (int p = 0; p < peers; p++) {
+            if (plans[p] != null && pool.staged(session, plans[p]) && rep[p] == p) {
+                gathered[j++] = p;
             }
-            MemoryBuffer[] got = session.stagingBuffers(sizes);
-            j = 0;
+        }
+        MemoryBuffer[] staging = PartStaging.buffers(session, gathered, plans, peers,
+                session.transportAccepts(pool.regions.kind()));
+        if (staged > 0) {
             BufferManager copier = session.bufferManager();
-            for (int p = 0; p < peers; p++) {
-                if (plans[p] != null && pool.staged(session, plans[p]) && rep[p] == p) {
-                    staging[p] = got[j++];
-                    // The whole part is one message when staged: fill it before the sends start.
-                    PartPlan.Cursor c = plans[p].cursor();
-                    while (c.next()) {
-                        c.copy(copier, pool.regions, staging[p], c.streamOffset(), false);
-                    }
+            for (int p : gathered) {
+                // The whole part is one message when staged: fill it before the sends start.
+                PartPlan.Cursor c = plans[p].cursor();
+                while (c.next()) {
+                    c.copy(copier, pool.regions, staging[p], c.streamOffset(), false);
                 }
             }
             copier.synchronize();
@@ -535,34 +481,15 @@ public final class MlaCacheFormatter implements CacheFormatter {
         int peers = targets.size();
         PartPlan[] plans = new PartPlan[peers];
         int active = 0;
-        int staged = 0;
         for (int p : pick) {
             plans[p] = plan(session, pool, false, peer, targets.peerRanks().get(p), self, selfIndex,
                     session.peerBlockIds(p), blocks, reused, peerPool, g0, g1);
             if (plans[p] != null) {
                 active++;
-                staged += pool.staged(session, plans[p]) ? 1 : 0;
             }
         }
         if (active == 0) {
             return; // nothing after the reused prefix, or no block on this CP rank: the sender sends nothing
-        }
-        MemoryBuffer[] staging = new MemoryBuffer[peers];
-        if (staged > 0) {
-            long[] sizes = new long[staged];
-            int j = 0;
-            for (int p : pick) {
-                if (plans[p] != null && pool.staged(session, plans[p])) {
-                    sizes[j++] = plans[p].bytes();
-                }
-            }
-            MemoryBuffer[] got = session.stagingBuffers(sizes);
-            j = 0;
-            for (int p : pick) {
-                if (plans[p] != null && pool.staged(session, plans[p])) {
-                    staging[p] = got[j++];
-                }
-            }
         }
         int[] actives = new int[active];
         int k = 0;
@@ -571,6 +498,8 @@ public final class MlaCacheFormatter implements CacheFormatter {
                 actives[k++] = p;
             }
         }
+        MemoryBuffer[] staging = PartStaging.buffers(session, actives, plans, peers,
+                session.transportAccepts(pool.regions.kind()));
         BufferManager copier = session.bufferManager();
         session.forEachPeer(actives, p -> {
             PartPlan pp = plans[p];
@@ -602,18 +531,15 @@ public final class MlaCacheFormatter implements CacheFormatter {
         private final KvCacheView view;
         private final BlockLayout layout;
         private final PoolGeometry geometry;
-        private final AtomicReferenceArray<MemoryBuffer> regionViews;
-        private final IntFunction<MemoryBuffer> regions = this::region;
-        /** Where the pool lives. */
-        private final MemoryKind kind;
+        /** Its region views, and where the pool lives. */
+        private final PoolRegions regions;
 
         Pool(String name, KvCacheView view) {
             this.name = name;
             this.view = view;
             this.layout = Objects.requireNonNull(view.layout(), name + " layout");
             this.geometry = view.geometry();
-            this.regionViews = new AtomicReferenceArray<>(view.regionCount());
-            this.kind = view.regionCount() > 0 ? view.region(0).kind() : MemoryKind.HOST;
+            this.regions = new PoolRegions(view);
         }
 
         /**
@@ -622,17 +548,11 @@ public final class MlaCacheFormatter implements CacheFormatter {
          * copy through staging, the messages stay the plan's).
          */
         boolean staged(TransferSession session, PartPlan pp) {
-            return !pp.selfDirect() || !session.transportAccepts(kind);
+            return PartStaging.staged(pp, session.transportAccepts(regions.kind()));
         }
 
         MemoryBuffer region(int index) {
-            MemoryBuffer b = regionViews.get(index);
-            if (b == null) {
-                // KvCacheView promises stable regions, so a racing duplicate is harmless.
-                b = view.region(index);
-                regionViews.lazySet(index, b);
-            }
-            return b;
+            return regions.region(index);
         }
 
         void requireLayout(long requestId, CacheState state, int rank) {

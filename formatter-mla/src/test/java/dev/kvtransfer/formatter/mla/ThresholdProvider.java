@@ -17,7 +17,7 @@ final class ThresholdProvider implements FormatterProvider {
 
     ThresholdProvider(long directRunMinBytes) {
         this(directRunMinBytes, MlaCacheFormatter.DEFAULT_MIN_DIRECT_ENTRY_BYTES,
-                dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK);
+                dev.kvtransfer.formatter.support.WritePlan.DEFAULT_STAGING_CHUNK);
     }
 
     ThresholdProvider(long directRunMinBytes, long minDirectEntryBytes, long stagingChunk) {

@@ -5,15 +5,14 @@ import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.PeerPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockDistribution;
-import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.TargetRanks;
-import dev.kvtransfer.api.layout.WritePlan;
-import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
-import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.formatter.support.PeerWriteSink;
+import dev.kvtransfer.formatter.support.PushWrites;
+import dev.kvtransfer.formatter.support.WritePlan;
 
 import java.util.function.IntFunction;
 
@@ -24,12 +23,9 @@ import java.util.function.IntFunction;
  * order first where that needs fewer, larger entries, or where the transport cannot read the pool's memory. The
  * formatter has checked the session and clipped the split plan; this class plans each part's writes against the
  * peer's pool as the peer declared it, and writes them. Thread-safe: per-request state on the stack, one reusable
- * write batch per thread.
+ * write batch per thread ({@link PushWrites}).
  */
 final class PushWriter {
-    /** One write batch per thread, cleared and refilled by every push (no batch per request). */
-    private static final ThreadLocal<WriteBatch> BATCHES = ThreadLocal.withInitial(() -> new WriteBatch(1024));
-
     private final PoolGeometry geometry;
     private final IntFunction<MemoryBuffer> regions;
     private final MemoryKind poolKind;
@@ -61,8 +57,6 @@ final class PushWriter {
         PeerPool[] pools = new PeerPool[t.size()];
         // A pool the transport cannot read (device memory without DEVICE_MEMORY) is gathered into staging first.
         boolean poolOk = session.transportAccepts(poolKind);
-        int active = 0;
-        int staged = 0;
         for (SplitPlan.Part part : plan.parts) {
             if (part.blockCount == 0 || part.layerCount == 0) {
                 continue; // nothing of this peer's blocks after the reused prefix, or none of the range's layers
@@ -80,52 +74,8 @@ final class PushWriter {
                         + "generation rank " + pool.rank() + " (" + part + "): " + e.getMessage(), e);
             }
             pools[part.peer] = pool;
-            active++;
-            staged += plans[part.peer].staged() ? 1 : 0;
         }
-        int[] peers = new int[active];
-        long[] sizes = new long[staged];
-        int k = 0;
-        int j = 0;
-        for (int p = 0; p < plans.length; p++) {
-            if (plans[p] != null) {
-                peers[k++] = p;
-                if (plans[p].staged()) {
-                    sizes[j++] = plans[p].stagingBytes();
-                }
-            }
-        }
-        MemoryBuffer[] staging = new MemoryBuffer[t.size()];
-        if (staged > 0) {
-            MemoryBuffer[] got = session.stagingBuffers(sizes);
-            j = 0;
-            for (int p : peers) {
-                if (plans[p].staged()) {
-                    staging[p] = got[j++];
-                }
-            }
-        }
-        BufferManager bm = session.bufferManager();
-        session.forEachPeer(peers, p -> write(session, p, plans[p], pools[p], bm, staging[p]));
-    }
-
-    /** Writes one peer's part; returns on remote completion of every entry. */
-    private void write(TransferSession session, int p, WritePlan plan, PeerPool pool, BufferManager bm,
-                       MemoryBuffer staging) {
-        long start = System.nanoTime();
-        WriteBatch batch = BATCHES.get();
-        try {
-            PeerWriteSink sink = new PeerWriteSink(pool, batch, PeerWriteSink.DEFAULT_MAX_ENTRIES,
-                    b -> session.write(p, b));
-            plan.write(bm, regions, staging, sink);
-            sink.flush();
-        } catch (IndexOutOfBoundsException | IllegalArgumentException e) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "writing " + plan + " into "
-                    + "generation rank " + pool.rank() + " failed: " + e.getMessage(), e);
-        } finally {
-            batch.clear();
-        }
-        session.recordMeasure(p, start, System.nanoTime(), plan.bytes());
+        PushWrites.writeAll(session, plans, pools, regions);
     }
 
     /** The pool of the part's peer, checked against what this rank expects of it. */

@@ -3,9 +3,9 @@ package dev.kvtransfer.formatter.standard;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.TransferSession;
-import dev.kvtransfer.api.layout.PartPlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.formatter.support.PartPlan;
 
 import java.util.concurrent.locks.LockSupport;
 import java.util.function.IntFunction;

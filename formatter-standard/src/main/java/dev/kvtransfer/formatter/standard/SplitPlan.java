@@ -11,7 +11,8 @@ import java.util.List;
 /**
  * How one rank's share of one request is cut into parts for its peers (sender) or assembled from them
  * (receiver): the split/concat mapping of TensorRT-LLM's {@code cacheSplitConcat} with our CP extension and prefix
- * reuse. How a part's bytes travel (its messages, which side stages) is {@link dev.kvtransfer.api.layout.PartPlan}.
+ * reuse. How a part's bytes travel (its messages, which side stages) is
+ * {@link dev.kvtransfer.formatter.support.PartPlan}.
  *
  * <p>For the peer at position {@code p} of the target ranks (CP-major, then TP, then PP):
  * {@code tpIdx = (p / domainPp) % domainTp}. Peers whose TP index differs only inside a duplicate-head group

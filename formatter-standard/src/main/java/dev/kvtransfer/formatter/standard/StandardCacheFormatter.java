@@ -10,14 +10,10 @@ import dev.kvtransfer.api.format.TransferBufferPool;
 import dev.kvtransfer.api.format.TransferSession;
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
-import dev.kvtransfer.api.layout.ChunkCrc;
-import dev.kvtransfer.api.layout.PartPlan;
-import dev.kvtransfer.api.layout.PeerWriteSink;
 import dev.kvtransfer.api.layout.PoolGeometry;
 import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
-import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
@@ -25,14 +21,21 @@ import dev.kvtransfer.api.model.AttentionType;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.RecurrentStateShape;
 import dev.kvtransfer.api.model.WindowGroups;
+import dev.kvtransfer.formatter.support.ChunkCrc;
+import dev.kvtransfer.formatter.support.PartPlan;
+import dev.kvtransfer.formatter.support.PartStaging;
+import dev.kvtransfer.formatter.support.PeerWriteSink;
+import dev.kvtransfer.formatter.support.PoolRegions;
+import dev.kvtransfer.formatter.support.PushWrites;
+import dev.kvtransfer.formatter.support.WritePlan;
 
 import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
-import java.util.concurrent.atomic.AtomicReferenceArray;
-import java.util.function.IntFunction;
+
+import static dev.kvtransfer.formatter.support.PartStaging.staged;
 
 /**
  * The formatter for MHA/GQA caches ({@link AttentionType#DEFAULT}): re-shards heads (TP, including TP larger
@@ -131,8 +134,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     /** Cores a receive may fill with its receiving threads and their scatter helpers (two threads per staged part). */
     private final int helperCores;
     /** Region views by index, fetched once: the hot loops then allocate nothing. */
-    private final AtomicReferenceArray<MemoryBuffer> regionViews;
-    private final IntFunction<MemoryBuffer> regions = this::region;
+    private final PoolRegions regions;
     /** Where the pool lives: a transport that does not accept it ({@link TransferSession#transportAccepts}) never sees it. */
     private final MemoryKind poolKind;
     private final SupportRules support = new SupportRules();
@@ -214,8 +216,8 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         this.stagingRing = stagingRing;
         this.helperCores = helperCores;
         this.geometry = cache.geometry();
-        this.regionViews = new AtomicReferenceArray<>(cache.regionCount());
-        this.poolKind = cache.regionCount() > 0 ? cache.region(0).kind() : MemoryKind.HOST;
+        this.regions = new PoolRegions(cache);
+        this.poolKind = regions.kind();
         this.pushWriter = new PushWriter(geometry, regions, poolKind, minDirectEntryBytes, stagingChunk);
         this.scatterHelpers = new ScatterHelpers(helperThreads);
     }
@@ -351,7 +353,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
                 reps[i] = groups[i][0];
             }
         }
-        MemoryBuffer[] staging = staging(session, reps, plans, t.size(), poolOk);
+        MemoryBuffer[] staging = PartStaging.buffers(session, reps, plans, t.size(), poolOk);
         int[][] membersOf = new int[t.size()][];
         for (int[] g : groups) {
             membersOf[g[0]] = g;
@@ -365,7 +367,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
             if (pp.selfDirect() && poolOk) {
                 // Straight from the pool: each message is one contiguous run of a region (zero copy).
                 while (c.next()) {
-                    session.send(rep, region(c.region()), c.offset(), c.length());
+                    session.send(rep, regions.region(c.region()), c.offset(), c.length());
                 }
             } else {
                 // Gather and send message by message: the next message's copy overlaps the previous transfer.
@@ -466,7 +468,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         PartPlan[] plans = new PartPlan[t.size()];
         int[] active = partPlans(session, plan, peer, ids, false, layerRange, plans);
         boolean poolOk = session.transportAccepts(poolKind);
-        MemoryBuffer[] staging = staging(session, active, plans, t.size(), poolOk);
+        MemoryBuffer[] staging = PartStaging.buffers(session, active, plans, t.size(), poolOk);
         BufferManager bm = session.bufferManager();
         boolean ring = stagingRing && poolKind == MemoryKind.HOST;
         // Helpers only where the receiving threads and their helpers fit in the cores: on loopback (and any
@@ -484,7 +486,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
             if (pp.selfDirect() && poolOk) {
                 // Straight into the pool (zero copy).
                 while (c.next()) {
-                    session.recv(p, region(c.region()), c.offset(), c.length());
+                    session.recv(p, regions.region(c.region()), c.offset(), c.length());
                 }
             } else if (helpers && pp.messages() > 1 && pipelined(session, p, pp, bm, staging[p], ring)) {
                 // Received here and scattered on a helper: the next receive was posted while the last was scattered.
@@ -555,10 +557,7 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     public void push(TransferSession session, int firstLayer, int layers) {
         Objects.requireNonNull(session, "session");
         wholeRequestsOnly(session, "push");
-        if (!session.isPush()) {
-            throw new KvTransferException(ErrorCode.INTERNAL, session.requestId(), "push on a session that is not a"
-                    + " push session (no peer pools)", null);
-        }
+        PushWrites.requirePushSession(session);
         CacheFormatter.checkLayerRange(session, firstLayer, layers);
         CacheState self = session.selfState().cacheState();
         int selfIndex = session.selfState().selfIndex();
@@ -658,36 +657,6 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
         }
     }
 
-    /** One staging buffer per part this rank stages (a whole part), from one call; null where direct. */
-    private static MemoryBuffer[] staging(TransferSession session, int[] active, PartPlan[] plans, int peers,
-                                          boolean poolOk) {
-        int staged = 0;
-        for (int p : active) {
-            if (staged(plans[p], poolOk)) {
-                staged++;
-            }
-        }
-        MemoryBuffer[] out = new MemoryBuffer[peers];
-        if (staged == 0) {
-            return out;
-        }
-        long[] sizes = new long[staged];
-        int j = 0;
-        for (int p : active) {
-            if (staged(plans[p], poolOk)) {
-                sizes[j++] = plans[p].bytes();
-            }
-        }
-        MemoryBuffer[] got = session.stagingBuffers(sizes);
-        j = 0;
-        for (int p : active) {
-            if (staged(plans[p], poolOk)) {
-                out[p] = got[j++];
-            }
-        }
-        return out;
-    }
-
     /** The largest message of a part (a ring place must hold it); one walk over the messages, no allocation. */
     static long largestMessage(PartPlan pp) {
         long max = 0;
@@ -696,20 +665,6 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
             max = Math.max(max, c.length());
         }
         return max;
-    }
-
-    /** Whether this rank moves a part through staging: its plan stages, or its pool may not reach the transport. */
-    private static boolean staged(PartPlan pp, boolean poolOk) {
-        return !pp.selfDirect() || !poolOk;
-    }
-
-    private MemoryBuffer region(int index) {
-        MemoryBuffer b = regionViews.get(index);
-        if (b == null) {
-            b = cache.region(index);
-            regionViews.set(index, b); // racing threads store equivalent views of the same stable region
-        }
-        return b;
     }
 
     /**

@@ -51,7 +51,8 @@ class BrokenPullTest {
             Breakage b = breakage();
             // Both sides direct wherever both pools are contiguous (threshold 0): runs decide the messages.
             return ForwardingFormatter.provider("standard-broken-pull-" + b, (cache, buffers) -> new Tampering(
-                    new PolicyFormatterProvider(0, true, 0, dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK)
+                    new PolicyFormatterProvider(0, true, 0,
+                            dev.kvtransfer.formatter.support.WritePlan.DEFAULT_STAGING_CHUNK)
                             .create(cache, buffers), b));
         }
 

@@ -2,13 +2,13 @@ package dev.kvtransfer.formatter.standard;
 
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
-import dev.kvtransfer.api.layout.ChunkCrc;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.RequestState;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.local.LocalInstance;
+import dev.kvtransfer.formatter.support.ChunkCrc;
 import dev.kvtransfer.testkit.TransferFixture;
 import dev.kvtransfer.testkit.TransferFixture.Transfer;
 import dev.kvtransfer.testkit.fault.Fault;

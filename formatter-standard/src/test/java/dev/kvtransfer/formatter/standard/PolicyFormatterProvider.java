@@ -30,7 +30,7 @@ public final class PolicyFormatterProvider implements FormatterProvider {
      */
     public PolicyFormatterProvider(long minBothDirectBytes, boolean pipelinedScatter) {
         this(minBothDirectBytes, pipelinedScatter, StandardCacheFormatter.DEFAULT_MIN_DIRECT_ENTRY_BYTES,
-                dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK);
+                dev.kvtransfer.formatter.support.WritePlan.DEFAULT_STAGING_CHUNK);
     }
 
     /**

@@ -75,7 +75,7 @@ public final class ReshardingBench {
         FormatterProvider bothDirect = new PolicyFormatterProvider(0, true);
         FormatterProvider noRing = new PolicyFormatterProvider(dflt, true,
                 StandardCacheFormatter.DEFAULT_MIN_DIRECT_ENTRY_BYTES,
-                dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK, false);
+                dev.kvtransfer.formatter.support.WritePlan.DEFAULT_STAGING_CHUNK, false);
         Case[] cases = {
             new Case("TP1 -> TP1 block, T32", llama(1, 32, block), llama(1, 32, block), true, standard),
             new Case("TP2 -> TP1 block, T32", llama(2, 32, block), llama(1, 32, block), true, standard),

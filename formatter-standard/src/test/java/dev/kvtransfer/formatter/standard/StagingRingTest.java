@@ -2,7 +2,6 @@ package dev.kvtransfer.formatter.standard;
 
 import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.BlockLayout;
-import dev.kvtransfer.api.layout.WritePlan;
 import dev.kvtransfer.api.memory.BufferManager;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
@@ -11,6 +10,7 @@ import dev.kvtransfer.api.model.DataType;
 import dev.kvtransfer.core.buffer.DefaultTransferBufferPool;
 import dev.kvtransfer.core.cache.PagedKvCache;
 import dev.kvtransfer.core.memory.HostBufferManager;
+import dev.kvtransfer.formatter.support.WritePlan;
 import dev.kvtransfer.testkit.KvPattern;
 import org.awaitility.Awaitility;
 import org.junit.jupiter.api.AfterEach;

@@ -25,7 +25,8 @@ class StandardFormatterPlanConformanceTest {
     class BothDirectWhereverPossible extends FormatterConformanceTest {
         @Override
         protected FormatterProvider provider() {
-            return new PolicyFormatterProvider(0, true, 0, dev.kvtransfer.api.layout.WritePlan.DEFAULT_STAGING_CHUNK);
+            return new PolicyFormatterProvider(0, true, 0,
+                    dev.kvtransfer.formatter.support.WritePlan.DEFAULT_STAGING_CHUNK);
         }
 
         @Override

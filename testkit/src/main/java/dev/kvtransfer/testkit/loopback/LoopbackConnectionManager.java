@@ -2,7 +2,6 @@ package dev.kvtransfer.testkit.loopback;
 
 import dev.kvtransfer.api.ErrorHandler;
 import dev.kvtransfer.api.transport.RegisteredRegion;
-import dev.kvtransfer.api.transport.support.EmulatedOneSided;
 import dev.kvtransfer.core.memory.HostBufferManager;
 
 import dev.kvtransfer.api.ErrorCode;
@@ -15,6 +14,7 @@ import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.core.memory.MemoryAccess;
+import dev.kvtransfer.transport.support.EmulatedOneSided;
 
 import java.time.Duration;
 import java.util.ArrayDeque;

@@ -28,7 +28,7 @@ import java.util.Set;
  * {@link dev.kvtransfer.api.transport.TransportClosedException} and its peers' receives waiting on it with
  * {@code PEER_LOST} (so it declares {@link TransportCapability#PEER_FAILURE_DETECTION}). It cannot cross
  * processes and does not take device memory. One-sided writes ({@link TransportCapability#ONE_SIDED_WRITE}) are
- * emulated with the api's {@link dev.kvtransfer.api.transport.support.EmulatedOneSided}.
+ * emulated with transport-support's {@link dev.kvtransfer.transport.support.EmulatedOneSided}.
  */
 public final class LoopbackTransportProvider implements TransportProvider {
     /** The provider name. */

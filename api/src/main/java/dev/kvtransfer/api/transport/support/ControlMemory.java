@@ -15,7 +15,12 @@ import java.util.function.ToLongFunction;
  * portable way to read a direct buffer's address, so the transport says how ({@link #withAddresses}, e.g. jucx's
  * {@code UcxUtils::getAddress}); a transport that moves bytes through {@link MemoryBuffer#asByteBuffer()} only uses
  * {@link #ControlMemory()}, whose buffers refuse {@link MemoryBuffer#address()}.
+ *
+ * @deprecated moved to {@code dev.kvtransfer.transport.support.ControlMemory}
+ *             (kvtransfer-transport-support), which every kvtransfer module uses now; this frozen copy stays for
+ *             plugins built against an older api until 0.4 (see the api README).
  */
+@Deprecated(since = "0.3", forRemoval = true)
 public final class ControlMemory implements BufferManager {
     private final String transport;
     private final ToLongFunction<ByteBuffer> addressOf;

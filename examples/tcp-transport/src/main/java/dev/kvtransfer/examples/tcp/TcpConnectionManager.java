@@ -9,7 +9,7 @@ import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
-import dev.kvtransfer.api.transport.support.EmulatedOneSided;
+import dev.kvtransfer.transport.support.EmulatedOneSided;
 
 import java.io.IOException;
 import java.net.InetAddress;
@@ -100,7 +100,7 @@ final class TcpConnectionManager implements ConnectionManager {
                 : config.host();
         this.localAddress = TcpAddress.format(host, bound.getPort());
         this.matcher = new ReceiveMatcher(name, localAddress, () -> closed);
-        this.oneSided = new EmulatedOneSided(this, new dev.kvtransfer.api.transport.support.ControlMemory("tcp"),
+        this.oneSided = new EmulatedOneSided(this, new dev.kvtransfer.transport.support.ControlMemory("tcp"),
                 errors, defaultTimeout, "tcp-" + name);
         this.io = new TcpIoLoop(this, matcher, s, sel);
         io.start();

@@ -18,7 +18,7 @@ import java.util.Set;
  * <p>Capabilities: {@link TransportCapability#CROSS_PROCESS}, {@link TransportCapability#PEER_FAILURE_DETECTION}
  * (a peer whose socket closes — its manager closed or its process died — is lost at once; messages it sent before
  * are still delivered) and {@link TransportCapability#ONE_SIDED_WRITE}, emulated with the api's
- * {@link dev.kvtransfer.api.transport.support.EmulatedOneSided}. No device memory.
+ * {@link dev.kvtransfer.transport.support.EmulatedOneSided}. No device memory.
  *
  * <p>Properties ({@code tcp.*}, unknown ones refused): {@value TcpSettings#CONNECT_TIMEOUT_MS},
  * {@value TcpSettings#HANDSHAKE_TIMEOUT_MS}, {@value TcpSettings#SOCKET_BUFFER_BYTES},

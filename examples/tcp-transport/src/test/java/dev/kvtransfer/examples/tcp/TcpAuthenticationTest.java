@@ -21,8 +21,8 @@ import static org.awaitility.Awaitility.await;
 class TcpAuthenticationTest {
     private static final byte[] SECRET = "0123456789abcdef-secret".getBytes(StandardCharsets.UTF_8);
     private static final byte[] OTHER = "fedcba9876543210-secret".getBytes(StandardCharsets.UTF_8);
-    private final dev.kvtransfer.api.transport.support.ControlMemory memory =
-            new dev.kvtransfer.api.transport.support.ControlMemory("tcp");
+    private final dev.kvtransfer.transport.support.ControlMemory memory =
+            new dev.kvtransfer.transport.support.ControlMemory("tcp");
 
     private static ConnectionManager manager(byte[] secret, List<Throwable> errors) {
         return new TcpTransportProvider().create(TransportConfig.builder().name("auth").authSecret(secret)

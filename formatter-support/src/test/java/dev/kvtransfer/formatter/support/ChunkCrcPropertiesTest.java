@@ -1,5 +1,8 @@
-package dev.kvtransfer.api.layout;
+package dev.kvtransfer.formatter.support;
 
+import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import net.jqwik.api.Arbitraries;
 import net.jqwik.api.Arbitrary;

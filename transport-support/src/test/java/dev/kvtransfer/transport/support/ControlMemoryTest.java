@@ -1,4 +1,4 @@
-package dev.kvtransfer.api.transport.support;
+package dev.kvtransfer.transport.support;
 
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;

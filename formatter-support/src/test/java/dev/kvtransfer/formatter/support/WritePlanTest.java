@@ -1,6 +1,9 @@
-package dev.kvtransfer.api.layout;
+package dev.kvtransfer.formatter.support;
 
 import dev.kvtransfer.api.format.PeerPool;
+import dev.kvtransfer.api.layout.BlockLayout;
+import dev.kvtransfer.api.layout.PoolGeometry;
+import dev.kvtransfer.api.layout.PoolLayout;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.model.DataType;
