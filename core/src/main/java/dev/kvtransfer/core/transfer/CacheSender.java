@@ -41,10 +41,13 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class CacheSender implements AutoCloseable {
     /** Largest RequestInfo accepted, in bytes; a larger announced size is dropped as MALFORMED. */
     public static final long MAX_INFO_BYTES = 1 << 20;
-    /** Longest the idle responder waits in one poll before it expires old requests and checks for close. */
-    static final Duration POLL = Duration.ofMillis(50);
-    /** Threads reading request infos (each connection's infos are read in order by one of them at a time). */
+    /**
+     * Threads reading request infos where the transport does not post receives (each connection's infos are read in
+     * order by one of them at a time); where it posts, no thread reads and these are never started.
+     */
     static final int INFO_READERS = 2;
+    /** The idle responder's longest park: how late it may see a header after a long idle spell. */
+    static final long RESPONDER_MAX_PARK_NANOS = TimeUnit.MICROSECONDS.toNanos(500);
     /** Most request headers queued per connection before that connection's further requests are dropped. */
     static final int MAX_QUEUED_PER_CONNECTION = 1024;
     /** Most bytes of this rank's blocks a request may hold to be served on the info reader's thread. */
@@ -187,15 +190,19 @@ public final class CacheSender implements AutoCloseable {
                 return t;
             });
             AtomicInteger readers = new AtomicInteger();
+            // Threads start on the first task: over a transport that posts receives no info reader ever runs.
             infoReaders = new ThreadPoolExecutor(INFO_READERS, INFO_READERS, 0, TimeUnit.MILLISECONDS,
                     new LinkedBlockingQueue<>(), r -> {
                 Thread t = new Thread(r, env.threadPrefix() + "-info-" + readers.getAndIncrement());
                 t.setDaemon(true);
                 return t;
             });
-            // The responder is an Agrona agent: its work is one poll of the transport (which waits, bounded, in
-            // the transport's own wakeup), its errors go to the metrics' error path and counter.
-            responder = new org.agrona.concurrent.AgentRunner(new org.agrona.concurrent.NoOpIdleStrategy(),
+            // The responder is an Agrona agent whose duty cycle never blocks (non-blocking polls, posted info
+            // receives); the idle strategy does the waiting: a few spins and yields, then parks of 1 µs doubling up
+            // to RESPONDER_MAX_PARK_NANOS, so an idle instance costs next to no CPU. A posted info's completion
+            // unparks it. Its errors go to the metrics' error path and counter.
+            responder = new org.agrona.concurrent.AgentRunner(new org.agrona.concurrent.BackoffIdleStrategy(
+                    10, 20, TimeUnit.MICROSECONDS.toNanos(1), RESPONDER_MAX_PARK_NANOS),
                     e -> {
                         if (e instanceof org.agrona.concurrent.AgentTerminationException) {
                             return; // the agent's own, orderly stop (close, or the transport closed)
