@@ -46,8 +46,6 @@ public final class CacheSender implements AutoCloseable {
      * order by one of them at a time); where it posts, no thread reads and these are never started.
      */
     static final int INFO_READERS = 2;
-    /** The idle responder's longest park: how late it may see a header after a long idle spell. */
-    static final long RESPONDER_MAX_PARK_NANOS = TimeUnit.MICROSECONDS.toNanos(500);
     /** Most request headers queued per connection before that connection's further requests are dropped. */
     static final int MAX_QUEUED_PER_CONNECTION = 1024;
     /** Most bytes of this rank's blocks a request may hold to be served on the info reader's thread. */
@@ -198,11 +196,10 @@ public final class CacheSender implements AutoCloseable {
                 return t;
             });
             // The responder is an Agrona agent whose duty cycle never blocks (non-blocking polls, posted info
-            // receives); the idle strategy does the waiting: a few spins and yields, then parks of 1 µs doubling up
-            // to RESPONDER_MAX_PARK_NANOS, so an idle instance costs next to no CPU. A posted info's completion
-            // unparks it. Its errors go to the metrics' error path and counter.
-            responder = new org.agrona.concurrent.AgentRunner(new org.agrona.concurrent.BackoffIdleStrategy(
-                    10, 20, TimeUnit.MICROSECONDS.toNanos(1), RESPONDER_MAX_PARK_NANOS),
+            // receives); its idle strategy does the waiting, in the transport's own wait for the next header
+            // (InfoIntake.ResponderIdle). Its errors go to the metrics' error path and counter.
+            org.agrona.concurrent.Agent agent = intake.responder(infoReaders);
+            responder = new org.agrona.concurrent.AgentRunner(intake.idleStrategy(),
                     e -> {
                         if (e instanceof org.agrona.concurrent.AgentTerminationException) {
                             return; // the agent's own, orderly stop (close, or the transport closed)
@@ -210,7 +207,7 @@ public final class CacheSender implements AutoCloseable {
                         env.metrics().error(e instanceof KvTransferException ? e
                                 : new KvTransferException(ErrorCode.INTERNAL, KvTransferException.NO_REQUEST,
                                 "responder of rank " + env.selfIndex() + ": " + e, e));
-                    }, null, intake.responder(infoReaders));
+                    }, null, agent);
             org.agrona.concurrent.AgentRunner.startOnThread(responder, r -> {
                 Thread t = new Thread(r, env.threadPrefix() + "-responder");
                 t.setDaemon(true);

@@ -64,6 +64,11 @@ final class InfoIntake {
     private final java.util.Queue<PostedInfo> arrived = new java.util.concurrent.ConcurrentLinkedQueue<>();
     /** The responder's agent has stopped: a posted receive ending now gives its lease back itself. */
     private volatile boolean responderStopped;
+    /** Posted info receives not ended yet, all connections: the idle responder then waits in short slices. */
+    private final java.util.concurrent.atomic.AtomicInteger postedInfos =
+            new java.util.concurrent.atomic.AtomicInteger();
+    /** The responder (set by {@link #responder}), for its idle strategy. */
+    private Responder agent;
 
     InfoIntake(TransferEnv env, ControlBuffers control, CacheSender owner, ContextSend send) {
         this.env = env;
@@ -81,7 +86,13 @@ final class InfoIntake {
     /** @return the responder agent (run once, by the owner's agent runner) */
     org.agrona.concurrent.Agent responder(ExecutorService readers) {
         this.infoReaders = readers;
-        return new Responder();
+        this.agent = new Responder();
+        return agent;
+    }
+
+    /** @return the responder's idle strategy (one, for the runner of {@link #responder}) */
+    org.agrona.concurrent.IdleStrategy idleStrategy() {
+        return new ResponderIdle();
     }
 
     /** @return whether the calling thread is the responder's */
@@ -104,6 +115,27 @@ final class InfoIntake {
 
         /** When the next tick (deadlines, parked connections) is due. */
         private long nextTick;
+        /** A header the idle strategy's wait took ({@link #await}), in {@link #header}: the next cycle serves it. */
+        private Connection taken;
+
+        /**
+         * The idle strategy's wait, on the responder's thread between duty cycles: the transport's own wait for the
+         * next header, so an idle responder wakes when one arrives. A header taken here is served by the next
+         * {@link #doWork}; a closed transport or a bad header is left to that cycle's poll and its reports.
+         */
+        void await(long nanos) {
+            if (taken != null || !arrived.isEmpty() || owner.isClosing()) {
+                return;
+            }
+            try {
+                taken = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH,
+                        Duration.ofNanos(nanos));
+            } catch (TransportClosedException e) {
+                return; // the next cycle's poll sees it too and stops the agent
+            } catch (KvTransferException e) {
+                env.metrics().error(e); // a malformed header (wrong length): counted, the next one is served
+            }
+        }
 
         /**
          * One duty cycle: never blocks. Serves the infos whose posted receives ended, runs the tick when due and
@@ -123,10 +155,13 @@ final class InfoIntake {
                 owner.expire();
                 retryParked();
             }
-            Connection conn;
+            Connection conn = taken;
+            taken = null;
             try {
-                conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH,
-                        Duration.ZERO);
+                if (conn == null) {
+                    conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH,
+                            Duration.ZERO);
+                }
             } catch (TransportClosedException e) {
                 if (!owner.isClosing()) {
                     env.metrics().error(new KvTransferException(ErrorCode.NETWORK, KvTransferException.NO_REQUEST,
@@ -170,6 +205,54 @@ final class InfoIntake {
         @Override
         public String roleName() {
             return env.threadPrefix() + "-responder";
+        }
+    }
+
+    /**
+     * The responder's idle strategy: a few spins and yields, then waits in the transport for the next header
+     * ({@link Responder#await}), 20 µs doubling to 5 ms, or to 100 µs while a posted info receive is outstanding
+     * (its completion unparks the thread, which a transport's wait may not notice). The transport's wait ends when a
+     * header arrives, so an idle responder wakes at once for one and otherwise costs next to no CPU; its duty cycle
+     * itself never waits.
+     */
+    final class ResponderIdle implements org.agrona.concurrent.IdleStrategy {
+        static final int SPINS = 10;
+        static final int YIELDS = 20;
+        static final long MIN_WAIT_NANOS = 20_000;
+        static final long MAX_WAIT_NANOS = 5_000_000;
+        static final long MAX_WAIT_POSTED_NANOS = 100_000;
+        private int idles;
+        private long waitNanos = MIN_WAIT_NANOS;
+
+        @Override
+        public void idle(int workCount) {
+            if (workCount > 0) {
+                reset();
+            } else {
+                idle();
+            }
+        }
+
+        @Override
+        public void idle() {
+            if (idles < SPINS) {
+                idles++;
+                Thread.onSpinWait();
+            } else if (idles < SPINS + YIELDS) {
+                idles++;
+                Thread.yield();
+            } else {
+                long max = postedInfos.get() > 0 ? MAX_WAIT_POSTED_NANOS : MAX_WAIT_NANOS;
+                long wait = Math.min(waitNanos, max);
+                agent.await(wait);
+                waitNanos = Math.min(wait * 2, max);
+            }
+        }
+
+        @Override
+        public void reset() {
+            idles = 0;
+            waitNanos = MIN_WAIT_NANOS;
         }
     }
 
@@ -279,9 +362,11 @@ final class InfoIntake {
         ControlBuffers.Lease lease = control.acquire(size);
         PostedInfo p = new PostedInfo(conn, q, id, tag, size, lease);
         boolean posted;
+        postedInfos.incrementAndGet();
         try {
             posted = conn.recvAsync(tag, lease.buffer(), 0, size, env.controlTimeout(), p);
         } catch (RuntimeException e) {
+            postedInfos.decrementAndGet();
             lease.close();
             synchronized (q) {
                 q.posted--;
@@ -294,6 +379,7 @@ final class InfoIntake {
             return true;
         }
         if (!posted) {
+            postedInfos.decrementAndGet();
             lease.reusable();
             lease.close();
             synchronized (q) {
@@ -330,6 +416,7 @@ final class InfoIntake {
         @Override
         public void completed(dev.kvtransfer.api.transport.TransportException f) {
             failure = f;
+            postedInfos.decrementAndGet();
             arrived.add(this); // the queue's hand-off publishes the bytes and the failure to the responder
             if (responderStopped) {
                 dropArrived(); // the responder's last drain may have run before our add

@@ -42,8 +42,8 @@ import static org.awaitility.Awaitility.await;
 /**
  * The context side's responder is an agent that never blocks, and over a transport that posts receives no thread
  * waits for a request info. The transport (loopback, which posts) is wrapped to record every {@code pollConnect}
- * the responder makes on {@link Tags#ID_TAG}: each has a zero wait, and they go on while the rank is idle (the
- * duty cycle returns and the idle strategy calls it again). Requesters that send headers and never their infos
+ * the responder makes on {@link Tags#ID_TAG}: each made by its duty cycle has a zero wait (only its idle strategy
+ * waits, in the transport), and they go on while the rank is idle (the duty cycle returns and is called again). Requesters that send headers and never their infos
  * then leave no thread in a receive: no info reader exists and no thread's stack is in the intake's reads, while a
  * genuine request is served and verified; the missing infos are reported {@code TIMEOUT} after the control
  * timeout, each naming its request.
@@ -130,7 +130,8 @@ class ResponderAgentTest {
         } finally {
             silent.forEach(ConnectionManager::close);
         }
-        assertThat(transport.nonZeroIdWaits(ctxAddress)).as("pollConnect calls on ID_TAG with a wait").isZero();
+        assertThat(transport.nonZeroIdWaits(ctxAddress)).as("pollConnect calls on ID_TAG with a wait in doWork")
+                .isZero();
 
         // The rank still serves.
         long id2 = 8;
@@ -150,7 +151,16 @@ class ResponderAgentTest {
                 && k.getMessage().contains("did not arrive")).count();
     }
 
-    /** A provider whose managers count the {@code pollConnect} calls on {@link Tags#ID_TAG}, by their wait. */
+    /** @return whether the calling thread is in the responder's duty cycle (not its idle strategy's wait) */
+    private static boolean inDutyCycle() {
+        return StackWalker.getInstance().walk(frames -> frames.anyMatch(f -> f.getMethodName().equals("doWork")
+                && f.getClassName().equals(InfoIntake.Responder.class.getName())));
+    }
+
+    /**
+     * A provider whose managers count the {@code pollConnect} calls on {@link Tags#ID_TAG}, and those with a wait
+     * made inside the responder's duty cycle.
+     */
     static final class RecordingProvider implements TransportProvider {
         private final TransportProvider delegate;
         private final Map<String, AtomicLong> idPolls = new ConcurrentHashMap<>();
@@ -209,7 +219,7 @@ class ResponderAgentTest {
                                               Duration wait) {
                     if (tag == Tags.ID_TAG) {
                         polls.incrementAndGet();
-                        if (!wait.isZero()) {
+                        if (!wait.isZero() && inDutyCycle()) {
                             waits.incrementAndGet();
                         }
                     }
