@@ -69,6 +69,8 @@ final class InfoIntake {
             new java.util.concurrent.atomic.AtomicInteger();
     /** The responder (set by {@link #responder}), for its idle strategy. */
     private Responder agent;
+    /** When the responder last posted an info's receive (its thread only). */
+    private long lastPostNanos;
 
     InfoIntake(TransferEnv env, ControlBuffers control, CacheSender owner, ContextSend send) {
         this.env = env;
@@ -209,50 +211,43 @@ final class InfoIntake {
     }
 
     /**
-     * The responder's idle strategy: a few spins and yields, then waits in the transport for the next header
-     * ({@link Responder#await}), 20 µs doubling to 5 ms, or to 100 µs while a posted info receive is outstanding
-     * (its completion unparks the thread, which a transport's wait may not notice). The transport's wait ends when a
-     * header arrives, so an idle responder wakes at once for one and otherwise costs next to no CPU; its duty cycle
-     * itself never waits.
+     * The responder's idle strategy. Every step of an idle strategy is followed by a duty cycle, whose zero-wait
+     * poll is a round trip to the transport's progress thread on Aeron and UCX, so this one spins and yields never:
+     * while an info posted in the last millisecond is outstanding it parks (its completion unparks the thread) up to
+     * {@link #POSTED_PARK_NANOS}; otherwise it waits in the transport for the next header
+     * ({@link Responder#await}, {@link #WAIT_NANOS}), which ends as soon as one arrives. An idle responder thus wakes
+     * at once for a header or an info and otherwise costs a few polls a second; its duty cycle itself never waits.
      */
     final class ResponderIdle implements org.agrona.concurrent.IdleStrategy {
-        static final int SPINS = 10;
-        static final int YIELDS = 20;
-        static final long MIN_WAIT_NANOS = 20_000;
-        static final long MAX_WAIT_NANOS = 5_000_000;
-        static final long MAX_WAIT_POSTED_NANOS = 100_000;
-        private int idles;
-        private long waitNanos = MIN_WAIT_NANOS;
+        /** Longest park while a fresh posted info is outstanding. */
+        static final long POSTED_PARK_NANOS = 50_000;
+        /** How long a posted info counts as fresh (expected behind its header at once). */
+        static final long POSTED_FRESH_NANOS = 1_000_000;
+        /** The transport wait for the next header: also the longest a tick, a late info or a close may wait. */
+        static final long WAIT_NANOS = 5_000_000;
 
         @Override
         public void idle(int workCount) {
-            if (workCount > 0) {
-                reset();
-            } else {
+            if (workCount <= 0) {
                 idle();
             }
         }
 
         @Override
         public void idle() {
-            if (idles < SPINS) {
-                idles++;
-                Thread.onSpinWait();
-            } else if (idles < SPINS + YIELDS) {
-                idles++;
-                Thread.yield();
+            if (!arrived.isEmpty()) {
+                return;
+            }
+            if (postedInfos.get() > 0 && System.nanoTime() - lastPostNanos < POSTED_FRESH_NANOS) {
+                java.util.concurrent.locks.LockSupport.parkNanos(this, POSTED_PARK_NANOS);
             } else {
-                long max = postedInfos.get() > 0 ? MAX_WAIT_POSTED_NANOS : MAX_WAIT_NANOS;
-                long wait = Math.min(waitNanos, max);
-                agent.await(wait);
-                waitNanos = Math.min(wait * 2, max);
+                agent.await(WAIT_NANOS);
             }
         }
 
         @Override
         public void reset() {
-            idles = 0;
-            waitNanos = MIN_WAIT_NANOS;
+            // No state: each idle step decides from the intake's state.
         }
     }
 
@@ -363,6 +358,7 @@ final class InfoIntake {
         PostedInfo p = new PostedInfo(conn, q, id, tag, size, lease);
         boolean posted;
         postedInfos.incrementAndGet();
+        lastPostNanos = System.nanoTime();
         try {
             posted = conn.recvAsync(tag, lease.buffer(), 0, size, env.controlTimeout(), p);
         } catch (RuntimeException e) {
