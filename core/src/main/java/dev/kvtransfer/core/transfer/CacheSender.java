@@ -42,8 +42,8 @@ public final class CacheSender implements AutoCloseable {
     /** Largest RequestInfo accepted, in bytes; a larger announced size is dropped as MALFORMED. */
     public static final long MAX_INFO_BYTES = 1 << 20;
     /**
-     * Threads reading request infos where the transport does not post receives (each connection's infos are read in
-     * order by one of them at a time); where it posts, no thread reads and these are never started.
+     * Info threads: where the transport posts receives they serve the infos whose receives completed (no thread
+     * waits for one); where it does not, they read them (each connection's in order, by one of them at a time).
      */
     static final int INFO_READERS = 2;
     /** Most request headers queued per connection before that connection's further requests are dropped. */
@@ -188,14 +188,14 @@ public final class CacheSender implements AutoCloseable {
                 return t;
             });
             AtomicInteger readers = new AtomicInteger();
-            // Threads start on the first task: over a transport that posts receives no info reader ever runs.
+            // Threads start on the first task.
             infoReaders = new ThreadPoolExecutor(INFO_READERS, INFO_READERS, 0, TimeUnit.MILLISECONDS,
                     new LinkedBlockingQueue<>(), r -> {
                 Thread t = new Thread(r, env.threadPrefix() + "-info-" + readers.getAndIncrement());
                 t.setDaemon(true);
                 return t;
             });
-            // The responder is an Agrona agent whose duty cycle never blocks (non-blocking polls, posted info
+            // The responder is an Agrona agent whose duty cycle never blocks (a zero-wait poll, posted info
             // receives); its idle strategy does the waiting, in the transport's own wait for the next header
             // (InfoIntake.ResponderIdle). Its errors go to the metrics' error path and counter.
             org.agrona.concurrent.Agent agent = intake.responder(infoReaders);
@@ -394,7 +394,11 @@ public final class CacheSender implements AutoCloseable {
         }
         flushEffects();
         if (infoReaders != null) {
-            infoReaders.shutdownNow();
+            for (Runnable r : infoReaders.shutdownNow()) {
+                if (r instanceof InfoIntake.PostedInfo p) {
+                    p.drop(); // a received info no info thread took: its lease goes back
+                }
+            }
         }
         if (senders != null) {
             // Signalled requests no sender thread has taken yet end here (their counterparts were told ready: a push

@@ -25,7 +25,7 @@ import java.util.concurrent.TimeUnit;
  * ({@link RequestHeaderFlyweight}) from every connection with non-blocking polls, and each header's info is read
  * on the request's own data tag, which the header names, so a lost, late or duplicated info concerns its request
  * alone. Where the transport posts receives ({@link Connection#recvAsync}) the info's receive is posted when its
- * header is taken and no thread waits for it: its completion hands it to the responder, which decodes,
+ * header is taken and no thread waits for it: its completion hands it to an info thread, which decodes,
  * authenticates (MAC, requester identity, freshness, token) and hands it to {@link CacheSender#onInfo}. Where the
  * transport does not post, the responder reads it when it comes at once, else one of the info readers does; a
  * reader that finds one late moves on to the connection's other headers. Per connection it drops duplicated
@@ -60,17 +60,8 @@ final class InfoIntake {
     private volatile ExecutorService infoReaders;
     /** The responder's thread once it runs. */
     private volatile Thread responderThread;
-    /** Posted info receives that ended, for the responder to serve ({@link PostedInfo}). */
-    private final java.util.Queue<PostedInfo> arrived = new java.util.concurrent.ConcurrentLinkedQueue<>();
-    /** The responder's agent has stopped: a posted receive ending now gives its lease back itself. */
-    private volatile boolean responderStopped;
-    /** Posted info receives not ended yet, all connections: the idle responder then waits in short slices. */
-    private final java.util.concurrent.atomic.AtomicInteger postedInfos =
-            new java.util.concurrent.atomic.AtomicInteger();
     /** The responder (set by {@link #responder}), for its idle strategy. */
     private Responder agent;
-    /** When the responder last posted an info's receive (its thread only). */
-    private long lastPostNanos;
 
     InfoIntake(TransferEnv env, ControlBuffers control, CacheSender owner, ContextSend send) {
         this.env = env;
@@ -126,7 +117,7 @@ final class InfoIntake {
          * {@link #doWork}; a closed transport or a bad header is left to that cycle's poll and its reports.
          */
         void await(long nanos) {
-            if (taken != null || !arrived.isEmpty() || owner.isClosing()) {
+            if (taken != null || owner.isClosing()) {
                 return;
             }
             try {
@@ -150,7 +141,7 @@ final class InfoIntake {
             if (owner.isClosing()) {
                 throw new org.agrona.concurrent.AgentTerminationException();
             }
-            int work = serveArrived();
+            int work = 0;
             long now = System.nanoTime();
             if (now - nextTick >= 0) {
                 nextTick = now + TICK_NANOS;
@@ -192,13 +183,11 @@ final class InfoIntake {
                 return work + 1;
             }
             enqueueInfo(conn, h.requestId(), (int) h.infoLength(), h.infoTag());
-            return work + 1 + serveArrived();
+            return work + 1;
         }
 
         @Override
         public void onClose() {
-            responderStopped = true;
-            dropArrived();
             if (header != null) {
                 header.close();
             }
@@ -211,19 +200,14 @@ final class InfoIntake {
     }
 
     /**
-     * The responder's idle strategy. Every step of an idle strategy is followed by a duty cycle, whose zero-wait
-     * poll is a round trip to the transport's progress thread on Aeron and UCX, so this one spins and yields never:
-     * while an info posted in the last millisecond is outstanding it parks (its completion unparks the thread) up to
-     * {@link #POSTED_PARK_NANOS}; otherwise it waits in the transport for the next header
-     * ({@link Responder#await}, {@link #WAIT_NANOS}), which ends as soon as one arrives. An idle responder thus wakes
-     * at once for a header or an info and otherwise costs a few polls a second; its duty cycle itself never waits.
+     * The responder's idle strategy: it waits in the transport for the next header ({@link Responder#await},
+     * {@link #WAIT_NANOS}), which ends as soon as one arrives, and never spins: every idle step is followed by a duty
+     * cycle, whose zero-wait poll is a round trip to the transport's progress thread on Aeron and UCX. An idle
+     * responder thus wakes at once for a header and otherwise costs a few polls a second; its duty cycle itself
+     * never waits.
      */
     final class ResponderIdle implements org.agrona.concurrent.IdleStrategy {
-        /** Longest park while a fresh posted info is outstanding. */
-        static final long POSTED_PARK_NANOS = 50_000;
-        /** How long a posted info counts as fresh (expected behind its header at once). */
-        static final long POSTED_FRESH_NANOS = 1_000_000;
-        /** The transport wait for the next header: also the longest a tick, a late info or a close may wait. */
+        /** The transport wait for the next header: also the longest a tick or a close may wait. */
         static final long WAIT_NANOS = 5_000_000;
 
         @Override
@@ -235,19 +219,12 @@ final class InfoIntake {
 
         @Override
         public void idle() {
-            if (!arrived.isEmpty()) {
-                return;
-            }
-            if (postedInfos.get() > 0 && System.nanoTime() - lastPostNanos < POSTED_FRESH_NANOS) {
-                java.util.concurrent.locks.LockSupport.parkNanos(this, POSTED_PARK_NANOS);
-            } else {
-                agent.await(WAIT_NANOS);
-            }
+            agent.await(WAIT_NANOS);
         }
 
         @Override
         public void reset() {
-            // No state: each idle step decides from the intake's state.
+            // No state.
         }
     }
 
@@ -346,7 +323,7 @@ final class InfoIntake {
 
     /**
      * Posts the receive of a header's info ({@link Connection#recvAsync}) with the control timeout as its deadline:
-     * no thread waits for it. Its completion ({@link PostedInfo}) queues it for the responder, which serves it as a
+     * no thread waits for it. Its completion ({@link PostedInfo}) hands it to an info thread, which serves it as a
      * reader would ({@link #serve}); one that did not arrive in time is dropped with {@code TIMEOUT}, as a reader
      * drops it.
      *
@@ -357,12 +334,9 @@ final class InfoIntake {
         ControlBuffers.Lease lease = control.acquire(size);
         PostedInfo p = new PostedInfo(conn, q, id, tag, size, lease);
         boolean posted;
-        postedInfos.incrementAndGet();
-        lastPostNanos = System.nanoTime();
         try {
             posted = conn.recvAsync(tag, lease.buffer(), 0, size, env.controlTimeout(), p);
         } catch (RuntimeException e) {
-            postedInfos.decrementAndGet();
             lease.close();
             synchronized (q) {
                 q.posted--;
@@ -375,7 +349,6 @@ final class InfoIntake {
             return true;
         }
         if (!posted) {
-            postedInfos.decrementAndGet();
             lease.reusable();
             lease.close();
             synchronized (q) {
@@ -390,8 +363,12 @@ final class InfoIntake {
         return true;
     }
 
-    /** One info's posted receive: its completion (a transport thread) queues it for the responder and wakes it. */
-    private final class PostedInfo implements dev.kvtransfer.api.transport.RecvCompletion {
+    /**
+     * One info's posted receive. Its completion (a transport thread, which must not block) hands it to an info
+     * thread, which serves it as a reader would ({@link #servePosted}): decode, authenticate, {@link CacheSender#onInfo}
+     * (which may send ready signals and refusals, or serve a small request whole). No thread waits for it.
+     */
+    final class PostedInfo implements dev.kvtransfer.api.transport.RecvCompletion, Runnable {
         final Connection conn;
         final InfoQueue q;
         final long id;
@@ -412,31 +389,25 @@ final class InfoIntake {
         @Override
         public void completed(dev.kvtransfer.api.transport.TransportException f) {
             failure = f;
-            postedInfos.decrementAndGet();
-            arrived.add(this); // the queue's hand-off publishes the bytes and the failure to the responder
-            if (responderStopped) {
-                dropArrived(); // the responder's last drain may have run before our add
-                return;
-            }
-            Thread t = responderThread;
-            if (t != null) {
-                java.util.concurrent.locks.LockSupport.unpark(t); // the idle strategy parks with LockSupport
+            try {
+                infoReaders.execute(this); // the executor's queue publishes the bytes and the failure
+            } catch (RejectedExecutionException closing) {
+                drop();
             }
         }
-    }
 
-    /** On the responder: serves every posted info whose receive ended. @return how many */
-    private int serveArrived() {
-        int n = 0;
-        PostedInfo p;
-        while ((p = arrived.poll()) != null) {
-            n++;
-            synchronized (p.q) {
-                p.q.posted--;
+        @Override
+        public void run() {
+            synchronized (q) {
+                q.posted--;
             }
-            servePosted(p);
+            servePosted(this);
         }
-        return n;
+
+        /** The transceiver closed before it was served: the lease goes back, nothing is served. */
+        void drop() {
+            lease.close();
+        }
     }
 
     private void servePosted(PostedInfo p) {
@@ -462,14 +433,6 @@ final class InfoIntake {
             env.metrics().error(e instanceof KvTransferException ? e
                     : new KvTransferException(ErrorCode.INTERNAL, p.id, "serving request info from "
                     + Texts.peer(p.conn.peer()) + ": " + e, e));
-        }
-    }
-
-    /** Posted infos that ended after the responder stopped: their leases go back, nothing is served. */
-    private void dropArrived() {
-        PostedInfo p;
-        while ((p = arrived.poll()) != null) {
-            p.lease.close();
         }
     }
 

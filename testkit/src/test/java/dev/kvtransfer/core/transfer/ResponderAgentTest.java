@@ -34,6 +34,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.atomic.AtomicLong;
 
 import static org.assertj.core.api.Assertions.assertThat;
@@ -43,10 +44,10 @@ import static org.awaitility.Awaitility.await;
  * The context side's responder is an agent that never blocks, and over a transport that posts receives no thread
  * waits for a request info. The transport (loopback, which posts) is wrapped to record every {@code pollConnect}
  * the responder makes on {@link Tags#ID_TAG}: each made by its duty cycle has a zero wait (only its idle strategy
- * waits, in the transport), and they go on while the rank is idle (the duty cycle returns and is called again). Requesters that send headers and never their infos
- * then leave no thread in a receive: no info reader exists and no thread's stack is in the intake's reads, while a
- * genuine request is served and verified; the missing infos are reported {@code TIMEOUT} after the control
- * timeout, each naming its request.
+ * waits, in the transport), and they go on while the rank is idle (the duty cycle returns and is called again).
+ * Requesters that send headers and never their infos then leave no thread in a receive: the info threads are idle
+ * in their pool and no thread's stack is in the intake's reads, while a genuine request is served and verified;
+ * the missing infos are reported {@code TIMEOUT} after the control timeout, each naming its request.
  */
 @Timeout(60)
 class ResponderAgentTest {
@@ -109,13 +110,15 @@ class ResponderAgentTest {
             assertThat(r.checkedElements()).isPositive();
             assertThat(silentHeadersReported()).as("missing infos given up on before the control timeout").isZero();
 
-            // Three infos are announced and missing: no thread waits for one.
+            // Three infos are announced and missing: no thread waits for one. The info threads (they serve infos
+            // whose receives completed) are idle in their pool, none is in the intake's blocking read.
+            await().atMost(BOUND).until(() -> Thread.getAllStackTraces().entrySet().stream()
+                    .filter(e -> e.getKey().getName().contains("-info-"))
+                    .allMatch(e -> inStack(e.getValue(), ThreadPoolExecutor.class.getName(), "getTask")));
             Map<Thread, StackTraceElement[]> threads = Thread.getAllStackTraces();
-            assertThat(threads.keySet()).as("info readers (none start over a transport that posts)")
-                    .noneMatch(t -> t.getName().contains("-info-"));
             assertThat(threads.values()).as("threads in the intake's blocking read").noneMatch(stack ->
-                    List.of(stack).stream().anyMatch(f -> f.getClassName().equals(InfoIntake.class.getName())
-                            && (f.getMethodName().equals("readInfo") || f.getMethodName().equals("drain"))));
+                    inStack(stack, InfoIntake.class.getName(), "readInfo")
+                            || inStack(stack, InfoIntake.class.getName(), "drain"));
             assertThat(threads.keySet()).as("the responder").anyMatch(t -> t.getName().endsWith("-responder"));
 
             await().atMost(BOUND).until(() -> silentHeadersReported() >= 3);
@@ -149,6 +152,11 @@ class ResponderAgentTest {
     private long silentHeadersReported() {
         return errors.stream().filter(e -> e instanceof KvTransferException k && k.code() == ErrorCode.TIMEOUT
                 && k.getMessage().contains("did not arrive")).count();
+    }
+
+    private static boolean inStack(StackTraceElement[] stack, String className, String method) {
+        return List.of(stack).stream().anyMatch(f -> f.getClassName().equals(className)
+                && f.getMethodName().equals(method));
     }
 
     /** @return whether the calling thread is in the responder's duty cycle (not its idle strategy's wait) */
