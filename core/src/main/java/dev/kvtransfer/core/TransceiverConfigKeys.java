@@ -29,7 +29,8 @@ public final class TransceiverConfigKeys {
                     "Sender threads on the context side, and send slots of the buffer pool."),
             new ConfigKey(P_RESPONDER_INFO_WAIT_MICROS, Integer.toString(DEFAULT_RESPONDER_INFO_WAIT_MICROS),
                     "[-1, 100000] µs (-1 = the transport's choice, 0 = never)",
-                    "How long the context responder waits for the request info behind a header on an idle connection."),
+                    "How long the context responder waits for the request info behind a header on an idle connection, "
+                            + "over a transport that does not post receives (unused over Aeron, UCX, loopback)."),
             new ConfigKey(P_RECV_SLOTS, Integer.toString(DEFAULT_RECV_SLOTS), "[1, 1024]",
                     "Receive slots of the buffer pool."),
             new ConfigKey(P_PARALLEL_RECEIVE, Boolean.toString(DEFAULT_PARALLEL_RECEIVE), "true | false",

@@ -170,7 +170,8 @@ public interface ConnectionManager extends AutoCloseable {
      * on an otherwise idle connection and read it itself, instead of handing it to an info reader (one thread
      * hand-off fewer per lone request). A transport whose progress runs on its own thread and whose short receives
      * are cheap profits; one whose receives on the responder cost more than the hand-off saves returns 0. Used when
-     * {@code kvtransfer.responderInfoWaitMicros} is not set.
+     * {@code kvtransfer.responderInfoWaitMicros} is not set, and only over connections that do not post receives
+     * ({@link Connection#recvAsync} returns false): where they post, the responder never waits for an info.
      *
      * @return microseconds, 0 to 100,000; the default is 200
      */

@@ -41,9 +41,10 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class CacheSender implements AutoCloseable {
     /** Largest RequestInfo accepted, in bytes; a larger announced size is dropped as MALFORMED. */
     public static final long MAX_INFO_BYTES = 1 << 20;
-    /** Longest the idle responder waits in one poll before it expires old requests and checks for close. */
-    static final Duration POLL = Duration.ofMillis(50);
-    /** Threads reading request infos (each connection's infos are read in order by one of them at a time). */
+    /**
+     * Info threads: where the transport posts receives they serve the infos whose receives completed (no thread
+     * waits for one); where it does not, they read them (each connection's in order, by one of them at a time).
+     */
     static final int INFO_READERS = 2;
     /** Most request headers queued per connection before that connection's further requests are dropped. */
     static final int MAX_QUEUED_PER_CONNECTION = 1024;
@@ -187,15 +188,18 @@ public final class CacheSender implements AutoCloseable {
                 return t;
             });
             AtomicInteger readers = new AtomicInteger();
+            // Threads start on the first task.
             infoReaders = new ThreadPoolExecutor(INFO_READERS, INFO_READERS, 0, TimeUnit.MILLISECONDS,
                     new LinkedBlockingQueue<>(), r -> {
                 Thread t = new Thread(r, env.threadPrefix() + "-info-" + readers.getAndIncrement());
                 t.setDaemon(true);
                 return t;
             });
-            // The responder is an Agrona agent: its work is one poll of the transport (which waits, bounded, in
-            // the transport's own wakeup), its errors go to the metrics' error path and counter.
-            responder = new org.agrona.concurrent.AgentRunner(new org.agrona.concurrent.NoOpIdleStrategy(),
+            // The responder is an Agrona agent whose duty cycle never blocks (a zero-wait poll, posted info
+            // receives); its idle strategy does the waiting, in the transport's own wait for the next header
+            // (InfoIntake.ResponderIdle). Its errors go to the metrics' error path and counter.
+            org.agrona.concurrent.Agent agent = intake.responder(infoReaders);
+            responder = new org.agrona.concurrent.AgentRunner(intake.idleStrategy(),
                     e -> {
                         if (e instanceof org.agrona.concurrent.AgentTerminationException) {
                             return; // the agent's own, orderly stop (close, or the transport closed)
@@ -203,7 +207,7 @@ public final class CacheSender implements AutoCloseable {
                         env.metrics().error(e instanceof KvTransferException ? e
                                 : new KvTransferException(ErrorCode.INTERNAL, KvTransferException.NO_REQUEST,
                                 "responder of rank " + env.selfIndex() + ": " + e, e));
-                    }, null, intake.responder(infoReaders));
+                    }, null, agent);
             org.agrona.concurrent.AgentRunner.startOnThread(responder, r -> {
                 Thread t = new Thread(r, env.threadPrefix() + "-responder");
                 t.setDaemon(true);
@@ -390,7 +394,11 @@ public final class CacheSender implements AutoCloseable {
         }
         flushEffects();
         if (infoReaders != null) {
-            infoReaders.shutdownNow();
+            for (Runnable r : infoReaders.shutdownNow()) {
+                if (r instanceof InfoIntake.PostedInfo p) {
+                    p.drop(); // a received info no info thread took: its lease goes back
+                }
+            }
         }
         if (senders != null) {
             // Signalled requests no sender thread has taken yet end here (their counterparts were told ready: a push

@@ -22,18 +22,20 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * The context rank's intake of requests: the responder agent accepts request headers
- * ({@link RequestHeaderFlyweight}) from every connection and each connection's infos are read in order, by the
- * responder itself when one arrives at once, else by one of the info readers; each info is decoded, authenticated
- * (MAC, requester identity, freshness, token) and handed to {@link CacheSender#onInfo}. Each info travels on its
- * request's own data tag, which the header names, so a lost, late or duplicated info concerns its request alone:
- * a reader that finds one late moves on to the connection's other headers. Per connection it drops duplicated
- * headers and bounds the queued ones.
+ * ({@link RequestHeaderFlyweight}) from every connection with non-blocking polls, and each header's info is read
+ * on the request's own data tag, which the header names, so a lost, late or duplicated info concerns its request
+ * alone. Where the transport posts receives ({@link Connection#recvAsync}) the info's receive is posted when its
+ * header is taken and no thread waits for it: its completion hands it to an info thread, which decodes,
+ * authenticates (MAC, requester identity, freshness, token) and hands it to {@link CacheSender#onInfo}. Where the
+ * transport does not post, the responder reads it when it comes at once, else one of the info readers does; a
+ * reader that finds one late moves on to the connection's other headers. Per connection it drops duplicated
+ * headers and bounds the queued (or posted) ones.
  */
 final class InfoIntake {
     /** Largest RequestInfo accepted, in bytes; a larger announced size is dropped as MALFORMED. */
     static final long MAX_INFO_BYTES = CacheSender.MAX_INFO_BYTES;
-    /** Longest the idle responder waits in one poll before it expires old requests and checks for close. */
-    static final Duration POLL = CacheSender.POLL;
+    /** How often the responder's tick runs (deadlines, parked connections): its polls themselves never wait. */
+    static final long TICK_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
     /** Most request headers queued per connection before that connection's further requests are dropped. */
     static final int MAX_QUEUED_PER_CONNECTION = CacheSender.MAX_QUEUED_PER_CONNECTION;
     /** Headers of a connection read the usual way after one of its infos came late to the responder. */
@@ -58,6 +60,8 @@ final class InfoIntake {
     private volatile ExecutorService infoReaders;
     /** The responder's thread once it runs. */
     private volatile Thread responderThread;
+    /** The responder (set by {@link #responder}), for its idle strategy. */
+    private Responder agent;
 
     InfoIntake(TransferEnv env, ControlBuffers control, CacheSender owner, ContextSend send) {
         this.env = env;
@@ -75,7 +79,13 @@ final class InfoIntake {
     /** @return the responder agent (run once, by the owner's agent runner) */
     org.agrona.concurrent.Agent responder(ExecutorService readers) {
         this.infoReaders = readers;
-        return new Responder();
+        this.agent = new Responder();
+        return agent;
+    }
+
+    /** @return the responder's idle strategy (one, for the runner of {@link #responder}) */
+    org.agrona.concurrent.IdleStrategy idleStrategy() {
+        return new ResponderIdle();
     }
 
     /** @return whether the calling thread is the responder's */
@@ -96,17 +106,55 @@ final class InfoIntake {
             responderThread = Thread.currentThread();
         }
 
+        /** When the next tick (deadlines, parked connections) is due. */
+        private long nextTick;
+        /** A header the idle strategy's wait took ({@link #await}), in {@link #header}: the next cycle serves it. */
+        private Connection taken;
+
+        /**
+         * The idle strategy's wait, on the responder's thread between duty cycles: the transport's own wait for the
+         * next header, so an idle responder wakes when one arrives. A header taken here is served by the next
+         * {@link #doWork}; a closed transport or a bad header is left to that cycle's poll and its reports.
+         */
+        void await(long nanos) {
+            if (taken != null || owner.isClosing()) {
+                return;
+            }
+            try {
+                taken = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH,
+                        Duration.ofNanos(nanos));
+            } catch (TransportClosedException e) {
+                return; // the next cycle's poll sees it too and stops the agent
+            } catch (KvTransferException e) {
+                env.metrics().error(e); // a malformed header (wrong length): counted, the next one is served
+            }
+        }
+
+        /**
+         * One duty cycle: never blocks. Serves the infos whose posted receives ended, runs the tick when due and
+         * polls for one request header without waiting; the runner's idle strategy does the waiting.
+         *
+         * @return how much was done (0: nothing, the idle strategy backs off)
+         */
         @Override
         public int doWork() {
             if (owner.isClosing()) {
                 throw new org.agrona.concurrent.AgentTerminationException();
             }
-            owner.expire();
-            retryParked();
-            Connection conn;
+            int work = 0;
+            long now = System.nanoTime();
+            if (now - nextTick >= 0) {
+                nextTick = now + TICK_NANOS;
+                owner.expire();
+                retryParked();
+            }
+            Connection conn = taken;
+            taken = null;
             try {
-                conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH,
-                        hasParked() ? PARKED_RETRY : POLL);
+                if (conn == null) {
+                    conn = env.connections().pollConnect(Tags.ID_TAG, header, 0, RequestHeaderFlyweight.LENGTH,
+                            Duration.ZERO);
+                }
             } catch (TransportClosedException e) {
                 if (!owner.isClosing()) {
                     env.metrics().error(new KvTransferException(ErrorCode.NETWORK, KvTransferException.NO_REQUEST,
@@ -116,14 +164,14 @@ final class InfoIntake {
             } catch (KvTransferException e) {
                 // A malformed header (wrong length) from some peer: counted, and the next one is served.
                 env.metrics().error(e);
-                return 1;
+                return work + 1;
             }
             if (conn == null) {
-                return 0;
+                return work;
             }
             RequestHeaderFlyweight h = headerFly.wrap(header.asByteBuffer(), 0);
             if (h.kind() == RequestHeaderFlyweight.KIND_TERMINATION) {
-                return 1;
+                return work + 1;
             }
             try {
                 // A bad kind or length: the info itself is left unread, a peer that announces it does not speak
@@ -132,10 +180,10 @@ final class InfoIntake {
                         + Texts.peer(conn.peer()));
             } catch (KvTransferException e) {
                 env.metrics().error(e);
-                return 1;
+                return work + 1;
             }
             enqueueInfo(conn, h.requestId(), (int) h.infoLength(), h.infoTag());
-            return 1;
+            return work + 1;
         }
 
         @Override
@@ -148,6 +196,39 @@ final class InfoIntake {
         @Override
         public String roleName() {
             return env.threadPrefix() + "-responder";
+        }
+    }
+
+    /**
+     * The responder's idle strategy: it waits in the transport for the next header ({@link Responder#await},
+     * {@link #WAIT_NANOS}), which ends as soon as one arrives, and never spins: every idle step is followed by a duty
+     * cycle, whose zero-wait poll is a round trip to the transport's progress thread on Aeron and UCX. An idle
+     * responder thus wakes at once for a header and otherwise costs a few polls a second; its duty cycle itself
+     * never waits.
+     */
+    final class ResponderIdle implements org.agrona.concurrent.IdleStrategy {
+        /**
+         * The transport wait for the next header: also the longest a tick or a close may wait. 5 ms cost an idle
+         * Aeron pair about 6 % of a core more than 50 ms (200 polls a second, each through the transport's agent).
+         */
+        static final long WAIT_NANOS = 50_000_000;
+
+        @Override
+        public void idle(int workCount) {
+            if (workCount <= 0) {
+                idle();
+            }
+        }
+
+        @Override
+        public void idle() {
+            // A parked connection (readers only) is retried on the tick: wait no longer than its retry period.
+            agent.await(parkedCount.get() > 0 ? PARKED_RETRY.toNanos() : WAIT_NANOS);
+        }
+
+        @Override
+        public void reset() {
+            // No state.
         }
     }
 
@@ -167,6 +248,10 @@ final class InfoIntake {
         final org.agrona.collections.Long2LongHashMap lateSince = new org.agrona.collections.Long2LongHashMap(0);
         /** When a parked connection is tried again. */
         long retryAt;
+        /** Whether this connection's infos are read with posted receives: unknown until its first header. */
+        byte mode = MODE_UNKNOWN;
+        /** Posted info receives of this connection that have not been served yet. */
+        int posted;
 
         boolean seenRecently(long id) {
             for (long r : recent) {
@@ -183,12 +268,19 @@ final class InfoIntake {
         }
     }
 
+    private static final byte MODE_UNKNOWN = 0;
+    private static final byte MODE_POSTED = 1;
+    private static final byte MODE_READERS = 2;
+
     /** @return a header's info tag and length packed as one queue value */
     static long frame(int tag, int size) {
         return ((long) tag << 32) | (size & 0xffff_ffffL);
     }
 
-    /** On the responder: queues an accepted header's info read, reading it here when {@link #readOnResponder} can. */
+    /**
+     * On the responder: an accepted header's info is received with a posted receive where the connection's transport
+     * posts ({@link #postInfo}), else queued for the info readers (read here when {@link #readOnResponder} can).
+     */
     void enqueueInfo(Connection conn, long id, int size, int tag) {
         InfoQueue q = infoQueues.computeIfAbsent(conn, c -> new InfoQueue());
         boolean start;
@@ -199,14 +291,22 @@ final class InfoIntake {
                         + " (ignored)", null));
                 return;
             }
-            if (q.pending.size() >= MAX_QUEUED_PER_CONNECTION) {
+            if (q.pending.size() + q.posted >= MAX_QUEUED_PER_CONNECTION) {
                 env.metrics().error(new KvTransferException(ErrorCode.MALFORMED, id, "rank " + env.selfIndex()
-                        + ": " + Texts.peer(conn.peer()) + " has " + q.pending.size() + " request infos unread; "
-                        + "request " + id + " dropped", null));
+                        + ": " + Texts.peer(conn.peer()) + " has " + (q.pending.size() + q.posted)
+                        + " request infos unread; request " + id + " dropped", null));
                 return;
             }
-            q.pending.add(id, frame(tag, size));
             q.remember(id);
+            if (q.mode != MODE_READERS) {
+                q.posted++;
+            }
+        }
+        if (q.mode != MODE_READERS && postInfo(conn, q, id, size, tag)) {
+            return;
+        }
+        synchronized (q) {
+            q.pending.add(id, frame(tag, size));
             start = !q.reading;
             q.reading = true;
         }
@@ -223,6 +323,128 @@ final class InfoIntake {
                 }
             }
         }
+    }
+
+    /**
+     * Posts the receive of a header's info ({@link Connection#recvAsync}) with the control timeout as its deadline:
+     * no thread waits for it. Its completion ({@link PostedInfo}) hands it to an info thread, which serves it as a
+     * reader would ({@link #serve}); one that did not arrive in time is dropped with {@code TIMEOUT}, as a reader
+     * drops it.
+     *
+     * @return true when posted (or the transport closed); false when the transport does not post: the connection
+     *         then goes to the info readers from now on ({@code q.posted} was given back)
+     */
+    private boolean postInfo(Connection conn, InfoQueue q, long id, int size, int tag) {
+        ControlBuffers.Lease lease = control.acquire(size);
+        PostedInfo p = new PostedInfo(conn, q, id, tag, size, lease);
+        boolean posted;
+        try {
+            posted = conn.recvAsync(tag, lease.buffer(), 0, size, env.controlTimeout(), p);
+        } catch (RuntimeException e) {
+            lease.close();
+            synchronized (q) {
+                q.posted--;
+            }
+            if (!(e instanceof TransportClosedException)) {
+                env.metrics().error(e instanceof KvTransferException ? e : new KvTransferException(ErrorCode.INTERNAL,
+                        id, "posting the receive of request " + id + "'s info from " + Texts.peer(conn.peer()) + ": "
+                        + e, e));
+            }
+            return true;
+        }
+        if (!posted) {
+            lease.reusable();
+            lease.close();
+            synchronized (q) {
+                q.posted--;
+                q.mode = MODE_READERS;
+            }
+            return false;
+        }
+        synchronized (q) {
+            q.mode = MODE_POSTED;
+        }
+        return true;
+    }
+
+    /**
+     * One info's posted receive. Its completion (a transport thread, which must not block) hands it to an info
+     * thread, which serves it as a reader would ({@link #servePosted}): decode, authenticate, {@link CacheSender#onInfo}
+     * (which may send ready signals and refusals, or serve a small request whole). No thread waits for it.
+     */
+    final class PostedInfo implements dev.kvtransfer.api.transport.RecvCompletion, Runnable {
+        final Connection conn;
+        final InfoQueue q;
+        final long id;
+        final int tag;
+        final int size;
+        final ControlBuffers.Lease lease;
+        dev.kvtransfer.api.transport.TransportException failure;
+
+        PostedInfo(Connection conn, InfoQueue q, long id, int tag, int size, ControlBuffers.Lease lease) {
+            this.conn = conn;
+            this.q = q;
+            this.id = id;
+            this.tag = tag;
+            this.size = size;
+            this.lease = lease;
+        }
+
+        @Override
+        public void completed(dev.kvtransfer.api.transport.TransportException f) {
+            failure = f;
+            try {
+                infoReaders.execute(this); // the executor's queue publishes the bytes and the failure
+            } catch (RejectedExecutionException closing) {
+                drop();
+            }
+        }
+
+        @Override
+        public void run() {
+            synchronized (q) {
+                q.posted--;
+            }
+            servePosted(this);
+        }
+
+        /** The transceiver closed before it was served: the lease goes back, nothing is served. */
+        void drop() {
+            lease.close();
+        }
+    }
+
+    private void servePosted(PostedInfo p) {
+        if (p.failure != null) {
+            p.lease.close();
+            if (p.failure instanceof TransportClosedException || owner.isClosing()) {
+                return;
+            }
+            env.metrics().error(p.failure.code() == ErrorCode.TIMEOUT ? lateInfo(p.id, p.conn)
+                    : new KvTransferException(p.failure.code(), p.id, "rank " + env.selfIndex() + ": the info of "
+                    + "request " + p.id + " announced by " + Texts.peer(p.conn.peer()) + " did not arrive: "
+                    + p.failure.getMessage(), p.failure));
+            return;
+        }
+        if (owner.isClosing()) {
+            p.lease.reusable();
+            p.lease.close();
+            return;
+        }
+        try {
+            serve(p.conn, p.q, p.id, p.tag, p.size, p.lease);
+        } catch (RuntimeException e) {
+            env.metrics().error(e instanceof KvTransferException ? e
+                    : new KvTransferException(ErrorCode.INTERNAL, p.id, "serving request info from "
+                    + Texts.peer(p.conn.peer()) + ": " + e, e));
+        }
+    }
+
+    /** @return the error of an info still missing after the control timeout (its header is dropped) */
+    private KvTransferException lateInfo(long id, Connection conn) {
+        return new KvTransferException(ErrorCode.TIMEOUT, id, "rank " + env.selfIndex() + ": the info of request "
+                + id + " announced by " + Texts.peer(conn.peer()) + " did not arrive within "
+                + env.controlTimeout().toMillis() + " ms; dropped", null);
     }
 
     /**
@@ -351,15 +573,8 @@ final class InfoIntake {
                 }
                 q.lateSince.remove(nextId);
             }
-            env.metrics().error(new KvTransferException(ErrorCode.TIMEOUT, nextId, "rank " + env.selfIndex()
-                    + ": the info of request " + nextId + " announced by " + Texts.peer(conn.peer())
-                    + " did not arrive within " + env.controlTimeout().toMillis() + " ms; dropped", null));
+            env.metrics().error(lateInfo(nextId, conn));
         }
-    }
-
-    /** @return whether some connection is parked (the responder then polls in shorter slices) */
-    boolean hasParked() {
-        return parkedCount.get() > 0;
     }
 
     /** On the responder's tick: parked connections whose retry time came get a reader again. */
@@ -402,21 +617,35 @@ final class InfoIntake {
      * @return false only when {@code wait} passed before the info arrived
      */
     private boolean readInfo(Connection conn, InfoQueue q, long headerId, int tag, int size, Duration wait) {
+        ControlBuffers.Lease lease = control.acquire(size);
+        try {
+            conn.recv(tag, lease.buffer(), 0, size, wait);
+        } catch (KvTransferException e) {
+            lease.close();
+            if (e.code() == ErrorCode.TIMEOUT) {
+                return false;
+            }
+            throw new KvTransferException(e.code(), headerId, "rank " + env.selfIndex() + ": the info of request "
+                    + headerId + " announced by " + Texts.peer(conn.peer()) + " did not arrive: " + e.getMessage(), e);
+        } catch (RuntimeException e) {
+            lease.close();
+            throw e;
+        }
+        serve(conn, q, headerId, tag, size, lease);
+        return true;
+    }
+
+    /**
+     * Decodes, authenticates and dispatches one received info (an info reader's or, for a posted receive, the
+     * responder's); gives the lease back.
+     */
+    private void serve(Connection conn, InfoQueue q, long headerId, int tag, int size, ControlBuffers.Lease lease) {
         ControlAuth auth = env.auth();
         int mac = auth.macBytes();
         RequestInfo info = null;
         MalformedMessageException malformed = null;
         boolean macOk = false;
-        try (ControlBuffers.Lease lease = control.acquire(size)) {
-            MemoryBuffer buf = lease.buffer();
-            try {
-                conn.recv(tag, buf, 0, size, wait);
-            } catch (KvTransferException e) {
-                if (e.code() == ErrorCode.TIMEOUT) {
-                    return false;
-                }
-                throw e;
-            }
+        try (lease) {
             // Decoded and authenticated where it was received (no copy of the message or of its MAC); the lease
             // is reusable once the receive completed, whatever the bytes were.
             ByteBuffer bb = lease.bytes();
@@ -428,9 +657,6 @@ final class InfoIntake {
                 malformed = e;
             }
             lease.reusable();
-        } catch (KvTransferException e) {
-            throw new KvTransferException(e.code(), headerId, "rank " + env.selfIndex() + ": the info of request "
-                    + headerId + " announced by " + Texts.peer(conn.peer()) + " did not arrive: " + e.getMessage(), e);
         }
         if (malformed != null) {
             throw new KvTransferException(ErrorCode.MALFORMED, headerId, "rank " + env.selfIndex()
@@ -456,7 +682,6 @@ final class InfoIntake {
             throw e;
         }
         owner.onInfo(conn, info, q);
-        return true;
     }
 
     /** @return null when the info is authentic, fresh, from the session it claims and holds the token */

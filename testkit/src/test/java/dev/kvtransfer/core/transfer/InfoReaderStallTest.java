@@ -19,6 +19,8 @@ import dev.kvtransfer.core.memory.HostBufferManager;
 import dev.kvtransfer.core.protocol.RequestHeaderFlyweight;
 import dev.kvtransfer.core.testsupport.WholeBlockFormatterProvider;
 import dev.kvtransfer.testkit.KvPattern;
+import dev.kvtransfer.testkit.fault.Faults;
+import dev.kvtransfer.testkit.fault.FaultyTransportProvider;
 import dev.kvtransfer.testkit.loopback.LoopbackTransportProvider;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -33,8 +35,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 /**
- * Requesters that send request headers and never their infos must not hold the context side's
- * info readers. Three such connections (more than the two readers) each announce an info that never comes; a
+ * Over a transport that does not post receives (the fallback path: the loopback wrapped by
+ * {@link FaultyTransportProvider} with no fault armed, whose connections do not post), requesters that send request
+ * headers and never their infos must not hold the context side's info readers. Three such connections (more than the two readers) each announce an info that never comes; a
  * genuine request on another connection is then served, every element verified, before any of the missing infos
  * is even given up on (which happens after the control timeout, 5 s here) — before the fix each silent header
  * held a reader for that long and the genuine request waited behind them. The silent headers are then reported
@@ -43,7 +46,8 @@ import static org.awaitility.Awaitility.await;
 @Timeout(60)
 class InfoReaderStallTest {
     private static final Duration BOUND = Duration.ofSeconds(30);
-    private final LoopbackTransportProvider transport = new LoopbackTransportProvider();
+    private final FaultyTransportProvider transport =
+            new FaultyTransportProvider(new LoopbackTransportProvider(), new Faults());
     private final List<LocalInstance> instances = new ArrayList<>();
     private final List<Throwable> errors = new CopyOnWriteArrayList<>();
 
@@ -101,6 +105,8 @@ class InfoReaderStallTest {
             KvPattern.Result r = KvPattern.verify(gen.cache(0), g, gen.cacheState(0), 0, id, blocks);
             assertThat(r.mismatches()).as(r.firstMismatch()).isZero();
             assertThat(r.checkedElements()).isPositive();
+            assertThat(Thread.getAllStackTraces().keySet()).as("the fallback's info readers")
+                    .anyMatch(t -> t.getName().contains("-info-"));
             await().atMost(BOUND).until(() -> silentHeadersReported() >= 3);
             for (long silentId = 900; silentId < 903; silentId++) {
                 long want = silentId;
