@@ -14,7 +14,6 @@ import dev.kvtransfer.transport.support.EmulatedOneSided;
 import io.aeron.Aeron;
 import io.aeron.Subscription;
 import org.agrona.CloseHelper;
-import org.agrona.concurrent.status.AtomicCounter;
 
 import java.security.SecureRandom;
 import java.time.Duration;
@@ -55,7 +54,7 @@ public final class AeronConnectionManager implements ConnectionManager {
     final Handshake handshake;
     final long incarnation;
     final AeronRuntime runtime;
-    final Counters counters;
+    final ManagerCounters counters;
     private final String host;
     private final int port;
     private final int ipcStream;
@@ -90,14 +89,14 @@ public final class AeronConnectionManager implements ConnectionManager {
         this.incarnation = handshake.newIncarnation();
         this.host = config.host();
         AeronRuntime rt = null;
-        Counters cs = null;
+        ManagerCounters cs = null;
         int stream = 0;
         Subscription udp = null;
         Subscription ipc = null;
         TransportAgent a;
         try {
             rt = AeronRuntime.acquire(settings);
-            cs = new Counters(rt, name);
+            cs = new ManagerCounters(rt, name);
             a = new TransportAgent(this, rt.generation());
             TransportAgent ag = a;
             Aeron client = rt.client();
@@ -187,6 +186,22 @@ public final class AeronConnectionManager implements ConnectionManager {
     @Override
     public Connection connection(String address) {
         Objects.requireNonNull(address, "address");
+        Address a = parsed(address);
+        ensureOpen();
+        return peerFor(a).connection;
+    }
+
+    /**
+     * One copy from a peer of this host: {@code aeron.sharedMemoryWrites} on with authenticated peers, and the peer
+     * on this manager's driver or listening on this manager's host. The writer still proves the host per grant.
+     */
+    @Override
+    public boolean oneCopyWritesFrom(String address) {
+        Address a = parsed(Objects.requireNonNull(address, "address"));
+        return oneSided.sharesMemory() && (ipcStreamTo(a) != 0 || a.host().equals(self.host()));
+    }
+
+    private Address parsed(String address) {
         Address a = parsedAddresses.get(address);
         if (a == null) {
             a = Address.parse(address); // throws on a bad address: nothing is remembered then
@@ -195,8 +210,7 @@ public final class AeronConnectionManager implements ConnectionManager {
             }
             parsedAddresses.put(address, a);
         }
-        ensureOpen();
-        return peerFor(a).connection;
+        return a;
     }
 
     /** Most parsed peer addresses remembered (then forgotten all at once): a bound, not a working-set size. */
@@ -259,7 +273,7 @@ public final class AeronConnectionManager implements ConnectionManager {
     /** @return this manager's counters (monotonic counts and the early-buffer gauge), by name */
     public Map<String, Long> counters() {
         Map<String, Long> m = counters.snapshot(reporter);
-        Counters.driverErrors(m, runtime.driverErrors());
+        ManagerCounters.driverErrors(m, runtime.driverErrors());
         return m;
     }
 
@@ -723,78 +737,5 @@ public final class AeronConnectionManager implements ConnectionManager {
             return new TransportClosedException(f.getMessage());
         }
         return new TransportException(f.code(), f.getMessage(), f);
-    }
-
-    /** This manager's counters, in the runtime's counters buffer (freed on close). */
-    static final class Counters {
-        final AtomicCounter messagesSent;
-        final AtomicCounter bytesSent;
-        final AtomicCounter messagesReceived;
-        final AtomicCounter bytesReceived;
-        final AtomicCounter peersLost;
-        final AtomicCounter unauthorized;
-        final AtomicCounter imagesRefused;
-        final AtomicCounter recoveries;
-        final AtomicCounter earlyBytes;
-        final AtomicCounter callerCompleted;
-        private final AtomicCounter[] all;
-
-        Counters(AeronRuntime rt, String name) {
-            var c = rt.counters();
-            messagesSent = c.newCounter("aeron " + name + " messages sent");
-            bytesSent = c.newCounter("aeron " + name + " bytes sent");
-            messagesReceived = c.newCounter("aeron " + name + " messages received");
-            bytesReceived = c.newCounter("aeron " + name + " bytes received");
-            peersLost = c.newCounter("aeron " + name + " peers lost");
-            unauthorized = c.newCounter("aeron " + name + " unauthorized streams");
-            imagesRefused = c.newCounter("aeron " + name + " streams refused");
-            recoveries = c.newCounter("aeron " + name + " client recoveries");
-            earlyBytes = c.newCounter("aeron " + name + " early bytes held");
-            callerCompleted = c.newCounter("aeron " + name + " ops completed by their polling caller");
-            all = new AtomicCounter[] {messagesSent, bytesSent, messagesReceived, bytesReceived, peersLost,
-                unauthorized, imagesRefused, recoveries, earlyBytes, callerCompleted};
-        }
-
-        void sent(long bytes) {
-            messagesSent.increment();
-            bytesSent.getAndAdd(bytes);
-        }
-
-        /** Agent only. */
-        void received(long bytes) {
-            messagesReceived.incrementOrdered();
-            bytesReceived.getAndAddOrdered(bytes);
-        }
-
-        Map<String, Long> snapshot(ErrorReporter r) {
-            Map<String, Long> m = new java.util.LinkedHashMap<>();
-            m.put("messagesSent", messagesSent.get());
-            m.put("bytesSent", bytesSent.get());
-            m.put("messagesReceived", messagesReceived.get());
-            m.put("bytesReceived", bytesReceived.get());
-            m.put("peersLost", peersLost.get());
-            m.put("unauthorized", unauthorized.get());
-            m.put("streamsRefused", imagesRefused.get());
-            m.put("clientRecoveries", recoveries.get());
-            m.put("earlyBytes", earlyBytes.get());
-            m.put("opsCompletedByCaller", callerCompleted.get());
-            m.put("errors", r.count());
-            m.put("errorsSuppressed", r.suppressed());
-            return m;
-        }
-
-        /** The embedded driver's error counts (absent on an external driver). */
-        static void driverErrors(Map<String, Long> m, DriverErrorLog d) {
-            if (d != null) {
-                m.put("driverErrors", d.count());
-                m.put("driverErrorLinesLogged", d.linesLogged());
-            }
-        }
-
-        void close() {
-            for (AtomicCounter a : all) {
-                a.close();
-            }
-        }
     }
 }

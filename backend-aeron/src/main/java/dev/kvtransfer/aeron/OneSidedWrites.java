@@ -20,6 +20,7 @@ final class OneSidedWrites implements AutoCloseable {
     private final EmulatedOneSided emulated;
     private final ShmOwner owner;
     private final ShmWriter writer;
+    private final boolean shares;
     private final ThreadLocal<WriteBatch> rest = ThreadLocal.withInitial(WriteBatch::new);
 
     /** The writes of a manager, as its settings and authentication allow. */
@@ -34,6 +35,7 @@ final class OneSidedWrites implements AutoCloseable {
         this.emulated = emulated;
         this.owner = enabled ? new ShmOwner(manager, authenticated, errors, opTimeout, name) : null;
         this.writer = enabled ? new ShmWriter(name) : null;
+        this.shares = enabled && authenticated;
     }
 
     RegisteredRegion register(MemoryBuffer memory) {
@@ -68,6 +70,11 @@ final class OneSidedWrites implements AutoCloseable {
         } finally {
             others.clear();
         }
+    }
+
+    /** @return whether this manager hands its shared grants to writers (on, and every peer authenticated) */
+    boolean sharesMemory() {
+        return shares;
     }
 
     /** @return regions whose memory writers of this host reach directly */

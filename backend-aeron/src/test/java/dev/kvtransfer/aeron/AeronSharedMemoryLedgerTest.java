@@ -22,9 +22,9 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import static org.assertj.core.api.Assertions.assertThat;
 
 /**
- * The copy ledger of a push between instances that reach each other's pools through shared files: one transport
+ * The copy ledger of a transfer between instances that reach each other's pools through shared files: one transport
  * pass per byte on the context side ({@code writeCopiesPerByte} 1), matching layouts and re-sharded, every element
- * verified with KvPattern.
+ * verified with KvPattern. Push as configured, and pull, which takes the same path when every rank is local.
  */
 class AeronSharedMemoryLedgerTest {
     private static final byte[] SECRET = "kvtransfer-shm-ledger-secret-0123456".getBytes(StandardCharsets.UTF_8);
@@ -40,9 +40,9 @@ class AeronSharedMemoryLedgerTest {
         assertThat(errors).isEmpty();
     }
 
-    private LocalInstance start(String name, CacheState s) {
+    private LocalInstance start(String name, CacheState s, TransceiverConfig.TransferMode mode) {
         TransceiverConfig c = TransceiverConfig.builder().backend("aeron").kvTransferTimeout(T)
-                .transferMode(TransceiverConfig.TransferMode.PUSH).build();
+                .transferMode(mode).build();
         LocalInstance i = LocalInstance.builder(name, s)
                 .transport(new AeronTransportProvider(), TransportConfig.builder().authSecret(SECRET).build())
                 .formatter(Plugins.discover().formatterFor(s.attentionType())).config(c).blocksPerRank(64)
@@ -60,13 +60,15 @@ class AeronSharedMemoryLedgerTest {
      * Staging: TP1 to TP2 writes head ranges of 8 KiB here, under the formatter's 64 KiB bar for direct entries, so the
      * context side gathers them first (its policy, not the transport's): one staging copy and one transport pass.
      */
-    @ParameterizedTest(name = "TP{0} PP{1} -> TP{2} PP{3}")
-    @CsvSource({"1,1,1,1,0", "2,1,1,1,0", "1,2,1,1,0", "1,1,2,1,1"})
-    void onePassPerByteFromPoolToPool(int ctxTp, int ctxPp, int genTp, int genPp, int staged) {
+    @ParameterizedTest(name = "TP{0} PP{1} -> TP{2} PP{3}, {5}")
+    @CsvSource({"1,1,1,1,0,PUSH", "2,1,1,1,0,PUSH", "1,2,1,1,0,PUSH", "1,1,2,1,1,PUSH",
+        "1,1,1,1,0,PULL", "2,1,1,1,0,PULL", "1,2,1,1,0,PULL", "1,1,2,1,1,PULL"})
+    void onePassPerByteFromPoolToPool(int ctxTp, int ctxPp, int genTp, int genPp, int staged,
+                                      TransceiverConfig.TransferMode mode) {
         CacheState ctxState = state(ctxTp, ctxPp);
         CacheState genState = state(genTp, genPp);
-        LocalInstance ctx = start("ctx", ctxState);
-        LocalInstance gen = start("gen", genState);
+        LocalInstance ctx = start("ctx", ctxState, mode);
+        LocalInstance gen = start("gen", genState, mode);
         long copied = ShmWriter.copiedBytes();
         Transfer t = TransferFixture.prepare(ctx, gen, ctxState, genState, 16 * 20 + 5, 16 * 20 + 5);
         TransferFixture.respond(ctx, t);
@@ -81,7 +83,8 @@ class AeronSharedMemoryLedgerTest {
                 assertThat(r.wasPushed()).as("%s", r).isTrue();
             }
         }
-        System.out.println("ledger TP" + ctxTp + "PP" + ctxPp + "->TP" + genTp + "PP" + genPp + ": context " + sent);
+        System.out.println("ledger " + mode + " TP" + ctxTp + "PP" + ctxPp + "->TP" + genTp + "PP" + genPp
+                + ": context " + sent);
         assertThat(sent.bytes()).isPositive();
         assertThat(sent.transportUnknown()).isZero();
         assertThat(sent.transportPerByte()).as("transport passes per byte: %s", sent).isEqualTo(1.0);

@@ -14,7 +14,8 @@ import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.testkit.TransferFixture;
 import dev.kvtransfer.testkit.TransferFixture.Transfer;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.api.Timeout;
 
 import java.nio.charset.StandardCharsets;
@@ -31,7 +32,8 @@ import static org.awaitility.Awaitility.await;
  * Quiescence of the one-copy path at the transceiver level: a generation request that times out while the context
  * instance writes into its blocks through shared memory reads as ended only after its grants were revoked, so its
  * blocks never change again, although the context side goes on until its next piece is refused. Then the same
- * context instance serves a fresh request byte-exact.
+ * context instance serves a fresh request byte-exact. In push mode and in pull mode (one-copy writes too, every rank
+ * being local).
  */
 @Timeout(value = 300, unit = TimeUnit.SECONDS)
 class AeronSharedMemoryQuiescenceTest {
@@ -53,9 +55,9 @@ class AeronSharedMemoryQuiescenceTest {
         }
     }
 
-    private LocalInstance start(String name, Duration timeout) {
+    private LocalInstance start(String name, Duration timeout, TransceiverConfig.TransferMode mode) {
         TransceiverConfig c = TransceiverConfig.builder().backend("aeron").kvTransferTimeout(timeout)
-                .transferMode(TransceiverConfig.TransferMode.PUSH).build();
+                .transferMode(mode).build();
         LocalInstance i = LocalInstance.builder(name, STATE)
                 .transport(new AeronTransportProvider(), TransportConfig.builder().authSecret(SECRET)
                         .defaultTimeout(T).build())
@@ -65,9 +67,11 @@ class AeronSharedMemoryQuiescenceTest {
         return i;
     }
 
-    @Test
-    void aTimedOutRequestsBlocksNeverChangeAfterItEnded() {
-        LocalInstance ctx = start("ctx", CTX_TIMEOUT);
+    /** Push as configured, and pull, which takes the same path between local instances. */
+    @ParameterizedTest
+    @EnumSource(TransceiverConfig.TransferMode.class)
+    void aTimedOutRequestsBlocksNeverChangeAfterItEnded(TransceiverConfig.TransferMode mode) {
+        LocalInstance ctx = start("ctx", CTX_TIMEOUT, mode);
         HostBufferManager snapshots = new HostBufferManager(false, false);
         open.add(snapshots);
         long copied = ShmWriter.copiedBytes();
@@ -76,7 +80,7 @@ class AeronSharedMemoryQuiescenceTest {
         // whichever it is, the property holds; the log says how many ended mid-write.
         int[] timeoutsMs = {30, 60, 70, 80, 90, 100, 110, 120, 140, 160};
         for (int round = 0; round < timeoutsMs.length; round++) {
-            LocalInstance gen = start("gen" + round, Duration.ofMillis(timeoutsMs[round]));
+            LocalInstance gen = start("gen" + round, Duration.ofMillis(timeoutsMs[round]), mode);
             Transfer t = TransferFixture.prepare(ctx, gen, STATE, STATE, 16 * BLOCKS, 16 * BLOCKS);
             TransferRequest g = t.all().get(1);
             // The snapshot runs in the thread that ends the request, the moment it reads as ended (what an engine
@@ -115,7 +119,7 @@ class AeronSharedMemoryQuiescenceTest {
             }
             boolean someArrived = arrived > 0 && arrived < ids.length;
             midWrite += timedOut && someArrived ? 1 : 0;
-            System.out.println("round " + round + " (timeout " + timeoutsMs[round] + " ms): generation " + g.state()
+            System.out.println(mode + " round " + round + " (timeout " + timeoutsMs[round] + " ms): generation " + g.state()
                     + (g.error().isPresent() ? " " + g.error().get().code() : "") + ", context " + c.state()
                     + ", blocks complete at the end: " + arrived + " of " + ids.length + "; blocks changed after the"
                     + " end: " + changed);
@@ -135,12 +139,13 @@ class AeronSharedMemoryQuiescenceTest {
         }
         System.out.println("rounds that timed out mid-write: " + midWrite + " of " + timeoutsMs.length);
         // The context instance keeps serving: a fresh generation instance gets every element.
-        LocalInstance gen = start("gen-fresh", CTX_TIMEOUT);
+        LocalInstance gen = start("gen-fresh", CTX_TIMEOUT, mode);
         Transfer t = TransferFixture.prepare(ctx, gen, STATE, STATE, 16 * 20 + 3, 16 * 20 + 3);
         TransferFixture.respond(ctx, t);
         TransferFixture.request(gen, t);
         TransferFixture.awaitEnded(List.of(t), T);
         TransferFixture.assertExact(gen, t);
+        assertThat(t.all().get(1).wasPushed()).as("%s moved by one-copy writes", t.all().get(1)).isTrue();
         TransferFixture.free(ctx, gen, t);
         assertThat(ShmWriter.copiedBytes() - copied).as("bytes through shared memory").isPositive();
         errors.removeIf(e -> e instanceof dev.kvtransfer.api.KvTransferException k

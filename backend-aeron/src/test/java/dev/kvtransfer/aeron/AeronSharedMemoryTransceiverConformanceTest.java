@@ -16,7 +16,8 @@ import static org.assertj.core.api.Assertions.assertThat;
  * The transceiver conformance suite with push as the generation side's mode and a deployment secret: the context
  * ranks write straight into the generation ranks' shared pool files ({@code ShmWriter}), one copy per byte, over the
  * small standard grid (matching and re-sharded TP/PP/CP, attention DP, 1/2/4-byte elements). The suite's own push
- * rule also runs pull; after the class, bytes must have gone through shared memory.
+ * rule also runs pull, which takes the same path here (every rank local); after the class, bytes must have gone
+ * through shared memory.
  */
 class AeronSharedMemoryTransceiverConformanceTest extends TransceiverConformanceTest {
     private static final byte[] SECRET = "kvtransfer-shm-conformance-secret-42".getBytes(StandardCharsets.UTF_8);
@@ -46,6 +47,18 @@ class AeronSharedMemoryTransceiverConformanceTest extends TransceiverConformance
     @Override
     protected TransportConfig baseConfig() {
         return TransportConfig.builder().authSecret(SECRET).build();
+    }
+
+    /** Every rank is local and authenticated: a pull moves as one-copy writes too. */
+    @Override
+    protected boolean localPullWrites() {
+        return true;
+    }
+
+    /** The rule about large messages keeps its pulls on messages: the one-copy path off. */
+    @Override
+    protected TransportConfig messageConfig() {
+        return baseConfig().toBuilder().property(AeronSettings.SHARED_MEMORY_WRITES, "false").build();
     }
 
     @Override

@@ -23,9 +23,14 @@ class AeronTransceiverConformanceTest extends TransceiverConformanceTest {
         return LayoutGrid.standardSmall();
     }
 
+    /**
+     * Default settings but the one-copy path off: this suite is the pull over messages (the instances of one JVM are
+     * local, so a pull would otherwise move as one-copy writes; {@code AeronSharedMemoryPullConformanceTest} runs
+     * the suite that way).
+     */
     @Override
     protected TransportConfig baseConfig() {
-        return TransportConfig.builder().build();
+        return TransportConfig.builder().property(AeronSettings.SHARED_MEMORY_WRITES, "false").build();
     }
 
     @org.junit.jupiter.api.Test

@@ -46,5 +46,28 @@ class AeronTransceiverCrossProcessTest extends TransceiverCrossProcessTest {
         org.assertj.core.api.Assertions.assertThat(ShmOwner.granted() - granted).isZero();
     }
 
+    /**
+     * The suite's pull kill rule: both processes are on this host with the deployment secret, so the pull moves as
+     * one-copy writes from the child into the generation pool; the same outcome is required, and the grants show
+     * that path was taken (the killed child's and the fresh one's).
+     */
+    @Override
+    @org.junit.jupiter.api.Test
+    public void required_spec3_14_killedContextProcessFailsTheRequestInFlightAndAFreshOneIsServed() throws Exception {
+        long granted = ShmOwner.granted();
+        killedContext(TransceiverConfig.TransferMode.PULL, 7000);
+        org.assertj.core.api.Assertions.assertThat(ShmOwner.granted() - granted)
+                .as("shared-memory grants handed to the context children of a local pull").isGreaterThanOrEqualTo(2);
+    }
+
+    /** The pull kill rule with one-copy writes off: a two-sided pull over the transport's messages. */
+    @org.junit.jupiter.api.Test
+    void contextKilledMidTwoSidedPullFailsTheRequestInBoundAndAFreshOneIsServed() throws Exception {
+        emulated = true;
+        long granted = ShmOwner.granted();
+        killedContext(TransceiverConfig.TransferMode.PULL, 7300);
+        org.assertj.core.api.Assertions.assertThat(ShmOwner.granted() - granted).isZero();
+    }
+
     private boolean emulated;
 }

@@ -11,6 +11,6 @@ import dev.kvtransfer.api.transport.TransportConfig;
 class AeronUdpTransceiverConformanceTest extends AeronTransceiverConformanceTest {
     @Override
     protected TransportConfig baseConfig() {
-        return TransportConfig.builder().property(AeronSettings.IPC, "false").build();
+        return super.baseConfig().toBuilder().property(AeronSettings.IPC, "false").build();
     }
 }

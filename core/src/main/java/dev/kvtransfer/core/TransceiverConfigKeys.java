@@ -70,7 +70,9 @@ public final class TransceiverConfigKeys {
                             + "while the context side prefills) on transports that support them."),
             new ConfigKey(P_TRANSFER_MODE, DEFAULT_TRANSFER_MODE, "pull | push",
                     "Who starts a transfer: pull (the generation side asks, the context side sends) or push (the "
-                            + "generation side registers its blocks, the context side writes them one-sided)."));
+                            + "generation side registers its blocks, the context side writes them one-sided). A pull "
+                            + "between instances whose every rank is local moves as one-copy writes where the "
+                            + "transport offers them (Aeron: aeron.sharedMemoryWrites with a deployment secret)."));
 
     private TransceiverConfigKeys() {
     }

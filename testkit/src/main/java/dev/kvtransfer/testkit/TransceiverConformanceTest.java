@@ -106,6 +106,25 @@ public abstract class TransceiverConformanceTest {
         return TransportConfig.builder().build();
     }
 
+    /**
+     * Whether a pull between this suite's instances (every rank on one host) moves as one-sided writes into the
+     * generation pool, a push underneath ({@code ConnectionManager.oneCopyWritesFrom}); the rules that look at how a
+     * pull moved expect it then.
+     *
+     * @return false by default
+     */
+    protected boolean localPullWrites() {
+        return false;
+    }
+
+    /**
+     * @return the transport settings of the rule about large messages (3.16): {@link #baseConfig()}, or, where a
+     *         pull would move without messages ({@link #localPullWrites()}), settings that keep it on messages
+     */
+    protected TransportConfig messageConfig() {
+        return baseConfig();
+    }
+
     /** @return transceiver settings of the tests (small staging, chunked messages, 30 s deadline) */
     protected TransceiverConfig.Builder transceiverConfig() {
         return TransceiverConfig.builder().backend(provider().name()).transferBufferBytes(256 << 10)
@@ -157,7 +176,12 @@ public abstract class TransceiverConformanceTest {
     }
 
     private LocalInstance start(String name, CacheState state, TransceiverConfig config, int blocks) {
-        LocalInstance i = LocalInstance.builder(name, state).transport(provider(), baseConfig())
+        return start(name, state, config, blocks, baseConfig());
+    }
+
+    private LocalInstance start(String name, CacheState state, TransceiverConfig config, int blocks,
+                                TransportConfig transport) {
+        LocalInstance i = LocalInstance.builder(name, state).transport(provider(), transport)
                 .formatter(formatterProvider()).config(config)
                 .blocksPerRank(blocks).errorHandler(backgroundErrors::add).start();
         instances.add(i);
@@ -551,7 +575,8 @@ public abstract class TransceiverConformanceTest {
                 for (TransferRequest r : t.gen) {
                     if (r.kvCacheSize() > 0) {
                         assertThat(r.wasPushed()).as("%s in %s mode, transport and formatter can push: %s", r, mode,
-                                canPush).isEqualTo(canPush && mode == TransceiverConfig.TransferMode.PUSH);
+                                canPush).isEqualTo(canPush && (mode == TransceiverConfig.TransferMode.PUSH
+                                || localPullWrites()));
                     }
                 }
                 free(ctx, gen, t);
@@ -624,8 +649,8 @@ public abstract class TransceiverConformanceTest {
         // Pulled: the rule is about messages, and a push may write pools with no message at all (one-copy paths).
         TransceiverConfig c = transceiverConfig().chunkBytes(4L << 20).transferBufferBytes(8L << 20)
                 .partChecksums(false).transferMode(TransceiverConfig.TransferMode.PULL).build();
-        LocalInstance ctx = start("ctx", p.ctx(), c, 32);
-        LocalInstance gen = start("gen", p.gen(), c, 32);
+        LocalInstance ctx = start("ctx", p.ctx(), c, 32, messageConfig());
+        LocalInstance gen = start("gen", p.gen(), c, 32, messageConfig());
         int tpb = p.ctx().tokensPerBlock();
         List<Transfer> ts = new ArrayList<>();
         for (int prompt : new int[] {tpb * 6, tpb * 3 + 1}) {

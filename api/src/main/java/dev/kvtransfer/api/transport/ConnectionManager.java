@@ -148,6 +148,20 @@ public interface ConnectionManager extends AutoCloseable {
     }
 
     /**
+     * Whether a peer at {@code address} would write into memory this manager registers in one pass, straight into
+     * it (shared memory between processes of one host), as far as this manager can tell before a write: it is
+     * configured for it, authenticates its peers, and the address names a peer of its host. Core then moves a pull
+     * request as one-sided writes when every rank of both instances answers true. A hint only: a write whose
+     * one-copy path turns out unavailable still lands, by the transport's other path.
+     *
+     * @param address a peer's {@link #localAddress()}
+     * @return true when one copy is expected; the default is false
+     */
+    default boolean oneCopyWritesFrom(String address) {
+        return false;
+    }
+
+    /**
      * What this manager can do as configured: a subset of its provider's {@link TransportProvider#capabilities()}
      * (e.g. {@link TransportCapability#DEVICE_MEMORY} only where the native library found here supports it). Core
      * asks it per request whether the formatter may hand {@code DEVICE} buffers to the connections.

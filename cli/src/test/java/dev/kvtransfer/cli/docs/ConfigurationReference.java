@@ -96,7 +96,8 @@ public final class ConfigurationReference {
                     "Group that may use the host's shared media driver (group read-write); empty = owner only."),
             new ConfigKey(AeronSettings.SHARED_MEMORY_WRITES, "true", "true | false",
                     "One-sided writes to a peer process of this host copy straight into its shared pool file (one "
-                            + "copy; needs a deployment secret); false keeps them emulated (two copies over IPC)."));
+                            + "copy; needs a deployment secret), and a pull between local instances moves as such "
+                            + "writes; false keeps writes emulated (two copies over IPC) and pulls two-sided."));
 
     /** JVM system properties ({@code -Dname=value}), read where they are used. */
     static final List<ConfigKey> SYSTEM_PROPERTIES = List.of(

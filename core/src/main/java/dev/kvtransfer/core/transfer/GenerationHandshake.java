@@ -38,12 +38,14 @@ final class GenerationHandshake {
     private final PushReceive push;
     private final CacheReceiver owner;
     private final Map<String, Object> connectionLocks = new ConcurrentHashMap<>();
+    private final LocalOneCopy localOneCopy;
 
     GenerationHandshake(TransferEnv env, ControlBuffers control, PushReceive push, CacheReceiver owner) {
         this.env = env;
         this.owner = owner;
         this.control = control;
         this.push = push;
+        this.localOneCopy = new LocalOneCopy(env);
     }
 
     /**
@@ -119,8 +121,10 @@ final class GenerationHandshake {
                 | (auth.enabled() ? RequestInfo.FLAG_TOKENS_CHECKSUM : 0);
         // With authentication the context side compares it with the checksum the request token was issued for.
         int tokensChecksum = auth.enabled() ? params.tokensChecksum() : 0;
-        List<dev.kvtransfer.api.format.PeerPool.Grant> grants = env.config().transferMode()
-                == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH && reused < totalBlocks
+        // Pull where every rank of both instances is local moves as one-copy writes too (LocalOneCopy).
+        boolean grant = env.config().transferMode() == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH
+                || localOneCopy.applies(params.contextState());
+        List<dev.kvtransfer.api.format.PeerPool.Grant> grants = grant && reused < totalBlocks
                 ? push.registerGrants(job, totalBlocks, reused, writers(conns)) : List.of();
         // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
         RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, h.lastBlockKey(), env.selfState(), tag,

@@ -148,6 +148,11 @@ public final class FaultyTransportProvider implements TransportProvider {
         }
 
         @Override
+        public boolean oneCopyWritesFrom(String address) {
+            return real.oneCopyWritesFrom(address);
+        }
+
+        @Override
         public boolean isRunning() {
             return real.isRunning();
         }
