@@ -113,7 +113,9 @@ class TransceiverMutantsTest {
                 Arguments.of(Defect.CANCEL_DROPPED, TransceiverSuite.class, SPEC3_03, "CANCELLED"),
                 Arguments.of(Defect.SHORT_RECV, TransceiverSuite.class, SPEC3_01, "MALFORMED"),
                 Arguments.of(Defect.DEADLINE_OVERSHOT, FaultSuite.class, SPEC4_11, "within"),
-                Arguments.of(Defect.DATA_TAGS_COLLIDE, TransceiverSuite.class, SPEC3_02, "MALFORMED"),
+                // Colliding tags mix two requests' messages: a length that differs is MALFORMED; with posted ready signals
+                // (the default) equal lengths can complete into each other's blocks, which KvPattern reports.
+                Arguments.of(Defect.DATA_TAGS_COLLIDE, TransceiverSuite.class, SPEC3_02, "MALFORMED|elements differ"),
                 Arguments.of(Defect.BIT_FLIP_FIRST, TransceiverSuite.class, SPEC3_16, "elements differ"),
                 Arguments.of(Defect.BIT_FLIP_MIDDLE, TransceiverSuite.class, SPEC3_16, "elements differ"),
                 Arguments.of(Defect.BIT_FLIP_LAST, TransceiverSuite.class, SPEC3_16, "elements differ"));
@@ -143,7 +145,7 @@ class TransceiverMutantsTest {
         CAUGHT.put(d, failed.isEmpty() ? "survived"
                 : failed.keySet() + ": " + firstLine(failed.values().iterator().next()));
         assertThat(failed).as("%s must fail %s", d, rule).containsKey(rule);
-        assertThat(failed.get(rule)).as("what %s reports for %s", rule, d).contains(says);
+        assertThat(failed.get(rule)).as("what %s reports for %s", rule, d).containsPattern(says);
     }
 
     /**
