@@ -59,6 +59,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class CacheTransceiver implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(CacheTransceiver.class);
     private static final Duration CLOSE_WAIT = Duration.ofSeconds(5);
+    /** How long close waits for posted receives' control leases (they end when the transport closed). */
+    private static final Duration POSTED_LEASE_WAIT = Duration.ofSeconds(2);
 
     private final TransceiverConfig config;
     private final TransceiverState selfState;
@@ -727,7 +729,11 @@ public final class CacheTransceiver implements AutoCloseable {
             throw new IllegalStateException("transceiver of rank " + selfState.selfIndex() + ": threads still "
                     + "running after " + CLOSE_WAIT.toSeconds() + " s; close its connection manager to wake them");
         }
-        // The threads are done with them: free the reused control buffers before the buffer manager closes.
+        // The threads are done with them: free the reused control buffers before the buffer manager closes. Posted
+        // receives (ready signals, infos) give theirs back on the transport's thread once it closed (LocalInstance
+        // closes it first): wait for them, so none is still being freed while the buffer manager counts.
+        sender.awaitControlLeases(POSTED_LEASE_WAIT);
+        receiver.awaitControlLeases(POSTED_LEASE_WAIT);
         sender.releaseControlBuffers();
         receiver.releaseControlBuffers();
         RuntimeException failure = null;

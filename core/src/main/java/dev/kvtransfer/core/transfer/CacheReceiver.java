@@ -50,7 +50,6 @@ public final class CacheReceiver implements AutoCloseable {
     private final GenerationHandshake handshake;
     /** Requests waiting for posted ready signals, with no thread ({@link PostedReady}); ended by close. */
     private final java.util.Set<PostedReady> posted = ConcurrentHashMap.newKeySet();
-    private final LeaseCount leases = new LeaseCount();
 
     /**
      * Creates the receiver; threads start per context instance on first use.
@@ -82,10 +81,8 @@ public final class CacheReceiver implements AutoCloseable {
                 fail(refused);
                 return;
             }
-            ThreadPoolExecutor pool = workers.get(ctx);
-            if (pool == null) {
-                pool = workers.computeIfAbsent(ctx, this::newPool);
-            }
+            ThreadPoolExecutor known = workers.get(ctx); // no lambda capture when the pool exists
+            ThreadPoolExecutor pool = known != null ? known : workers.computeIfAbsent(ctx, this::newPool);
             try {
                 pool.execute(() -> run(job));
             } catch (RejectedExecutionException e) {
@@ -270,11 +267,7 @@ public final class CacheReceiver implements AutoCloseable {
         }
     }
 
-    /**
-     * Runs a posted request's next step on its context instance's pool.
-     *
-     * @return false when the pool no longer takes work (closing)
-     */
+    /** Runs a posted request's next step on its context instance's pool; false when it takes no work (closing). */
     boolean dataPhase(GenerationJob job, Runnable step) {
         ThreadPoolExecutor pool = workers.get(job.handle.contextPhaseParams().contextState().commState());
         try {
@@ -287,12 +280,6 @@ public final class CacheReceiver implements AutoCloseable {
 
     void register(PostedReady w) {
         posted.add(w);
-        leases.up();
-    }
-
-    /** A posted request gave its control lease back (its receives ended, or it was never posted). */
-    void leaseReleased() {
-        leases.down();
     }
 
     void unregister(PostedReady w) {
@@ -386,8 +373,13 @@ public final class CacheReceiver implements AutoCloseable {
     public void close() {
         shutdown();
         awaitTermination(Duration.ofSeconds(5));
-        leases.awaitZero(Duration.ofSeconds(5)); // posted receives' leases, back once the transport closed
+        awaitControlLeases(Duration.ofSeconds(5));
         releaseControlBuffers();
+    }
+
+    /** Waits (bounded) until every control lease came back: posted receives' end once the transport closed. */
+    public boolean awaitControlLeases(Duration timeout) {
+        return control.awaitReturned(timeout);
     }
 
     /** Frees the reused control buffers (after the threads stopped; a buffer still out is freed when returned). */

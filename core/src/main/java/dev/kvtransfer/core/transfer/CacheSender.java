@@ -3,7 +3,6 @@ package dev.kvtransfer.core.transfer;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.format.Support;
-import dev.kvtransfer.api.layout.BlockDistribution;
 import dev.kvtransfer.api.layout.RankMapping;
 import dev.kvtransfer.api.layout.TargetRanks;
 import dev.kvtransfer.api.model.CacheState;
@@ -21,11 +20,6 @@ import dev.kvtransfer.core.transfer.ContextRequests.Report;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
-import java.util.concurrent.LinkedBlockingQueue;
-import java.util.concurrent.RejectedExecutionException;
-import java.util.concurrent.ThreadPoolExecutor;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * The context side of one rank (TensorRT-LLM's {@code CacheSender}): the driver of {@link ContextRequests}. It feeds
@@ -34,7 +28,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * it: failures, refusals, reports, and dispatched requests. {@link ContextSend} sends a dispatched request's ready
  * signals on the dispatching thread at once and moves its bytes on one of {@code sendConcurrency} sender threads, or
  * serves it whole inline on the thread that read the last info when that cannot delay anything
- * ({@link #serveInline}).
+ * ({@link ContextDispatch}).
  *
  * <p>Threads start lazily, on the first {@link #respond}: a generation-only rank runs none.
  */
@@ -62,14 +56,8 @@ public final class CacheSender implements AutoCloseable {
     private final Outbox<Connection, TransferHandle> outbox = new Outbox<>();
     private final ContextSend send;
     private final InfoIntake intake;
-    private final AtomicInteger senderThreads = new AtomicInteger();
-    /** Requests being sent right now, on sender threads or inline (at most sendConcurrency inline). */
-    private final AtomicInteger busySenders = new AtomicInteger();
-    /** Info readers serving a request inline right now (0 or 1, {@link #serveInline}). */
-    private final AtomicInteger inlineReaders = new AtomicInteger();
-    private org.agrona.concurrent.AgentRunner responder;
-    private ThreadPoolExecutor senders;
-    private ThreadPoolExecutor infoReaders;
+    /** Where dispatched requests are served, and the responder, info and sender threads. */
+    private final ContextDispatch dispatch;
     private volatile boolean closing;
 
     /**
@@ -84,6 +72,7 @@ public final class CacheSender implements AutoCloseable {
                 env.config().kvTransferTimeout().toNanos());
         this.send = new ContextSend(env, control, this::isClosing);
         this.intake = new InfoIntake(env, control, this, send);
+        this.dispatch = new ContextDispatch(env, send);
     }
 
     /**
@@ -112,7 +101,7 @@ public final class CacheSender implements AutoCloseable {
         }
         flushEffects();
         for (Dispatch<Connection, TransferHandle> d : dispatches) {
-            submit(d);
+            dispatch.submit(d);
         }
     }
 
@@ -178,41 +167,9 @@ public final class CacheSender implements AutoCloseable {
 
     private void startThreads() {
         synchronized (lock) {
-            if (responder != null || closing) {
-                return;
+            if (!dispatch.started() && !closing) {
+                dispatch.start(intake);
             }
-            int n = env.config().sendConcurrency();
-            senders = new ThreadPoolExecutor(n, n, 0, TimeUnit.MILLISECONDS, new LinkedBlockingQueue<>(), r -> {
-                Thread t = new Thread(r, env.threadPrefix() + "-send-" + senderThreads.getAndIncrement());
-                t.setDaemon(true);
-                return t;
-            });
-            AtomicInteger readers = new AtomicInteger();
-            // Threads start on the first task.
-            infoReaders = new ThreadPoolExecutor(INFO_READERS, INFO_READERS, 0, TimeUnit.MILLISECONDS,
-                    new LinkedBlockingQueue<>(), r -> {
-                Thread t = new Thread(r, env.threadPrefix() + "-info-" + readers.getAndIncrement());
-                t.setDaemon(true);
-                return t;
-            });
-            // The responder is an Agrona agent whose duty cycle never blocks (a zero-wait poll, posted info
-            // receives); its idle strategy does the waiting, in the transport's own wait for the next header
-            // (InfoIntake.ResponderIdle). Its errors go to the metrics' error path and counter.
-            org.agrona.concurrent.Agent agent = intake.responder(infoReaders);
-            responder = new org.agrona.concurrent.AgentRunner(intake.idleStrategy(),
-                    e -> {
-                        if (e instanceof org.agrona.concurrent.AgentTerminationException) {
-                            return; // the agent's own, orderly stop (close, or the transport closed)
-                        }
-                        env.metrics().error(e instanceof KvTransferException ? e
-                                : new KvTransferException(ErrorCode.INTERNAL, KvTransferException.NO_REQUEST,
-                                "responder of rank " + env.selfIndex() + ": " + e, e));
-                    }, null, agent);
-            org.agrona.concurrent.AgentRunner.startOnThread(responder, r -> {
-                Thread t = new Thread(r, env.threadPrefix() + "-responder");
-                t.setDaemon(true);
-                return t;
-            });
         }
     }
 
@@ -223,7 +180,7 @@ public final class CacheSender implements AutoCloseable {
 
     /** @return whether nothing is being sent or waits for a sender thread (the responder may then read infos) */
     boolean idle() {
-        return busySenders.get() == 0 && inlineReaders.get() == 0 && senders.getQueue().isEmpty();
+        return dispatch.idle();
     }
 
     /** On the responder's tick: requests past their deadline end. */
@@ -237,7 +194,7 @@ public final class CacheSender implements AutoCloseable {
 
     /**
      * An authenticated info from a counterpart (on the thread that read it): its layout is checked and it goes to
-     * the state machine; a request it completes is served here ({@link #serveInline}) or on a sender thread.
+     * the state machine; a request it completes is served inline or on a sender thread ({@link ContextDispatch}).
      */
     void onInfo(Connection conn, RequestInfo info, InfoIntake.InfoQueue q) {
         long id = info.requestId();
@@ -278,102 +235,9 @@ public final class CacheSender implements AutoCloseable {
         }
         flushEffects();
         for (Dispatch<Connection, TransferHandle> d : dispatches) {
-            if (!serveInline(d, q)) {
-                submit(d);
+            if (!dispatch.serveInline(d, q, intake.onResponder(), closing)) {
+                dispatch.submit(d);
             }
-        }
-    }
-
-    /**
-     * Serves a dispatched request on this info reader's thread instead of handing it to a sender thread (one
-     * hand-off and one wake-up fewer on a small request's path) when that cannot delay anything: the request is
-     * small ({@link #INLINE_SEND_BYTES} of this rank's blocks at most) and not layer by layer (which would wait here
-     * for the engine), no further info of this connection is queued behind it, no dispatched request waits for a
-     * sender thread, no other reader is serving one inline (so one of the {@link #INFO_READERS} always reads), and
-     * fewer than {@code sendConcurrency} requests are being sent (this one then counts as one of them). On the
-     * responder only eager sends, which never wait for the peer.
-     *
-     * @return true when it was served here
-     */
-    private boolean serveInline(Dispatch<Connection, TransferHandle> d, InfoIntake.InfoQueue q) {
-        TransferHandle h = d.local();
-        if (closing || h.layerWise() || !senders.getQueue().isEmpty()) {
-            return false;
-        }
-        // Every block of the prompt (this rank's share may be smaller): no copy of the block ids.
-        long bytes = (long) BlockDistribution.blocksFor(h.promptLength(), env.selfCache().tokensPerBlock())
-                * env.cache().layout().blockBytes();
-        if (bytes > INLINE_SEND_BYTES || (intake.onResponder() && bytes > Connection.EAGER_LIMIT)) {
-            return false;
-        }
-        synchronized (q) {
-            if (!q.pending.isEmpty()) {
-                return false;
-            }
-        }
-        // One reader at most serves inline: the other keeps reading every other connection's infos, so a
-        // counterpart that stalls its receive cannot hold up other counterparts' requests.
-        if (!inlineReaders.compareAndSet(0, 1)) {
-            return false;
-        }
-        int limit = env.config().sendConcurrency();
-        while (true) {
-            int busy = busySenders.get();
-            if (busy >= limit) {
-                inlineReaders.set(0);
-                return false;
-            }
-            if (busySenders.compareAndSet(busy, busy + 1)) {
-                break;
-            }
-        }
-        try {
-            env.metrics().inlineSend();
-            send.send(d);
-        } finally {
-            busySenders.decrementAndGet();
-            inlineReaders.set(0);
-        }
-        return true;
-    }
-
-    /** A signalled request waiting for a sender thread to move it; recognisable when a shutdown drops it. */
-    private final class MoveTask implements Runnable {
-        final ContextSend.Signalled s;
-
-        MoveTask(ContextSend.Signalled s) {
-            this.s = s;
-        }
-
-        @Override
-        public void run() {
-            busySenders.incrementAndGet();
-            try {
-                send.finish(s);
-            } finally {
-                busySenders.decrementAndGet();
-            }
-        }
-    }
-
-    /**
-     * Serves a dispatched request: its ready signals go out on this thread at once (they never wait behind
-     * another request's move, see {@link ContextSend#signal}), and its move, when this rank has one, on a sender
-     * thread.
-     */
-    private void submit(Dispatch<Connection, TransferHandle> d) {
-        ContextSend.Signalled s = send.signal(d);
-        if (s == null) {
-            return;
-        }
-        if (!s.moves) {
-            send.finish(s); // nothing to move: the request completes here
-            return;
-        }
-        try {
-            senders.execute(new MoveTask(s));
-        } catch (RejectedExecutionException e) {
-            send.drop(s, "the transceiver is closing");
         }
     }
 
@@ -393,22 +257,7 @@ public final class CacheSender implements AutoCloseable {
             carryOut();
         }
         flushEffects();
-        if (infoReaders != null) {
-            for (Runnable r : infoReaders.shutdownNow()) {
-                if (r instanceof InfoIntake.PostedInfo p) {
-                    p.drop(); // a received info no info thread took: its lease goes back
-                }
-            }
-        }
-        if (senders != null) {
-            // Signalled requests no sender thread has taken yet end here (their counterparts were told ready: a push
-            // peer gets an abort notice, a pull peer sees the transport close).
-            for (Runnable r : senders.shutdownNow()) {
-                if (r instanceof MoveTask t) {
-                    send.drop(t.s, "the transceiver closed before a sender thread took the request");
-                }
-            }
-        }
+        dispatch.shutdown();
     }
 
     /**
@@ -418,34 +267,7 @@ public final class CacheSender implements AutoCloseable {
      * @return true when every thread ended
      */
     public boolean awaitTermination(Duration timeout) {
-        long deadline = System.nanoTime() + timeout.toNanos();
-        org.agrona.concurrent.AgentRunner r;
-        ThreadPoolExecutor s;
-        ThreadPoolExecutor ir;
-        synchronized (lock) {
-            r = responder;
-            s = senders;
-            ir = infoReaders;
-        }
-        if (r == null) {
-            return true;
-        }
-        try {
-            Thread t = r.thread();
-            if (t != null) {
-                t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime())));
-            }
-            boolean ok = (t == null || !t.isAlive())
-                    && s.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)
-                    && ir.awaitTermination(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-            if (ok) {
-                r.close();
-            }
-            return ok;
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return false;
-        }
+        return dispatch.awaitTermination(System.nanoTime() + timeout.toNanos());
     }
 
     @Override
@@ -453,6 +275,11 @@ public final class CacheSender implements AutoCloseable {
         shutdown();
         awaitTermination(Duration.ofSeconds(5));
         releaseControlBuffers();
+    }
+
+    /** Waits (bounded) until every control lease came back: posted info receives' end once the transport closed. */
+    public boolean awaitControlLeases(Duration timeout) {
+        return control.awaitReturned(timeout);
     }
 
     /** Frees the reused control buffers (after the threads stopped; a buffer still out is freed when returned). */

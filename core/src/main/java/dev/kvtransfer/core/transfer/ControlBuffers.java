@@ -27,6 +27,8 @@ final class ControlBuffers implements AutoCloseable {
     private final BufferManager buffers;
     private final ArrayDeque<Lease> free = new ArrayDeque<>();
     private volatile boolean closed;
+    /** Leases out (acquired, not closed yet); guarded by {@link #free}, which {@link #awaitReturned} waits on. */
+    private int out;
 
     ControlBuffers(BufferManager buffers) {
         this(buffers, false);
@@ -50,27 +52,79 @@ final class ControlBuffers implements AutoCloseable {
         if (bytes <= SLOT_BYTES && !closed) {
             synchronized (free) {
                 Lease l = free.pollLast();
+                out++;
                 if (l != null) {
                     l.out = true;
                     l.reusable = false;
                     return l;
                 }
             }
-            return new Lease(this, buffers.allocate(SLOT_BYTES, MemoryKind.HOST), true);
+            return counted(() -> new Lease(this, buffers.allocate(SLOT_BYTES, MemoryKind.HOST), true));
         }
-        return new Lease(this, buffers.allocate(bytes, MemoryKind.HOST), false);
+        synchronized (free) {
+            out++;
+        }
+        return counted(() -> new Lease(this, buffers.allocate(bytes, MemoryKind.HOST), false));
+    }
+
+    /** An allocation already counted as out: uncounted again when it fails. */
+    private Lease counted(java.util.function.Supplier<Lease> allocation) {
+        try {
+            return allocation.get();
+        } catch (RuntimeException | Error e) {
+            returned();
+            throw e;
+        }
     }
 
     private void release(Lease l) {
-        if (l.pooled && l.reusable) {
-            synchronized (free) {
-                if (!closed && free.size() < MAX_FREE) {
-                    free.addLast(l);
-                    return;
+        try {
+            if (l.pooled && l.reusable) {
+                synchronized (free) {
+                    if (!closed && free.size() < MAX_FREE) {
+                        free.addLast(l);
+                        return;
+                    }
                 }
             }
+            l.buffer.close();
+        } finally {
+            returned(); // after the buffer is freed: a waiter then sees it gone from its buffer manager
         }
-        l.buffer.close();
+    }
+
+    private void returned() {
+        synchronized (free) {
+            out--;
+            if (out == 0) {
+                free.notifyAll();
+            }
+        }
+    }
+
+    /**
+     * Waits until every lease was closed: on close, those of posted receives come back on the transport's thread once
+     * the transport closed, and must be freed before the buffer manager counts what is outstanding.
+     *
+     * @return true when none is out
+     */
+    boolean awaitReturned(java.time.Duration timeout) {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        synchronized (free) {
+            while (out > 0) {
+                long left = deadline - System.nanoTime();
+                if (left <= 0) {
+                    return false;
+                }
+                try {
+                    free.wait(Math.max(1, left / 1_000_000));
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+            }
+            return true;
+        }
     }
 
     /** Frees the pooled buffers; later closed leases are freed at once. Idempotent. */

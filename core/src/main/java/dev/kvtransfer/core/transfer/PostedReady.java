@@ -76,7 +76,6 @@ final class PostedReady {
                     }
                     if (!aborted) {
                         owner.unregister(w);
-                        owner.leaseReleased(); // counted, not given back: the caller keeps it
                         return false;
                     }
                     break;
@@ -215,7 +214,6 @@ final class PostedReady {
             a.lease.reusable();
         }
         a.lease.close();
-        owner.leaseReleased();
         if (releaseTag) {
             owner.releaseTag(a.tag);
         }
