@@ -355,7 +355,9 @@ final class TagMatcher {
                     + " bytes" + (op.probed ? " (" + op.probedLength + " bytes)" : "") + " (UCX: " + message + ")");
         } else if (op.conn != null && op.conn.failure != null) {
             f = op.conn.failure;
-        } else if ((op.kind == UcxOp.SEND || op.kind == UcxOp.PUTS) && isPeerStatus(status)) {
+        } else if (op.conn != null && isPeerStatus(status)) {
+            // A receive from one peer ends this way too when that peer went away before the endpoint's error
+            // handler marked the connection: the same loss, not a network fault.
             f = UcxFailure.of(ErrorCode.PEER_LOST, "peer " + op.conn.peer + " lost (UCX: " + message + ")");
         } else {
             f = UcxFailure.of(ErrorCode.NETWORK, "UCX request failed: " + message + " (status " + status + ")");

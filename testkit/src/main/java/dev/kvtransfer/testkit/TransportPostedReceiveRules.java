@@ -299,7 +299,7 @@ public abstract class TransportPostedReceiveRules extends TransportLifecycleRule
         }
         a.close();
         awaitEnded(o);
-        assertThat(o.failure()).as("outcome of a posted receive from a peer that closed").isNotNull()
+        assertThat(o.failure()).as("outcome of a posted receive from a peer that closed: %s", o.failure()).isNotNull()
                 .satisfies(e -> assertThat(e.code()).isIn(detects ? List.of(ErrorCode.PEER_LOST)
                         : List.of(ErrorCode.TIMEOUT, ErrorCode.PEER_LOST)));
         assertThat(o.calls()).isEqualTo(1);
