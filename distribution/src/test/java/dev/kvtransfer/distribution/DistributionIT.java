@@ -87,11 +87,13 @@ class DistributionIT {
                 .noneMatch(n -> n.startsWith("kvtransfer-api") || n.startsWith("kvtransfer-core"));
         // The UCX plugin's progress and bootstrap agents run under Agrona's AgentRunner: its own agrona copy.
         assertThat(names(dist.resolve("plugins/backend-ucx")))
-                .containsExactly("agrona-2.4.1.jar", "jucx-1.12.1.jar", "kvtransfer-backend-ucx-0.1.0-SNAPSHOT.jar");
+                .containsExactly("agrona-2.4.1.jar", "jucx-1.12.1.jar", "kvtransfer-backend-ucx-0.1.0-SNAPSHOT.jar",
+                        "kvtransfer-transport-support-0.1.0-SNAPSHOT.jar");
         assertThat(names(dist.resolve("plugins/memory-cuda"))).contains("kvtransfer-memory-cuda-0.1.0-SNAPSHOT.jar",
                 "jcuda-12.6.0.jar");
         assertThat(names(dist.resolve("plugins/formatter-standard")))
-                .containsExactly("kvtransfer-formatter-standard-0.1.0-SNAPSHOT.jar");
+                .containsExactly("kvtransfer-formatter-standard-0.1.0-SNAPSHOT.jar",
+                        "kvtransfer-formatter-support-0.1.0-SNAPSHOT.jar");
         assertThat(Files.isExecutable(dist.resolve("bin/kvtransfer"))).isTrue();
         assertThat(Files.readString(dist.resolve("build-natives"))).containsPattern("(?m)^mpicc=(present|absent)$")
                 .containsPattern("(?m)^libkvmpi=(present|absent)$").containsPattern("(?m)^libucp=(present|absent)$");

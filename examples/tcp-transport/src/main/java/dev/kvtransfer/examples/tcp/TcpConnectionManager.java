@@ -9,7 +9,7 @@ import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
-import dev.kvtransfer.transport.support.EmulatedOneSided;
+import dev.kvtransfer.api.transport.support.EmulatedOneSided;
 
 import java.io.IOException;
 import java.net.InetAddress;
@@ -56,6 +56,8 @@ import java.util.concurrent.TimeUnit;
  * delivered; a new handshake from that address revives it. {@link #close()} wakes every waiting call with
  * {@link TransportClosedException}, ends the I/O thread and closes every socket and selector.
  */
+// A single-jar third-party plugin: it uses the api's (deprecated) copy, which the host provides.
+@SuppressWarnings("removal")
 final class TcpConnectionManager implements ConnectionManager {
     private final String name;
     private final String localAddress;
@@ -100,7 +102,7 @@ final class TcpConnectionManager implements ConnectionManager {
                 : config.host();
         this.localAddress = TcpAddress.format(host, bound.getPort());
         this.matcher = new ReceiveMatcher(name, localAddress, () -> closed);
-        this.oneSided = new EmulatedOneSided(this, new dev.kvtransfer.transport.support.ControlMemory("tcp"),
+        this.oneSided = new EmulatedOneSided(this, new dev.kvtransfer.api.transport.support.ControlMemory("tcp"),
                 errors, defaultTimeout, "tcp-" + name);
         this.io = new TcpIoLoop(this, matcher, s, sel);
         io.start();

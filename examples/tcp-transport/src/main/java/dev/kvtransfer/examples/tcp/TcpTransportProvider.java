@@ -18,12 +18,14 @@ import java.util.Set;
  * <p>Capabilities: {@link TransportCapability#CROSS_PROCESS}, {@link TransportCapability#PEER_FAILURE_DETECTION}
  * (a peer whose socket closes — its manager closed or its process died — is lost at once; messages it sent before
  * are still delivered) and {@link TransportCapability#ONE_SIDED_WRITE}, emulated with the api's
- * {@link dev.kvtransfer.transport.support.EmulatedOneSided}. No device memory.
+ * {@link dev.kvtransfer.api.transport.support.EmulatedOneSided}. No device memory.
  *
  * <p>Properties ({@code tcp.*}, unknown ones refused): {@value TcpSettings#CONNECT_TIMEOUT_MS},
  * {@value TcpSettings#HANDSHAKE_TIMEOUT_MS}, {@value TcpSettings#SOCKET_BUFFER_BYTES},
  * {@value TcpSettings#MAX_MESSAGE_BYTES}.
  */
+// A single-jar third-party plugin: it uses the api's (deprecated) copy, which the host provides.
+@SuppressWarnings("removal")
 public final class TcpTransportProvider implements TransportProvider {
     /** The provider name. */
     public static final String NAME = "tcp";
