@@ -98,12 +98,12 @@ class UcxKilledWriterCloseTest {
                 // Say how it ended (exit code, 134 = SIGABRT, 1 = an exception: its trace is on stderr).
                 String how = owner.process().waitFor(10, TimeUnit.SECONDS) ? "exit " + owner.process().exitValue()
                         : "still running";
-                throw new AssertionError("owner JVM (" + oneSided + ", " + plan + "): " + e.getMessage() + "; " + how,
+                throw new AssertionError("owner JVM (" + oneSided + ", " + plan + ", " + how + "): " + e.getMessage(),
                         e);
             }
             System.out.println("killed writers (" + oneSided + ", " + plan + "): owner saw " + lost + "; closed "
-                    + closed + "; exit " + code + "; printed " + owner.seen());
-            assertThat(code).as("owner JVM exit code (134 = SIGABRT inside UCX); printed %s", owner.seen())
+                    + closed + "; exit " + code + "; printed " + owner.describeSeen());
+            assertThat(code).as("owner JVM exit code (134 = SIGABRT inside UCX); printed %s", owner.describeSeen())
                     .isZero();
             for (String l : lost) {
                 assertThat(l.split(" ")[0]).as("the owner's receive from a killed writer: %s", l).isIn(

@@ -111,7 +111,7 @@ public final class ChildJvm implements AutoCloseable {
             }
             if (line == null) {
                 throw new IllegalStateException("child " + process.pid() + " printed no '" + prefix + "' within "
-                        + timeout + "; saw " + seen);
+                        + timeout + "; saw " + describeSeen());
             }
             if (line.startsWith(prefix)) {
                 return line.substring(prefix.length()).trim();
@@ -119,9 +119,31 @@ public final class ChildJvm implements AutoCloseable {
             seen.add(line);
             if (line.startsWith("EOF")) {
                 throw new IllegalStateException("child " + process.pid() + " ended before printing '" + prefix
-                        + "'; saw " + seen);
+                        + "'; saw " + describeSeen());
             }
         }
+    }
+
+    /**
+     * The lines read so far for a failure message: a native library's warnings (UCX prints one per undelivered
+     * message when a worker is destroyed, thousands of them) are counted, not listed, so the child's own last words
+     * are not cut off by a report's length limit.
+     *
+     * @return the unmatched lines, native warnings counted
+     */
+    public String describeSeen() {
+        List<String> own = new ArrayList<>();
+        int warnings = 0;
+        String firstWarning = null;
+        for (String l : seen) {
+            if (l.contains("UCX  WARN") || l.contains("UCX  ERROR")) {
+                warnings++;
+                firstWarning = firstWarning == null ? l : firstWarning;
+            } else if (!l.isBlank()) {
+                own.add(l);
+            }
+        }
+        return own + (warnings == 0 ? "" : " and " + warnings + " native warnings, the first: " + firstWarning);
     }
 
     /** @return lines read but not matched so far */
