@@ -66,6 +66,29 @@ public final class PeerPool {
         }
 
         /**
+         * The length of {@link #writeTo}'s bytes.
+         *
+         * @return bytes
+         */
+        public int wireSize() {
+            return 4 + 8 + descriptor.wireSize();
+        }
+
+        /**
+         * Writes the same bytes as {@link #writeTo(WireWriter)} at an absolute position in a little-endian buffer.
+         *
+         * @param dst the buffer, little-endian
+         * @param at  where the grant starts
+         * @return the bytes written ({@link #wireSize()})
+         */
+        public int writeTo(java.nio.ByteBuffer dst, int at) {
+            java.util.Objects.checkFromIndexSize(at, 12, dst.limit());
+            dst.putInt(at, region);
+            dst.putLong(at + 4, offset);
+            return 12 + descriptor.writeTo(dst, at + 12);
+        }
+
+        /**
          * Reads a grant.
          *
          * @param r the reader

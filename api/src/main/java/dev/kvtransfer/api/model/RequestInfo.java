@@ -422,7 +422,7 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         byte[] state = StateCodecCache.encoded(requesterState);
         long size = 96L + (state == null ? 512 : state.length) + 8L * lastBlockKey.length
                 + 8L * reusedBlockHashes.length + 4L * blockIds.length + requestToken.length + nonce.length
-                + 128L * grants.size();
+                + grantBytes();
         WireWriter w = WireWriter.message((int) Math.min(size, 1 << 20));
         writeTo(w);
         return w.toByteArray();
@@ -437,11 +437,16 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         byte[] state = stateBytes();
         long size = 6L + 1 + 8 + 4 + 4 + 8L * lastBlockKey.length + state.length + 4 + 8 + 4 + 4
                 + 8L * reusedBlockHashes.length + 4 + 4L * blockIds.length + 4 + requestToken.length + 4 + nonce.length
-                + 8 + 4 + 4 + 4 + (echoesTokensChecksum() ? 4 : 0);
-        if (!grants.isEmpty()) {
-            return toBytes().length; // rare (push): measured the long way
-        }
+                + 8 + 4 + 4 + 4 + (echoesTokensChecksum() ? 4 : 0) + grantBytes();
         return Math.toIntExact(size);
+    }
+
+    private long grantBytes() {
+        long n = 0;
+        for (int i = 0; i < grants.size(); i++) { // indexed: no iterator for the usual empty list
+            n += grants.get(i).wireSize();
+        }
+        return n;
     }
 
     /** The requester state's cached encoding (made and remembered once per state instance). */
@@ -470,11 +475,6 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      */
     public int writeMessage(java.nio.ByteBuffer dst, int at) {
         Objects.requireNonNull(dst, "dst");
-        if (!grants.isEmpty()) {
-            byte[] b = toBytes();
-            dst.put(at, b);
-            return b.length;
-        }
         int size = messageSize();
         Objects.checkFromIndexSize(at, size, dst.limit());
         java.nio.ByteBuffer b = dst.order() == java.nio.ByteOrder.LITTLE_ENDIAN ? dst
@@ -520,8 +520,11 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
         p += 4;
         b.putInt(p, blocksPerRegion);
         p += 4;
-        b.putInt(p, 0); // no grants
+        b.putInt(p, grants.size());
         p += 4;
+        for (int i = 0; i < grants.size(); i++) {
+            p += grants.get(i).writeTo(b, p);
+        }
         if (echoesTokensChecksum()) {
             b.putInt(p, tokensChecksum);
             p += 4;

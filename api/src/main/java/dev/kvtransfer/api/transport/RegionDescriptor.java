@@ -76,6 +76,41 @@ public record RegionDescriptor(String owner, long regionId, long address, long l
     }
 
     /**
+     * The length of {@link #writeTo}'s bytes, computed without writing them.
+     *
+     * @return bytes
+     */
+    public int wireSize() {
+        return 1 + 4 + WireWriter.utf8Length(owner) + 3 * 8 + 4 + key.length;
+    }
+
+    /**
+     * Writes the same bytes as {@link #writeTo(WireWriter)} at an absolute position in a little-endian buffer (a
+     * message written straight into the buffer it is sent from); the buffer's position and limit are not changed.
+     *
+     * @param dst the buffer, little-endian
+     * @param at  where the descriptor starts
+     * @return the bytes written ({@link #wireSize()})
+     * @throws IndexOutOfBoundsException when it does not fit
+     */
+    public int writeTo(java.nio.ByteBuffer dst, int at) {
+        if (dst.order() != java.nio.ByteOrder.LITTLE_ENDIAN) {
+            throw new IllegalArgumentException("the wire format is little-endian; got a " + dst.order() + " buffer");
+        }
+        java.util.Objects.checkFromIndexSize(at, wireSize(), dst.limit());
+        int p = at;
+        dst.put(p++, (byte) WIRE_TAG);
+        p += WireWriter.putString(dst, p, owner);
+        dst.putLong(p, regionId);
+        dst.putLong(p + 8, address);
+        dst.putLong(p + 16, length);
+        p += 24;
+        dst.putInt(p, key.length);
+        dst.put(p + 4, key);
+        return p + 4 + key.length - at;
+    }
+
+    /**
      * Reads what {@link #writeTo} wrote.
      *
      * @param r the reader

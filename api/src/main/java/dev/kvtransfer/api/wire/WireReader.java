@@ -324,8 +324,20 @@ public final class WireReader {
     public String readString(String what) {
         int n = readCount(what, 1);
         int at = offset();
+        int p = buffer.position();
+        boolean ascii = true;
+        for (int i = 0; i < n && ascii; i++) {
+            ascii = buffer.get(p + i) >= 0;
+        }
+        if (ascii) {
+            // The usual case (addresses, names): one array and the string, no decoder.
+            byte[] b = new byte[n];
+            buffer.get(p, b);
+            buffer.position(p + n);
+            return new String(b, StandardCharsets.US_ASCII);
+        }
         ByteBuffer slice = buffer.slice().limit(n);
-        buffer.position(buffer.position() + n);
+        buffer.position(p + n);
         try {
             return StandardCharsets.UTF_8.newDecoder()
                     .onMalformedInput(CodingErrorAction.REPORT)

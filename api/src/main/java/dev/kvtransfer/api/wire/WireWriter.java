@@ -2,9 +2,6 @@ package dev.kvtransfer.api.wire;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
-import java.nio.CharBuffer;
-import java.nio.charset.CharacterCodingException;
-import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.List;
@@ -189,24 +186,85 @@ public final class WireWriter {
      * @throws IllegalArgumentException if the string holds an unpaired surrogate (it has no UTF-8 form)
      */
     public WireWriter writeString(String s) {
-        byte[] b;
-        try {
-            // Strict: String.getBytes would silently turn an unpaired surrogate into '?', a value the reader
-            // then decodes without complaint. Fail at the writer instead.
-            ByteBuffer encoded = StandardCharsets.UTF_8.newEncoder()
-                    .onMalformedInput(CodingErrorAction.REPORT)
-                    .onUnmappableCharacter(CodingErrorAction.REPORT)
-                    .encode(CharBuffer.wrap(s));
-            b = new byte[encoded.remaining()];
-            encoded.get(b);
-        } catch (CharacterCodingException e) {
-            throw new IllegalArgumentException("string is not valid UTF-16 (unpaired surrogate): " + e.getMessage());
-        }
-        writeInt(b.length);
-        ensure(b.length);
-        System.arraycopy(b, 0, bytes, position, b.length);
-        position += b.length;
+        int n = utf8Length(s);
+        writeInt(n);
+        ensure(n);
+        position = putUtf8(s, bytes, position);
         return this;
+    }
+
+    /**
+     * The length of a string's UTF-8 form, computed without encoding it.
+     *
+     * @param s the string
+     * @return bytes
+     * @throws IllegalArgumentException if the string holds an unpaired surrogate (it has no UTF-8 form)
+     */
+    public static int utf8Length(String s) {
+        int n = s.length();
+        long bytes = n;
+        for (int i = 0; i < n; i++) {
+            char c = s.charAt(i);
+            if (c < 0x80) {
+                continue;
+            }
+            if (c < 0x800) {
+                bytes += 1;
+            } else if (Character.isHighSurrogate(c) && i + 1 < n && Character.isLowSurrogate(s.charAt(i + 1))) {
+                bytes += 2; // two chars, four bytes
+                i++;
+            } else if (Character.isSurrogate(c)) {
+                // Strict: String.getBytes would silently turn it into '?', a value the reader then decodes without
+                // complaint. Fail at the writer instead.
+                throw new IllegalArgumentException("string is not valid UTF-16 (unpaired surrogate at index " + i
+                        + ")");
+            } else {
+                bytes += 2;
+            }
+        }
+        if (bytes > Integer.MAX_VALUE - 16) {
+            throw new IllegalArgumentException("string of " + bytes + " UTF-8 bytes");
+        }
+        return (int) bytes;
+    }
+
+    /**
+     * Writes a length-prefixed UTF-8 string at an absolute position, the same bytes as {@link #writeString}; the
+     * buffer's position, limit and byte order do not matter and are not changed.
+     *
+     * @param dst the buffer
+     * @param at  where the length prefix goes
+     * @param s   the string
+     * @return the bytes written (4 + {@link #utf8Length})
+     * @throws IllegalArgumentException if the string holds an unpaired surrogate
+     * @throws IndexOutOfBoundsException when it does not fit
+     */
+    public static int putString(ByteBuffer dst, int at, String s) {
+        int n = utf8Length(s);
+        java.util.Objects.checkFromIndexSize(at, 4 + n, dst.limit());
+        dst.putInt(at, dst.order() == ByteOrder.LITTLE_ENDIAN ? n : Integer.reverseBytes(n));
+        if (n == s.length()) {
+            for (int i = 0; i < n; i++) {
+                dst.put(at + 4 + i, (byte) s.charAt(i)); // ASCII: one byte a char, no encoder, no array
+            }
+        } else {
+            dst.put(at + 4, s.getBytes(StandardCharsets.UTF_8)); // valid UTF-16 (checked above): exact
+        }
+        return 4 + n;
+    }
+
+    private static int putUtf8(String s, byte[] dst, int at) {
+        int n = s.length();
+        for (int i = 0; i < n; i++) {
+            char c = s.charAt(i);
+            if (c >= 0x80) {
+                byte[] b = s.getBytes(StandardCharsets.UTF_8); // valid UTF-16 (utf8Length checked it): exact
+                System.arraycopy(b, 0, dst, at, b.length);
+                return at + b.length;
+            }
+            dst[at + i] = (byte) c;
+        }
+        return at + n;
     }
 
     /**

@@ -43,7 +43,22 @@ class RequestInfoNoCopyTest {
             key[i] = r.nextLong();
         }
         return new RequestInfo(r.nextLong(), blocks - 1, key, state(), 4096 + r.nextInt(100), r.nextInt(3) * 4096L,
-                reused, hashes, ids, token, nonce, r.nextLong(), r.nextInt(4), 1 + r.nextInt(4), List.of());
+                reused, hashes, ids, token, nonce, r.nextLong(), r.nextInt(4), 1 + r.nextInt(4), grants(r));
+    }
+
+    /** None in half the infos; else grants whose owners are ASCII, two-byte, three-byte or surrogate-pair UTF-8. */
+    private static List<dev.kvtransfer.api.format.PeerPool.Grant> grants(Random r) {
+        String[] owners = {"gen-0", "127.0.0.1:40123", "g\u00e9n-1", "\u751f\u6210-2", "gen-\ud83d\ude80", ""};
+        List<dev.kvtransfer.api.format.PeerPool.Grant> out = new java.util.ArrayList<>();
+        int n = r.nextBoolean() ? 0 : 1 + r.nextInt(3);
+        for (int i = 0; i < n; i++) {
+            byte[] key = new byte[r.nextInt(300)];
+            r.nextBytes(key);
+            out.add(new dev.kvtransfer.api.format.PeerPool.Grant(r.nextInt(8), r.nextInt(1 << 20),
+                    new dev.kvtransfer.api.transport.RegionDescriptor(owners[r.nextInt(owners.length)], r.nextLong(),
+                            r.nextLong(), r.nextInt(1 << 30), key)));
+        }
+        return out;
     }
 
     @Test

@@ -14,6 +14,8 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Random;
@@ -21,6 +23,7 @@ import java.util.Random;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatExceptionOfType;
 import static org.assertj.core.api.Assertions.assertThatIllegalArgumentException;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.catchThrowableOfType;
 
 /** The byte layout of the wire format and how each kind of bad input is reported. */
@@ -443,6 +446,34 @@ class WireFormatTest {
         byte[] b = WireWriter.raw().writeInt(3).writeByte(0xED).writeByte(0xA0).writeByte(0x80).toByteArray();
         assertThatExceptionOfType(MalformedMessageException.class)
                 .isThrownBy(() -> WireReader.raw(b).readString("s")).withMessageContaining("invalid UTF-8");
+        // A high surrogate at the end, a low one alone: refused too, by the length and by the buffer writer.
+        for (String bad : new String[] {"end \ud83d", "\ude00 start", "\ude00\ud83d"}) {
+            assertThatIllegalArgumentException().isThrownBy(() -> WireWriter.utf8Length(bad))
+                    .withMessageContaining("surrogate");
+            assertThatIllegalArgumentException().isThrownBy(() -> WireWriter.putString(ByteBuffer.allocate(64), 0,
+                    bad)).withMessageContaining("surrogate");
+        }
+    }
+
+    @Test
+    void stringsWrittenIntoABufferAreTheWritersBytes() {
+        for (String s : new String[] {"", "gen-0", "127.0.0.1:40123", "\u007f\u0080", "\u07ff\u0800", "\uffff",
+                "漢字 é 😀 \u0000 end", "\ud83d\ude80\ud83d\ude80"}) {
+            byte[] expected = WireWriter.raw().writeString(s).toByteArray();
+            assertThat(WireWriter.utf8Length(s)).as(s).isEqualTo(s.getBytes(StandardCharsets.UTF_8).length);
+            assertThat(expected.length).isEqualTo(4 + WireWriter.utf8Length(s));
+            for (ByteOrder order : new ByteOrder[] {ByteOrder.LITTLE_ENDIAN, ByteOrder.BIG_ENDIAN}) {
+                ByteBuffer b = ByteBuffer.allocate(expected.length + 7).order(order);
+                assertThat(WireWriter.putString(b, 3, s)).isEqualTo(expected.length);
+                byte[] got = new byte[expected.length];
+                b.get(3, got);
+                assertThat(got).as("%s, %s", s, order).isEqualTo(expected);
+                assertThat(b.position()).isZero();
+            }
+            assertThat(WireReader.raw(expected).readString("s")).isEqualTo(s);
+            assertThatThrownBy(() -> WireWriter.putString(ByteBuffer.allocate(expected.length - 1), 0, s))
+                    .isInstanceOf(IndexOutOfBoundsException.class);
+        }
     }
 
     @Test
