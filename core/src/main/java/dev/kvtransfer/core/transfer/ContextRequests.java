@@ -9,9 +9,7 @@ import org.agrona.collections.Long2ObjectHashMap;
 
 import java.util.ArrayList;
 import java.util.Iterator;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 
 /**
@@ -41,12 +39,10 @@ final class ContextRequests<C, L> {
     private final int maxPending;
     private final long timeoutNanos;
     private final Long2ObjectHashMap<Pending<C, L>> pending = new Long2ObjectHashMap<>();
-    private final Map<Long, RequestInfo[]> dispatchedRecently = new LinkedHashMap<>(256, 0.75f, false) {
-        @Override
-        protected boolean removeEldestEntry(Map.Entry<Long, RequestInfo[]> e) {
-            return size() > RECENT;
-        }
-    };
+    /** The last {@value #RECENT} dispatched requests' infos; {@link #recentIds} is their order, oldest first. */
+    private final Long2ObjectHashMap<RequestInfo[]> dispatchedRecently = new Long2ObjectHashMap<>(2 * RECENT, 0.65f);
+    private final long[] recentIds = new long[RECENT];
+    private int recentNext;
     private boolean closed;
 
     /**
@@ -371,8 +367,20 @@ final class ContextRequests<C, L> {
         for (int i = 0; i < infos.length; i++) {
             infos[i] = p.asked[i].info;
         }
-        dispatchedRecently.put(p.requestId, infos);
+        remember(p.requestId, infos);
         out.dispatches.add(new Dispatch<>(p.requestId, p.local, p.peerCache, p.targets, List.of(p.asked),
                 p.deadlineNanos, p.readyNanos, p.firstInfoNanos != 0 ? p.firstInfoNanos : now));
+    }
+
+    /** Remembers a dispatched request's infos, forgetting the oldest of {@value #RECENT}; no boxing, no entry. */
+    private void remember(long requestId, RequestInfo[] infos) {
+        if (dispatchedRecently.put(requestId, infos) != null) {
+            return; // dispatched again under the same id: its place in the order stays
+        }
+        if (dispatchedRecently.size() > RECENT) {
+            dispatchedRecently.remove(recentIds[recentNext]);
+        }
+        recentIds[recentNext] = requestId;
+        recentNext = (recentNext + 1) % RECENT;
     }
 }

@@ -459,11 +459,14 @@ final class ContextSend {
      * @return the reused block count
      */
     private int checkReuse(Dispatch<Connection, TransferHandle> d, TransferHandle h, int totalBlocks) {
-        RequestInfo first = d.asked().get(0).info();
+        List<Asked<Connection>> asked = d.asked();
+        RequestInfo first = asked.get(0).info();
         int reused = first.reusedBlocks();
-        long[] theirs = first.reusedBlockHashes();
-        for (Asked<Connection> a : d.asked()) {
-            if (a.info().reusedBlocks() != reused || !java.util.Arrays.equals(a.info().reusedBlockHashes(), theirs)) {
+        long[] theirs = reused == 0 ? null : first.reusedBlockHashes(); // a copy: only when there is a prefix
+        for (int i = 1; i < asked.size(); i++) { // indexed: no iterator per request
+            Asked<Connection> a = asked.get(i);
+            if (a.info().reusedBlocks() != reused
+                    || reused > 0 && !java.util.Arrays.equals(a.info().reusedBlockHashes(), theirs)) {
                 throw new KvTransferException(ErrorCode.MALFORMED, d.requestId(), "generation ranks of request "
                         + d.requestId() + " disagree on the reused prefix: " + reused + " vs " + a.info().reusedBlocks()
                         + " blocks", null);

@@ -59,8 +59,10 @@ final class PostedReady {
             int kk = k;
             boolean posted;
             try {
-                Duration left = GenerationHandshake.remaining(a.job, "waiting for the ready signal of context rank "
-                        + a.rank(k));
+                long leftNanos = a.job.deadlineNanos - System.nanoTime();
+                Duration left = leftNanos > 0 ? Waits.left(leftNanos)
+                        : GenerationHandshake.remaining(a.job, "waiting for the ready signal of context rank "
+                        + a.rank(k)); // throws TIMEOUT; the message is built only then
                 posted = c.recvAsync(a.tag, a.lease.buffer(), a.readyAt[k], a.readyLength(k), left,
                         f -> w.receiveEnded(kk, f));
                 if (!posted && k == 0) {

@@ -230,9 +230,14 @@ public final class StandardCacheFormatter implements CacheFormatter, AutoCloseab
     @Override
     public Set<FormatterCapability> capabilities() {
         // Recurrent states move only with whole requests: a layer range or a push would leave them behind.
-        return cache.recurrentState() != null ? EnumSet.noneOf(FormatterCapability.class)
-                : EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH);
+        return cache.recurrentState() != null ? NO_CAPABILITIES : CAPABILITIES;
     }
+
+    /** Asked once a request (one-copy pull checks PUSH): made once, not per call. */
+    private static final Set<FormatterCapability> CAPABILITIES = java.util.Collections.unmodifiableSet(
+            EnumSet.of(FormatterCapability.LAYER_RANGES, FormatterCapability.PUSH));
+    private static final Set<FormatterCapability> NO_CAPABILITIES = java.util.Collections.unmodifiableSet(
+            EnumSet.noneOf(FormatterCapability.class));
 
     @Override
     public void format(TransferSession session) {

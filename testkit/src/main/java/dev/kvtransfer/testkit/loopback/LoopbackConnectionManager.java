@@ -27,6 +27,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Supplier;
 
 /**
  * One rank's endpoint on a loopback fabric. See {@link LoopbackTransportProvider} for the semantics.
@@ -121,14 +122,14 @@ final class LoopbackConnectionManager implements ConnectionManager {
 
     @Override
     public RegisteredRegion register(MemoryBuffer memory) {
-        checkOpen("register");
+        checkOpen(() -> "register");
         return oneSided().register(memory);
     }
 
     @Override
     public RegisteredRegion register(MemoryBuffer memory, java.util.Set<String> writers) {
         java.util.Objects.requireNonNull(writers, "writers");
-        checkOpen("register");
+        checkOpen(() -> "register");
         return oneSided().register(memory, writers);
     }
 
@@ -138,7 +139,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         if (o == null) {
             synchronized (this) {
                 if (oneSided == null) {
-                    checkOpen("one-sided write");
+                    checkOpen(() -> "one-sided write");
                     oneSided = new EmulatedOneSided(this, CONTROL_BUFFERS, errors, defaultTimeout, name);
                 }
                 o = oneSided;
@@ -150,7 +151,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
     @Override
     public Connection connection(String peerAddress) {
         Objects.requireNonNull(peerAddress, "address");
-        checkOpen("connection to " + peerAddress);
+        checkOpen(() -> "connection to " + peerAddress);
         LoopbackConnection c = connections.get(peerAddress);
         if (c != null) {
             return c;
@@ -251,9 +252,9 @@ final class LoopbackConnectionManager implements ConnectionManager {
         }
     }
 
-    private void checkOpen(String what) {
+    private void checkOpen(Supplier<String> what) {
         if (closed) {
-            throw new TransportClosedException(what + ": loopback manager " + address + " is closed");
+            throw new TransportClosedException(what.get() + ": loopback manager " + address + " is closed");
         }
     }
 
@@ -308,7 +309,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
     void send(String to, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout) {
         checkRange(buffer, offset, length);
         nanos(timeout);
-        checkOpen("send tag " + tag + " to " + to);
+        checkOpen(() -> "send tag " + tag + " to " + to);
         LoopbackConnectionManager r = peer(to);
         if (r == null) {
             throw new TransportException(ErrorCode.PEER_LOST, "send tag " + tag + " from " + address + ": peer "
@@ -517,7 +518,8 @@ final class LoopbackConnectionManager implements ConnectionManager {
         long nanos = nanos(Objects.requireNonNull(timeout, "timeout"));
         Objects.requireNonNull(done, "done");
         long dst = length == 0 ? 0 : buffer.address() + offset;
-        String what = "posted recv from " + from + " tag " + tag + " at " + address;
+        // Built only for an error: a receive that succeeds allocates no text.
+        Supplier<String> what = () -> "posted recv from " + from + " tag " + tag + " at " + address;
         PostedReceive p = new PostedReceive(from, tag, dst, length, lock.newCondition());
         p.done = done;
         Message m;
@@ -528,7 +530,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
             m = takePending(from, tag, length);
             if (m == null) {
                 if (peer(from) == null) {
-                    p.fail(ErrorCode.PEER_LOST, what + ": peer " + from + " is closed", false);
+                    p.fail(ErrorCode.PEER_LOST, what.get() + ": peer " + from + " is closed", false);
                     notifyPosted(p);
                     return;
                 }
@@ -559,12 +561,12 @@ final class LoopbackConnectionManager implements ConnectionManager {
     }
 
     /** The runner: a posted receive's deadline passed; one that is being copied into is left to finish. */
-    private void expire(PostedReceive p, String what, long nanos) {
+    private void expire(PostedReceive p, Supplier<String> what, long nanos) {
         lock.lock();
         try {
             if (p.state == PostedReceive.WAITING) {
                 removePostedReceive(p);
-                p.fail(ErrorCode.TIMEOUT, what + ": nothing arrived within " + Duration.ofNanos(nanos), false);
+                p.fail(ErrorCode.TIMEOUT, what.get() + ": nothing arrived within " + Duration.ofNanos(nanos), false);
                 notifyPosted(p);
             }
         } finally {
@@ -592,7 +594,8 @@ final class LoopbackConnectionManager implements ConnectionManager {
         checkRange(buffer, offset, length);
         long remaining = nanos(timeout);
         long dst = length == 0 ? 0 : buffer.address() + offset;
-        String what = (from == null ? "recvConnect" : "recv from " + from) + " tag " + tag + " at " + address;
+        Supplier<String> what = () -> (from == null ? "recvConnect" : "recv from " + from) + " tag " + tag + " at "
+                + address;
         Message m = null;
         PostedReceive p;
         lock.lock();
@@ -601,7 +604,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
             m = takePending(from, tag, length);
             if (m == null) {
                 if (from != null && peer(from) == null) {
-                    throw new TransportException(ErrorCode.PEER_LOST, what + ": peer " + from + " is closed");
+                    throw new TransportException(ErrorCode.PEER_LOST, what.get() + ": peer " + from + " is closed");
                 }
                 p = new PostedReceive(from, tag, dst, length, lock.newCondition());
                 posted.computeIfAbsent(tag, k -> new ArrayDeque<>()).add(p);
@@ -644,7 +647,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
     }
 
     /** Off the lock: copies a taken message into the receive's memory; @return its sender */
-    private String copyOut(Message m, long dst, long length, String what) {
+    private String copyOut(Message m, long dst, long length, Supplier<String> what) {
         if (m.state == Message.CLAIMED) {
             try {
                 MemoryAccess.copy(m.src, dst, length);
@@ -661,7 +664,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         }
         try {
             if (m.length != length) {
-                throw new TransportException(ErrorCode.MALFORMED, what + ": message of " + m.length
+                throw new TransportException(ErrorCode.MALFORMED, what.get() + ": message of " + m.length
                         + " bytes from " + m.from + ", receive expected " + length);
             }
             MemoryAccess.copy(m.address, dst, length);
@@ -671,7 +674,7 @@ final class LoopbackConnectionManager implements ConnectionManager {
         }
     }
 
-    private String await(PostedReceive p, long nanos, String what, boolean nullOnTimeout) {
+    private String await(PostedReceive p, long nanos, Supplier<String> what, boolean nullOnTimeout) {
         boolean interrupted = false;
         lock.lock();
         try {
@@ -684,12 +687,12 @@ final class LoopbackConnectionManager implements ConnectionManager {
                         if (nullOnTimeout) {
                             return null;
                         }
-                        throw new TransportException(ErrorCode.TIMEOUT, what + ": nothing arrived within "
+                        throw new TransportException(ErrorCode.TIMEOUT, what.get() + ": nothing arrived within "
                                 + Duration.ofNanos(nanos));
                     }
                     if (interrupted) {
                         removePostedReceive(p);
-                        throw new TransportException(ErrorCode.NETWORK, what + ": interrupted");
+                        throw new TransportException(ErrorCode.NETWORK, what.get() + ": interrupted");
                     }
                 } else {
                     left = TimeUnit.MILLISECONDS.toNanos(100); // a claimed copy is a bounded memcpy
