@@ -98,6 +98,18 @@ public abstract class TransceiverFaultConformanceTest {
         return true;
     }
 
+    /**
+     * Whether the transceiver over this transport moves a pull's payload as messages on data tags (the default).
+     * Override with false where pulls move as one-copy writes into the generation pools (a shared-memory path): rules
+     * 4.3 and 4.4 fault a payload message, and there is none; they check instead that none is sent and that the
+     * bytes arrive exact, so the claim is tested rather than skipped.
+     *
+     * @return false when no payload travels as a message
+     */
+    protected boolean payloadAsMessages() {
+        return true;
+    }
+
     /** @return the per-request deadline of the suite (short, so timeouts end fast) */
     protected Duration deadline() {
         return Duration.ofSeconds(4);
@@ -253,6 +265,44 @@ public abstract class TransceiverFaultConformanceTest {
         }
     }
 
+    /**
+     * For a transport whose pulls send no payload message ({@link #payloadAsMessages()} false): a request moves exact
+     * and what each context rank sends on data tags is notices (ready signals, lists of what it wrote), less than an
+     * eighth of its share of the request's bytes.
+     */
+    private void noPayloadMessage(String rule, CacheState[] states) throws Exception {
+        LocalInstance[] p = pair(states);
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        Set<String> from = addresses(ctx);
+        List<Fault.Message> onDataTags = new CopyOnWriteArrayList<>();
+        // A fault that never fires: its predicate sees every message the context side sends.
+        faults.inject(new Fault(Fault.Kind.DROP, m -> {
+            if (from.contains(m.from()) && m.tag() >= Tags.FIRST_DATA_TAG) {
+                onDataTags.add(m);
+            }
+            return false;
+        }, 1, Duration.ZERO));
+        int tpb = ctx.cacheState().tokensPerBlock();
+        Transfer t = transfer(ctx, gen, tpb * Math.max(4, 2560 / tpb));
+        TransferFixture.awaitEnded(List.of(t), deadline().plus(slack()));
+        assertExact(gen, t);
+        assertThat(faults.injected(Fault.Kind.DROP)).isZero();
+        // Each context rank's share of the request: what its messages would carry if the payload went as messages.
+        long share = (long) (t.prompt + tpb - 1) / tpb * ctx.cache(0).layout().blockBytes();
+        Map<String, Long> sent = new java.util.TreeMap<>();
+        for (Fault.Message m : onDataTags) {
+            sent.merge(m.from(), m.length(), Long::sum);
+        }
+        assertThat(sent).as("%s: messages on data tags", rule).isNotEmpty();
+        sent.forEach((rank, bytes) -> assertThat(bytes).as("%s: %s declares that pulls send no payload message, so "
+                + "context rank %s may send notices only (less than an eighth of its %d B share): %s", rule,
+                provider().name(), rank, share, onDataTags).isLessThan(share / 8));
+        faults.clear();
+        free(ctx, gen, t);
+        assertBlocksFree(gen);
+    }
+
     /** Runs a payload fault: the hit request is the only one in flight when the fault is armed. */
     private void payloadFault(Fault.Kind kind, int nth, long minBytes, Set<ErrorCode> codes, String rule)
             throws Exception {
@@ -296,6 +346,10 @@ public abstract class TransceiverFaultConformanceTest {
 
     @Test
     public void required_spec4_03_duplicatedPayloadMessageFailsTheRequestNeverCompletesIt() throws Exception {
+        if (!payloadAsMessages()) {
+            noPayloadMessage("spec 4.3", states());
+            return;
+        }
         payloadFault(Fault.Kind.DUPLICATE, 3, 1, PAYLOAD_CODES, "spec 4.3");
     }
 
@@ -306,6 +360,10 @@ public abstract class TransceiverFaultConformanceTest {
         chunk = 4 << 20;
         CacheState gen = CacheState.builder().uniformKvHeads(8, 2).sizePerHead(128).tokensPerBlock(256).build();
         CacheState ctx = resharding() ? gen.toBuilder().tensorParallelism(2).build() : gen;
+        if (!payloadAsMessages()) {
+            noPayloadMessage("spec 4.4", new CacheState[] {ctx, gen});
+            return;
+        }
         payloadFault(Fault.Kind.CORRUPT, 2, 1 << 20, EnumSet.of(ErrorCode.MALFORMED), "spec 4.4",
                 new CacheState[] {ctx, gen});
     }

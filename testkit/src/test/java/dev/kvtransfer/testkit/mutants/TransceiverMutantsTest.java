@@ -53,6 +53,7 @@ class TransceiverMutantsTest {
     static final String SPEC3_02 = "required_spec3_02_twoHundredConcurrentRequestsArriveExactly";
     static final String SPEC3_03 = "required_spec3_03_contextCancelBeforeReadyCancelsBothSides";
     static final String SPEC3_16 = "required_spec3_16_messagesOfAMebibyteAndMoreArriveExactly";
+    static final String SPEC4_03 = "required_spec4_03_duplicatedPayloadMessageFailsTheRequestNeverCompletesIt";
     static final String SPEC4_08 = "required_spec4_08_contextEndpointClosedMidMessage"
             + "FailsInBoundAndAFreshContextIsServed";
     static final String SPEC4_11 = "required_spec4_11_droppedRequestInfoTimesOutOnBothSides";
@@ -105,6 +106,14 @@ class TransceiverMutantsTest {
         }
     }
 
+    /** A capability claimed but not honoured: the loopback sends its payload as messages, this suite says not. */
+    static class FalseNoPayloadClaimSuite extends FaultSuite {
+        @Override
+        protected boolean payloadAsMessages() {
+            return false;
+        }
+    }
+
     static Stream<Arguments> mutants() {
         return Stream.of(
                 Arguments.of(Defect.PEER_LOST_NEVER_REPORTED, FaultSuite.class, SPEC4_08, "must fail PEER_LOST"),
@@ -146,6 +155,14 @@ class TransceiverMutantsTest {
                 : failed.keySet() + ": " + firstLine(failed.values().iterator().next()));
         assertThat(failed).as("%s must fail %s", d, rule).containsKey(rule);
         assertThat(failed.get(rule)).as("what %s reports for %s", rule, d).containsPattern(says);
+    }
+
+    @Test
+    void aSuiteThatClaimsNoPayloadMessagesOverATransportThatSendsThemFailsRule4_3() {
+        Map<String, String> failed = run(Defect.NONE, DiscoverySelectors.selectMethod(FalseNoPayloadClaimSuite.class,
+                SPEC4_03));
+        assertThat(failed).as("rule 4.3 over a false payloadAsMessages() claim").containsKey(SPEC4_03);
+        assertThat(failed.get(SPEC4_03)).contains("declares that pulls send no payload message");
     }
 
     /**
