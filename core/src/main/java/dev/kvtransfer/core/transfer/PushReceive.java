@@ -64,6 +64,7 @@ final class PushReceive {
             Connection c = session.peerConnection(k);
             int peerRank = t.peerRanks().get(k);
             Written w = written[k] = new Written();
+            long waitFrom = System.nanoTime();
             try (MemoryBuffer notice = env.buffers().allocate(PushNoticeFlyweight.LENGTH, MemoryKind.HOST)) {
                 ByteBuffer nb = notice.asByteBuffer();
                 PushNoticeFlyweight noticeFly = new PushNoticeFlyweight();
@@ -101,6 +102,9 @@ final class PushReceive {
                             job.handle.layerArrived(l);
                         }
                     } else if (type == PushNoticeFlyweight.TYPE_DONE) {
+                        // One measure per writer, from the wait's start to its done notice, over the bytes it wrote:
+                        // the receive row of a push (as upstream's receive of a one-sided writer's notification).
+                        job.timing.measure(k, waitFrom, System.nanoTime(), w.bytes);
                         return;
                     } else if (type == PushNoticeFlyweight.TYPE_ABORT) {
                         ErrorCode code = value >= 0 && value < ErrorCode.values().length

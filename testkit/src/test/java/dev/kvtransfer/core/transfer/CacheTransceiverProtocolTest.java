@@ -26,6 +26,8 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -445,9 +447,11 @@ class CacheTransceiverProtocolTest {
         assertExact(gen, r);
     }
 
-    @Test
-    void timingFilesFollowTheUpstreamFormat(@TempDir Path dir) throws Exception {
-        TransceiverConfig c = config().timingDir(dir).build();
+    /** Both modes write a row per request on both sides: a push's receive row times the writers' done notices. */
+    @ParameterizedTest
+    @EnumSource(TransceiverConfig.TransferMode.class)
+    void timingFilesFollowTheUpstreamFormat(TransceiverConfig.TransferMode mode, @TempDir Path dir) throws Exception {
+        TransceiverConfig c = config().transferMode(mode).timingDir(dir).build();
         LocalInstance ctx = start("ctx", state(1, 1, DataType.FLOAT16), c);
         LocalInstance gen = start("gen", state(1, 1, DataType.FLOAT16), c.toBuilder().timingDir(dir.resolve("g"))
                 .build());
