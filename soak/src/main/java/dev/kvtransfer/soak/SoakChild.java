@@ -69,9 +69,35 @@ public final class SoakChild {
         return t;
     });
 
+    /** Each rank's status check, as an engine's loop calls it: the transceiver forgets what it reported. */
+    private final java.util.concurrent.ScheduledExecutorService status;
+    private final AtomicInteger statusFailures = new AtomicInteger();
+
     private SoakChild(LocalInstance instance, Faults faults) {
         this.instance = instance;
         this.faults = faults;
+        this.status = Executors.newScheduledThreadPool(instance.ranks(), r -> {
+            Thread t = new Thread(r, "soak-status");
+            t.setDaemon(true);
+            return t;
+        });
+        boolean context = instance.name().startsWith("ctx");
+        for (int r = 0; r < instance.ranks(); r++) {
+            int rank = r;
+            // Every rank of the group checks with the same atLeast (0: one collective round, no wait), each on its
+            // own thread, as each rank's engine loop would.
+            status.scheduleWithFixedDelay(() -> {
+                try {
+                    if (context) {
+                        instance.transceiver(rank).checkContextTransferStatus(java.util.OptionalInt.of(0));
+                    } else {
+                        instance.transceiver(rank).checkGenTransferStatus(java.util.OptionalInt.of(0));
+                    }
+                } catch (RuntimeException e) {
+                    statusFailures.incrementAndGet(); // a group that did not gather in time: the next round reports
+                }
+            }, 100, 100, java.util.concurrent.TimeUnit.MILLISECONDS);
+        }
     }
 
     /**
@@ -138,6 +164,7 @@ public final class SoakChild {
             String[] w = line.trim().split(" ");
             switch (w[0]) {
                 case "EXIT" -> {
+                    status.shutdownNow();
                     verifier.shutdown();
                     return;
                 }
