@@ -82,8 +82,7 @@ public final class PeerPool {
          * @return the bytes written ({@link #wireSize()})
          */
         public int writeTo(java.nio.ByteBuffer dst, int at) {
-            java.util.Objects.checkFromIndexSize(at, 12, dst.limit());
-            dst.putInt(at, region);
+            dst.putInt(at, region); // absolute puts check their own index
             dst.putLong(at + 4, offset);
             return 12 + descriptor.writeTo(dst, at + 12);
         }

@@ -97,8 +97,7 @@ public record RegionDescriptor(String owner, long regionId, long address, long l
         if (dst.order() != java.nio.ByteOrder.LITTLE_ENDIAN) {
             throw new IllegalArgumentException("the wire format is little-endian; got a " + dst.order() + " buffer");
         }
-        java.util.Objects.checkFromIndexSize(at, wireSize(), dst.limit());
-        int p = at;
+        int p = at; // every absolute put checks its own index: no second pass over the owner to size it first
         dst.put(p++, (byte) WIRE_TAG);
         p += WireWriter.putString(dst, p, owner);
         dst.putLong(p, regionId);
