@@ -158,6 +158,17 @@ final class AeronConnection implements Connection {
         sharedWrites = manager.oneSided().write(this, batch, timeout) == batch.totalBytes() && batch.size() > 0;
     }
 
+    /** Sums in the copy's pass where the bytes go through shared memory; declines (writes nothing) otherwise. */
+    @Override
+    public boolean writeSummed(WriteBatch batch, Duration timeout, int[] crc32c) {
+        long shared = manager.oneSided().writeSummed(this, batch, timeout, crc32c);
+        if (shared < 0) {
+            return false;
+        }
+        sharedWrites = shared == batch.totalBytes() && batch.size() > 0;
+        return true;
+    }
+
     @Override
     public String peer() {
         return peer.address;

@@ -58,11 +58,39 @@ final class OneSidedWrites implements AutoCloseable {
             emulated.write(c, batch, timeout);
             return 0;
         }
+        return write(c, batch, timeout, null);
+    }
+
+    /**
+     * As {@link #write(Connection, WriteBatch, Duration)}, summing each entry's source into {@code crc32c}: in the
+     * copy's pass for what goes through shared memory ({@link ShmWriter}).
+     *
+     * @return bytes copied through shared memory, or -1 when it cannot sum this batch (the path is off: the
+     *         emulation would send the bytes after a pass of their own anyway; a source in device memory) and
+     *         wrote nothing
+     */
+    long writeSummed(Connection c, WriteBatch batch, Duration timeout, int[] crc32c) {
+        if (crc32c.length < batch.size()) {
+            throw new IllegalArgumentException("crc32c has " + crc32c.length + " slots for " + batch.size()
+                    + " entries");
+        }
+        if (writer == null) {
+            return -1;
+        }
+        for (int i = 0; i < batch.size(); i++) {
+            if (batch.source(i).kind() == dev.kvtransfer.api.memory.MemoryKind.DEVICE) {
+                return -1;
+            }
+        }
+        return write(c, batch, timeout, crc32c);
+    }
+
+    private long write(Connection c, WriteBatch batch, Duration timeout, int[] crc32c) {
         long deadline = System.nanoTime() + Math.max(0, timeout.toNanos());
         WriteBatch others = rest.get();
         others.clear();
         try {
-            long shared = writer.write(c, batch, deadline, others);
+            long shared = writer.write(c, batch, deadline, others, crc32c);
             if (others.size() > 0) {
                 emulated.write(c, others, Duration.ofNanos(Math.max(1, deadline - System.nanoTime())));
             }

@@ -22,6 +22,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.concurrent.locks.ReentrantReadWriteLock;
+import java.util.zip.CRC32C;
 
 /**
  * The writer side of one-copy writes between processes of one host ({@link ShmOwner}): for an entry whose region
@@ -33,6 +34,11 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
 final class ShmWriter implements AutoCloseable {
     /** Bytes copied under one entry into the fence: bounds how long an owner's revocation waits for a copy. */
     static final long PIECE = 8L << 20;
+    /**
+     * Bytes copied, then summed, at once when the writer sums what it writes: the CRC32C reads the chunk it just
+     * placed from the core's L2 instead of the source from memory (formatter-standard's sweep picked the same size).
+     */
+    static final int SUM_CHUNK = 128 << 10;
     /** Regions remembered per peer before the memory of them is dropped (grants live as long as a request). */
     private static final int MAX_REMEMBERED = 4096;
     private static final long PID = ProcessHandle.current().pid();
@@ -48,6 +54,7 @@ final class ShmWriter implements AutoCloseable {
     /** Copies hold it shared; closing takes it exclusively before it unmaps anything. */
     private final ReentrantReadWriteLock mappings = new ReentrantReadWriteLock();
     private final ThreadLocal<UnsafeBuffer> sourceView = ThreadLocal.withInitial(UnsafeBuffer::new);
+    private final ThreadLocal<CRC32C> sums = ThreadLocal.withInitial(CRC32C::new);
     private volatile boolean closed;
 
     ShmWriter(String name) {
@@ -117,9 +124,11 @@ final class ShmWriter implements AutoCloseable {
      * @param batch    the entries (already checked against their descriptors)
      * @param deadline {@code System.nanoTime()} deadline
      * @param rest     receives the entries for the emulated path
+     * @param crc32c   null, or receives each entry's CRC32C (host sources only): of the bytes as placed, chunk by
+     *                 chunk right behind the copy here; of the source, in a pass of its own, for the emulated entries
      * @return bytes copied here
      */
-    long write(Connection c, WriteBatch batch, long deadline, WriteBatch rest) {
+    long write(Connection c, WriteBatch batch, long deadline, WriteBatch rest, int[] crc32c) {
         String peer = c.peer();
         long copied = 0;
         PeerState ps = null;
@@ -128,6 +137,7 @@ final class ShmWriter implements AutoCloseable {
             if (!marked(d) || closed || !d.owner().equals(peer) || batch.source(i).kind() == MemoryKind.DEVICE) {
                 rest.add(batch.source(i), batch.sourceOffset(i), marked(d) ? emulated(d) : d, batch.targetOffset(i),
                         batch.length(i));
+                sumApart(batch, i, crc32c);
                 continue;
             }
             if (ps == null) {
@@ -140,17 +150,41 @@ final class ShmWriter implements AutoCloseable {
             if (!t.shared()) {
                 rest.add(batch.source(i), batch.sourceOffset(i), t.emulated(), batch.targetOffset(i),
                         batch.length(i));
+                sumApart(batch, i, crc32c);
                 continue;
             }
-            copy(ps, d, t, batch.source(i), batch.sourceOffset(i), batch.targetOffset(i), batch.length(i), peer);
+            CRC32C sum = null;
+            if (crc32c != null) {
+                sum = sums.get();
+                sum.reset();
+            }
+            copy(ps, d, t, batch.source(i), batch.sourceOffset(i), batch.targetOffset(i), batch.length(i), peer, sum);
+            if (sum != null) {
+                crc32c[i] = (int) sum.getValue();
+            }
             copied += batch.length(i);
         }
         COPIED.addAndGet(copied);
         return copied;
     }
 
+    /** An entry that goes emulated is summed here, in a pass of its own (its bytes are copied later). */
+    private void sumApart(WriteBatch batch, int i, int[] crc32c) {
+        if (crc32c == null) {
+            return;
+        }
+        CRC32C sum = sums.get();
+        sum.reset();
+        MemoryBuffer src = batch.source(i);
+        for (long pos = 0; pos < batch.length(i); pos += PIECE) {
+            long n = Math.min(PIECE, batch.length(i) - pos);
+            sum.update(src.slice(batch.sourceOffset(i) + pos, n).asByteBuffer());
+        }
+        crc32c[i] = (int) sum.getValue();
+    }
+
     private void copy(PeerState ps, RegionDescriptor d, Target t, MemoryBuffer src, long srcOffset, long offset,
-                      long length, String peer) {
+                      long length, String peer, CRC32C sum) {
         if (offset < 0 || length < 0 || offset > t.length() || length > t.length() - offset) {
             throw new TransportException(ErrorCode.MALFORMED, "write to " + peer + ": " + length + " bytes at offset "
                     + offset + " leave region #" + d.regionId() + " of " + t.length() + " bytes");
@@ -173,7 +207,19 @@ final class ShmWriter implements AutoCloseable {
                 }
                 try {
                     from.wrap(srcAddress + pos, n);
-                    t.file().view().putBytes((int) (t.fileOffset() + offset + pos), from, 0, n);
+                    int at = (int) (t.fileOffset() + offset + pos);
+                    if (sum == null) {
+                        t.file().view().putBytes(at, from, 0, n);
+                    } else {
+                        // Copy a chunk, then sum what landed while it is in the cache: the sum reads no memory.
+                        ByteBuffer placed = t.file().buffer().duplicate();
+                        for (int c = 0; c < n; c += SUM_CHUNK) {
+                            int m = Math.min(SUM_CHUNK, n - c);
+                            t.file().view().putBytes(at + c, from, c, m);
+                            placed.limit(at + c + m).position(at + c);
+                            sum.update(placed);
+                        }
+                    }
                 } finally {
                     t.fence().exit(t.slot());
                 }

@@ -126,6 +126,64 @@ class AeronSharedMemoryWritesTest {
         assertThat(errors).isEmpty();
     }
 
+    /**
+     * {@code writeSummed}: each entry's CRC32C is that of its source bytes, summed in the copy's pass for the shared
+     * entries (pieces larger than a fence piece and not a multiple of the sum chunk included) and apart for those
+     * that go emulated; every byte lands as with {@code write}. A writer whose path is off declines and writes
+     * nothing.
+     */
+    @Test
+    void aSummedBatchCarriesEachEntrysCrcOfItsSourceEveryByteVerified() {
+        AeronConnectionManager owner = manager("owner", SECRET);
+        AeronConnectionManager writer = manager("writer", SECRET);
+        long size = (17L << 20) + 12_345;
+        MemoryBuffer pool = pool(size);
+        OffHeapBuffer privatePool = buffer(1L << 20);
+        OffHeapBuffer src = buffer(size);
+        TestPattern.fill(pool, 0, size, 7);
+        TestPattern.fill(src, 0, size, 45);
+        RegisteredRegion shared = owner.register(pool, Set.of(writer.localAddress()));
+        RegisteredRegion apart = owner.register(privatePool, Set.of(writer.localAddress()));
+        Connection c = writer.connection(owner.localAddress());
+        long big = size - (1L << 20);
+        WriteBatch batch = new WriteBatch()
+                .add(src, 0, shared.descriptor(), 0, big)
+                .add(src, big, apart.descriptor(), 0, 1L << 20)
+                .add(src, big, shared.descriptor(), big, 1L << 20)
+                .add(src, 3, shared.descriptor(), 3, 0);
+        long copied = ShmWriter.copiedBytes();
+        int[] crcs = new int[batch.size()];
+        assertThat(c.writeSummed(batch, T, crcs)).isTrue();
+        TestPattern.assertPattern(pool, 0, size, 45);
+        assertThat(privatePool.asByteBuffer()).as("the emulated entry's bytes")
+                .isEqualTo(src.slice(big, 1L << 20).asByteBuffer());
+        assertThat(ShmWriter.copiedBytes() - copied).as("through shared memory").isEqualTo(size);
+        for (int i = 0; i < batch.size(); i++) {
+            assertThat(crcs[i]).as("CRC32C of entry " + i).isEqualTo(crc(src, batch.sourceOffset(i), batch.length(i)));
+        }
+        assertThatThrownBy(() -> c.writeSummed(batch, T, new int[2])).isInstanceOf(IllegalArgumentException.class);
+
+        AeronConnectionManager off = manager("writer-off", SECRET, AeronSettings.SHARED_MEMORY_WRITES, "false");
+        RegisteredRegion forOff = owner.register(pool, Set.of(off.localAddress()));
+        TestPattern.fill(src, 0, size, 46);
+        assertThat(off.connection(owner.localAddress())
+                .writeSummed(new WriteBatch().add(src, 0, forOff.descriptor(), 0, size), T, new int[1]))
+                .as("declined: the path is off").isFalse();
+        TestPattern.assertPattern(pool, 0, size, 45);
+        forOff.close();
+        apart.close();
+        shared.close();
+        assertThat(errors).isEmpty();
+    }
+
+    private static int crc(MemoryBuffer b, long offset, long length) {
+        java.util.zip.CRC32C crc = new java.util.zip.CRC32C();
+        if (length > 0) {
+            crc.update(b.slice(offset, length).asByteBuffer());
+        }
+        return (int) crc.getValue();
+    }
+
     @Test
     void withoutASecretNoMappingIsHandedOutAndWritesStayEmulated() {
         AeronConnectionManager owner = manager("owner", null);

@@ -321,4 +321,57 @@ public abstract class TransportConformanceTest extends TransportAuthenticationRu
             assertSentinel(whole, GUARD + size, size + 2 * GUARD, "guard after the region");
         }
     }
+
+    @Test
+    public void optional_spec2_06_aSummedWriteSumsEachEntrysSourceOrDeclinesWritingNothing() throws Exception {
+        ConnectionManager owner = newManager();
+        ConnectionManager writer = newManager();
+        if (!oneSided()) {
+            assertRefusesOneSided();
+            assertThat(writer.connection(owner.localAddress()).writeSummed(new WriteBatch(), Duration.ofSeconds(5),
+                    new int[0])).as("a transport without ONE_SIDED_WRITE declines").isFalse();
+            return;
+        }
+        long size = (3L << 20) + 333;
+        MemoryBuffer whole = guarded(size);
+        MemoryBuffer src = buffer(size);
+        fill(src, 0, size, 808);
+        try (RegisteredRegion region = owner.register(whole.slice(GUARD, size))) {
+            RegionDescriptor d = region.descriptor();
+            long[][] entries = {{0, size - (1L << 20), (1L << 20) - 1}, {7, 0, (2L << 20) + 1}, {size - 1, size - 1, 1},
+                {5, 99, 0}};
+            WriteBatch batch = new WriteBatch();
+            for (long[] e : entries) {
+                batch.add(src, e[0], d, e[1], e[2]);
+            }
+            Connection toOwner = writer.connection(owner.localAddress());
+            assertThatThrownBy(() -> toOwner.writeSummed(batch, Duration.ofSeconds(30), new int[3]))
+                    .as("fewer slots than entries").isInstanceOf(IllegalArgumentException.class);
+            assertSentinel(whole, 0, size + 2 * GUARD, "region after a refused summed write");
+            int[] crcs = new int[entries.length + 2];
+            java.util.Arrays.fill(crcs, 0x5A5A5A5A);
+            if (!toOwner.writeSummed(batch, Duration.ofSeconds(60), crcs)) {
+                assertSentinel(whole, 0, size + 2 * GUARD, "region after a declined summed write");
+                assertThat(crcs).as("a declined write leaves the sums alone").containsOnly(0x5A5A5A5A);
+                return;
+            }
+            ByteBuffer s = src.asByteBuffer();
+            ByteBuffer w = whole.asByteBuffer();
+            for (int k = 0; k < entries.length; k++) {
+                long[] e = entries[k];
+                java.util.zip.CRC32C want = new java.util.zip.CRC32C();
+                for (long i = 0; i < e[2]; i++) {
+                    byte b = s.get((int) (e[0] + i));
+                    want.update(b);
+                    if (w.get((int) (GUARD + e[1] + i)) != b) {
+                        fail("region byte " + (e[1] + i) + " of summed entry " + k + ": expected " + b + ", found "
+                                + w.get((int) (GUARD + e[1] + i)));
+                    }
+                }
+                assertThat(crcs[k]).as("CRC32C of entry %d's source", k).isEqualTo((int) want.getValue());
+            }
+            assertSentinel(whole, 0, GUARD, "guard before the region");
+            assertSentinel(whole, GUARD + size, size + 2 * GUARD, "guard after the region");
+        }
+    }
 }

@@ -66,9 +66,15 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * refused; without authentication it is not sent.
      */
     public static final int FLAG_TOKENS_CHECKSUM = 8;
+    /**
+     * Flag: the requester takes progress notices while a context rank writes into its granted blocks, each with
+     * the entries written so far, and checks those entries while the next ones are written (format version 4; no
+     * new version: an older reader refuses the unknown flag). Set with part checksums on a request that grants.
+     */
+    public static final int FLAG_PROGRESS_NOTICES = 16;
     /** Flags this version knows. */
     public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS | FLAG_NO_COALESCE | FLAG_PARTIAL_REUSE
-            | FLAG_TOKENS_CHECKSUM;
+            | FLAG_TOKENS_CHECKSUM | FLAG_PROGRESS_NOTICES;
     private static final int WIRE_TAG = 0x52; // 'R'
 
     /**
@@ -335,6 +341,11 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     /** @return whether a pull may coalesce blocks consecutive on both sides (no {@link #FLAG_NO_COALESCE}) */
     public boolean coalesce() {
         return (flags & FLAG_NO_COALESCE) == 0;
+    }
+
+    /** @return whether the requester takes progress notices of a push ({@link #FLAG_PROGRESS_NOTICES}) */
+    public boolean progressNotices() {
+        return (flags & FLAG_PROGRESS_NOTICES) != 0;
     }
 
     /** @return whether the requester holds the leading tokens of block {@code reusedBlocks} (partial reuse) */

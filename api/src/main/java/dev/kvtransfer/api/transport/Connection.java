@@ -143,6 +143,30 @@ public interface Connection {
                 + "writes to " + peer());
     }
 
+    /**
+     * As {@link #write}, and sums what it writes: puts the CRC32C of entry {@code i}'s bytes into {@code crc32c[i]}
+     * (those of its source, which a correct write placed unchanged). A transport that copies on the CPU sums each
+     * piece of an entry right behind its copy, while the piece is in the cache, so the sum costs no pass over memory
+     * of its own (a part checksum otherwise reads every written byte again after the write).
+     *
+     * <p>Optional: the default returns {@code false} and writes nothing, as does a transport that cannot sum this
+     * batch (a source in device memory); the caller then calls {@link #write} and sums the sources itself. The
+     * errors and the completion are those of {@link #write}.
+     *
+     * @param batch   the entries
+     * @param timeout deadline for the whole batch
+     * @param crc32c  receives one CRC32C per entry, at least {@code batch.size()} long
+     * @return whether the batch was written and summed
+     * @throws IllegalArgumentException when {@code crc32c} is shorter than the batch
+     */
+    default boolean writeSummed(WriteBatch batch, Duration timeout, int[] crc32c) {
+        if (crc32c.length < batch.size()) {
+            throw new IllegalArgumentException("crc32c has " + crc32c.length + " slots for " + batch.size()
+                    + " entries");
+        }
+        return false;
+    }
+
     /** @return the peer's address, as its manager's {@link ConnectionManager#localAddress()} reports it */
     String peer();
 

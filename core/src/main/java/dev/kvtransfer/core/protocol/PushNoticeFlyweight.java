@@ -7,7 +7,8 @@ import java.nio.ByteBuffer;
  * {@value #LENGTH} bytes {@code [type u32][layer u32][value u64]}. {@link #TYPE_LAYER}: a global layer was written;
  * {@link #TYPE_DONE}: every write of this rank completed. For both, value = the number of write entries since the
  * previous notice, which follow (when not 0) in one message of {@link PushEntryFlyweight#LENGTH} bytes each.
- * {@link #TYPE_ABORT}: the context side failed, value = the {@code ErrorCode} ordinal.
+ * {@link #TYPE_ABORT}: the context side failed, value = the {@code ErrorCode} ordinal. {@link #TYPE_PROGRESS}: part
+ * of a batch was written (to a requester that set {@code RequestInfo.FLAG_PROGRESS_NOTICES}); its entries follow.
  */
 public final class PushNoticeFlyweight extends Flyweight {
     /** Bytes of a notice. */
@@ -18,6 +19,8 @@ public final class PushNoticeFlyweight extends Flyweight {
     public static final int TYPE_DONE = 2;
     /** The rank failed. */
     public static final int TYPE_ABORT = 3;
+    /** Part of a large batch was written; its entries follow, and more writes come. */
+    public static final int TYPE_PROGRESS = 4;
 
     static final int TYPE_OFFSET = 0;
     static final int LAYER_OFFSET = 4;

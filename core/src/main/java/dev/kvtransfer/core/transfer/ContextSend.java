@@ -206,6 +206,13 @@ final class ContextSend {
                     .peerBlockIds(push || coalesce ? peerIds : null).peerBlocksPerRegion(peerBpr)
                     .checksums(checksums).push(pools).controlBuffers(control)
                     .transportCapabilities(env.connections().capabilities()).build();
+            if (push) {
+                boolean[] progress = new boolean[n];
+                for (int i = 0; i < n; i++) {
+                    progress[i] = asked.get(i).info().progressNotices();
+                }
+                session.progressNotices(progress);
+            }
             for (int i = 0; i < n; i++) {
                 try {
                     sendReady(conns[i], asked.get(i).info(), true, h.blockIds(),

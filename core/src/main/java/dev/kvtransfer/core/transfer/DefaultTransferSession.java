@@ -403,20 +403,10 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         Connection conn = connection(peerIndex);
         long started = System.nanoTime();
         timing.preprocessAtMost(started);
-        try {
-            conn.write(batch, remaining("writing into peer rank " + targets.peerRanks().get(peerIndex)));
-        } catch (KvTransferException e) {
-            throw new KvTransferException(e.code(), requestId, "writing " + batch.totalBytes() + " bytes into peer rank "
-                    + targets.peerRanks().get(peerIndex) + " (" + conn.peer() + ") failed: " + e.getMessage(), e);
-        } catch (RuntimeException e) {
-            throw new KvTransferException(ErrorCode.NETWORK, requestId, "writing into peer rank "
-                    + targets.peerRanks().get(peerIndex) + " (" + conn.peer() + ") failed: " + e, e);
-        }
+        writes.write(this, peerIndex, conn, batch, crcs != null);
         timing.transmissions(System.nanoTime());
         for (int i = 0; i < batch.size(); i++) {
             long n = batch.length(i);
-            writes.record(peerIndex, batch.target(i).regionId(), batch.targetOffset(i), n,
-                    crcs != null ? (int) Checksums.crc32c(batch.source(i), batch.sourceOffset(i), n) : 0);
             ledger.moved(peerIndex, batch.source(i), n, conn.writeCopiesPerByte(n));
             if (crcs != null) {
                 ledger.checksummed(peerIndex, n);
@@ -425,6 +415,11 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         messages[peerIndex] += batch.size();
         peerBytes[peerIndex] += batch.totalBytes();
         MOVED_BYTES.getAndAdd(this, batch.totalBytes());
+    }
+
+    /** Push, context side: the peers that take progress notices ({@link PushWriteLog#progress}). */
+    void progressNotices(boolean[] perPeer) {
+        writes.progress(perPeer);
     }
 
     /**

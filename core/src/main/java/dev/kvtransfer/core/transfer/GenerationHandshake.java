@@ -126,6 +126,9 @@ final class GenerationHandshake {
                 || localOneCopy.applies(params.contextState());
         List<dev.kvtransfer.api.format.PeerPool.Grant> grants = grant && reused < totalBlocks
                 ? push.registerGrants(job, totalBlocks, reused, writers(conns)) : List.of();
+        if (!grants.isEmpty() && env.config().partChecksums()) {
+            flags |= RequestInfo.FLAG_PROGRESS_NOTICES; // checks what was written while the rest is written
+        }
         // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
         RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, h.lastBlockKey(), env.selfState(), tag,
                 env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,

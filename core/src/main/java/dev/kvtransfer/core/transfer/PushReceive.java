@@ -81,14 +81,17 @@ final class PushReceive {
                     int layer = n.layer();
                     long value = n.value();
                     PushTrace.at("gen", id, "notice" + type, layer);
-                    if (type == PushNoticeFlyweight.TYPE_LAYER || type == PushNoticeFlyweight.TYPE_DONE) {
+                    if (type == PushNoticeFlyweight.TYPE_LAYER || type == PushNoticeFlyweight.TYPE_DONE
+                            || type == PushNoticeFlyweight.TYPE_PROGRESS) {
                         if (value < 0 || value > MAX_PUSH_ENTRIES - w.count) {
                             throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank
                                     + " announced " + value + " written entries", null);
                         }
                         receiveWritten(job, session, k, c, w, (int) value, checksums);
                     }
-                    if (type == PushNoticeFlyweight.TYPE_LAYER) {
+                    if (type == PushNoticeFlyweight.TYPE_PROGRESS) {
+                        continue; // checked above while the writer goes on
+                    } else if (type == PushNoticeFlyweight.TYPE_LAYER) {
                         int l = layer - first;
                         if (l < 0 || l >= layers) {
                             throw new KvTransferException(ErrorCode.MALFORMED, id, "context rank " + peerRank

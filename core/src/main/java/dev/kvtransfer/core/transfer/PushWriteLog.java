@@ -1,19 +1,25 @@
 package dev.kvtransfer.core.transfer;
 
+import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.core.journal.Checksums;
 import dev.kvtransfer.core.protocol.PushEntryFlyweight;
 import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
 
 import java.nio.ByteBuffer;
+import java.time.Duration;
 import java.util.Arrays;
 
 /**
  * What a push session wrote into each peer's pool (region id, offset, length and CRC32C per entry) and how much of
  * it was already reported: each layer or done notice ({@link PushNoticeFlyweight}) carries the entries written since
  * the previous one ({@link PushEntryFlyweight}), so the peer checks a layer while the next one is written.
+ * With checksums on, each entry's CRC32C comes from the transport's copy where it can sum in that pass
+ * ({@link Connection#writeSummed}), else from a pass of its own after the write.
  */
 final class PushWriteLog {
     /** Per peer, the entries written: region id, offset, length (3 longs each). */
@@ -22,12 +28,103 @@ final class PushWriteLog {
     /** Per peer, the entries already reported to it. */
     private final int[] reportedCount;
     private final int[] writtenCount;
+    /** Per peer, the transport's sums of its last batch (reused; each peer's thread touches its own). */
+    private final int[][] sums;
+    /** Per peer, whether it takes progress notices (null: none does), and its batch of a part (reused). */
+    private boolean[] progress;
+    private final WriteBatch[] parts;
+    /**
+     * Bytes after which a large batch's part is announced with its entries: the peer checks them while the next
+     * part is written instead of checking the whole batch after the done notice.
+     */
+    static final long PROGRESS_BYTES = 16L << 20;
 
     PushWriteLog(int peers) {
         this.written = new long[peers][];
         this.writtenCrc = new int[peers][];
         this.reportedCount = new int[peers];
         this.writtenCount = new int[peers];
+        this.sums = new int[peers][];
+        this.parts = new WriteBatch[peers];
+    }
+
+    /**
+     * The peers whose requests set {@code FLAG_PROGRESS_NOTICES}: a batch of more than twice
+     * {@link #PROGRESS_BYTES} to such a peer, on a connection that writes with one copy, goes in parts of at least
+     * that many bytes, each followed by a progress notice with its entries (with checksums on only: the check they
+     * move earlier is the CRC32C pass over the written bytes).
+     */
+    void progress(boolean[] perPeer) {
+        this.progress = perPeer;
+    }
+
+    /** Writes a batch, in announced parts where {@link #progress} says so, and records its entries. */
+    void write(DefaultTransferSession s, int p, Connection conn, WriteBatch batch, boolean checksums) {
+        if (!checksums || progress == null || !progress[p] || batch.totalBytes() <= 2 * PROGRESS_BYTES) {
+            writeAll(s, p, conn, batch, checksums);
+            return;
+        }
+        WriteBatch part = parts[p];
+        if (part == null) {
+            part = parts[p] = new WriteBatch();
+        }
+        part.clear();
+        long left = batch.totalBytes();
+        boolean announce = true;
+        for (int i = 0; i < batch.size(); i++) {
+            long len = batch.length(i);
+            long done = 0;
+            do {
+                // An entry is cut where a part fills up (a large pool's whole request is often one entry).
+                long n = announce ? Math.min(len - done, PROGRESS_BYTES - part.totalBytes()) : len - done;
+                part.add(batch.source(i), batch.sourceOffset(i) + done, batch.target(i), batch.targetOffset(i) + done,
+                        n);
+                done += n;
+                left -= n;
+                if (left == 0 || announce && part.totalBytes() >= PROGRESS_BYTES) {
+                    writeAll(s, p, conn, part, true);
+                    part.clear();
+                    if (left > 0) {
+                        // Emulated writes pay round trips per batch: then the rest goes as one, checked at the end.
+                        announce = conn.writeCopiesPerByte(PROGRESS_BYTES) == 1;
+                        if (announce) {
+                            send(s, p, PushNoticeFlyweight.TYPE_PROGRESS, 0, "what was written so far");
+                        }
+                    }
+                }
+            } while (done < len);
+        }
+    }
+
+    /** Writes a batch into a peer's pool and records its entries, each with its CRC32C when checksums are on. */
+    private void writeAll(DefaultTransferSession s, int p, Connection conn, WriteBatch batch, boolean checksums) {
+        Duration left = s.remaining("writing into peer rank " + s.targets().peerRanks().get(p));
+        int[] sum = null;
+        boolean summed = false;
+        try {
+            if (checksums) {
+                sum = sums[p];
+                if (sum == null || sum.length < batch.size()) {
+                    sum = sums[p] = new int[Math.max(8, batch.size())];
+                }
+                summed = conn.writeSummed(batch, left, sum);
+            }
+            if (!summed) {
+                conn.write(batch, left);
+            }
+        } catch (KvTransferException e) {
+            throw new KvTransferException(e.code(), s.requestId(), "writing " + batch.totalBytes() + " bytes into peer "
+                    + "rank " + s.targets().peerRanks().get(p) + " (" + conn.peer() + ") failed: " + e.getMessage(), e);
+        } catch (RuntimeException e) {
+            throw new KvTransferException(ErrorCode.NETWORK, s.requestId(), "writing into peer rank "
+                    + s.targets().peerRanks().get(p) + " (" + conn.peer() + ") failed: " + e, e);
+        }
+        for (int i = 0; i < batch.size(); i++) {
+            long n = batch.length(i);
+            int crc = !checksums ? 0 : summed ? sum[i]
+                    : (int) Checksums.crc32c(batch.source(i), batch.sourceOffset(i), n);
+            record(p, batch.target(i).regionId(), batch.targetOffset(i), n, crc);
+        }
     }
 
     void record(int p, long regionId, long offset, long length, int crc) {

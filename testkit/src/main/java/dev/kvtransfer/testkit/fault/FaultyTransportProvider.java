@@ -283,6 +283,15 @@ public final class FaultyTransportProvider implements TransportProvider {
         }
 
         @Override
+        public boolean writeSummed(WriteBatch batch, Duration timeout, int[] crc32c) {
+            long now = System.nanoTime();
+            if (owner.stalledUntil - now > 0) {
+                park(owner.stalledUntil - now);
+            }
+            return real.writeSummed(batch, timeout, crc32c);
+        }
+
+        @Override
         public String peer() {
             return real.peer();
         }

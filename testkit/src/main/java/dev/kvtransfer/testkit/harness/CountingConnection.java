@@ -52,8 +52,21 @@ final class CountingConnection implements Connection {
     }
 
     @Override
+    public boolean writeSummed(WriteBatch batch, Duration timeout, int[] crc32c) {
+        if (!inner.writeSummed(batch, timeout, crc32c)) {
+            return false;
+        }
+        counted(batch);
+        return true;
+    }
+
+    @Override
     public void write(WriteBatch batch, Duration timeout) {
         inner.write(batch, timeout);
+        counted(batch);
+    }
+
+    private void counted(WriteBatch batch) {
         messages.add(batch.size());
         bytes.add(batch.totalBytes());
         if (log != null) {

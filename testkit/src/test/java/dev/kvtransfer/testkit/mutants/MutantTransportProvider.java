@@ -80,7 +80,9 @@ public final class MutantTransportProvider implements TransportProvider {
         /** A timed receive waits three times its timeout before it reports TIMEOUT, delivering what comes meanwhile. */
         DEADLINE_OVERSHOT,
         /** Data tags keep only their low 2 bits above the first data tag: requests in flight at once share tags. */
-        DATA_TAGS_COLLIDE
+        DATA_TAGS_COLLIDE,
+        /** {@code writeSummed} writes every byte but sums each entry's source one byte short (an off-by-one). */
+        WRITE_SUM_SHORT
     }
 
     /** Messages below this many bytes are control messages to the transceiver mutants. */
@@ -464,6 +466,26 @@ public final class MutantTransportProvider implements TransportProvider {
             } catch (RuntimeException e) {
                 throw mapped(e);
             }
+        }
+
+        @Override
+        public boolean writeSummed(WriteBatch batch, Duration timeout, int[] crc32c) {
+            if (defect != Defect.WRITE_SUM_SHORT) {
+                return c.writeSummed(batch, timeout, crc32c);
+            }
+            if (crc32c.length < batch.size()) {
+                throw new IllegalArgumentException("crc32c has " + crc32c.length + " slots");
+            }
+            write(batch, timeout);
+            for (int i = 0; i < batch.size(); i++) {
+                java.util.zip.CRC32C sum = new java.util.zip.CRC32C();
+                long n = Math.max(0, batch.length(i) - 1);
+                if (n > 0) {
+                    sum.update(batch.source(i).slice(batch.sourceOffset(i), n).asByteBuffer());
+                }
+                crc32c[i] = (int) sum.getValue();
+            }
+            return true;
         }
 
         @Override

@@ -150,6 +150,12 @@ class TransportMutantsTest {
         }
     }
 
+    static class WriteSumShort extends MutantSuite {
+        Defect defect() {
+            return Defect.WRITE_SUM_SHORT;
+        }
+    }
+
     static Stream<Arguments> defects() {
         return Stream.of(
                 Arguments.of(TagTruncated.class, "required_spec1_19_tagsUseAllThirtyTwoBits", "differs"),
@@ -169,7 +175,10 @@ class TransportMutantsTest {
                 Arguments.of(FdLeak.class, "required_spec1_20_closeReleasesEveryFileDescriptor",
                         "open file descriptors"),
                 Arguments.of(AvailabilityThrows.class, "required_spec1_21_providerIsFoundThroughServiceLoader",
-                        "META-INF/services"));
+                        "META-INF/services"),
+                Arguments.of(WriteSumShort.class,
+                        "optional_spec2_06_aSummedWriteSumsEachEntrysSourceOrDeclinesWritingNothing",
+                        "CRC32C of entry 0's source"));
     }
 
     @ParameterizedTest(name = "{0} fails {1}")
