@@ -59,30 +59,38 @@ public final class PushGrants {
         Objects.requireNonNull(manager, "manager");
         PoolGeometry geo = cache.geometry();
         BlockLayout bl = cache.layout();
-        List<long[]> ranges = new ArrayList<>();
+        int segs = geo.segments();
+        int n = 0;
+        for (int i = 0; i < ids.length; i++) {
+            n += firstGlobal + i < reused ? 0 : bl.localLayers() * bl.kvFactor() * segs;
+        }
+        // One primitive key per plane, (region, offset, segment) packed so that a sort orders by region, then
+        // offset: no object per plane (a 128 MiB llama3-8b request has 2,048 planes).
+        long[] keys = new long[n];
+        int k = 0;
         for (int i = 0; i < ids.length; i++) {
             if (firstGlobal + i < reused) {
                 continue;
             }
             for (int l = 0; l < bl.localLayers(); l++) {
                 for (int kv = 0; kv < bl.kvFactor(); kv++) {
-                    for (int seg = 0; seg < geo.segments(); seg++) {
-                        ranges.add(new long[] {geo.region(ids[i], l, kv, seg), geo.planeOffset(ids[i], l, kv, seg),
-                                geo.segmentPlaneBytes(seg)});
+                    for (int seg = 0; seg < segs; seg++) {
+                        keys[k++] = key(geo.region(ids[i], l, kv, seg), geo.planeOffset(ids[i], l, kv, seg), seg);
                     }
                 }
             }
         }
-        ranges.sort((a, b) -> a[0] != b[0] ? Long.compare(a[0], b[0]) : Long.compare(a[1], b[1]));
+        java.util.Arrays.sort(keys);
         List<PeerPool.Grant> grants = new ArrayList<>();
         int i = 0;
-        while (i < ranges.size()) {
-            long region = ranges.get(i)[0];
-            long start = ranges.get(i)[1];
-            long end = start + ranges.get(i)[2];
+        while (i < n) {
+            long region = keys[i] >>> REGION_SHIFT;
+            long start = (keys[i] >>> SEG_BITS) & OFFSET_MASK;
+            long end = start + geo.segmentPlaneBytes((int) (keys[i] & SEG_MASK));
             i++;
-            while (i < ranges.size() && ranges.get(i)[0] == region && ranges.get(i)[1] <= end) {
-                end = Math.max(end, ranges.get(i)[1] + ranges.get(i)[2]);
+            while (i < n && keys[i] >>> REGION_SHIFT == region && ((keys[i] >>> SEG_BITS) & OFFSET_MASK) <= end) {
+                long at = (keys[i] >>> SEG_BITS) & OFFSET_MASK;
+                end = Math.max(end, at + geo.segmentPlaneBytes((int) (keys[i] & SEG_MASK)));
                 i++;
             }
             MemoryBuffer mem = cache.region((int) region).slice(start, end - start);
@@ -92,6 +100,21 @@ public final class PushGrants {
             grants.add(new PeerPool.Grant((int) region, start, reg.descriptor()));
         }
         return grants;
+    }
+
+    private static final int SEG_BITS = 7;
+    private static final long SEG_MASK = (1L << SEG_BITS) - 1;
+    private static final int OFFSET_BITS = 40;
+    private static final long OFFSET_MASK = (1L << OFFSET_BITS) - 1;
+    private static final int REGION_SHIFT = SEG_BITS + OFFSET_BITS;
+
+    /** A plane's sort key: region (16 bits), byte offset in it (40 bits: 1 TiB), segment (7 bits). */
+    private static long key(long region, long offset, int seg) {
+        if (region < 0 || region >= 1L << (63 - REGION_SHIFT) || offset < 0 || offset > OFFSET_MASK || seg > SEG_MASK) {
+            throw new IllegalArgumentException("plane of region " + region + " at offset " + offset + ", segment "
+                    + seg + ": beyond 2^16 regions of 1 TiB and 128 segments");
+        }
+        return region << REGION_SHIFT | offset << SEG_BITS | seg;
     }
 
     private static RegisteredRegion bound(ConnectionManager manager, MemoryBuffer mem, java.util.Set<String> writers) {
