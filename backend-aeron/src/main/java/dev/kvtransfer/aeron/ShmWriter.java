@@ -55,6 +55,21 @@ final class ShmWriter implements AutoCloseable {
     private final ReentrantReadWriteLock mappings = new ReentrantReadWriteLock();
     private final ThreadLocal<UnsafeBuffer> sourceView = ThreadLocal.withInitial(UnsafeBuffer::new);
     private final ThreadLocal<CRC32C> sums = ThreadLocal.withInitial(CRC32C::new);
+    /** Per thread, a view of the last pool file it summed in (a view object per entry otherwise). */
+    private final ThreadLocal<Placed> placedViews = ThreadLocal.withInitial(Placed::new);
+
+    private static final class Placed {
+        Mapped file;
+        ByteBuffer view;
+
+        ByteBuffer of(Mapped m) {
+            if (file != m) {
+                file = m;
+                view = m.buffer().duplicate();
+            }
+            return view;
+        }
+    }
     private volatile boolean closed;
 
     ShmWriter(String name) {
@@ -132,10 +147,16 @@ final class ShmWriter implements AutoCloseable {
         String peer = c.peer();
         long copied = 0;
         PeerState ps = null;
+        RegionDescriptor lastChecked = null; // a batch's entries mostly share a descriptor: check its key once
+        boolean lastMarked = false;
         for (int i = 0; i < batch.size(); i++) {
             RegionDescriptor d = batch.target(i);
-            if (!marked(d) || closed || !d.owner().equals(peer) || batch.source(i).kind() == MemoryKind.DEVICE) {
-                rest.add(batch.source(i), batch.sourceOffset(i), marked(d) ? emulated(d) : d, batch.targetOffset(i),
+            if (d != lastChecked) {
+                lastChecked = d;
+                lastMarked = marked(d);
+            }
+            if (!lastMarked || closed || !d.owner().equals(peer) || batch.source(i).kind() == MemoryKind.DEVICE) {
+                rest.add(batch.source(i), batch.sourceOffset(i), lastMarked ? emulated(d) : d, batch.targetOffset(i),
                         batch.length(i));
                 sumApart(batch, i, crc32c);
                 continue;
@@ -212,7 +233,7 @@ final class ShmWriter implements AutoCloseable {
                         t.file().view().putBytes(at, from, 0, n);
                     } else {
                         // Copy a chunk, then sum what landed while it is in the cache: the sum reads no memory.
-                        ByteBuffer placed = t.file().buffer().duplicate();
+                        ByteBuffer placed = placedViews.get().of(t.file());
                         for (int c = 0; c < n; c += SUM_CHUNK) {
                             int m = Math.min(SUM_CHUNK, n - c);
                             t.file().view().putBytes(at + c, from, c, m);

@@ -14,9 +14,7 @@ import dev.kvtransfer.core.pattern.WindowPattern;
 
 import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 
 /**
  * The generation side of a push: the grants registered for a request (and revoked when it ends, so no context rank
@@ -135,9 +133,16 @@ final class PushReceive {
         int count;
         long bytes;
 
+        /** Room for {@code n} more entries (a notice says how many follow: one growth per notice at most). */
+        void reserve(int n) {
+            if (3L * (count + n) > entries.length) {
+                entries = java.util.Arrays.copyOf(entries, (int) Math.max(3L * (count + n), 2L * entries.length));
+            }
+        }
+
         void add(long region, long offset, long length) {
             if (3 * count == entries.length) {
-                entries = java.util.Arrays.copyOf(entries, entries.length * 2);
+                reserve(1);
             }
             entries[3 * count] = region;
             entries[3 * count + 1] = offset;
@@ -163,6 +168,9 @@ final class PushReceive {
                     remaining(job, "receiving what context rank " + peerRank + " wrote"));
             ByteBuffer lb = list.asByteBuffer();
             PushEntryFlyweight entry = new PushEntryFlyweight();
+            w.reserve(n);
+            MemoryBuffer viewOf = null; // the grant whose bytes `view` shows: one view per grant, not per entry
+            ByteBuffer view = null;
             for (int i = 0; i < n; i++) {
                 entry.wrap(lb, 0, i);
                 long region = entry.regionId();
@@ -176,7 +184,13 @@ final class PushReceive {
                             + ", outside what this request granted", null);
                 }
                 if (checksums) {
-                    int crc = (int) dev.kvtransfer.core.journal.Checksums.crc32c(mem, off, len);
+                    if (mem != viewOf) {
+                        viewOf = mem;
+                        view = mem.kind() != MemoryKind.DEVICE && mem.size() <= Integer.MAX_VALUE
+                                ? mem.asByteBuffer() : null;
+                    }
+                    int crc = view != null ? crc32c(view, (int) off, (int) len)
+                            : (int) dev.kvtransfer.core.journal.Checksums.crc32c(mem, off, len);
                     if (crc != want) {
                         throw new KvTransferException(ErrorCode.MALFORMED, id, "corrupted part: write " + w.count
                                 + " by context rank " + peerRank + " (grant #" + region + ", byte offset " + off
@@ -194,18 +208,12 @@ final class PushReceive {
         long id = job.handle.requestId();
         long total = 0;
         int n = 0;
-        Map<Long, List<long[]>> byRegion = new java.util.HashMap<>();
         long[] perPeer = new long[session.targets().size()];
         job.pushedPeerBytes = perPeer;
         for (int k : picked) {
-            Written w = written[k];
-            for (int i = 0; i < w.count; i++) {
-                byRegion.computeIfAbsent(w.entries[3 * i], r -> new ArrayList<>())
-                        .add(new long[] {w.entries[3 * i + 1], w.entries[3 * i + 2]});
-            }
-            total += w.bytes;
-            perPeer[k] = w.bytes;
-            n += w.count;
+            total += written[k].bytes;
+            perPeer[k] = written[k].bytes;
+            n += written[k].count;
         }
         long expected = expectedPushBytes(job, session);
         job.pushedBytes = total;
@@ -214,17 +222,69 @@ final class PushReceive {
             throw new KvTransferException(ErrorCode.MALFORMED, id, "the context ranks wrote " + total + " bytes into"
                     + " this rank's blocks, " + expected + " were expected (partial or doubled push)", null);
         }
-        for (Map.Entry<Long, List<long[]>> r : byRegion.entrySet()) {
-            List<long[]> runs = r.getValue();
-            runs.sort((a, b) -> Long.compare(a[0], b[0]));
-            for (int i = 1; i < runs.size(); i++) {
-                if (runs.get(i)[0] < runs.get(i - 1)[0] + runs.get(i - 1)[1]) {
-                    throw new KvTransferException(ErrorCode.MALFORMED, id, "two writes overlap in grant #"
-                            + r.getKey() + " at byte offset " + runs.get(i)[0] + " (and others were missed)", null);
+        // With the total right, the writes cover the blocks exactly once unless two overlap. Sorted apart, the
+        // starts and the ends of disjoint ranges pair up in order; where a byte is written twice, some start comes
+        // before the end that precedes it. Keys: (grant index, offset), primitives only.
+        long[] grants = new long[job.granted.size()];
+        int g = 0;
+        for (long r : job.granted.keySet()) {
+            grants[g++] = r;
+        }
+        java.util.Arrays.sort(grants);
+        long[] starts = new long[n];
+        long[] ends = new long[n];
+        int m = 0;
+        for (int k : picked) {
+            Written w = written[k];
+            for (int i = 0; i < w.count; i++) {
+                long len = w.entries[3 * i + 2];
+                if (len > 0) {
+                    long at = (long) java.util.Arrays.binarySearch(grants, w.entries[3 * i]) << OFFSET_BITS;
+                    starts[m] = at | w.entries[3 * i + 1];
+                    ends[m++] = at | (w.entries[3 * i + 1] + len);
                 }
             }
         }
+        int at = overlap(starts, ends, m);
+        if (at >= 0) {
+            throw new KvTransferException(ErrorCode.MALFORMED, id, "two writes overlap in grant #"
+                    + grants[(int) (starts[at] >>> OFFSET_BITS)] + " at byte offset "
+                    + (starts[at] & ((1L << OFFSET_BITS) - 1)) + " (and others were missed)", null);
+        }
     }
+
+    /**
+     * Whether the non-empty ranges {@code [starts[j], ends[j])} of the first {@code m} of each overlap. Sorts both
+     * arrays (their pairing is lost: for disjoint ranges sorted starts and sorted ends pair up again).
+     *
+     * @return an index {@code i} whose sorted start lies before the sorted end at {@code i - 1} (a byte covered
+     *         twice lies at or after that start), or -1 when the ranges are disjoint
+     */
+    static int overlap(long[] starts, long[] ends, int m) {
+        java.util.Arrays.sort(starts, 0, m);
+        java.util.Arrays.sort(ends, 0, m);
+        for (int i = 1; i < m; i++) {
+            if (starts[i] < ends[i - 1]) {
+                return i;
+            }
+        }
+        return -1;
+    }
+
+    /** Bits of a write's offset in the overlap check's keys: a grant of up to 16 TiB. */
+    private static final int OFFSET_BITS = 44;
+
+    /** CRC32C of {@code [off, off + len)} of a view, which keeps its position and limit for the next call. */
+    private static int crc32c(ByteBuffer view, int off, int len) {
+        java.util.zip.CRC32C crc = CRC.get();
+        crc.reset();
+        view.limit(off + len).position(off);
+        crc.update(view);
+        view.limit(view.capacity());
+        return (int) crc.getValue();
+    }
+
+    private static final ThreadLocal<java.util.zip.CRC32C> CRC = ThreadLocal.withInitial(java.util.zip.CRC32C::new);
 
     /** Bytes of this rank's non-reused blocks of the request: what the pushes must cover exactly. */
     private long expectedPushBytes(GenerationJob job, DefaultTransferSession session) {

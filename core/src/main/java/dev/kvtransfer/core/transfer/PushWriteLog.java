@@ -119,6 +119,7 @@ final class PushWriteLog {
             throw new KvTransferException(ErrorCode.NETWORK, s.requestId(), "writing into peer rank "
                     + s.targets().peerRanks().get(p) + " (" + conn.peer() + ") failed: " + e, e);
         }
+        reserve(p, batch.size());
         for (int i = 0; i < batch.size(); i++) {
             long n = batch.length(i);
             int crc = !checksums ? 0 : summed ? sum[i]
@@ -127,16 +128,23 @@ final class PushWriteLog {
         }
     }
 
+    /** Room for {@code n} more entries of peer {@code p} (once per batch, not by doubling per entry). */
+    private void reserve(int p, int n) {
+        int want = writtenCount[p] + n;
+        if (writtenCrc[p] == null) {
+            written[p] = new long[3 * Math.max(8, want)];
+            writtenCrc[p] = new int[Math.max(8, want)];
+        } else if (want > writtenCrc[p].length) {
+            int c = Math.max(want, 2 * writtenCrc[p].length);
+            written[p] = Arrays.copyOf(written[p], 3 * c);
+            writtenCrc[p] = Arrays.copyOf(writtenCrc[p], c);
+        }
+    }
+
     void record(int p, long regionId, long offset, long length, int crc) {
+        reserve(p, 1);
         int k = writtenCount[p]++;
         long[] w = written[p];
-        if (w == null) {
-            w = written[p] = new long[3 * 8];
-            writtenCrc[p] = new int[8];
-        } else if (3 * k == w.length) {
-            w = written[p] = Arrays.copyOf(w, w.length * 2);
-            writtenCrc[p] = Arrays.copyOf(writtenCrc[p], writtenCrc[p].length * 2);
-        }
         w[3 * k] = regionId;
         w[3 * k + 1] = offset;
         w[3 * k + 2] = length;
