@@ -69,6 +69,11 @@ public final class TransceiverConfig {
     public static final String P_POSTED_READY = PREFIX + "postedReadySignals";
     /** {@code pull} (default: the generation side asks, the context side sends) or {@code push}. */
     public static final String P_TRANSFER_MODE = PREFIX + "transferMode";
+    /**
+     * Smallest pull, in bytes of the whole model's KV for the blocks to move, that takes the local one-copy path
+     * where every rank is local; a smaller one moves as messages. 0 = one copy whatever the size.
+     */
+    public static final String P_LOCAL_ONE_COPY_MIN_BYTES = PREFIX + "localOneCopyMinBytes";
 
     /** Default transport: Aeron needs nothing installed. */
     public static final String DEFAULT_BACKEND = "aeron";
@@ -116,6 +121,8 @@ public final class TransceiverConfig {
     public static final boolean DEFAULT_POSTED_READY = true;
     /** Default transfer mode. */
     public static final String DEFAULT_TRANSFER_MODE = "pull";
+    /** Default local one-copy floor: 1 MiB (below it the grants and their set-up cost more than a message). */
+    public static final long DEFAULT_LOCAL_ONE_COPY_MIN_BYTES = 1L << 20;
 
     private final String backend;
     private final String formatter;
@@ -141,6 +148,7 @@ public final class TransceiverConfig {
     private final boolean coalesce;
     private final boolean postedReady;
     private final TransferMode transferMode;
+    private final long localOneCopyMinBytes;
 
     /** Who starts a transfer. */
     public enum TransferMode {
@@ -175,6 +183,7 @@ public final class TransceiverConfig {
         this.coalesce = b.coalesce;
         this.postedReady = b.postedReady;
         this.transferMode = b.transferMode;
+        this.localOneCopyMinBytes = b.localOneCopyMinBytes;
     }
 
     /** @return a builder holding the defaults */
@@ -309,6 +318,14 @@ public final class TransceiverConfig {
         return transferMode;
     }
 
+    /**
+     * @return the smallest pull, in the whole model's KV bytes of the blocks to move, that takes the local one-copy
+     *         path ({@link #P_LOCAL_ONE_COPY_MIN_BYTES}); 0 = any size
+     */
+    public long localOneCopyMinBytes() {
+        return localOneCopyMinBytes;
+    }
+
     /** @return the timing CSV directory, empty when timing output is off */
     public Optional<Path> timingDir() {
         return Optional.ofNullable(timingDir);
@@ -382,6 +399,7 @@ public final class TransceiverConfig {
         b.coalesce = coalesce;
         b.postedReady = postedReady;
         b.transferMode = transferMode;
+        b.localOneCopyMinBytes = localOneCopyMinBytes;
         return b;
     }
 
@@ -426,6 +444,7 @@ public final class TransceiverConfig {
         boolean coalesce = DEFAULT_COALESCE;
         boolean postedReady = DEFAULT_POSTED_READY;
         TransferMode transferMode = TransferMode.PULL;
+        long localOneCopyMinBytes = DEFAULT_LOCAL_ONE_COPY_MIN_BYTES;
 
         private Builder() {
         }
@@ -580,6 +599,12 @@ public final class TransceiverConfig {
          */
         public Builder transferMode(TransferMode v) {
             this.transferMode = Objects.requireNonNull(v, "transferMode");
+            return this;
+        }
+
+        /** @param v {@link #P_LOCAL_ONE_COPY_MIN_BYTES}, 0 = any size @return this builder */
+        public Builder localOneCopyMinBytes(long v) {
+            this.localOneCopyMinBytes = v;
             return this;
         }
 

@@ -47,6 +47,10 @@ final class TransceiverConfigValidation {
         if (b.chunkBytes < 0) {
             throw new IllegalArgumentException(P_CHUNK_BYTES + " = " + b.chunkBytes + ": must be >= 0");
         }
+        if (b.localOneCopyMinBytes < 0) {
+            throw new IllegalArgumentException(P_LOCAL_ONE_COPY_MIN_BYTES + " = " + b.localOneCopyMinBytes
+                    + ": must be >= 0 (0 = one copy whatever the size)");
+        }
         positive(P_KV_TRANSFER_TIMEOUT_MS, b.kvTransferTimeout);
         positive(P_SENDER_FUTURE_TIMEOUT_MS, b.senderFutureTimeout);
     }
