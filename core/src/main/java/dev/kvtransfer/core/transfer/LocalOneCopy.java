@@ -63,7 +63,7 @@ final class LocalOneCopy {
     }
 
     /** Whether {@code blocks * blockBytes >= floor}, without overflow. */
-    static boolean reaches(int blocks, long blockBytes, long floor) {
+    private static boolean reaches(int blocks, long blockBytes, long floor) {
         return floor <= 0 || blocks > 0 && blockBytes > 0 && blocks > (floor - 1) / blockBytes;
     }
 
@@ -71,7 +71,7 @@ final class LocalOneCopy {
      * The whole model's KV bytes in one block, the same for every rank of either instance: every layer's KV heads,
      * kv planes, tokens per block and elements; {@link Long#MAX_VALUE} if it overflows.
      */
-    static long modelBlockBytes(CacheState s) {
+    private static long modelBlockBytes(CacheState s) {
         long heads = 0;
         for (int h : s.kvHeadsPerLayer()) {
             heads += h;
