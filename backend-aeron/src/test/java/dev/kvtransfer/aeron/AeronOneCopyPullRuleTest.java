@@ -8,6 +8,7 @@ import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportCapability;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.CopyLedger;
 import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.local.LocalInstance;
@@ -32,12 +33,15 @@ import static org.assertj.core.api.Assertions.assertThat;
 /**
  * Which pulls take the one-copy path: the Aeron manager's answer per address ({@code oneCopyWritesFrom}), and the
  * rule that a request pulls two-sided on every rank as soon as one rank of either instance is not local, so the
- * generation ranks of one request agree (the context side would refuse a request whose generation ranks disagree).
- * Every transfer is verified element by element with KvPattern.
+ * generation ranks of one request agree (the context side would refuse a request whose generation ranks disagree),
+ * and the size floor under which a local pull moves as messages ({@code kvtransfer.localOneCopyMinBytes}). Every
+ * transfer is verified element by element with KvPattern.
  */
 class AeronOneCopyPullRuleTest {
     private static final byte[] SECRET = "kvtransfer-one-copy-pull-rule-secret".getBytes(StandardCharsets.UTF_8);
     private static final Duration T = Duration.ofSeconds(30);
+    /** The floor of the size tests: 8 blocks of {@link #state}'s model (128 KiB a block). */
+    private static final long FLOOR = 1L << 20;
     private final List<AutoCloseable> open = new ArrayList<>();
     private final List<Throwable> errors = new CopyOnWriteArrayList<>();
     /** Addresses the managers of this test take for another host's. */
@@ -83,8 +87,8 @@ class AeronOneCopyPullRuleTest {
     void aRequestWithARemoteRankPullsOnEveryRank(int ctxTp, int genTp, String side, int rank) {
         CacheState ctxState = state(ctxTp);
         CacheState genState = state(genTp);
-        LocalInstance ctx = start("ctx", ctxState);
-        LocalInstance gen = start("gen", genState);
+        LocalInstance ctx = start("ctx", ctxState, 0);
+        LocalInstance gen = start("gen", genState, 0);
         if (!side.equals("none")) {
             remote.add((side.equals("ctx") ? ctx : gen).commState().addresses().get(rank));
         }
@@ -109,11 +113,49 @@ class AeronOneCopyPullRuleTest {
         TransferFixture.free(ctx, gen, t);
     }
 
-    private LocalInstance start(String name, CacheState s) {
+    /**
+     * A local pull moves as one-copy writes only from {@link #FLOOR} on, counted as the blocks to move (prompt blocks
+     * less reused ones) times the whole model's bytes per block (8 layers x 4 KV heads x 16 tokens x 64 x K,V x 2
+     * bytes = 128 KiB): below it as messages, nothing pushed and no byte through shared memory. On a generation
+     * side of two uneven PP stages (6 + 2 layers: 96 and 32 KiB of each block) both ranks take one copy from 8
+     * blocks on, for neither counts only its own share; a rule that did would keep 8 blocks on messages and split
+     * the ranks at 11 (1056 and 352 KiB), and the context side would refuse the request.
+     */
+    @ParameterizedTest(name = "gen PP{0}, prompt {1} tokens, {2} reused: one copy {3}")
+    @CsvSource({"1,112,0,false", "1,113,0,true", "1,144,2,false", "1,160,2,true", "2,112,0,false",
+        "2,128,0,true", "2,176,0,true"})
+    void aLocalPullBelowTheFloorMovesAsMessages(int genPp, int prompt, int reused, boolean oneCopy) {
+        CacheState ctxState = state(1);
+        CacheState genState = genPp == 1 ? state(1) : state(1).toBuilder().pipelineParallelism(2)
+                .attentionLayersPerPp(List.of(6, 2)).build();
+        LocalInstance ctx = start("ctx", ctxState, FLOOR);
+        LocalInstance gen = start("gen", genState, FLOOR);
+        long copied = ShmWriter.copiedBytes();
+        Transfer t = TransferFixture.prepare(ctx, gen, ctxState, genState, prompt, prompt, reused);
+        TransferFixture.respond(ctx, t);
+        TransferFixture.request(gen, t);
+        TransferFixture.awaitEnded(List.of(t), T);
+        TransferFixture.assertExact(gen, t);
+        CopyLedger sent = CopyLedger.NONE;
+        for (TransferRequest r : t.all()) {
+            if (r.isContext()) {
+                sent = sent.plus(r.copyLedger());
+            } else {
+                assertThat(r.wasPushed()).as("%s moved by one-copy writes", r).isEqualTo(oneCopy);
+            }
+        }
+        assertThat(sent.bytes()).as("bytes the context side sent").isPositive();
+        assertThat(ShmWriter.copiedBytes() - copied).as("bytes through shared memory")
+                .isEqualTo(oneCopy ? sent.bytes() : 0);
+        TransferFixture.free(ctx, gen, t);
+    }
+
+    private LocalInstance start(String name, CacheState s, long oneCopyFloor) {
         LocalInstance i = LocalInstance.builder(name, s)
                 .transport(new RemoteMarking(), TransportConfig.builder().authSecret(SECRET).build())
                 .formatter(Plugins.discover().formatterFor(s.attentionType()))
-                .config(TransceiverConfig.builder().backend("aeron").kvTransferTimeout(T).build()).blocksPerRank(64)
+                .config(TransceiverConfig.builder().backend("aeron").kvTransferTimeout(T)
+                        .localOneCopyMinBytes(oneCopyFloor).build()).blocksPerRank(64)
                 .errorHandler(errors::add).start();
         open.add(i);
         return i;

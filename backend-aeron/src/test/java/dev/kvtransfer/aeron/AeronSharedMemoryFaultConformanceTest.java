@@ -1,6 +1,7 @@
 package dev.kvtransfer.aeron;
 
 import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.testkit.TransceiverFaultConformanceTest;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -9,8 +10,8 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 /**
  * The testkit's fault rules over Aeron with its defaults: the instances of this JVM are local and authenticated, so
- * their pulls move as one-copy writes into the generation pools (control messages lost, delayed or refused, peers
- * lost, deadlines). The two rules that fault a payload message check instead that that path sends none
+ * their pulls move as one-copy writes into the generation pools whatever their size (control messages lost, delayed
+ * or refused, peers lost, deadlines). The two rules that fault a payload message check instead that that path sends none
  * ({@link AeronTransceiverFaultConformanceTest} runs them with the path off).
  */
 class AeronSharedMemoryFaultConformanceTest extends TransceiverFaultConformanceTest {
@@ -35,5 +36,11 @@ class AeronSharedMemoryFaultConformanceTest extends TransceiverFaultConformanceT
     @Override
     protected boolean payloadAsMessages() {
         return false;
+    }
+
+    /** The suite's requests are a few 64 KiB blocks: one copy at any size, so that every pull takes it. */
+    @Override
+    protected TransceiverConfig.Builder transceiverConfig() {
+        return super.transceiverConfig().localOneCopyMinBytes(0);
     }
 }

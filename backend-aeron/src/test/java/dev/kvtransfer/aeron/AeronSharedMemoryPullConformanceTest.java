@@ -2,6 +2,7 @@ package dev.kvtransfer.aeron;
 
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.testkit.LayoutGrid;
 import dev.kvtransfer.testkit.TransceiverConformanceTest;
 import org.junit.jupiter.api.AfterAll;
@@ -15,7 +16,8 @@ import static org.assertj.core.api.Assertions.assertThat;
  * The transceiver conformance suite in pull mode (the default) with a deployment secret: every rank of both
  * instances is local, so the generation ranks register push grants and the context ranks write straight into their
  * shared pool files ({@code ShmWriter}), one copy per byte, over the small standard grid (matching and re-sharded
- * TP/PP/CP, attention DP, 1/2/4-byte elements). After the class, bytes must have gone through shared memory.
+ * TP/PP/CP, attention DP, 1/2/4-byte elements), with the size floor at 0 since these requests are small. After the
+ * class, bytes must have gone through shared memory.
  */
 class AeronSharedMemoryPullConformanceTest extends TransceiverConformanceTest {
     private static final byte[] SECRET = "kvtransfer-shm-pull-conformance-secret".getBytes(StandardCharsets.UTF_8);
@@ -44,6 +46,12 @@ class AeronSharedMemoryPullConformanceTest extends TransceiverConformanceTest {
     @Override
     protected TransportConfig baseConfig() {
         return TransportConfig.builder().authSecret(SECRET).build();
+    }
+
+    /** The small grid's requests are far under the default floor: one copy at any size, so every pull takes it. */
+    @Override
+    protected TransceiverConfig.Builder transceiverConfig() {
+        return super.transceiverConfig().localOneCopyMinBytes(0);
     }
 
     /** Every rank is local and authenticated: a pull moves as one-copy writes too. */

@@ -4,17 +4,17 @@ import dev.kvtransfer.api.layout.BlockLayout;
 
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
-import java.util.TreeMap;
 
 /**
  * Settings of one {@link CacheTransceiver}. Immutable; built with {@link #builder()} or
  * {@link #fromProperties(Map)} and validated once in {@link Builder#build()}, which fails naming the offending
  * property and value. Every property name and default lives in this class (the {@code P_*} and
- * {@code DEFAULT_*} constants); {@link TransceiverConfigKeys} describes each one.
+ * {@code DEFAULT_*} constants); {@link TransceiverConfigKeys} describes each one. The string form (parsing each
+ * kind of value, key to setter and back) is {@link TransceiverProperties}; the checks of {@code build()} and the
+ * deployment secret are {@link TransceiverConfigValidation}.
  */
 public final class TransceiverConfig {
     /** Prefix of every property understood here. */
@@ -69,6 +69,11 @@ public final class TransceiverConfig {
     public static final String P_POSTED_READY = PREFIX + "postedReadySignals";
     /** {@code pull} (default: the generation side asks, the context side sends) or {@code push}. */
     public static final String P_TRANSFER_MODE = PREFIX + "transferMode";
+    /**
+     * Smallest pull, in bytes of the whole model's KV for the blocks to move, that takes the local one-copy path
+     * where every rank is local; a smaller one moves as messages. 0 = one copy whatever the size.
+     */
+    public static final String P_LOCAL_ONE_COPY_MIN_BYTES = PREFIX + "localOneCopyMinBytes";
 
     /** Default transport: Aeron needs nothing installed. */
     public static final String DEFAULT_BACKEND = "aeron";
@@ -116,9 +121,8 @@ public final class TransceiverConfig {
     public static final boolean DEFAULT_POSTED_READY = true;
     /** Default transfer mode. */
     public static final String DEFAULT_TRANSFER_MODE = "pull";
-
-    /** Secret used when authentication is on and no secret file is configured: random, one per JVM. */
-    private static final byte[] JVM_SECRET = newSecret();
+    /** Default local one-copy floor: 1 MiB (below it the grants and their set-up cost more than a message). */
+    public static final long DEFAULT_LOCAL_ONE_COPY_MIN_BYTES = 1L << 20;
 
     private final String backend;
     private final String formatter;
@@ -144,6 +148,7 @@ public final class TransceiverConfig {
     private final boolean coalesce;
     private final boolean postedReady;
     private final TransferMode transferMode;
+    private final long localOneCopyMinBytes;
 
     /** Who starts a transfer. */
     public enum TransferMode {
@@ -178,12 +183,7 @@ public final class TransceiverConfig {
         this.coalesce = b.coalesce;
         this.postedReady = b.postedReady;
         this.transferMode = b.transferMode;
-    }
-
-    private static byte[] newSecret() {
-        byte[] b = new byte[32];
-        new java.security.SecureRandom().nextBytes(b);
-        return b;
+        this.localOneCopyMinBytes = b.localOneCopyMinBytes;
     }
 
     /** @return a builder holding the defaults */
@@ -206,151 +206,12 @@ public final class TransceiverConfig {
      */
     public static TransceiverConfig fromProperties(Map<String, String> properties) {
         Objects.requireNonNull(properties, "properties");
-        Builder b = builder();
-        for (Map.Entry<String, String> e : new TreeMap<>(properties).entrySet()) {
-            String key = e.getKey();
-            String v = e.getValue() == null ? "" : e.getValue().trim();
-            if (!key.startsWith(PREFIX)) {
-                continue;
-            }
-            switch (key) {
-                case P_BACKEND -> b.backend(v);
-                case P_FORMATTER -> b.formatter(v);
-                case P_TRANSFER_BUFFER_BYTES -> b.transferBufferBytes(parseBytes(key, v));
-                case P_MAX_TOKENS_IN_BUFFER -> b.maxTokensInBuffer(parseInt(key, v));
-                case P_SEND_CONCURRENCY -> b.sendConcurrency(parseInt(key, v));
-                case P_RESPONDER_INFO_WAIT_MICROS -> b.responderInfoWaitMicros(parseInt(key, v));
-                case P_RECV_SLOTS -> b.recvSlots(parseInt(key, v));
-                case P_PARALLEL_RECEIVE -> b.parallelReceive(parseBool(key, v));
-                case P_ALLOW_DYNAMIC_BUFFERS -> b.allowDynamicBuffers(parseBool(key, v));
-                case P_CHUNK_BYTES -> b.chunkBytes(parseBytes(key, v));
-                case P_KV_TRANSFER_TIMEOUT_MS -> b.kvTransferTimeout(Duration.ofMillis(parseLong(key, v)));
-                case P_SENDER_FUTURE_TIMEOUT_MS -> b.senderFutureTimeout(Duration.ofMillis(parseLong(key, v)));
-                case P_TIMING_DIR -> b.timingDir(v.isEmpty() ? null : Path.of(v));
-                case P_REQUEST_THREADS_PER_PEER_INSTANCE -> b.requestThreadsPerPeerInstance(parseInt(key, v));
-                case P_MAX_PENDING_REQUESTS -> b.maxPendingRequests(parseInt(key, v));
-                case P_JOURNAL_DIR -> b.journalDir(v.isEmpty() ? null : Path.of(v));
-                case P_JOURNAL_CHECKSUMS -> b.journalChecksums(parseBool(key, v));
-                case P_AUTH -> b.auth(parseAuth(key, v));
-                case P_AUTH_SECRET_FILE -> b.authSecretFile(v.isEmpty() ? null : Path.of(v));
-                case P_PART_CHECKSUMS -> b.partChecksums(parseBool(key, v));
-                case P_COALESCE -> b.coalesce(parseBool(key, v));
-                case P_POSTED_READY -> b.postedReady(parseBool(key, v));
-                case P_TRANSFER_MODE -> b.transferMode(parseMode(key, v));
-                default -> throw new IllegalArgumentException("unknown property " + key + " = '" + v
-                        + "'; known: " + String.join(", ", defaults().toProperties().keySet()));
-            }
-        }
-        return b.build();
+        return TransceiverProperties.read(properties);
     }
 
     /** @return every property of this config, names as in {@link #fromProperties(Map)} */
     public Map<String, String> toProperties() {
-        Map<String, String> m = new LinkedHashMap<>();
-        m.put(P_BACKEND, backend);
-        m.put(P_FORMATTER, formatter);
-        m.put(P_TRANSFER_BUFFER_BYTES, Long.toString(transferBufferBytes));
-        m.put(P_MAX_TOKENS_IN_BUFFER, Integer.toString(maxTokensInBuffer));
-        m.put(P_SEND_CONCURRENCY, Integer.toString(sendConcurrency));
-        m.put(P_RESPONDER_INFO_WAIT_MICROS, Integer.toString(responderInfoWaitMicros));
-        m.put(P_RECV_SLOTS, Integer.toString(recvSlots));
-        m.put(P_PARALLEL_RECEIVE, Boolean.toString(parallelReceive));
-        m.put(P_ALLOW_DYNAMIC_BUFFERS, Boolean.toString(allowDynamicBuffers));
-        m.put(P_CHUNK_BYTES, Long.toString(chunkBytes));
-        m.put(P_KV_TRANSFER_TIMEOUT_MS, Long.toString(kvTransferTimeout.toMillis()));
-        m.put(P_SENDER_FUTURE_TIMEOUT_MS, Long.toString(senderFutureTimeout.toMillis()));
-        m.put(P_TIMING_DIR, timingDir == null ? "" : timingDir.toString());
-        m.put(P_REQUEST_THREADS_PER_PEER_INSTANCE, Integer.toString(requestThreadsPerPeerInstance));
-        m.put(P_MAX_PENDING_REQUESTS, Integer.toString(maxPendingRequests));
-        m.put(P_JOURNAL_DIR, journalDir == null ? "" : journalDir.toString());
-        m.put(P_JOURNAL_CHECKSUMS, Boolean.toString(journalChecksums));
-        m.put(P_AUTH, auth ? "required" : "off");
-        m.put(P_AUTH_SECRET_FILE, authSecretFile == null ? "" : authSecretFile.toString());
-        m.put(P_PART_CHECKSUMS, Boolean.toString(partChecksums));
-        m.put(P_COALESCE, Boolean.toString(coalesce));
-        m.put(P_POSTED_READY, Boolean.toString(postedReady));
-        m.put(P_TRANSFER_MODE, transferMode.name().toLowerCase(java.util.Locale.ROOT));
-        return m;
-    }
-
-    private static long parseLong(String key, String v) {
-        try {
-            return Long.parseLong(v);
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException(key + " = '" + v + "': not an integer");
-        }
-    }
-
-    private static int parseInt(String key, String v) {
-        long l = parseLong(key, v);
-        if (l < Integer.MIN_VALUE || l > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException(key + " = '" + v + "': out of int range");
-        }
-        return (int) l;
-    }
-
-    private static boolean parseAuth(String key, String v) {
-        if (v.equalsIgnoreCase("required")) {
-            return true;
-        }
-        if (v.equalsIgnoreCase("off")) {
-            return false;
-        }
-        throw new IllegalArgumentException(key + " = '" + v + "': expected required or off");
-    }
-
-    private static TransferMode parseMode(String key, String v) {
-        if (v.equalsIgnoreCase("pull")) {
-            return TransferMode.PULL;
-        }
-        if (v.equalsIgnoreCase("push")) {
-            return TransferMode.PUSH;
-        }
-        throw new IllegalArgumentException(key + " = '" + v + "': expected pull or push");
-    }
-
-    private static boolean parseBool(String key, String v) {
-        if (v.equalsIgnoreCase("true")) {
-            return true;
-        }
-        if (v.equalsIgnoreCase("false")) {
-            return false;
-        }
-        throw new IllegalArgumentException(key + " = '" + v + "': not true or false");
-    }
-
-    /**
-     * Parses a byte size: a plain number or one with a 1024-based unit suffix (B, KB, MB, GB, TB; also K, M, G,
-     * T, KiB, MiB, GiB, TiB), as TensorRT-LLM's buffer-size variable.
-     */
-    static long parseBytes(String key, String v) {
-        String s = v.trim().toUpperCase(java.util.Locale.ROOT);
-        long mult = 1;
-        String[][] units = {{"TIB", "TB", "T"}, {"GIB", "GB", "G"}, {"MIB", "MB", "M"}, {"KIB", "KB", "K"}};
-        long[] mults = {1L << 40, 1L << 30, 1L << 20, 1L << 10};
-        outer:
-        for (int i = 0; i < units.length; i++) {
-            for (String u : units[i]) {
-                if (s.endsWith(u)) {
-                    mult = mults[i];
-                    s = s.substring(0, s.length() - u.length()).trim();
-                    break outer;
-                }
-            }
-        }
-        if (mult == 1 && s.endsWith("B")) {
-            s = s.substring(0, s.length() - 1).trim();
-        }
-        long n;
-        try {
-            n = Long.parseLong(s);
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException(key + " = '" + v + "': not a byte size (e.g. 1048576, 64MB, 1GiB)");
-        }
-        if (n < 0 || n > Long.MAX_VALUE / mult) {
-            throw new IllegalArgumentException(key + " = '" + v + "': out of range");
-        }
-        return n * mult;
+        return TransceiverProperties.write(this);
     }
 
     /** @return transport provider name */
@@ -457,6 +318,14 @@ public final class TransceiverConfig {
         return transferMode;
     }
 
+    /**
+     * @return the smallest pull, in the whole model's KV bytes of the blocks to move, that takes the local one-copy
+     *         path ({@link #P_LOCAL_ONE_COPY_MIN_BYTES}); 0 = any size
+     */
+    public long localOneCopyMinBytes() {
+        return localOneCopyMinBytes;
+    }
+
     /** @return the timing CSV directory, empty when timing output is off */
     public Optional<Path> timingDir() {
         return Optional.ofNullable(timingDir);
@@ -530,6 +399,7 @@ public final class TransceiverConfig {
         b.coalesce = coalesce;
         b.postedReady = postedReady;
         b.transferMode = transferMode;
+        b.localOneCopyMinBytes = localOneCopyMinBytes;
         return b;
     }
 
@@ -550,29 +420,31 @@ public final class TransceiverConfig {
 
     /** Builds a {@link TransceiverConfig}; {@link #build()} validates. */
     public static final class Builder {
-        private String backend = DEFAULT_BACKEND;
-        private String formatter = DEFAULT_FORMATTER;
-        private long transferBufferBytes = DEFAULT_TRANSFER_BUFFER_BYTES;
-        private int maxTokensInBuffer = DEFAULT_MAX_TOKENS_IN_BUFFER;
-        private int sendConcurrency = DEFAULT_SEND_CONCURRENCY;
-        private int responderInfoWaitMicros = DEFAULT_RESPONDER_INFO_WAIT_MICROS;
-        private int recvSlots = DEFAULT_RECV_SLOTS;
-        private boolean parallelReceive = DEFAULT_PARALLEL_RECEIVE;
-        private boolean allowDynamicBuffers = DEFAULT_ALLOW_DYNAMIC_BUFFERS;
-        private long chunkBytes = DEFAULT_CHUNK_BYTES;
-        private Duration kvTransferTimeout = Duration.ofMillis(DEFAULT_KV_TRANSFER_TIMEOUT_MS);
-        private Duration senderFutureTimeout = Duration.ofMillis(DEFAULT_SENDER_FUTURE_TIMEOUT_MS);
-        private Path timingDir;
-        private int requestThreadsPerPeerInstance = DEFAULT_REQUEST_THREADS_PER_PEER_INSTANCE;
-        private int maxPendingRequests = DEFAULT_MAX_PENDING_REQUESTS;
-        private Path journalDir;
-        private boolean journalChecksums = DEFAULT_JOURNAL_CHECKSUMS;
-        private boolean auth = DEFAULT_AUTH;
-        private Path authSecretFile;
-        private boolean partChecksums = DEFAULT_PART_CHECKSUMS;
-        private boolean coalesce = DEFAULT_COALESCE;
-        private boolean postedReady = DEFAULT_POSTED_READY;
-        private TransferMode transferMode = TransferMode.PULL;
+        // Package-private for TransceiverConfigValidation, which checks them; not API.
+        String backend = DEFAULT_BACKEND;
+        String formatter = DEFAULT_FORMATTER;
+        long transferBufferBytes = DEFAULT_TRANSFER_BUFFER_BYTES;
+        int maxTokensInBuffer = DEFAULT_MAX_TOKENS_IN_BUFFER;
+        int sendConcurrency = DEFAULT_SEND_CONCURRENCY;
+        int responderInfoWaitMicros = DEFAULT_RESPONDER_INFO_WAIT_MICROS;
+        int recvSlots = DEFAULT_RECV_SLOTS;
+        boolean parallelReceive = DEFAULT_PARALLEL_RECEIVE;
+        boolean allowDynamicBuffers = DEFAULT_ALLOW_DYNAMIC_BUFFERS;
+        long chunkBytes = DEFAULT_CHUNK_BYTES;
+        Duration kvTransferTimeout = Duration.ofMillis(DEFAULT_KV_TRANSFER_TIMEOUT_MS);
+        Duration senderFutureTimeout = Duration.ofMillis(DEFAULT_SENDER_FUTURE_TIMEOUT_MS);
+        Path timingDir;
+        int requestThreadsPerPeerInstance = DEFAULT_REQUEST_THREADS_PER_PEER_INSTANCE;
+        int maxPendingRequests = DEFAULT_MAX_PENDING_REQUESTS;
+        Path journalDir;
+        boolean journalChecksums = DEFAULT_JOURNAL_CHECKSUMS;
+        boolean auth = DEFAULT_AUTH;
+        Path authSecretFile;
+        boolean partChecksums = DEFAULT_PART_CHECKSUMS;
+        boolean coalesce = DEFAULT_COALESCE;
+        boolean postedReady = DEFAULT_POSTED_READY;
+        TransferMode transferMode = TransferMode.PULL;
+        long localOneCopyMinBytes = DEFAULT_LOCAL_ONE_COPY_MIN_BYTES;
 
         private Builder() {
         }
@@ -730,6 +602,12 @@ public final class TransceiverConfig {
             return this;
         }
 
+        /** @param v {@link #P_LOCAL_ONE_COPY_MIN_BYTES}, 0 = any size @return this builder */
+        public Builder localOneCopyMinBytes(long v) {
+            this.localOneCopyMinBytes = v;
+            return this;
+        }
+
         /**
          * Validates and builds.
          *
@@ -737,63 +615,8 @@ public final class TransceiverConfig {
          * @throws IllegalArgumentException naming the offending property and value
          */
         public TransceiverConfig build() {
-            if (backend.isEmpty()) {
-                throw new IllegalArgumentException(P_BACKEND + " = '': must name a transport");
-            }
-            if (transferBufferBytes < 0) {
-                throw new IllegalArgumentException(P_TRANSFER_BUFFER_BYTES + " = " + transferBufferBytes
-                        + ": must be >= 0 (0 = dynamic buffers only)");
-            }
-            if (transferBufferBytes == 0 && maxTokensInBuffer == 0 && !allowDynamicBuffers) {
-                throw new IllegalArgumentException(P_TRANSFER_BUFFER_BYTES + " = 0 with "
-                        + P_ALLOW_DYNAMIC_BUFFERS + " = false: no staging memory at all");
-            }
-            if (maxTokensInBuffer < 0) {
-                throw new IllegalArgumentException(P_MAX_TOKENS_IN_BUFFER + " = " + maxTokensInBuffer
-                        + ": must be >= 0");
-            }
-            range(P_SEND_CONCURRENCY, sendConcurrency, 1, 1024);
-            range(P_RESPONDER_INFO_WAIT_MICROS, responderInfoWaitMicros, RESPONDER_INFO_WAIT_TRANSPORT, 100_000);
-            range(P_RECV_SLOTS, recvSlots, 1, 1024);
-            range(P_REQUEST_THREADS_PER_PEER_INSTANCE, requestThreadsPerPeerInstance, 1, 1024);
-            range(P_MAX_PENDING_REQUESTS, maxPendingRequests, 1, 1 << 24);
-            if (chunkBytes < 0) {
-                throw new IllegalArgumentException(P_CHUNK_BYTES + " = " + chunkBytes + ": must be >= 0");
-            }
-            positive(P_KV_TRANSFER_TIMEOUT_MS, kvTransferTimeout);
-            positive(P_SENDER_FUTURE_TIMEOUT_MS, senderFutureTimeout);
-            byte[] secret = null;
-            if (auth) {
-                secret = authSecretFile == null ? JVM_SECRET.clone() : readSecret(authSecretFile);
-            }
-            return new TransceiverConfig(this, secret);
-        }
-
-        private static byte[] readSecret(Path file) {
-            byte[] b;
-            try {
-                b = java.nio.file.Files.readAllBytes(file);
-            } catch (java.io.IOException | RuntimeException e) {
-                throw new IllegalArgumentException(P_AUTH_SECRET_FILE + " = '" + file + "': cannot read it ("
-                        + e.getClass().getSimpleName() + ": " + e.getMessage() + ")");
-            }
-            if (b.length < 16) {
-                throw new IllegalArgumentException(P_AUTH_SECRET_FILE + " = '" + file + "': holds " + b.length
-                        + " bytes, a secret needs at least 16");
-            }
-            return b;
-        }
-
-        private static void range(String key, int v, int min, int max) {
-            if (v < min || v > max) {
-                throw new IllegalArgumentException(key + " = " + v + ": must be in [" + min + ", " + max + "]");
-            }
-        }
-
-        private static void positive(String key, Duration d) {
-            if (d.isNegative() || d.isZero()) {
-                throw new IllegalArgumentException(key + " = " + d.toMillis() + ": must be positive");
-            }
+            TransceiverConfigValidation.check(this);
+            return new TransceiverConfig(this, TransceiverConfigValidation.secret(this));
         }
     }
 }

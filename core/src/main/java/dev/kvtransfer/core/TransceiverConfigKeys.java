@@ -72,7 +72,14 @@ public final class TransceiverConfigKeys {
                     "Who starts a transfer: pull (the generation side asks, the context side sends) or push (the "
                             + "generation side registers its blocks, the context side writes them one-sided). A pull "
                             + "between instances whose every rank is local moves as one-copy writes where the "
-                            + "transport offers them (Aeron: aeron.sharedMemoryWrites with a deployment secret)."));
+                            + "transport offers them (Aeron: aeron.sharedMemoryWrites with a deployment secret) and "
+                            + "the request reaches localOneCopyMinBytes."),
+            new ConfigKey(P_LOCAL_ONE_COPY_MIN_BYTES, Long.toString(DEFAULT_LOCAL_ONE_COPY_MIN_BYTES),
+                    ">= 0 bytes (0 = any size)",
+                    "Smallest pull between local instances that moves as one-copy writes, counted as the blocks "
+                            + "to move (prompt blocks less reused ones) times the whole model's KV bytes per block "
+                            + "(all layers and KV heads), which every generation rank computes alike; a smaller pull "
+                            + "moves as messages. Push is not affected. Must be alike on every generation rank."));
 
     private TransceiverConfigKeys() {
     }

@@ -21,6 +21,7 @@ class TransceiverConfigTest {
         assertThat(c.responderInfoWaitMicros()).isEqualTo(TransceiverConfig.RESPONDER_INFO_WAIT_TRANSPORT);
         assertThat(c.kvTransferTimeout()).isEqualTo(Duration.ofSeconds(60));
         assertThat(c.timingDir()).isEmpty();
+        assertThat(c.localOneCopyMinBytes()).isEqualTo(1L << 20);
     }
 
     @Test
@@ -41,6 +42,7 @@ class TransceiverConfigTest {
                 Map.entry(TransceiverConfig.P_TIMING_DIR, "/tmp/t"),
                 Map.entry(TransceiverConfig.P_REQUEST_THREADS_PER_PEER_INSTANCE, "2"),
                 Map.entry(TransceiverConfig.P_MAX_PENDING_REQUESTS, "100"),
+                Map.entry(TransceiverConfig.P_LOCAL_ONE_COPY_MIN_BYTES, "64K"),
                 Map.entry("unrelated.key", "ignored"));
         TransceiverConfig c = TransceiverConfig.fromProperties(p);
         assertThat(c.backend()).isEqualTo("loopback");
@@ -58,6 +60,7 @@ class TransceiverConfigTest {
         assertThat(c.timingDir()).contains(Path.of("/tmp/t"));
         assertThat(c.requestThreadsPerPeerInstance()).isEqualTo(2);
         assertThat(c.maxPendingRequests()).isEqualTo(100);
+        assertThat(c.localOneCopyMinBytes()).isEqualTo(64 << 10);
         assertThat(TransceiverConfig.fromProperties(c.toProperties())).isEqualTo(c);
     }
 
@@ -81,6 +84,11 @@ class TransceiverConfigTest {
         assertThatThrownBy(() -> TransceiverConfig.fromProperties(Map.of("kvtransfer.sendConcurency", "2")))
                 .hasMessageContaining("unknown property kvtransfer.sendConcurency")
                 .hasMessageContaining(TransceiverConfig.P_SEND_CONCURRENCY);
+        assertThatThrownBy(() -> TransceiverConfig.fromProperties(
+                Map.of(TransceiverConfig.P_LOCAL_ONE_COPY_MIN_BYTES, "-1")))
+                .hasMessageContaining("kvtransfer.localOneCopyMinBytes = '-1'");
+        assertThatThrownBy(() -> TransceiverConfig.builder().localOneCopyMinBytes(-1).build())
+                .hasMessageContaining("kvtransfer.localOneCopyMinBytes = -1");
         assertThatThrownBy(() -> TransceiverConfig.builder().transferBufferBytes(0).allowDynamicBuffers(false)
                 .build()).hasMessageContaining("no staging memory");
     }

@@ -122,10 +122,18 @@ public abstract class TransceiverFaultConformanceTest {
 
     private long chunk = 256 << 10;
 
-    private TransceiverConfig config() {
+    /**
+     * @return transceiver settings of the suite (8 MiB staging, {@link #deadline()}, part checksums; the chunk size
+     *         a rule sets); an override starts from these
+     */
+    protected TransceiverConfig.Builder transceiverConfig() {
         return TransceiverConfig.builder().backend(provider().name()).transferBufferBytes(8 << 20)
                 .chunkBytes(chunk).kvTransferTimeout(deadline()).senderFutureTimeout(Duration.ofMillis(200))
-                .partChecksums(true).build();
+                .partChecksums(true);
+    }
+
+    private TransceiverConfig config() {
+        return transceiverConfig().build();
     }
 
     @BeforeEach

@@ -121,9 +121,10 @@ final class GenerationHandshake {
                 | (auth.enabled() ? RequestInfo.FLAG_TOKENS_CHECKSUM : 0);
         // With authentication the context side compares it with the checksum the request token was issued for.
         int tokensChecksum = auth.enabled() ? params.tokensChecksum() : 0;
-        // Pull where every rank of both instances is local moves as one-copy writes too (LocalOneCopy).
+        // Pull where every rank of both instances is local, from a size on, moves as one-copy writes too
+        // (LocalOneCopy).
         boolean grant = env.config().transferMode() == dev.kvtransfer.core.TransceiverConfig.TransferMode.PUSH
-                || localOneCopy.applies(params.contextState());
+                || localOneCopy.applies(params.contextState(), totalBlocks - reused);
         List<dev.kvtransfer.api.format.PeerPool.Grant> grants = grant && reused < totalBlocks
                 ? push.registerGrants(job, totalBlocks, reused, writers(conns)) : List.of();
         if (!grants.isEmpty() && env.config().partChecksums()) {
