@@ -50,9 +50,10 @@ final class PushWriteLog {
 
     /**
      * The peers whose requests set {@code FLAG_PROGRESS_NOTICES}: a batch of more than twice
-     * {@link #PROGRESS_BYTES} to such a peer, on a connection that writes with one copy, goes in parts of at least
-     * that many bytes, each followed by a progress notice with its entries (with checksums on only: the check they
-     * move earlier is the CRC32C pass over the written bytes).
+     * {@link #PROGRESS_BYTES} to such a peer, on a connection that writes with one copy and sums in that copy's pass
+     * ({@link Connection#writeSummed}), goes in parts of at least that many bytes, each followed by a progress notice
+     * with its entries (with checksums on only: the check they move earlier is the CRC32C pass over the written
+     * bytes).
      */
     void progress(boolean[] perPeer) {
         this.progress = perPeer;
@@ -82,11 +83,13 @@ final class PushWriteLog {
                 done += n;
                 left -= n;
                 if (left == 0 || announce && part.totalBytes() >= PROGRESS_BYTES) {
-                    writeAll(s, p, conn, part, true);
+                    boolean summed = writeAll(s, p, conn, part, true);
                     part.clear();
                     if (left > 0) {
-                        // Emulated writes pay round trips per batch: then the rest goes as one, checked at the end.
-                        announce = conn.writeCopiesPerByte(PROGRESS_BYTES) == 1;
+                        // Only where the transport summed in its copy's pass and copied once: a writer that sums
+                        // apart would compete with the peer's sums for memory, and emulated writes pay round trips
+                        // per batch. Otherwise the rest goes as one, checked after the done notice.
+                        announce = summed && conn.writeCopiesPerByte(PROGRESS_BYTES) == 1;
                         if (announce) {
                             send(s, p, PushNoticeFlyweight.TYPE_PROGRESS, 0, "what was written so far");
                         }
@@ -97,7 +100,7 @@ final class PushWriteLog {
     }
 
     /** Writes a batch into a peer's pool and records its entries, each with its CRC32C when checksums are on. */
-    private void writeAll(DefaultTransferSession s, int p, Connection conn, WriteBatch batch, boolean checksums) {
+    private boolean writeAll(DefaultTransferSession s, int p, Connection conn, WriteBatch batch, boolean checksums) {
         Duration left = s.remaining("writing into peer rank " + s.targets().peerRanks().get(p));
         int[] sum = null;
         boolean summed = false;
@@ -126,6 +129,7 @@ final class PushWriteLog {
                     : (int) Checksums.crc32c(batch.source(i), batch.sourceOffset(i), n);
             record(p, batch.target(i).regionId(), batch.targetOffset(i), n, crc);
         }
+        return summed;
     }
 
     /** Room for {@code n} more entries of peer {@code p} (once per batch, not by doubling per entry). */
