@@ -36,15 +36,33 @@ public final class Checksums {
             return crc.getValue();
         }
         if (buffer.size() <= Integer.MAX_VALUE) {
-            ByteBuffer bb = buffer.asByteBuffer();
-            bb.limit((int) (offset + length)).position((int) offset);
-            crc.update(bb);
+            return crc32c(buffer.asByteBuffer(), (int) offset, (int) length);
         } else {
             for (long pos = 0; pos < length; pos += MAX_VIEW) {
                 long n = Math.min(MAX_VIEW, length - pos);
                 crc.update(buffer.slice(offset + pos, n).asByteBuffer());
             }
         }
+        return crc.getValue();
+    }
+
+    /**
+     * CRC32C of {@code view[offset, offset + length)}, for a caller that sums many ranges of one buffer through one
+     * view (no view object per range). The view's position and limit are changed, and its limit is left at its
+     * capacity.
+     *
+     * @param view   a view of host memory (a direct buffer: the JDK sums it with the CPU's crc32 instructions)
+     * @param offset first byte
+     * @param length bytes
+     * @return the CRC32C
+     */
+    public static long crc32c(ByteBuffer view, int offset, int length) {
+        java.util.Objects.checkFromIndexSize(offset, length, view.capacity());
+        CRC32C crc = CRC.get();
+        crc.reset();
+        view.limit(view.capacity()).position(offset).limit(offset + length);
+        crc.update(view);
+        view.limit(view.capacity());
         return crc.getValue();
     }
 }

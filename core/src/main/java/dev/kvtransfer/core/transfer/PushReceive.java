@@ -8,6 +8,7 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.core.journal.Checksums;
 import dev.kvtransfer.core.protocol.PushEntryFlyweight;
 import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
 import dev.kvtransfer.core.pattern.WindowPattern;
@@ -189,8 +190,8 @@ final class PushReceive {
                         view = mem.kind() != MemoryKind.DEVICE && mem.size() <= Integer.MAX_VALUE
                                 ? mem.asByteBuffer() : null;
                     }
-                    int crc = view != null ? crc32c(view, (int) off, (int) len)
-                            : (int) dev.kvtransfer.core.journal.Checksums.crc32c(mem, off, len);
+                    int crc = (int) (view != null ? Checksums.crc32c(view, (int) off, (int) len)
+                            : Checksums.crc32c(mem, off, len));
                     if (crc != want) {
                         throw new KvTransferException(ErrorCode.MALFORMED, id, "corrupted part: write " + w.count
                                 + " by context rank " + peerRank + " (grant #" + region + ", byte offset " + off
@@ -273,18 +274,6 @@ final class PushReceive {
 
     /** Bits of a write's offset in the overlap check's keys: a grant of up to 16 TiB. */
     private static final int OFFSET_BITS = 44;
-
-    /** CRC32C of {@code [off, off + len)} of a view, which keeps its position and limit for the next call. */
-    private static int crc32c(ByteBuffer view, int off, int len) {
-        java.util.zip.CRC32C crc = CRC.get();
-        crc.reset();
-        view.limit(off + len).position(off);
-        crc.update(view);
-        view.limit(view.capacity());
-        return (int) crc.getValue();
-    }
-
-    private static final ThreadLocal<java.util.zip.CRC32C> CRC = ThreadLocal.withInitial(java.util.zip.CRC32C::new);
 
     /** Bytes of this rank's non-reused blocks of the request: what the pushes must cover exactly. */
     private long expectedPushBytes(GenerationJob job, DefaultTransferSession session) {

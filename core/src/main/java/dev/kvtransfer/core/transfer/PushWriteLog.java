@@ -82,21 +82,21 @@ final class PushWriteLog {
                         n);
                 done += n;
                 left -= n;
-                if (left == 0 || announce && part.totalBytes() >= PROGRESS_BYTES) {
+                if (announce && left > 0 && part.totalBytes() >= PROGRESS_BYTES) {
                     boolean summed = writeAll(s, p, conn, part, true);
                     part.clear();
-                    if (left > 0) {
-                        // Only where the transport summed in its copy's pass and copied once: a writer that sums
-                        // apart would compete with the peer's sums for memory, and emulated writes pay round trips
-                        // per batch. Otherwise the rest goes as one, checked after the done notice.
-                        announce = summed && conn.writeCopiesPerByte(PROGRESS_BYTES) == 1;
-                        if (announce) {
-                            send(s, p, PushNoticeFlyweight.TYPE_PROGRESS, 0, "what was written so far");
-                        }
+                    // Only where the transport summed in its copy's pass and copied once: a writer that sums apart
+                    // would compete with the peer's sums for memory, and emulated writes pay round trips per
+                    // batch. Otherwise the rest goes as one, checked after the done notice.
+                    announce = summed && conn.writeCopiesPerByte(PROGRESS_BYTES) == 1;
+                    if (announce) {
+                        send(s, p, PushNoticeFlyweight.TYPE_PROGRESS, 0, "what was written so far");
                     }
                 }
             } while (done < len);
         }
+        writeAll(s, p, conn, part, true); // the last part (and any empty entries after the last byte)
+        part.clear();
     }
 
     /** Writes a batch into a peer's pool and records its entries, each with its CRC32C when checksums are on. */
