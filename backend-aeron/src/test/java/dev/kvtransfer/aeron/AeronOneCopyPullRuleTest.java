@@ -94,16 +94,8 @@ class AeronOneCopyPullRuleTest {
         }
         boolean local = remote.isEmpty();
         long copied = ShmWriter.copiedBytes();
-        Transfer t = TransferFixture.prepare(ctx, gen, ctxState, genState, 16 * 20 + 5, 16 * 20 + 5);
-        TransferFixture.respond(ctx, t);
-        TransferFixture.request(gen, t);
-        TransferFixture.awaitEnded(List.of(t), T);
-        TransferFixture.assertExact(gen, t);
-        for (TransferRequest r : t.all()) {
-            if (!r.isContext()) {
-                assertThat(r.wasPushed()).as("%s, every rank local: %s", r, local).isEqualTo(local);
-            }
-        }
+        Transfer t = TransferFixture.moveExact(ctx, gen, ctxState, genState, 16 * 20 + 5, 0, T);
+        TransferFixture.assertPushed(t, local);
         long shared = ShmWriter.copiedBytes() - copied;
         if (local) {
             assertThat(shared).as("bytes through shared memory").isPositive();
@@ -131,11 +123,7 @@ class AeronOneCopyPullRuleTest {
         LocalInstance ctx = start("ctx", ctxState, FLOOR);
         LocalInstance gen = start("gen", genState, FLOOR);
         long copied = ShmWriter.copiedBytes();
-        Transfer t = TransferFixture.prepare(ctx, gen, ctxState, genState, prompt, prompt, reused);
-        TransferFixture.respond(ctx, t);
-        TransferFixture.request(gen, t);
-        TransferFixture.awaitEnded(List.of(t), T);
-        TransferFixture.assertExact(gen, t);
+        Transfer t = TransferFixture.moveExact(ctx, gen, ctxState, genState, prompt, reused, T);
         CopyLedger sent = CopyLedger.NONE;
         for (TransferRequest r : t.all()) {
             if (r.isContext()) {

@@ -70,11 +70,7 @@ class AeronSharedMemoryLedgerTest {
         LocalInstance ctx = start("ctx", ctxState, mode);
         LocalInstance gen = start("gen", genState, mode);
         long copied = ShmWriter.copiedBytes();
-        Transfer t = TransferFixture.prepare(ctx, gen, ctxState, genState, 16 * 20 + 5, 16 * 20 + 5);
-        TransferFixture.respond(ctx, t);
-        TransferFixture.request(gen, t);
-        TransferFixture.awaitEnded(List.of(t), T);
-        TransferFixture.assertExact(gen, t);
+        Transfer t = TransferFixture.moveExact(ctx, gen, ctxState, genState, 16 * 20 + 5, 0, T);
         CopyLedger sent = CopyLedger.NONE;
         for (TransferRequest r : t.all()) {
             if (r.isContext()) {

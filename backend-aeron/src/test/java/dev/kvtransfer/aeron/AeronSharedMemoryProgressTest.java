@@ -4,7 +4,6 @@ import dev.kvtransfer.api.model.CacheState;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.core.TransceiverConfig;
-import dev.kvtransfer.core.TransferRequest;
 import dev.kvtransfer.core.local.LocalInstance;
 import dev.kvtransfer.core.plugin.Plugins;
 import dev.kvtransfer.testkit.TransferFixture;
@@ -80,16 +79,8 @@ class AeronSharedMemoryProgressTest {
         assertThat((long) blocks * gen.cache(0).layout().blockBytes()).isEqualTo(48L << 20);
         long copied = ShmWriter.copiedBytes();
         int prompt = blocks * STATE.tokensPerBlock();
-        Transfer t = TransferFixture.prepare(ctx, gen, STATE, STATE, prompt, prompt);
-        TransferFixture.respond(ctx, t);
-        TransferFixture.request(gen, t);
-        TransferFixture.awaitEnded(List.of(t), T);
-        TransferFixture.assertExact(gen, t);
-        for (TransferRequest r : t.all()) {
-            if (!r.isContext()) {
-                assertThat(r.wasPushed()).as("one-copy writes: %s", r).isTrue();
-            }
-        }
+        Transfer t = TransferFixture.moveExact(ctx, gen, STATE, STATE, prompt, 0, T);
+        TransferFixture.assertPushed(t, true);
         assertThat(ShmWriter.copiedBytes() - copied).as("bytes through shared memory").isEqualTo(48L << 20);
         // The done notice, and with checksums a progress notice after each 16 MiB part but the last.
         assertThat(notices.get()).as("notices sent").isEqualTo(checksums ? 3 : 1);

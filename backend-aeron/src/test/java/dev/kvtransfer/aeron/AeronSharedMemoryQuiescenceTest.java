@@ -140,11 +140,7 @@ class AeronSharedMemoryQuiescenceTest {
         System.out.println("rounds that timed out mid-write: " + midWrite + " of " + timeoutsMs.length);
         // The context instance keeps serving: a fresh generation instance gets every element.
         LocalInstance gen = start("gen-fresh", CTX_TIMEOUT, mode);
-        Transfer t = TransferFixture.prepare(ctx, gen, STATE, STATE, 16 * 20 + 3, 16 * 20 + 3);
-        TransferFixture.respond(ctx, t);
-        TransferFixture.request(gen, t);
-        TransferFixture.awaitEnded(List.of(t), T);
-        TransferFixture.assertExact(gen, t);
+        Transfer t = TransferFixture.moveExact(ctx, gen, STATE, STATE, 16 * 20 + 3, 0, T);
         assertThat(t.all().get(1).wasPushed()).as("%s moved by one-copy writes", t.all().get(1)).isTrue();
         TransferFixture.free(ctx, gen, t);
         assertThat(ShmWriter.copiedBytes() - copied).as("bytes through shared memory").isPositive();

@@ -323,7 +323,7 @@ class ServeNetnsFaultsTest {
     }
 
     /**
-     * The same over UCX TCP (about 135 s more; {@code -Dcrosshost.faultsUcx=false} leaves it out); skipped with the
+     * The same over UCX TCP (as long again; {@code -Dcrosshost.faultsUcx=false} leaves it out); skipped with the
      * reason where UCX is unavailable.
      */
     @Test

@@ -234,6 +234,42 @@ public final class TransferFixture {
     }
 
     /**
+     * One request start to end: {@link #prepare} it, {@link #respond} and {@link #request} it, wait (bounded) until
+     * every handle ended and {@link #assertExact check every element}.
+     *
+     * @param ctx      context instance
+     * @param gen      generation instance
+     * @param ctxState context state for the request
+     * @param genState generation state for the request
+     * @param prompt   prompt length (both sides)
+     * @param reused   leading global blocks the generation side holds (0 = none)
+     * @param bound    the longest wait
+     * @return the transfer, ended and verified (its blocks still held: {@link #free} them)
+     */
+    public static Transfer moveExact(LocalInstance ctx, LocalInstance gen, CacheState ctxState, CacheState genState,
+                                     int prompt, int reused, Duration bound) {
+        Transfer t = prepare(ctx, gen, ctxState, genState, prompt, prompt, reused);
+        respond(ctx, t);
+        request(gen, t);
+        awaitEnded(List.of(t), bound);
+        assertExact(gen, t);
+        return t;
+    }
+
+    /**
+     * Checks how every generation request of a transfer moved.
+     *
+     * @param t      an ended transfer
+     * @param pushed whether its bytes were written one-sided into the generation pool (push, or a local one-copy
+     *               pull) rather than received as messages
+     */
+    public static void assertPushed(Transfer t, boolean pushed) {
+        for (TransferRequest r : t.gen) {
+            assertThat(r.wasPushed()).as("written one-sided: %s", r).isEqualTo(pushed);
+        }
+    }
+
+    /**
      * Waits (bounded) until every handle of the transfers ended.
      *
      * @param ts    the transfers
