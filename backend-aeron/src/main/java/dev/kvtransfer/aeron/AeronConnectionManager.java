@@ -172,6 +172,14 @@ public final class AeronConnectionManager implements ConnectionManager {
     }
 
     @Override
+    public int preferredPoolSpinMicros() {
+        // As long as this transport's agents spin after work: a hop's completion on an agent then reaches a
+        // request thread that is awake too. Two processes, one request in flight: p50 about halved (docs/benchmarks.md,
+        // "Hand-offs to request pools"); UCX, whose progress thread needs the cores, keeps 0.
+        return (int) TimeUnit.NANOSECONDS.toMicros(settings.spinNs);
+    }
+
+    @Override
     public Duration defaultTimeout() {
         return defaultTimeout;
     }

@@ -67,6 +67,12 @@ public final class TransceiverConfig {
     public static final String P_COALESCE = PREFIX + "coalesce";
     /** Whether the generation side awaits ready signals with posted receives (docs/design/core-control-layer.md). */
     public static final String P_POSTED_READY = PREFIX + "postedReadySignals";
+    /**
+     * How long (µs) one idle thread of a request pool (the generation side's request threads, the context side's
+     * info threads) spins for the next task before it parks, while its side is lightly loaded; 0 = parks at once;
+     * -1 (the default) = the transport's choice ({@code ConnectionManager.preferredPoolSpinMicros}).
+     */
+    public static final String P_POOL_SPIN_MICROS = PREFIX + "poolSpinMicros";
     /** {@code pull} (default: the generation side asks, the context side sends) or {@code push}. */
     public static final String P_TRANSFER_MODE = PREFIX + "transferMode";
     /**
@@ -119,6 +125,10 @@ public final class TransceiverConfig {
     public static final boolean DEFAULT_COALESCE = true;
     /** Default: ready signals awaited with posted receives, no thread per waiting request. */
     public static final boolean DEFAULT_POSTED_READY = true;
+    /** A request pool's idle thread spins as long as the transport prefers (its preferredPoolSpinMicros). */
+    public static final int POOL_SPIN_TRANSPORT = -1;
+    /** Default spin (µs) of a request pool's idle thread: {@link #POOL_SPIN_TRANSPORT}. */
+    public static final int DEFAULT_POOL_SPIN_MICROS = POOL_SPIN_TRANSPORT;
     /** Default transfer mode. */
     public static final String DEFAULT_TRANSFER_MODE = "pull";
     /** Default local one-copy floor: 1 MiB (below it the grants and their set-up cost more than a message). */
@@ -147,6 +157,7 @@ public final class TransceiverConfig {
     private final boolean partChecksums;
     private final boolean coalesce;
     private final boolean postedReady;
+    private final int poolSpinMicros;
     private final TransferMode transferMode;
     private final long localOneCopyMinBytes;
 
@@ -182,6 +193,7 @@ public final class TransceiverConfig {
         this.partChecksums = b.partChecksums;
         this.coalesce = b.coalesce;
         this.postedReady = b.postedReady;
+        this.poolSpinMicros = b.poolSpinMicros;
         this.transferMode = b.transferMode;
         this.localOneCopyMinBytes = b.localOneCopyMinBytes;
     }
@@ -313,6 +325,14 @@ public final class TransceiverConfig {
         return postedReady;
     }
 
+    /**
+     * @return how long one idle request-pool thread spins before it parks (µs; {@link #P_POOL_SPIN_MICROS}); -1 (the
+     *         default) = the transport's preferredPoolSpinMicros()
+     */
+    public int poolSpinMicros() {
+        return poolSpinMicros;
+    }
+
     /** @return who starts a transfer */
     public TransferMode transferMode() {
         return transferMode;
@@ -398,6 +418,7 @@ public final class TransceiverConfig {
         b.partChecksums = partChecksums;
         b.coalesce = coalesce;
         b.postedReady = postedReady;
+        b.poolSpinMicros = poolSpinMicros;
         b.transferMode = transferMode;
         b.localOneCopyMinBytes = localOneCopyMinBytes;
         return b;
@@ -443,6 +464,7 @@ public final class TransceiverConfig {
         boolean partChecksums = DEFAULT_PART_CHECKSUMS;
         boolean coalesce = DEFAULT_COALESCE;
         boolean postedReady = DEFAULT_POSTED_READY;
+        int poolSpinMicros = DEFAULT_POOL_SPIN_MICROS;
         TransferMode transferMode = TransferMode.PULL;
         long localOneCopyMinBytes = DEFAULT_LOCAL_ONE_COPY_MIN_BYTES;
 
@@ -590,6 +612,12 @@ public final class TransceiverConfig {
         /** @param v {@link #P_POSTED_READY} @return this builder */
         public Builder postedReady(boolean v) {
             this.postedReady = v;
+            return this;
+        }
+
+        /** @param v {@link #P_POOL_SPIN_MICROS}, 0 = parks at once, -1 = the transport's choice @return this builder */
+        public Builder poolSpinMicros(int v) {
+            this.poolSpinMicros = v;
             return this;
         }
 

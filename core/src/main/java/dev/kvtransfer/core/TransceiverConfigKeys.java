@@ -68,6 +68,13 @@ public final class TransceiverConfigKeys {
             new ConfigKey(P_POSTED_READY, Boolean.toString(DEFAULT_POSTED_READY), "true | false",
                     "Whether the generation side awaits ready signals with posted receives (no request thread held "
                             + "while the context side prefills) on transports that support them."),
+            new ConfigKey(P_POOL_SPIN_MICROS, Integer.toString(DEFAULT_POOL_SPIN_MICROS),
+                    "[-1, 100000] µs (-1 = the transport's choice, 0 = parks at once)",
+                    "How long one idle thread of a request pool (generation request threads, context info threads) "
+                            + "spins, yielding, for the next task before it parks, while at most 2 requests are in "
+                            + "flight on its side. A hand-off within it reaches a running thread instead of waking a "
+                            + "parked one; at most one thread per pool spins. The transport's choice: Aeron spins "
+                            + "as long as its agents (aeron.spinMicros), UCX and MPI do not spin."),
             new ConfigKey(P_TRANSFER_MODE, DEFAULT_TRANSFER_MODE, "pull | push",
                     "Who starts a transfer: pull (the generation side asks, the context side sends) or push (the "
                             + "generation side registers its blocks, the context side writes them one-sided). A pull "

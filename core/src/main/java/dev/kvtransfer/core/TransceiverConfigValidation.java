@@ -42,6 +42,7 @@ final class TransceiverConfigValidation {
         range(P_SEND_CONCURRENCY, b.sendConcurrency, 1, 1024);
         range(P_RESPONDER_INFO_WAIT_MICROS, b.responderInfoWaitMicros, RESPONDER_INFO_WAIT_TRANSPORT, 100_000);
         range(P_RECV_SLOTS, b.recvSlots, 1, 1024);
+        range(P_POOL_SPIN_MICROS, b.poolSpinMicros, POOL_SPIN_TRANSPORT, 100_000);
         range(P_REQUEST_THREADS_PER_PEER_INSTANCE, b.requestThreadsPerPeerInstance, 1, 1024);
         range(P_MAX_PENDING_REQUESTS, b.maxPendingRequests, 1, 1 << 24);
         if (b.chunkBytes < 0) {

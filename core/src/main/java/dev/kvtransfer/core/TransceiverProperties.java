@@ -54,6 +54,7 @@ final class TransceiverProperties {
                 case P_PART_CHECKSUMS -> b.partChecksums(parseBool(key, v));
                 case P_COALESCE -> b.coalesce(parseBool(key, v));
                 case P_POSTED_READY -> b.postedReady(parseBool(key, v));
+                case P_POOL_SPIN_MICROS -> b.poolSpinMicros(parseInt(key, v));
                 case P_TRANSFER_MODE -> b.transferMode(parseMode(key, v));
                 case P_LOCAL_ONE_COPY_MIN_BYTES -> b.localOneCopyMinBytes(parseBytes(key, v));
                 default -> throw new IllegalArgumentException("unknown property " + key + " = '" + v
@@ -88,6 +89,7 @@ final class TransceiverProperties {
         m.put(P_PART_CHECKSUMS, Boolean.toString(c.partChecksums()));
         m.put(P_COALESCE, Boolean.toString(c.coalesce()));
         m.put(P_POSTED_READY, Boolean.toString(c.postedReady()));
+        m.put(P_POOL_SPIN_MICROS, Integer.toString(c.poolSpinMicros()));
         m.put(P_TRANSFER_MODE, c.transferMode().name().toLowerCase(Locale.ROOT));
         m.put(P_LOCAL_ONE_COPY_MIN_BYTES, Long.toString(c.localOneCopyMinBytes()));
         return m;

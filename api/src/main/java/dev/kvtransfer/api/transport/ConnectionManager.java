@@ -192,4 +192,18 @@ public interface ConnectionManager extends AutoCloseable {
     default int preferredResponderInfoWaitMicros() {
         return 200;
     }
+
+    /**
+     * How long, in microseconds, an idle thread of the transceiver's request pools (generation request threads,
+     * context info threads) should spin for its next task before it parks, while its side is lightly loaded. A
+     * transport whose own threads spin after work (a request/response exchange then finds them awake) profits the
+     * same way: the hand-off from its completion to the pool reaches a running thread instead of waking a parked one.
+     * One whose progress thread needs the cores a spinning thread would take returns 0. Used when
+     * {@code kvtransfer.poolSpinMicros} is not set.
+     *
+     * @return microseconds, 0 to 100,000; the default is 0 (never spin)
+     */
+    default int preferredPoolSpinMicros() {
+        return 0;
+    }
 }

@@ -13,7 +13,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
@@ -96,7 +95,9 @@ public final class CacheReceiver implements AutoCloseable {
         int n = env.config().requestThreadsPerPeerInstance();
         String prefix = env.threadPrefix() + "-recv-" + instanceCount.getAndIncrement() + "-";
         AtomicInteger count = new AtomicInteger();
-        ThreadPoolExecutor pool = new ThreadPoolExecutor(n, n, 30, TimeUnit.SECONDS, new LinkedBlockingQueue<>(), r -> {
+        ThreadPoolExecutor pool = new ThreadPoolExecutor(n, n, 30, TimeUnit.SECONDS,
+                new SpinThenParkQueue(SpinThenParkQueue.spinNanos(env),
+                        () -> requests.trackedNow() <= SpinThenParkQueue.LIGHT_LOAD), r -> {
             Thread t = new Thread(r, prefix + count.getAndIncrement());
             t.setDaemon(true);
             return t;

@@ -168,7 +168,7 @@ public final class CacheSender implements AutoCloseable {
     private void startThreads() {
         synchronized (lock) {
             if (!dispatch.started() && !closing) {
-                dispatch.start(intake);
+                dispatch.start(intake, () -> requests.pendingNow() <= SpinThenParkQueue.LIGHT_LOAD);
             }
         }
     }

@@ -51,9 +51,10 @@ final class ContextDispatch {
      * Starts the threads (the owner calls it once, under its lock): the responder is an Agrona agent whose duty
      * cycle never blocks (a zero-wait poll, posted info receives); its idle strategy does the waiting, in the
      * transport's own wait for the next header ({@code InfoIntake.ResponderIdle}). Its errors go to the metrics'
-     * error path and counter.
+     * error path and counter. The info threads' idle worker spins before it parks while {@code lightLoad} holds
+     * ({@link SpinThenParkQueue}).
      */
-    void start(InfoIntake intake) {
+    void start(InfoIntake intake, java.util.function.BooleanSupplier lightLoad) {
         int n = env.config().sendConcurrency();
         senders = new ThreadPoolExecutor(n, n, 0, TimeUnit.MILLISECONDS, new LinkedBlockingQueue<>(), r -> {
             Thread t = new Thread(r, env.threadPrefix() + "-send-" + senderThreads.getAndIncrement());
@@ -63,7 +64,8 @@ final class ContextDispatch {
         AtomicInteger readers = new AtomicInteger();
         // Threads start on the first task.
         infoThreads = new ThreadPoolExecutor(CacheSender.INFO_READERS, CacheSender.INFO_READERS, 0,
-                TimeUnit.MILLISECONDS, new LinkedBlockingQueue<>(), r -> {
+                TimeUnit.MILLISECONDS, new SpinThenParkQueue(SpinThenParkQueue.spinNanos(env), lightLoad),
+                r -> {
             Thread t = new Thread(r, env.threadPrefix() + "-info-" + readers.getAndIncrement());
             t.setDaemon(true);
             return t;

@@ -39,6 +39,8 @@ final class ContextRequests<C, L> {
     private final int maxPending;
     private final long timeoutNanos;
     private final Long2ObjectHashMap<Pending<C, L>> pending = new Long2ObjectHashMap<>();
+    /** {@link #pending}'s size after the last change, for readers outside the driver's lock. */
+    private volatile int pendingNow;
     /** The last {@value #RECENT} dispatched requests' infos; {@link #recentIds} is their order, oldest first. */
     private final Long2ObjectHashMap<RequestInfo[]> dispatchedRecently = new Long2ObjectHashMap<>(2 * RECENT, 0.65f);
     private final long[] recentIds = new long[RECENT];
@@ -159,6 +161,7 @@ final class ContextRequests<C, L> {
             }
             p = new Pending<>(requestId, deadline);
             pending.put(requestId, p);
+            pendingNow = pending.size();
         } else if (p.local != null) {
             out.failures.add(new Failure<>(local, requestId, ErrorCode.INTERNAL,
                     "request is already being sent by this rank"));
@@ -242,6 +245,7 @@ final class ContextRequests<C, L> {
             }
             p = new Pending<>(id, now + timeoutNanos);
             pending.put(id, p);
+            pendingNow = pending.size();
         }
         if (!support.supported()) {
             if (p.refusalCode == null && !p.dispatched) {
@@ -307,6 +311,7 @@ final class ContextRequests<C, L> {
                 continue;
             }
             it.remove();
+            pendingNow = pending.size();
             if (p.refusalCode != null) {
                 continue;
             }
@@ -349,11 +354,17 @@ final class ContextRequests<C, L> {
             }
         }
         pending.clear();
+        pendingNow = 0;
     }
 
     /** @return requests tracked and not dispatched */
     int pendingCount() {
         return pending.size();
+    }
+
+    /** @return requests tracked and not dispatched, as of the last change: readable without the driver's lock */
+    int pendingNow() {
+        return pendingNow;
     }
 
     private void maybeDispatch(Pending<C, L> p, long now, Outbox<C, L> out) {
@@ -363,6 +374,7 @@ final class ContextRequests<C, L> {
         }
         p.dispatched = true;
         pending.remove(p.requestId);
+        pendingNow = pending.size();
         RequestInfo[] infos = new RequestInfo[p.asked.length];
         for (int i = 0; i < infos.length; i++) {
             infos[i] = p.asked[i].info;

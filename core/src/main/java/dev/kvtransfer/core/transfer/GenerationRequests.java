@@ -30,6 +30,9 @@ import java.util.Objects;
  */
 final class GenerationRequests<L> {
     /** The phases of a request. */
+    /** {@link #entries}' size after the last change, for readers outside the driver's lock. */
+    private volatile int tracked;
+
     enum Phase { QUEUED, ASKING, RECEIVING, ENDED }
 
     /** How a ready signal was taken. */
@@ -85,6 +88,7 @@ final class GenerationRequests<L> {
                     + " is already being received");
         }
         entries.put(local, new Entry<>(local, requestId, deadlineNanos));
+        tracked = entries.size();
         return null;
     }
 
@@ -198,6 +202,7 @@ final class GenerationRequests<L> {
      */
     boolean end(L local) {
         Entry<L> e = entries.remove(local);
+        tracked = entries.size();
         if (e == null) {
             return false;
         }
@@ -216,6 +221,11 @@ final class GenerationRequests<L> {
         return entries.size();
     }
 
+    /** @return requests tracked, as of the last change: readable without the driver's lock (load heuristics) */
+    int trackedNow() {
+        return tracked;
+    }
+
     /** @return the tracked requests (a copy) */
     List<L> tracked() {
         return new ArrayList<>(entries.keySet());
@@ -223,6 +233,7 @@ final class GenerationRequests<L> {
 
     private Failure<L> fail(Entry<L> e, ErrorCode code, String reason) {
         entries.remove(e.local);
+        tracked = entries.size();
         e.phase = Phase.ENDED;
         return new Failure<>(e.local, e.requestId, code, reason);
     }

@@ -103,6 +103,11 @@ public final class FaultyTransportProvider implements TransportProvider {
         }
 
         @Override
+        public int preferredPoolSpinMicros() {
+            return real.preferredPoolSpinMicros();
+        }
+
+        @Override
         public Duration defaultTimeout() {
             return real.defaultTimeout();
         }
