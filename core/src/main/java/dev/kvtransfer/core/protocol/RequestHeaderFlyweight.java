@@ -73,6 +73,19 @@ public final class RequestHeaderFlyweight extends Flyweight {
     }
 
     /**
+     * The check of {@link #checkRequestSend} without its message: a valid header costs no allocation.
+     *
+     * @param macBytes     the MAC length the info frame carries (0 without authentication)
+     * @param maxInfoBytes the largest request info accepted
+     * @return whether {@link #checkRequestSend} would pass
+     */
+    public boolean isValidRequestSend(int macBytes, long maxInfoBytes) {
+        long size = infoLength();
+        return kind() == KIND_REQUEST_SEND && infoTag() >= Tags.FIRST_DATA_TAG && size > macBytes
+                && size <= maxInfoBytes + macBytes;
+    }
+
+    /**
      * Checks a received request-send header.
      *
      * @param macBytes     the MAC length the info frame carries (0 without authentication)

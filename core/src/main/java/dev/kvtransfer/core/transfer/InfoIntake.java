@@ -103,6 +103,7 @@ final class InfoIntake {
         @Override
         public void onStart() {
             header = env.buffers().allocate(RequestHeaderFlyweight.LENGTH, MemoryKind.HOST);
+            headerFly.wrap(header.asByteBuffer(), 0); // once: every header lands in the same memory
             responderThread = Thread.currentThread();
         }
 
@@ -169,17 +170,20 @@ final class InfoIntake {
             if (conn == null) {
                 return work;
             }
-            RequestHeaderFlyweight h = headerFly.wrap(header.asByteBuffer(), 0);
+            RequestHeaderFlyweight h = headerFly;
             if (h.kind() == RequestHeaderFlyweight.KIND_TERMINATION) {
                 return work + 1;
             }
-            try {
+            int mac = env.auth().macBytes();
+            if (!h.isValidRequestSend(mac, MAX_INFO_BYTES)) {
                 // A bad kind or length: the info itself is left unread, a peer that announces it does not speak
-                // this protocol.
-                h.checkRequestSend(env.auth().macBytes(), MAX_INFO_BYTES, "rank " + env.selfIndex() + ", from "
-                        + Texts.peer(conn.peer()));
-            } catch (KvTransferException e) {
-                env.metrics().error(e);
+                // this protocol. The message is built only here: a valid header allocates nothing.
+                try {
+                    h.checkRequestSend(mac, MAX_INFO_BYTES, "rank " + env.selfIndex() + ", from "
+                            + Texts.peer(conn.peer()));
+                } catch (KvTransferException e) {
+                    env.metrics().error(e);
+                }
                 return work + 1;
             }
             enqueueInfo(conn, h.requestId(), (int) h.infoLength(), h.infoTag());

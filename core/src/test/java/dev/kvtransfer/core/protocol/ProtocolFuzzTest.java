@@ -42,6 +42,7 @@ class ProtocolFuzzTest {
         assertThat(h.infoLength()).isEqualTo(info + 32L);
         assertThat(h.requestId()).isEqualTo(id);
         h.checkRequestSend(32, 1 << 20, "rank 0");
+        assertThat(h.isValidRequestSend(32, 1 << 20)).isTrue();
         // The wire is little-endian whatever the buffer's order.
         assertThat(b.duplicate().order(ByteOrder.LITTLE_ENDIAN).getLong(at + 16)).isEqualTo(id);
     }
@@ -54,6 +55,7 @@ class ProtocolFuzzTest {
         Throwable t = catchThrowable(() -> h.checkRequestSend(mac, 1 << 20, "rank 3"));
         boolean valid = h.kind() == RequestHeaderFlyweight.KIND_REQUEST_SEND && h.infoLength() > mac
                 && h.infoLength() <= (1 << 20) + mac && h.infoTag() >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG;
+        assertThat(h.isValidRequestSend(mac, 1 << 20)).as("the allocation-free check agrees").isEqualTo(valid);
         if (valid) {
             assertThat(t).isNull();
         } else {

@@ -52,6 +52,7 @@ class ControlProtocolFuzzTest {
         boolean valid = h.kind() == RequestHeaderFlyweight.KIND_REQUEST_SEND && h.infoLength() > mac
                 && h.infoLength() <= MAX_INFO + mac && h.infoTag() >= dev.kvtransfer.api.transport.Tags.FIRST_DATA_TAG;
         assertThat(e == null).as("accepted exactly when PROTOCOL.md allows it").isEqualTo(valid);
+        assertThat(h.isValidRequestSend(mac, MAX_INFO)).as("the allocation-free check agrees").isEqualTo(valid);
         if (e != null) {
             assertThat(e.requestId()).as("names the request").isEqualTo(h.requestId());
         }
