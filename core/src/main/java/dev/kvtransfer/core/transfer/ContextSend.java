@@ -181,7 +181,12 @@ final class ContextSend {
             }
             // A generation rank with no block past the reused prefix (a CP rank of a short prompt) registers no
             // grant, so its info reads as pull: it receives nothing either way and does not decide the mode.
-            boolean push = canPush() && asked.stream().anyMatch(a -> a.info().push());
+            boolean push = false;
+            if (canPush()) {
+                for (int i = 0; i < asked.size() && !push; i++) {
+                    push = asked.get(i).info().push(); // a loop: a stream here cost every request a pipeline
+                }
+            }
             dev.kvtransfer.api.format.PeerPool[] pools = null;
             if (push) {
                 pools = new dev.kvtransfer.api.format.PeerPool[n];

@@ -318,7 +318,12 @@ final class PushReceive {
     }
 
     void revokeGrants(GenerationJob job) {
-        for (dev.kvtransfer.api.transport.RegisteredRegion r : job.registrations) {
+        List<dev.kvtransfer.api.transport.RegisteredRegion> regs = job.registrations;
+        if (regs.isEmpty() && job.granted.isEmpty()) {
+            return; // a pull, or revoked already: no iterator, nothing to clear
+        }
+        for (int i = 0; i < regs.size(); i++) {
+            dev.kvtransfer.api.transport.RegisteredRegion r = regs.get(i);
             try {
                 r.close();
             } catch (RuntimeException e) {
