@@ -30,9 +30,6 @@ import java.util.Objects;
  */
 final class GenerationRequests<L> {
     /** The phases of a request. */
-    /** {@link #entries}' size after the last change, for readers outside the driver's lock. */
-    private volatile int tracked;
-
     enum Phase { QUEUED, ASKING, RECEIVING, ENDED }
 
     /** How a ready signal was taken. */
@@ -68,6 +65,8 @@ final class GenerationRequests<L> {
     }
 
     private final Map<L, Entry<L>> entries = new IdentityHashMap<>();
+    /** {@link #entries}' size after the last change, for readers outside the driver's lock. */
+    private volatile int tracked;
     private boolean closed;
 
     /**
