@@ -18,7 +18,7 @@ import java.util.function.BooleanSupplier;
  * reaches a running thread instead of waking a parked one. The others park at once: a pool of n costs at most one
  * spinning thread, and only for {@code spinNanos} after it ran out of work. This is the pool's counterpart of the
  * transports' spin-then-park agents ({@code aeron.spinMicros}): a request/response exchange finds the thread
- * of its next step awake. A wake-up of a parked thread cost 14–28 µs per hop on the 2-vCPU reference host
+ * of its next step awake. A wake-up of a parked thread cost 14–23 µs per hop on the 2-vCPU reference host
  * (docs/benchmarks.md, "Hand-offs to request pools").
  *
  * <p>An offer wakes a parked worker only when no worker spins or more than one task waits, so a spinning worker's
