@@ -40,8 +40,12 @@ final class SpinThenParkQueue extends AbstractQueue<Runnable> implements Blockin
     private final AtomicInteger spinning = new AtomicInteger();
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition notEmpty = lock.newCondition();
-    /** Workers parked on {@link #notEmpty} (under {@link #lock}). */
-    private int waiters;
+    /**
+     * Workers parked on {@link #notEmpty}: changed under {@link #lock}, read without it by an offer, which then takes
+     * the lock only when someone waits. A worker raises it before its last look at the queue, an offer adds its task
+     * before it reads it: one of the two sees the other.
+     */
+    private volatile int waiters;
     private final long spinNanos;
     private final BooleanSupplier lightLoad;
 
@@ -84,6 +88,9 @@ final class SpinThenParkQueue extends AbstractQueue<Runnable> implements Blockin
     }
 
     private void signalIfWaiting() {
+        if (waiters == 0) {
+            return; // under load the workers are busy: an offer then takes no lock at all
+        }
         lock.lock();
         try {
             if (waiters > 0) {
