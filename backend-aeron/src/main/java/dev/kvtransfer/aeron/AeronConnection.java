@@ -55,6 +55,8 @@ final class AeronConnection implements Connection {
     private boolean shut;
     private final UnsafeBuffer header = new UnsafeBuffer(ByteBuffer.allocateDirect(Wire.HEADER_LENGTH));
     private final UnsafeBuffer payload = new UnsafeBuffer(0, 0);
+    /** The peer's doorbell when it is on our driver (IPC): rung after each offer, under the offer lock. */
+    private Doorbell.Target bell;
 
     // Establishment: a non-blocking state machine, stepped under establishLock by callers and by the agent.
     private final ReentrantLock establishLock = new ReentrantLock();
@@ -297,6 +299,15 @@ final class AeronConnection implements Connection {
                 int ipcStream = manager.ipcStreamTo(a);
                 String ch = ipcStream != 0 ? manager.ipcPublicationChannel() : manager.publicationChannel(a);
                 channel = ch;
+                if (ipcStream != 0 && manager.settings.doorbell) {
+                    Doorbell.Target t = new Doorbell.Target(manager.runtime.directory(), ipcStream);
+                    offerLock.lock();
+                    try {
+                        bell = t;
+                    } finally {
+                        offerLock.unlock();
+                    }
+                }
                 registrationId = client.asyncAddExclusivePublication(ch, ipcStream != 0 ? ipcStream
                         : AeronSettings.STREAM_ID);
                 estState = ADDING;
@@ -351,6 +362,7 @@ final class AeronConnection implements Connection {
         offerLock.lock();
         try {
             r = shut ? Publication.CLOSED : publication.offer(hello, 0, Wire.HEADER_LENGTH + body);
+            rang(r);
         } finally {
             offerLock.unlock();
         }
@@ -383,6 +395,7 @@ final class AeronConnection implements Connection {
                         payload.wrap(address, length);
                         r = publication.offer(header, 0, Wire.HEADER_LENGTH, payload, 0, length);
                     }
+                    rang(r);
                 }
             } finally {
                 offerLock.unlock();
@@ -416,9 +429,22 @@ final class AeronConnection implements Connection {
             }
             Wire.write(header, type, tag, seq, 0);
             long r = publication.offer(header, 0, Wire.HEADER_LENGTH);
+            rang(r);
             return r > 0 || r == Publication.CLOSED || r == Publication.MAX_POSITION_EXCEEDED;
         } finally {
             offerLock.unlock();
+        }
+    }
+
+    /** Under the offer lock, after an offer: wakes the peer's agent when it sleeps on its doorbell. */
+    private void rang(long offerResult) {
+        Doorbell.Target t = bell;
+        if (offerResult > 0 && t != null) {
+            long before = t.rings;
+            t.ring();
+            if (t.rings != before) {
+                manager.counters.doorbellRings.increment();
+            }
         }
     }
 

@@ -138,6 +138,9 @@ public final class AeronConnectionManager implements ConnectionManager {
         this.agent = a;
         this.oneSided = OneSidedWrites.of(this, settings, handshake.authenticates(), reporter::report, defaultTimeout);
         this.group = rt.join(a);
+        if (stream != 0 && group.doorbell() != null) {
+            group.doorbell().register(stream); // peers of this host ring it (Doorbell); without it the agent parks
+        }
     }
 
     private static int reserveIpcStream() {
@@ -282,6 +285,12 @@ public final class AeronConnectionManager implements ConnectionManager {
     public Map<String, Long> counters() {
         Map<String, Long> m = counters.snapshot(reporter);
         ManagerCounters.driverErrors(m, runtime.driverErrors());
+        Doorbell bell = group.doorbell();
+        if (bell != null) {
+            m.put("doorbellWakes", bell.wakes.get()); // the agent group's, shared by its managers
+            m.put("doorbellLocalWakes", bell.localWakes.get());
+            m.put("doorbellTimeouts", bell.timeouts.get());
+        }
         return m;
     }
 
@@ -592,6 +601,9 @@ public final class AeronConnectionManager implements ConnectionManager {
             reporter.report(new IllegalStateException("aeron " + name + ": the agent did not stop within 10 s"));
         }
         runtime.leave(agent);
+        if (ipcStream != 0 && group.doorbell() != null) {
+            group.doorbell().unregister(ipcStream);
+        }
         for (Peer p : all) {
             p.lost = true;
             p.lostReason = "the manager closed";

@@ -74,9 +74,11 @@ final class AeronRuntime {
         this.groups = new AgentGroup[settings.agents];
         this.runners = new AgentRunner[settings.agents];
         for (int i = 0; i < groups.length; i++) {
-            groups[i] = new AgentGroup("kvtransfer-aeron-agent-" + i, this, i == 0);
+            Doorbell bell = settings.doorbell ? Doorbell.open(directory) : null;
+            groups[i] = new AgentGroup("kvtransfer-aeron-agent-" + i, this, i == 0, bell);
             AtomicCounter errors = counters.newCounter("aeron agent " + i + " errors");
-            runners[i] = new AgentRunner(settings.newIdleStrategy(), this::onRunnerError, errors, groups[i]);
+            runners[i] = new AgentRunner(settings.newAgentIdleStrategy(bell, groups[i]::readsRemoteStreams),
+                    this::onRunnerError, errors, groups[i]);
             Thread t = AgentRunner.startOnThread(runners[i], r -> {
                 Thread th = new Thread(r);
                 th.setDaemon(true);
@@ -197,6 +199,9 @@ final class AeronRuntime {
         }
         for (AgentRunner r : runners) {
             CloseHelper.quietClose(r); // stops the thread; the group's onClose runs on it
+        }
+        for (AgentGroup g : groups) {
+            CloseHelper.quietClose(g.doorbell());
         }
         CloseHelper.quietClose(client);
         CloseHelper.quietClose(driver);

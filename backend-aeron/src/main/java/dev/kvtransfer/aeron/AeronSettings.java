@@ -95,13 +95,19 @@ public final class AeronSettings {
      * owner-only ({@code 0700} parent, umask {@code 077}). An embedded driver is always owner-only.
      */
     public static final String DIR_GROUP = "aeron.dirGroup";
+    /**
+     * Whether an idle agent sleeps on a doorbell that a peer of this host rings after it offers a message
+     * ({@link Doorbell}; default true): the first hop after a quiet spell then does not wait for the end of the
+     * agent's park (up to 1 ms). Only with the {@code backoff} idle strategy and IPC.
+     */
+    public static final String DOORBELL = "aeron.doorbell";
 
     /** Every property this transport reads; any other {@code aeron.*} key is refused at create. */
     public static final Set<String> KNOWN = Set.of(DIR, IDLE, THREADING, TERM_LENGTH, MTU, CHUNK, SOCKET_BUFFER,
             PEER_TIMEOUT_MS, CONNECT_TIMEOUT_MS, CLIENT_TIMEOUT_MS, EARLY_BUFFER_BYTES, EARLY_MESSAGES, EAGER_LIMIT,
             IPC, AGENTS, HANDSHAKE_TIMEOUT_MS, MAX_IMAGES, AUTH_WINDOW_MS, SPIN_MICROS, CALLER_SPIN_MICROS,
             CALLER_POLL_MICROS, CONGESTION_CONTROL, DIR_GROUP, MAX_PENDING_HANDSHAKES, MAX_PENDING_PER_SOURCE,
-            SHARED_MEMORY_WRITES);
+            SHARED_MEMORY_WRITES, DOORBELL);
 
     static final long DEFAULT_TERM_LENGTH = 16L << 20;
     static final long DEFAULT_MTU = 32768;
@@ -160,6 +166,8 @@ public final class AeronSettings {
     final String congestionControl;
     /** The group that may use the shared driver, or null (owner-only). */
     final String dirGroup;
+    /** Agents sleep on a {@link Doorbell} that peers of this host ring (backoff idle strategy, IPC on). */
+    final boolean doorbell;
 
     private AeronSettings(TransportConfig config) {
         config.checkKnownProperties(PREFIX, KNOWN);
@@ -241,6 +249,12 @@ public final class AeronSettings {
                     + config.property(SHARED_MEMORY_WRITES, "") + "': must be true or false");
         }
         this.sharedMemoryWrites = shm.equals("true");
+        String bell = config.property(DOORBELL, "true").trim().toLowerCase(Locale.ROOT);
+        if (!bell.equals("true") && !bell.equals("false")) {
+            throw new IllegalArgumentException("transport property " + DOORBELL + " = '"
+                    + config.property(DOORBELL, "") + "': must be true or false");
+        }
+        this.doorbell = bell.equals("true") && ipc && idle.equals("backoff");
         this.agents = (int) range(config, AGENTS, 1, 1, 64);
         this.handshakeTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, HANDSHAKE_TIMEOUT_MS,
                 DEFAULT_HANDSHAKE_TIMEOUT_MS, 100, 600_000));
@@ -312,6 +326,17 @@ public final class AeronSettings {
         return newIdleStrategy(idle, spinNs);
     }
 
+    /**
+     * @return the idle strategy of an agent thread: {@link #newIdleStrategy()}, sleeping on the group's doorbell
+     *         when there is one
+     */
+    IdleStrategy newAgentIdleStrategy(Doorbell bell, java.util.function.BooleanSupplier remoteStreams) {
+        if (bell == null || !idle.equals("backoff")) {
+            return newIdleStrategy();
+        }
+        return new SpinThenParkIdleStrategy(spinNs, TimeUnit.MILLISECONDS.toNanos(1), bell, remoteStreams);
+    }
+
     private final ThreadLocal<IdleStrategy> callerIdle = ThreadLocal.withInitial(this::newIdleStrategy);
 
     /** @return this thread's idle strategy for waits on back-pressure, reset (no allocation per wait) */
@@ -359,7 +384,7 @@ public final class AeronSettings {
      * driver is keyed by its directory (its own settings apply), an embedded one by the settings it is built from.
      */
     String runtimeKey() {
-        String agentsKey = "/agents=" + agents + "/idle=" + idle + "/spin=" + spinNs;
+        String agentsKey = "/agents=" + agents + "/idle=" + idle + "/spin=" + spinNs + "/doorbell=" + doorbell;
         if (externalDir != null) {
             return "dir=" + externalDir + agentsKey;
         }
@@ -381,6 +406,6 @@ public final class AeronSettings {
                 + TimeUnit.NANOSECONDS.toMillis(connectTimeoutNs) + ", clientTimeoutMs="
                 + TimeUnit.NANOSECONDS.toMillis(clientTimeoutNs) + ", earlyBufferBytes=" + earlyBufferBytes
                 + ", earlyMessages=" + earlyMessages + ", ipc=" + ipc + ", agents=" + agents + ", congestionControl="
-                + congestionControl + "}";
+                + congestionControl + ", doorbell=" + doorbell + "}";
     }
 }

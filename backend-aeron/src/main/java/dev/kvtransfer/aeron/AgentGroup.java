@@ -22,11 +22,32 @@ final class AgentGroup implements Agent {
     private TransportAgent[] agents = new TransportAgent[0];
     volatile Thread thread;
     private volatile boolean terminated;
+    private final Doorbell doorbell;
 
-    AgentGroup(String roleName, AeronRuntime runtime, boolean invokesClient) {
+    AgentGroup(String roleName, AeronRuntime runtime, boolean invokesClient, Doorbell doorbell) {
         this.roleName = roleName;
         this.runtime = runtime;
         this.invokesClient = invokesClient;
+        this.doorbell = doorbell;
+    }
+
+    /** @return the doorbell peers of this host ring for this group's streams, or null */
+    Doorbell doorbell() {
+        return doorbell;
+    }
+
+    /**
+     * Runner thread: whether a manager of the group reads a stream from another host, which rings no doorbell (its
+     * idle strategy then parks in short steps first).
+     */
+    boolean readsRemoteStreams() {
+        for (TransportAgent t : agents) {
+            io.aeron.Subscription udp = t.m.subscription(false);
+            if (udp != null && udp.imageCount() > 0) {
+                return true;
+            }
+        }
+        return false;
     }
 
     @Override
@@ -115,8 +136,12 @@ final class AgentGroup implements Agent {
         return true;
     }
 
-    /** Cuts the runner's idle park short: a caller has queued work. */
+    /** Cuts the runner's idle park or doorbell sleep short: a caller has queued work. */
     void wake() {
+        Doorbell d = doorbell;
+        if (d != null) {
+            d.wakeLocal();
+        }
         Thread t = thread;
         if (t != null) {
             LockSupport.unpark(t);

@@ -16,6 +16,7 @@ final class ManagerCounters {
     final AtomicCounter recoveries;
     final AtomicCounter earlyBytes;
     final AtomicCounter callerCompleted;
+    final AtomicCounter doorbellRings;
     private final AtomicCounter[] all;
 
     ManagerCounters(AeronRuntime rt, String name) {
@@ -30,8 +31,9 @@ final class ManagerCounters {
         recoveries = c.newCounter("aeron " + name + " client recoveries");
         earlyBytes = c.newCounter("aeron " + name + " early bytes held");
         callerCompleted = c.newCounter("aeron " + name + " ops completed by their polling caller");
+        doorbellRings = c.newCounter("aeron " + name + " doorbells rung (peers of this host woken)");
         all = new AtomicCounter[] {messagesSent, bytesSent, messagesReceived, bytesReceived, peersLost,
-            unauthorized, imagesRefused, recoveries, earlyBytes, callerCompleted};
+            unauthorized, imagesRefused, recoveries, earlyBytes, callerCompleted, doorbellRings};
     }
 
     void sent(long bytes) {
@@ -57,6 +59,7 @@ final class ManagerCounters {
         m.put("clientRecoveries", recoveries.get());
         m.put("earlyBytes", earlyBytes.get());
         m.put("opsCompletedByCaller", callerCompleted.get());
+        m.put("doorbellRings", doorbellRings.get());
         m.put("errors", r.count());
         m.put("errorsSuppressed", r.suppressed());
         return m;

@@ -11,6 +11,11 @@ import java.util.concurrent.locks.LockSupport;
  * process costs almost nothing. Agrona's {@code BackoffIdleStrategy} counts calls instead of time, which on a
  * loaded host ends the spin phase after a few microseconds and parks ~55 µs (timer slack) between the hops of a
  * round trip.
+ *
+ * <p>With a {@link Doorbell} (the agent threads' strategy; callers' strategies have none), the park phase becomes
+ * a sleep that a peer's message cuts short: the doorbell is armed, one more duty cycle runs, then the thread sleeps
+ * up to {@code maxParkNs}. While the group reads streams from other hosts (UDP images, which ring no doorbell) the
+ * doubling parks run first, so such a message after a short pause still waits no longer than the pause so far.
  */
 final class SpinThenParkIdleStrategy implements IdleStrategy {
     private static final long MIN_PARK_NS = 1_000;
@@ -20,10 +25,24 @@ final class SpinThenParkIdleStrategy implements IdleStrategy {
     private long lastWorkNs = System.nanoTime();
     private long parkNs = MIN_PARK_NS;
     private int spins;
+    private final Doorbell doorbell;
+    private final java.util.function.BooleanSupplier remoteStreams;
+    private boolean armed;
 
     SpinThenParkIdleStrategy(long spinNs, long maxParkNs) {
+        this(spinNs, maxParkNs, null, () -> true);
+    }
+
+    /**
+     * @param doorbell the agent group's doorbell, or null (park only)
+     * @param remoteStreams whether the group now reads a stream that rings no doorbell (from another host)
+     */
+    SpinThenParkIdleStrategy(long spinNs, long maxParkNs, Doorbell doorbell,
+            java.util.function.BooleanSupplier remoteStreams) {
         this.spinNs = spinNs;
         this.maxParkNs = maxParkNs;
+        this.doorbell = doorbell;
+        this.remoteStreams = remoteStreams;
     }
 
     @Override
@@ -45,12 +64,27 @@ final class SpinThenParkIdleStrategy implements IdleStrategy {
             }
             return;
         }
+        Doorbell d = doorbell;
+        if (d != null && (parkNs >= maxParkNs || !remoteStreams.getAsBoolean())) {
+            if (!armed) {
+                d.arm();
+                armed = true; // the runner's next duty cycle sees whatever came before the flags
+                return;
+            }
+            d.sleep(maxParkNs); // disarms
+            armed = false;
+            return;
+        }
         LockSupport.parkNanos(parkNs);
         parkNs = Math.min(parkNs << 1, maxParkNs);
     }
 
     @Override
     public void reset() {
+        if (armed) {
+            doorbell.disarm();
+            armed = false;
+        }
         lastWorkNs = System.nanoTime();
         parkNs = MIN_PARK_NS;
         spins = 0;

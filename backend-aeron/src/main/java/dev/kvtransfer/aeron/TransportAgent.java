@@ -45,7 +45,7 @@ final class TransportAgent {
     private static final long RESUBSCRIBE_RETRY_NS = TimeUnit.MILLISECONDS.toNanos(250);
     private static final long RECOVERY_LIMIT_NS = TimeUnit.SECONDS.toNanos(120);
 
-    private final AeronConnectionManager m;
+    final AeronConnectionManager m;
     final Matcher matcher;
     private final Dispatcher dispatcher;
     final ManyToOneConcurrentArrayQueue<Op> commands = new ManyToOneConcurrentArrayQueue<>(1 << 14);

@@ -236,6 +236,14 @@ class AeronSharedMemoryModeTest {
             assertThat(mode(p)).as("%s", p).isEqualTo("rw-rw----");
             assertThat(Files.getAttribute(p, "unix:gid")).as("%s", p).isEqualTo(NOBODY);
         }
+        // The doorbells the group's processes ring (Doorbell): group read-write, the group's like the driver's files.
+        List<Path> bells = all.stream().filter(p -> p.getFileName().toString().startsWith(Doorbell.FILE_PREFIX))
+                .toList();
+        assertThat(bells).as("a doorbell per manager").hasSize(2);
+        for (Path p : bells) {
+            assertThat(mode(p)).as("%s", p).isEqualTo("rw-rw----");
+            assertThat(Files.getAttribute(p, "unix:gid")).as("%s", p).isEqualTo(NOBODY);
+        }
         Attempt member = as(NOBODY, NOBODY, cnc);
         assertThat(member.exit()).as("a member of the group reads cnc.dat: %s", member.stderr()).isZero();
         assertThat(member.bytes()).isPositive();

@@ -97,7 +97,11 @@ public final class ConfigurationReference {
             new ConfigKey(AeronSettings.SHARED_MEMORY_WRITES, "true", "true | false",
                     "One-sided writes to a peer process of this host copy straight into its shared pool file (one "
                             + "copy; needs a deployment secret), and a pull between local instances moves as such "
-                            + "writes; false keeps writes emulated (two copies over IPC) and pulls two-sided."));
+                            + "writes; false keeps writes emulated (two copies over IPC) and pulls two-sided."),
+            new ConfigKey(AeronSettings.DOORBELL, "true", "true | false",
+                    "An idle agent sleeps on a doorbell that peers of this host ring after they offer it a message, "
+                            + "so a request after a quiet spell does not wait for the agent's park (up to 1 ms a "
+                            + "hop); only with aeron.idle=backoff and aeron.ipc=true."));
 
     /** JVM system properties ({@code -Dname=value}), read where they are used. */
     static final List<ConfigKey> SYSTEM_PROPERTIES = List.of(
