@@ -34,7 +34,7 @@ final class OneSidedWrites implements AutoCloseable {
                    ErrorHandler errors, Duration opTimeout, String name) {
         this.emulated = emulated;
         this.owner = enabled ? new ShmOwner(manager, authenticated, errors, opTimeout, name) : null;
-        this.writer = enabled ? new ShmWriter(name) : null;
+        this.writer = enabled ? new ShmWriter(name, manager::localAddress) : null;
         this.shares = enabled && authenticated;
     }
 

@@ -27,14 +27,18 @@ import java.util.concurrent.atomic.AtomicBoolean;
  * no byte of that writer lands in the grant any more. The header holds a random token the owner also sends over
  * the authenticated connection: a writer that reads the same token mapped the same memory, i.e. runs on this host.
  *
- * <p>Slot word: generation in bits 63..32, revoked in bit 31, in-flight count in bits 30..0.
+ * <p>Slot word: generation in bits 63..32, revoked in bit 31, in-flight count in bits 30..0. After the slot words, per
+ * slot the pid and pid namespace of the writer that claimed it ({@link #claim}): a slot the owner handed out with the
+ * grant itself ({@link ShmOwner}, in the region key) has no exchange that names its writer, so the writer writes
+ * itself in, and a revocation can still tell that a writer that left a count behind is gone.
  */
 final class ShmFence implements AutoCloseable {
     static final String PREFIX = "kvtransfer-fence-";
     static final int SLOTS = 8192;
     static final int HEADER = 64;
     static final int TOKEN_BYTES = 16;
-    static final long BYTES = HEADER + 8L * SLOTS;
+    static final long BYTES = HEADER + 24L * SLOTS;
+    private static final int WRITERS_AT = HEADER + 8 * SLOTS;
     private static final int MAGIC = 0x314d4853; // "SHM1"
     private static final long REVOKED = 1L << 31;
     private static final long COUNT = REVOKED - 1;
@@ -135,8 +139,20 @@ final class ShmFence implements AutoCloseable {
             return -1;
         }
         int g = ++generation[s];
+        words.putLongVolatile(WRITERS_AT + 16 * s, 0);
+        words.putLongVolatile(WRITERS_AT + 16 * s + 8, -1);
         words.putLongVolatile(at(s), (long) g << 32);
         return s;
+    }
+
+    /** @return the pid the slot's writer claimed it with, or 0 */
+    long writerPid(int slot) {
+        return words.getLongVolatile(WRITERS_AT + 16 * slot);
+    }
+
+    /** @return the pid namespace the slot's writer claimed it with, or -1 */
+    long writerPidNamespace(int slot) {
+        return words.getLongVolatile(WRITERS_AT + 16 * slot + 8);
     }
 
     /**
@@ -179,6 +195,19 @@ final class ShmFence implements AutoCloseable {
     }
 
     // ------------------------------------------------------------------ writer side
+
+    /**
+     * Writes this writer's pid into a slot it was handed with a grant, before its first piece, so the owner can tell
+     * when it is gone.
+     *
+     * @param slot         the slot
+     * @param pid          this process
+     * @param pidNamespace this process's pid namespace
+     */
+    void claim(int slot, long pid, long pidNamespace) {
+        words.putLongVolatile(WRITERS_AT + 16 * slot + 8, pidNamespace);
+        words.putLongVolatile(WRITERS_AT + 16 * slot, pid);
+    }
 
     /**
      * Starts one piece under a slot.

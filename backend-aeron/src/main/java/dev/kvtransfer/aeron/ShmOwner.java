@@ -37,6 +37,12 @@ import java.util.concurrent.locks.LockSupport;
  * the owner answers; everything else stays with the emulated registration it wraps, which still serves writers of
  * another host.
  *
+ * <p>A grant bound to its writers (a push grant) also carries, in its key, the pool file's id and the grant's place
+ * in it and a slot for each writer ({@link #KEY_HEADER}, {@link #WRITER_ENTRY}): a writer that already mapped this
+ * owner's fence and that file through an earlier exchange writes at once, without a round trip per request (which
+ * cost a 1 MiB request about a fifth of its time). The key travels in the request info, which only the grant's
+ * writers get, over authenticated connections, MAC'd; a writer without those mappings asks as before.
+ *
  * <p>Closing a grant revokes its slots and returns once no writer copies under them (or the writer process is
  * gone), bounded by the operation timeout, and then closes the emulated registration.
  */
@@ -47,6 +53,17 @@ final class ShmOwner implements AutoCloseable {
     static final int REPLY_BYTES = 512;
     static final int MAGIC = 0x314d4853; // "SHM1"
     static final int KEY_BYTES = 32;
+    /**
+     * A key with slots handed out with the grant: {@link #KEY_BYTES} (emulated key, marker), then at 20 the file id,
+     * at 24 the grant's offset in the file, at 32 the number of writer entries, then the entries.
+     */
+    static final int KEY_HEADER = 40;
+    /** One writer's entry: the first 8 bytes of SHA-256 of its address, its slot, the slot's generation. */
+    static final int WRITER_ENTRY = 16;
+    /** Most writers a grant hands slots to in its key; a grant with more writers leaves them to the exchange. */
+    static final int MAX_KEY_WRITERS = 64;
+    /** Where a reply carries the pool file's id. */
+    static final int FILE_ID_AT = 56;
     static final int OK = 0;
     static final int NOT_SHARED = 1;
     static final int REFUSED = 2;
@@ -65,6 +82,9 @@ final class ShmOwner implements AutoCloseable {
     private final Duration opTimeout;
     private final String name;
     private final Map<Long, Region> regions = new ConcurrentHashMap<>();
+    /** Pool files by path: the id a key names them by. */
+    private final Map<String, Integer> fileIds = new ConcurrentHashMap<>();
+    private final java.util.concurrent.atomic.AtomicInteger nextFileId = new java.util.concurrent.atomic.AtomicInteger();
     private final Object lifecycle = new Object();
     private ShmFence fence;
     private Thread poller;
@@ -205,6 +225,7 @@ final class ShmOwner implements AutoCloseable {
                 a.putLong(24, r.fileOffset);
                 a.putLong(32, r.length);
                 a.put(40, fence.token);
+                a.putInt(FILE_ID_AT, r.fileId);
                 putText(a, FENCE_PATH_AT, fence.path.toString());
             }
         }
@@ -221,6 +242,16 @@ final class ShmOwner implements AutoCloseable {
         } catch (RuntimeException e) {
             errors.onError(new TransportException(e instanceof TransportException t ? t.code() : ErrorCode.NETWORK,
                     name + ": answering a shared-memory grant request of " + c.peer() + " failed: " + e, e));
+        }
+    }
+
+    /** @return the first 8 bytes of SHA-256 of a writer's address: its entry's name in a key */
+    static long writerTag(String address) {
+        try {
+            byte[] h = MessageDigest.getInstance("SHA-256").digest(address.getBytes(StandardCharsets.UTF_8));
+            return ByteBuffer.wrap(h).order(ByteOrder.LITTLE_ENDIAN).getLong(0);
+        } catch (java.security.NoSuchAlgorithmException e) {
+            throw new IllegalStateException("SHA-256 is missing from this JVM", e);
         }
     }
 
@@ -290,15 +321,35 @@ final class ShmOwner implements AutoCloseable {
         final long fileOffset;
         final long length;
         final Set<String> writers;
-        /** Slots handed out: {slot, pid, pid namespace}. */
+        final int fileId;
+        /** Slots handed out: {slot, pid, pid namespace}; pid 0 for a slot in the key (its writer claims it). */
         private final List<long[]> grants = new ArrayList<>();
         private boolean revoked;
 
         Region(RegisteredRegion inner, long address, String file, long fileOffset, long length, Set<String> writers) {
             this.inner = inner;
+            this.fileId = fileIds.computeIfAbsent(file, f -> nextFileId.incrementAndGet());
             RegionDescriptor d = inner.descriptor();
-            byte[] key = Arrays.copyOf(d.key(), KEY_BYTES);
-            ByteBuffer.wrap(key).order(ByteOrder.LITTLE_ENDIAN).putInt(16, MAGIC);
+            int n = writers == null || writers.size() > MAX_KEY_WRITERS ? 0 : writers.size();
+            byte[] key = Arrays.copyOf(d.key(), n == 0 ? KEY_BYTES : KEY_HEADER + n * WRITER_ENTRY);
+            ByteBuffer k = ByteBuffer.wrap(key).order(ByteOrder.LITTLE_ENDIAN);
+            k.putInt(16, MAGIC);
+            if (n > 0) {
+                k.putInt(20, fileId);
+                k.putLong(24, fileOffset);
+                int at = KEY_HEADER;
+                for (String w : writers) {
+                    int slot = fence.allocate();
+                    if (slot >= 0) {
+                        grants.add(new long[] {slot, 0, -1});
+                    }
+                    k.putLong(at, writerTag(w));
+                    k.putInt(at + 8, slot); // -1: none free, the writer asks
+                    k.putInt(at + 12, slot >= 0 ? fence.generation(slot) : 0);
+                    at += WRITER_ENTRY;
+                }
+                k.putInt(32, n);
+            }
             this.descriptor = new RegionDescriptor(d.owner(), d.regionId(), d.address(), d.length(), key);
             this.address = address;
             this.file = file;
@@ -347,13 +398,16 @@ final class ShmOwner implements AutoCloseable {
                 int slot = (int) e[0];
                 boolean free = true;
                 while (fence.inFlight(slot) > 0) {
-                    if (gone(e[1], e[2])) {
+                    // A slot of the key: its writer wrote its pid into the fence before its first piece.
+                    long pid = e[1] != 0 ? e[1] : fence.writerPid(slot);
+                    long ns = e[1] != 0 ? e[2] : fence.writerPidNamespace(slot);
+                    if (pid != 0 && gone(pid, ns)) {
                         break;
                     }
                     if (System.nanoTime() - deadline > 0) {
                         free = false;
                         errors.onError(new TransportException(ErrorCode.INTERNAL, name + ": region #"
-                                + descriptor.regionId() + ": writer pid " + e[1] + " still copies into it "
+                                + descriptor.regionId() + ": writer pid " + pid + " still copies into it "
                                 + opTimeout.toMillis() + " ms after it was revoked; its slot is kept revoked"));
                         break;
                     }

@@ -30,6 +30,9 @@ import java.util.zip.CRC32C;
  * grant's place in it and a revocation slot, maps the file (once per file), and copies the entry's bytes straight
  * into the owner's pool, in pieces of {@value #PIECE} bytes, each inside the slot ({@link ShmFence#enter}). What it
  * cannot place that way (another host, the owner refused to share, a private region) goes to the emulated path.
+ *
+ * <p>A grant whose key carries this writer's slot ({@link ShmOwner#KEY_HEADER}) in a pool file and a fence it mapped
+ * through an earlier exchange with the same owner needs no exchange: it is written at once ({@link #inKey}).
  */
 final class ShmWriter implements AutoCloseable {
     /** Bytes copied under one entry into the fence: bounds how long an owner's revocation waits for a copy. */
@@ -48,6 +51,8 @@ final class ShmWriter implements AutoCloseable {
     /** Bytes copied into peers' pools by every writer of this process (tests read it). */
     private static final java.util.concurrent.atomic.AtomicLong COPIED = new java.util.concurrent.atomic.AtomicLong();
     private final String name;
+    private final java.util.function.Supplier<String> self;
+    private long selfTag;
     private final Map<String, PeerState> peers = new ConcurrentHashMap<>();
     private final Map<String, Mapped> files = new ConcurrentHashMap<>();
     private final Map<String, ShmFence> fences = new ConcurrentHashMap<>();
@@ -72,8 +77,13 @@ final class ShmWriter implements AutoCloseable {
     }
     private volatile boolean closed;
 
-    ShmWriter(String name) {
+    /**
+     * @param name the manager's name, for messages
+     * @param self this manager's address (as its peers know it: the writer entries of keys are named by it)
+     */
+    ShmWriter(String name, java.util.function.Supplier<String> self) {
         this.name = name;
+        this.self = self;
     }
 
     /** Where a region's bytes are, or that they are not reachable from here. */
@@ -113,6 +123,9 @@ final class ShmWriter implements AutoCloseable {
         final OffHeapBuffer request = OffHeapBuffer.allocate(ShmOwner.REQUEST_BYTES);
         final OffHeapBuffer reply = OffHeapBuffer.allocate(ShmOwner.REPLY_BYTES);
         long nextRequest = 1;
+        /** The owner's fence and pool files this writer mapped through an exchange: what {@link #inKey} needs. */
+        volatile ShmFence fence;
+        final Map<Integer, Mapped> fileById = new ConcurrentHashMap<>();
     }
 
     /** @return bytes copied into peers' pools by the writers of this process so far */
@@ -123,7 +136,7 @@ final class ShmWriter implements AutoCloseable {
     /** @return whether the descriptor names a region its owner may share with this host */
     static boolean marked(RegionDescriptor d) {
         byte[] k = d.key();
-        return k.length == ShmOwner.KEY_BYTES
+        return k.length >= ShmOwner.KEY_BYTES
                 && ByteBuffer.wrap(k).order(ByteOrder.LITTLE_ENDIAN).getInt(16) == ShmOwner.MAGIC;
     }
 
@@ -165,7 +178,7 @@ final class ShmWriter implements AutoCloseable {
                 ps = peers.computeIfAbsent(peer, k -> new PeerState());
             }
             Target t = ps.byRegion.get(d.regionId());
-            if (t == null) {
+            if (t == null && (t = inKey(ps, d)) == null) {
                 t = ask(c, ps, d, deadline);
             }
             if (!t.shared()) {
@@ -255,6 +268,65 @@ final class ShmWriter implements AutoCloseable {
         return new TransportException(ErrorCode.NETWORK, name + ": write to " + peer + ": the manager is closing");
     }
 
+    /**
+     * A grant whose key hands this writer a slot, in a file and under a fence this writer mapped for the same owner:
+     * its target, without an exchange; null when the key does not say enough (the writer then asks).
+     */
+    private Target inKey(PeerState ps, RegionDescriptor d) {
+        byte[] k = d.key();
+        ShmFence f = ps.fence;
+        if (k.length < ShmOwner.KEY_HEADER || f == null) {
+            return null;
+        }
+        ByteBuffer b = ByteBuffer.wrap(k).order(ByteOrder.LITTLE_ENDIAN);
+        int n = b.getInt(32);
+        if (n <= 0 || n > ShmOwner.MAX_KEY_WRITERS || k.length < ShmOwner.KEY_HEADER + n * ShmOwner.WRITER_ENTRY) {
+            return null;
+        }
+        Mapped m = ps.fileById.get(b.getInt(20));
+        long fileOffset = b.getLong(24);
+        long length = d.length();
+        if (m == null || fileOffset < 0 || length < 0 || fileOffset > m.view().capacity()
+                || length > m.view().capacity() - fileOffset) {
+            return null;
+        }
+        long tag = selfTag();
+        for (int i = 0; i < n; i++) {
+            int at = ShmOwner.KEY_HEADER + i * ShmOwner.WRITER_ENTRY;
+            if (b.getLong(at) != tag) {
+                continue;
+            }
+            int slot = b.getInt(at + 8);
+            if (slot < 0 || slot >= ShmFence.SLOTS || !mappings.readLock().tryLock()) {
+                return null;
+            }
+            try {
+                if (closed || m.gone || !f.isOpen()) {
+                    return null;
+                }
+                f.claim(slot, PID, ShmOwner.PID_NAMESPACE); // before the first piece: the owner can tell it is gone
+            } finally {
+                mappings.readLock().unlock();
+            }
+            Target t = new Target(m, fileOffset, length, f, slot, b.getInt(at + 12), emulated(d));
+            if (ps.byRegion.size() >= MAX_REMEMBERED) {
+                ps.byRegion.clear();
+            }
+            ps.byRegion.put(d.regionId(), t);
+            return t;
+        }
+        return null;
+    }
+
+    private long selfTag() {
+        long t = selfTag;
+        if (t == 0) {
+            t = ShmOwner.writerTag(self.get());
+            selfTag = t;
+        }
+        return t;
+    }
+
     /** Asks the owner for a region's place in its pool; one exchange per peer at a time. */
     private Target ask(Connection c, PeerState ps, RegionDescriptor d, long deadline) {
         String peer = c.peer();
@@ -297,7 +369,7 @@ final class ShmWriter implements AutoCloseable {
             String text = ShmOwner.text(a, ShmOwner.PATH_AT);
             Target t;
             if (status == ShmOwner.OK) {
-                t = open(a, text, emulated(d));
+                t = open(ps, a, text, emulated(d));
             } else if (status == ShmOwner.NOT_SHARED) {
                 t = new Target(null, 0, 0, null, -1, 0, emulated(d));
             } else if (status >= ShmOwner.REFUSED && status - ShmOwner.REFUSED < ErrorCode.values().length) {
@@ -318,7 +390,7 @@ final class ShmWriter implements AutoCloseable {
     }
 
     /** Maps the file and the fence the owner named, or says the region is not reachable from this host. */
-    private Target open(ByteBuffer a, String file, RegionDescriptor emulated) {
+    private Target open(PeerState ps, ByteBuffer a, String file, RegionDescriptor emulated) {
         int slot = a.getInt(12);
         int generation = a.getInt(16);
         long fileOffset = a.getLong(24);
@@ -355,6 +427,11 @@ final class ShmWriter implements AutoCloseable {
                     || length > m.view().capacity() - fileOffset) {
                 return none;
             }
+            int fileId = a.getInt(ShmOwner.FILE_ID_AT);
+            if (fileId != 0) {
+                ps.fileById.put(fileId, m); // later grants in this file whose key names this writer need no exchange
+            }
+            ps.fence = fence;
             return new Target(m, fileOffset, length, fence, slot, generation, emulated);
         } catch (RuntimeException e) {
             return none;
@@ -415,6 +492,11 @@ final class ShmWriter implements AutoCloseable {
             // Targets that name an unmapped file or fence are refused by their next piece and forgotten then.
             for (PeerState p : peers.values()) {
                 p.byRegion.values().removeIf(t -> t.shared() && (t.file().gone || !fences.containsValue(t.fence())));
+                p.fileById.values().removeIf(m -> m.gone);
+                ShmFence f = p.fence;
+                if (f != null && !fences.containsValue(f)) {
+                    p.fence = null;
+                }
             }
         } finally {
             mappings.writeLock().unlock();

@@ -5,6 +5,7 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.memory.SharedMappings;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.RegionDescriptor;
 import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
@@ -97,7 +98,8 @@ class AeronSharedMemoryWritesTest {
         OffHeapBuffer src = buffer(size);
         TestPattern.fill(src, 0, size, 41);
         RegisteredRegion region = owner.register(pool.slice(1 << 20, size), Set.of(writer.localAddress()));
-        assertThat(region.descriptor().key()).hasSize(ShmOwner.KEY_BYTES);
+        assertThat(region.descriptor().key()).as("marker, then the writer's slot")
+                .hasSize(ShmOwner.KEY_HEADER + ShmOwner.WRITER_ENTRY);
         long granted = ShmOwner.granted();
         long copied = ShmWriter.copiedBytes();
         Connection c = writer.connection(owner.localAddress());
@@ -123,6 +125,71 @@ class AeronSharedMemoryWritesTest {
         TestPattern.assertPattern(pool.slice(1 << 20, size), 0, size, 42);
         assertThat(ShmOwner.granted() - granted).isEqualTo(1);
         region.close();
+        assertThat(errors).isEmpty();
+    }
+
+    /**
+     * A grant whose key hands the writer its slot, in a pool file the writer mapped through an earlier exchange with
+     * the same owner, is written without an exchange: every byte lands, nothing outside it changes, and once the grant
+     * is revoked its slot refuses the writer (CANCELLED) and no late byte lands. A key that names other writers
+     * only, or whose place does not fit the file, leaves the writer to the exchange, which decides as before.
+     */
+    @Test
+    void aLaterGrantInAMappedFileIsWrittenWithoutAnExchangeAndItsRevocationHolds() {
+        AeronConnectionManager owner = manager("owner", SECRET);
+        AeronConnectionManager writer = manager("writer", SECRET);
+        long size = 1L << 20;
+        MemoryBuffer pool = pool(4 * size);
+        for (int q = 0; q < 4; q++) {
+            TestPattern.fill(pool, q * size, size, 3); // each quarter checked on its own below
+        }
+        OffHeapBuffer src = buffer(size);
+        Connection c = writer.connection(owner.localAddress());
+        RegisteredRegion first = owner.register(pool.slice(0, size), Set.of(writer.localAddress()));
+        long granted = ShmOwner.granted();
+        TestPattern.fill(src, 0, size, 51);
+        WriteBatch batch = new WriteBatch();
+        batch.add(src, 0, first.descriptor(), 0, size);
+        c.write(batch, T);
+        assertThat(ShmOwner.granted() - granted).as("the first grant of the file: one exchange").isEqualTo(1);
+        first.close();
+        RegisteredRegion second = owner.register(pool.slice(2 * size, size), Set.of(writer.localAddress()));
+        TestPattern.fill(src, 0, size, 52);
+        batch.clear();
+        batch.add(src, 0, second.descriptor(), 0, size);
+        long copied = ShmWriter.copiedBytes();
+        c.write(batch, T);
+        assertThat(ShmOwner.granted() - granted).as("the second grant: its key sufficed").isEqualTo(1);
+        assertThat(ShmWriter.copiedBytes() - copied).isEqualTo(size);
+        TestPattern.assertPattern(pool.slice(2 * size, size), 0, size, 52);
+        assertThat(TestPattern.firstMismatch(pool, size, size, 3)).as("between the grants untouched").isNegative();
+        assertThat(TestPattern.firstMismatch(pool, 3 * size, size, 3)).as("after the grant untouched").isNegative();
+        second.close();
+        TestPattern.fill(src, 0, size, 53);
+        assertThatThrownBy(() -> c.write(batch, T)).isInstanceOfSatisfying(TransportException.class,
+                e -> assertThat(e.code()).isEqualTo(ErrorCode.CANCELLED));
+        TestPattern.assertPattern(pool.slice(2 * size, size), 0, size, 52);
+        // A grant for another writer only: this writer's tag is not in the key, so it asks, and is refused.
+        RegisteredRegion others = owner.register(pool.slice(3 * size, size), Set.of("127.0.0.1:1/inc/00"));
+        batch.clear();
+        batch.add(src, 0, others.descriptor(), 0, size);
+        assertThatThrownBy(() -> c.write(batch, T)).isInstanceOfSatisfying(TransportException.class,
+                e -> assertThat(e.code()).isEqualTo(ErrorCode.UNAUTHORIZED));
+        assertThat(TestPattern.firstMismatch(pool, 3 * size, size, 3)).as("refused: untouched").isNegative();
+        assertThat(ShmOwner.granted() - granted).isEqualTo(1);
+        // A key whose place leaves the file: not trusted, the exchange places the bytes where the grant is.
+        RegisteredRegion third = owner.register(pool.slice(size, size), Set.of(writer.localAddress()));
+        byte[] key = third.descriptor().key().clone();
+        java.nio.ByteBuffer.wrap(key).order(java.nio.ByteOrder.LITTLE_ENDIAN).putLong(24, Long.MAX_VALUE - 7);
+        RegionDescriptor d = third.descriptor();
+        batch.clear();
+        batch.add(src, 0, new RegionDescriptor(d.owner(), d.regionId(), d.address(), d.length(), key), 0, size);
+        c.write(batch, T);
+        assertThat(ShmOwner.granted() - granted).as("asked for the grant the key did not place").isEqualTo(2);
+        TestPattern.assertPattern(pool.slice(size, size), 0, size, 53);
+        third.close();
+        others.close();
+        errors.removeIf(e -> e.getMessage().contains("granted to other peers"));
         assertThat(errors).isEmpty();
     }
 

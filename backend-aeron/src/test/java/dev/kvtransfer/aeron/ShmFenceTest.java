@@ -46,6 +46,32 @@ class ShmFenceTest {
         }
     }
 
+    /** A slot handed out in a grant's key: its writer writes itself in; a fresh hand-out forgets the last writer. */
+    @Test
+    void aWriterClaimsItsSlotAndTheOwnerSeesWhoAndAReuseClearsIt() throws Exception {
+        try (ShmFence owner = ShmFence.create()) {
+            ShmFence writer = ShmFence.open(owner.path.toString(), owner.token);
+            try {
+                int slot = owner.allocate();
+                assertThat(owner.writerPid(slot)).isZero();
+                assertThat(owner.writerPidNamespace(slot)).isEqualTo(-1);
+                writer.claim(slot, 4321, 99);
+                assertThat(owner.writerPid(slot)).isEqualTo(4321);
+                assertThat(owner.writerPidNamespace(slot)).isEqualTo(99);
+                assertThat(owner.writerPid(slot + 1)).as("its neighbour untouched").isZero();
+                owner.revoke(slot);
+                owner.release(slot);
+                int again = -1;
+                for (int i = 0; i < ShmFence.SLOTS && again != slot; i++) {
+                    again = owner.allocate();
+                }
+                assertThat(owner.writerPid(slot)).as("handed out again: no writer yet").isZero();
+            } finally {
+                writer.close();
+            }
+        }
+    }
+
     @Test
     void anotherTokenOrNoFileIsNotThisHostsFence() throws Exception {
         try (ShmFence owner = ShmFence.create()) {
