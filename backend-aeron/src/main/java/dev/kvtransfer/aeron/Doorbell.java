@@ -168,6 +168,7 @@ final class Doorbell implements AutoCloseable {
         }
         if (b != null) {
             LOCAL.remove(b.file.toAbsolutePath(), this);
+            b.flag.putLongVolatile(FLAG_AT, RUNG); // a sender that still holds it never rings it again
             b.flag.putIntVolatile(MAGIC_AT, 0);
             try {
                 Files.deleteIfExists(b.file);
@@ -188,7 +189,7 @@ final class Doorbell implements AutoCloseable {
     /** Agent thread: senders need not ring. */
     void disarm() {
         armed = false;
-        for (Bell b : bells) {
+        for (Bell b : bells) { // a withdrawn bell is no longer in the array: its RUNG stays
             b.flag.putLongVolatile(FLAG_AT, AWAKE);
         }
     }
@@ -219,8 +220,8 @@ final class Doorbell implements AutoCloseable {
             // A local wake-up selects nothing: told apart from the bound by the time slept.
             (n > 0 ? wakes : System.nanoTime() - start < TimeUnit.MILLISECONDS.toNanos(ms) ? localWakes : timeouts)
                     .incrementAndGet();
-        } catch (IOException e) {
-            disarm();
+        } catch (IOException | java.nio.channels.ClosedSelectorException e) {
+            disarm(); // closing (the runner stops after this cycle), or a failed select: the bound still holds
             LOG.log(Level.DEBUG, "aeron doorbell: select failed (" + e + ")");
         }
     }

@@ -118,6 +118,12 @@ class AeronDoorbellTest {
         d.arm();
         d.sleep(TimeUnit.MILLISECONDS.toNanos(1));
         assertThat(d.timeouts.get()).as("a sleep nobody rang runs to its bound").isEqualTo(1);
+        // Withdrawn (its manager closed): a sender that still holds the flag never rings it again.
+        d.unregister(7);
+        d.arm();
+        t.ring();
+        assertThat(t.rings).isEqualTo(1);
+        d.disarm();
     }
 
     @Test
