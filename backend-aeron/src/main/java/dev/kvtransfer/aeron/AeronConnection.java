@@ -439,12 +439,8 @@ final class AeronConnection implements Connection {
     /** Under the offer lock, after an offer: wakes the peer's agent when it sleeps on its doorbell. */
     private void rang(long offerResult) {
         Doorbell.Target t = bell;
-        if (offerResult > 0 && t != null) {
-            long before = t.rings;
-            t.ring();
-            if (t.rings != before) {
-                manager.counters.doorbellRings.increment();
-            }
+        if (offerResult > 0 && t != null && t.ring()) {
+            manager.counters.doorbellRings.increment();
         }
     }
 

@@ -237,24 +237,9 @@ public final class AeronSettings {
                 1000, 3_600_000));
         this.earlyBufferBytes = range(config, EARLY_BUFFER_BYTES, DEFAULT_EARLY_BUFFER_BYTES, 0, 1L << 40);
         this.earlyMessages = range(config, EARLY_MESSAGES, DEFAULT_EARLY_MESSAGES, 16, 1L << 24);
-        String ipcValue = config.property(IPC, "true").trim().toLowerCase(Locale.ROOT);
-        if (!ipcValue.equals("true") && !ipcValue.equals("false")) {
-            throw new IllegalArgumentException("transport property " + IPC + " = '" + ipcValue
-                    + "': must be true or false");
-        }
-        this.ipc = ipcValue.equals("true");
-        String shm = config.property(SHARED_MEMORY_WRITES, "true").trim().toLowerCase(Locale.ROOT);
-        if (!shm.equals("true") && !shm.equals("false")) {
-            throw new IllegalArgumentException("transport property " + SHARED_MEMORY_WRITES + " = '"
-                    + config.property(SHARED_MEMORY_WRITES, "") + "': must be true or false");
-        }
-        this.sharedMemoryWrites = shm.equals("true");
-        String bell = config.property(DOORBELL, "true").trim().toLowerCase(Locale.ROOT);
-        if (!bell.equals("true") && !bell.equals("false")) {
-            throw new IllegalArgumentException("transport property " + DOORBELL + " = '"
-                    + config.property(DOORBELL, "") + "': must be true or false");
-        }
-        this.doorbell = bell.equals("true") && ipc && idle.equals("backoff");
+        this.ipc = flag(config, IPC, true);
+        this.sharedMemoryWrites = flag(config, SHARED_MEMORY_WRITES, true);
+        this.doorbell = flag(config, DOORBELL, true) && ipc && idle.equals("backoff");
         this.agents = (int) range(config, AGENTS, 1, 1, 64);
         this.handshakeTimeoutNs = TimeUnit.MILLISECONDS.toNanos(range(config, HANDSHAKE_TIMEOUT_MS,
                 DEFAULT_HANDSHAKE_TIMEOUT_MS, 100, 600_000));
@@ -270,6 +255,16 @@ public final class AeronSettings {
                     + " name (letters, digits, '.', '_', '-'; at most 32)");
         }
         this.dirGroup = g.isEmpty() ? null : g;
+    }
+
+    /** A {@code true} / {@code false} property (any case, trimmed). */
+    private static boolean flag(TransportConfig config, String key, boolean defaultValue) {
+        String v = config.property(key, Boolean.toString(defaultValue)).trim().toLowerCase(Locale.ROOT);
+        if (!v.equals("true") && !v.equals("false")) {
+            throw new IllegalArgumentException("transport property " + key + " = '" + config.property(key, "")
+                    + "': must be true or false");
+        }
+        return v.equals("true");
     }
 
     private static long range(TransportConfig config, String key, long defaultValue, long min, long max) {

@@ -1,5 +1,6 @@
 package dev.kvtransfer.aeron;
 
+import org.agrona.CloseHelper;
 import org.agrona.concurrent.UnsafeBuffer;
 
 import java.io.IOException;
@@ -79,8 +80,11 @@ final class Doorbell implements AutoCloseable {
     /** Sleeps that ran to their bound. */
     final AtomicLong timeouts = new AtomicLong();
 
-    /** One stream's flag: the file and its mapping (kept until GC, so a late store never hits unmapped memory). */
-    private record Bell(int stream, Path file, MappedByteBuffer mapping, UnsafeBuffer flag) {
+    /**
+     * One stream's flag: the file and a view of its mapping (the view holds the mapping until GC, so a late store
+     * never hits unmapped memory).
+     */
+    private record Bell(int stream, Path file, UnsafeBuffer flag) {
     }
 
     private Doorbell(Path directory, DatagramChannel channel, Selector selector, int port) {
@@ -113,8 +117,7 @@ final class Doorbell implements AutoCloseable {
             return new Doorbell(dir, ch, sel, p);
         } catch (IOException | RuntimeException e) {
             LOG.log(Level.DEBUG, "aeron doorbell: not available in " + aeronDirectory + " (" + e + "); idle agents park");
-            closeQuietly(ch);
-            closeQuietly(sel);
+            CloseHelper.quietCloseAll(ch, sel);
             return null;
         }
     }
@@ -146,7 +149,7 @@ final class Doorbell implements AutoCloseable {
             b.putLong(PID_AT, ProcessHandle.current().pid());
             b.putLongVolatile(FLAG_AT, armed ? ASLEEP : AWAKE);
             b.putIntVolatile(MAGIC_AT, MAGIC);
-            Bell bell = new Bell(stream, f, m, b);
+            Bell bell = new Bell(stream, f, b);
             synchronized (this) {
                 byStream.put(stream, bell);
                 bells = byStream.values().toArray(new Bell[0]);
@@ -243,18 +246,7 @@ final class Doorbell implements AutoCloseable {
         for (int s : streams) {
             unregister(s);
         }
-        closeQuietly(selector);
-        closeQuietly(channel);
-    }
-
-    private static void closeQuietly(AutoCloseable c) {
-        if (c != null) {
-            try {
-                c.close();
-            } catch (Exception ignored) {
-                // closing
-            }
-        }
+        CloseHelper.quietCloseAll(selector, channel);
     }
 
     @Override
@@ -270,7 +262,6 @@ final class Doorbell implements AutoCloseable {
         private final Path file;
         private final int stream;
         private UnsafeBuffer flag;
-        private MappedByteBuffer mapping;
         private Doorbell local;
         private InetSocketAddress to;
         private long retryAtNs;
@@ -283,11 +274,15 @@ final class Doorbell implements AutoCloseable {
             this.stream = stream;
         }
 
-        /** After a successful offer: wakes the peer's agent when its flag says it sleeps. */
-        void ring() {
+        /**
+         * After a successful offer: wakes the peer's agent when its flag says it sleeps.
+         *
+         * @return whether it rang
+         */
+        boolean ring() {
             UnsafeBuffer f = flag;
             if (f == null && (f = find()) == null) {
-                return;
+                return false;
             }
             VarHandle.fullFence(); // the offer's ordered store before the flag's load
             if (f.getLongVolatile(FLAG_AT) == ASLEEP && f.compareAndSetLong(FLAG_AT, ASLEEP, RUNG)) {
@@ -298,7 +293,9 @@ final class Doorbell implements AutoCloseable {
                 } else {
                     Sender.send(to);
                 }
+                return true;
             }
+            return false;
         }
 
         private UnsafeBuffer find() {
@@ -328,7 +325,6 @@ final class Doorbell implements AutoCloseable {
                     return null;
                 }
                 to = new InetSocketAddress(InetAddress.getLoopbackAddress(), p);
-                mapping = m;
                 flag = b;
                 return b;
             } catch (IOException | RuntimeException e) {

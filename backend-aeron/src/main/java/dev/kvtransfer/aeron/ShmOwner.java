@@ -245,8 +245,24 @@ final class ShmOwner implements AutoCloseable {
         }
     }
 
+    /** Writer tags by address: the same few writers ask for every request's grants. */
+    private static final Map<String, Long> TAGS = new ConcurrentHashMap<>();
+
     /** @return the first 8 bytes of SHA-256 of a writer's address: its entry's name in a key */
     static long writerTag(String address) {
+        Long t = TAGS.get(address);
+        if (t != null) {
+            return t;
+        }
+        if (TAGS.size() >= 4096) {
+            TAGS.clear(); // addresses of restarted peers: bounded, recomputed when asked again
+        }
+        long tag = sha256Tag(address);
+        TAGS.put(address, tag);
+        return tag;
+    }
+
+    private static long sha256Tag(String address) {
         try {
             byte[] h = MessageDigest.getInstance("SHA-256").digest(address.getBytes(StandardCharsets.UTF_8));
             return ByteBuffer.wrap(h).order(ByteOrder.LITTLE_ENDIAN).getLong(0);

@@ -308,12 +308,7 @@ final class ShmWriter implements AutoCloseable {
             } finally {
                 mappings.readLock().unlock();
             }
-            Target t = new Target(m, fileOffset, length, f, slot, b.getInt(at + 12), emulated(d));
-            if (ps.byRegion.size() >= MAX_REMEMBERED) {
-                ps.byRegion.clear();
-            }
-            ps.byRegion.put(d.regionId(), t);
-            return t;
+            return remember(ps, d, new Target(m, fileOffset, length, f, slot, b.getInt(at + 12), emulated(d)));
         }
         return null;
     }
@@ -379,14 +374,19 @@ final class ShmWriter implements AutoCloseable {
                 throw new TransportException(ErrorCode.MALFORMED, "write to " + peer + ": shared-memory grant reply "
                         + "with status " + status);
             }
-            if (ps.byRegion.size() >= MAX_REMEMBERED) {
-                ps.byRegion.clear();
-            }
-            ps.byRegion.put(d.regionId(), t);
-            return t;
+            return remember(ps, d, t);
         } finally {
             ps.lock.unlock();
         }
+    }
+
+    /** Keeps a region's target for the next entries and batches (bounded: grants live as long as a request). */
+    private static Target remember(PeerState ps, RegionDescriptor d, Target t) {
+        if (ps.byRegion.size() >= MAX_REMEMBERED) {
+            ps.byRegion.clear();
+        }
+        ps.byRegion.put(d.regionId(), t);
+        return t;
     }
 
     /** Maps the file and the fence the owner named, or says the region is not reachable from this host. */
