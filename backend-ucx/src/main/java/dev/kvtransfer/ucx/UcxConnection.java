@@ -2,6 +2,9 @@ package dev.kvtransfer.ucx;
 
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.SendCompletion;
+import dev.kvtransfer.api.transport.TransportClosedException;
+import dev.kvtransfer.api.transport.TransportException;
 import org.openucx.jucx.ucp.UcpEndpoint;
 
 import java.time.Duration;
@@ -10,6 +13,7 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Objects;
 import java.util.Set;
 
 /**
@@ -91,11 +95,36 @@ final class UcxConnection implements Connection {
         manager.recv(this, tag, buffer, offset, length, timeout);
     }
 
+    /**
+     * Posted: the progress agent posts it as a blocking send and calls {@code done} when UCX completes it; a send
+     * past its deadline is abandoned as a blocking one is. A send small enough for the buffered path is sent here
+     * and completes at once.
+     */
+    @Override
+    public boolean sendAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                             SendCompletion done) {
+        Objects.requireNonNull(done, "done");
+        if (length <= manager.settings().bufferedSendBytes()) {
+            try {
+                send(tag, buffer, offset, length, timeout);
+            } catch (TransportClosedException e) {
+                throw e;
+            } catch (TransportException e) {
+                done.sent(e);
+                return true;
+            }
+            done.sent(null);
+            return true;
+        }
+        manager.postAsync(UcxOp.SEND, this, tag, buffer, offset, length, timeout, done::sent);
+        return true;
+    }
+
     /** Posted: the progress agent posts it as a blocking receive and calls {@code done} when UCX completes it. */
     @Override
     public boolean recvAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
                              dev.kvtransfer.api.transport.RecvCompletion done) {
-        manager.recvAsync(this, tag, buffer, offset, length, timeout, done);
+        manager.postAsync(UcxOp.RECV, this, tag, buffer, offset, length, timeout, done);
         return true;
     }
 

@@ -424,10 +424,10 @@ public final class UcxConnectionManager implements ConnectionManager {
         run(op(UcxOp.RECV, c, tag, buffer, offset, length), timeout);
     }
 
-    /** A posted receive: a fresh op (this thread's reusable one is replaced: UCX and the callback own it). */
-    void recvAsync(UcxConnection c, int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
-                   dev.kvtransfer.api.transport.RecvCompletion done) {
-        UcxOp op = op(UcxOp.RECV, c, tag, buffer, offset, length);
+    /** A posted receive or send: a fresh op (this thread's reusable one is replaced: UCX and the callback own it). */
+    void postAsync(int kind, UcxConnection c, int tag, MemoryBuffer buffer, long offset, long length,
+                   Duration timeout, dev.kvtransfer.api.transport.RecvCompletion done) {
+        UcxOp op = op(kind, c, tag, buffer, offset, length);
         ops.set(new UcxOp(matcher));
         posted.post(op, Objects.requireNonNull(timeout, "timeout"), Objects.requireNonNull(done, "done"));
     }

@@ -137,6 +137,59 @@ class UcxAbandonedSendTest {
         assertThat(a.errorCount() + b.errorCount()).isZero();
     }
 
+    @ParameterizedTest
+    @ValueSource(strings = {"shm", "net"})
+    void aPostedSendNobodyReceivesEndsTimeoutOnceAndThePairKeepsMoving(String mode) throws Exception {
+        UcxConnectionManager a = manager("ap-a-" + mode, mode);
+        UcxConnectionManager b = manager("ap-b-" + mode, mode);
+        Connection ab = a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        move(ab, ba, 100, 256, 1);
+        int tag = 5100;
+        MemoryBuffer big = buf(BIG);
+        fill(big, 0, BIG, 21);
+        List<TransportException> outcomes = new CopyOnWriteArrayList<>();
+        java.util.concurrent.atomic.AtomicInteger calls = new java.util.concurrent.atomic.AtomicInteger();
+        long t0 = System.nanoTime();
+        assertThat(ab.sendAsync(tag, big, 0, BIG, Duration.ofMillis(300), f -> {
+            calls.incrementAndGet();
+            if (f != null) {
+                outcomes.add(f);
+            }
+        })).isTrue();
+        await("the posted send's outcome").atMost(Duration.ofSeconds(10)).pollInterval(Duration.ofMillis(5))
+                .until(() -> calls.get() > 0);
+        long took = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - t0);
+        assertThat(took).as("not before its deadline").isGreaterThanOrEqualTo(295L);
+        assertThat(outcomes).singleElement().satisfies(e -> assertThat(e.code()).as(e.getMessage())
+                .isEqualTo(ErrorCode.TIMEOUT));
+        // The buffer is the caller's again; the receiver discarded the abandoned message: the next one of the
+        // tag, posted too, is what a receive gets.
+        fill(big, 0, BIG, 22);
+        MemoryBuffer in = buf(BIG);
+        List<TransportException> second = new CopyOnWriteArrayList<>();
+        java.util.concurrent.atomic.AtomicInteger secondCalls = new java.util.concurrent.atomic.AtomicInteger();
+        assertThat(ab.sendAsync(tag, big, 0, BIG, Duration.ofSeconds(20), f -> {
+            secondCalls.incrementAndGet();
+            if (f != null) {
+                second.add(f);
+            }
+        })).isTrue();
+        ba.recv(tag, in, 0, BIG, Duration.ofSeconds(20));
+        verify(in, 0, BIG, 22);
+        await("the second posted send's outcome").atMost(Duration.ofSeconds(10)).until(() -> secondCalls.get() > 0);
+        assertThat(second).isEmpty();
+        move(ab, ba, tag, BIG, 23);
+        move(ba, ab, tag, 64, 24);
+        assertThat(calls.get()).isEqualTo(1);
+        assertThat(secondCalls.get()).isEqualTo(1);
+        awaitQuiet(a);
+        awaitQuiet(b);
+        assertThat(b.abandonedStateForTest()[0]).as("messages b discarded for a").isEqualTo(1);
+        assertThat(a.abandonedStateForTest()[1]).as("exchanges that closed the connection").isZero();
+        assertThat(errors).isEmpty();
+    }
+
     @Test
     void aSendOfTheTagWhileTheDiscardRunsIsHeldAndGoesAfterIt() throws Exception {
         UcxConnectionManager a = manager("ab3-a", "shm");

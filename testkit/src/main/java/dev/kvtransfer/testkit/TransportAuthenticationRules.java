@@ -23,7 +23,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
  * looks like a slow network ({@code TIMEOUT}) sends an operator after the wrong cause; one that lets a message
  * through is a hole. Every payload is checked byte by byte.
  */
-public abstract class TransportAuthenticationRules extends TransportPostedReceiveRules {
+public abstract class TransportAuthenticationRules extends TransportPostedSendRules {
     private static final byte[] SECRET = "conformance-secret-of-32-bytes!!".getBytes(StandardCharsets.UTF_8);
     private static final byte[] OTHER_SECRET = "another-secret-of-thirty-two-by!".getBytes(StandardCharsets.UTF_8);
 

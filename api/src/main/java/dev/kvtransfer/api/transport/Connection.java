@@ -125,6 +125,36 @@ public interface Connection {
     }
 
     /**
+     * Posts a send of one message and returns without waiting for it: the transport calls {@code done} exactly
+     * once, when the buffer range may be reused ({@code null}, as a blocking {@link #send} would return) or when
+     * the send failed (see {@link SendCompletion#sent}). The rules of {@link #send} hold: eager sizes complete
+     * without a posted receive, larger ones may wait for it; the deadline is the send's own; peer loss fails it
+     * {@code PEER_LOST}; closing the manager fails it with {@link TransportClosedException}. Posted and blocking
+     * sends of one (connection, tag) deliver their messages in the order they were posted. The buffer range
+     * belongs to the transport until {@code done} is called. So a caller can have many sends of one tag in flight
+     * (a batch of bulk messages) without a thread per send and without a wake-up between two of them.
+     *
+     * <p>{@code done} runs on a transport thread, or on the calling thread before this method returns when the
+     * send completed at once; it must not block. A manager already closed throws {@link TransportClosedException}
+     * here (nothing is sent, {@code done} is never called).
+     *
+     * <p>Optional: the default returns {@code false} ("not supported, use {@link #send}") and sends nothing.
+     *
+     * @param tag     message tag
+     * @param buffer  source memory
+     * @param offset  first byte in the buffer
+     * @param length  byte count (0 allowed)
+     * @param timeout deadline of the send
+     * @param done    called once when the send ends
+     * @return true when posted ({@code done} will be called); false when the transport does not post sends
+     *         (nothing sent, {@code done} never called)
+     */
+    default boolean sendAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
+                              SendCompletion done) {
+        return false;
+    }
+
+    /**
      * Writes a batch into memory the peer registered ({@link ConnectionManager#register}) and returns once every
      * entry is in the peer's memory (remote completion): a message sent on this connection after {@code write}
      * returned can never overtake the written bytes. All entries must target regions owned by this

@@ -7,8 +7,10 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
+import dev.kvtransfer.api.transport.RecvCompletion;
 import dev.kvtransfer.api.transport.RegionDescriptor;
 import dev.kvtransfer.api.transport.RegisteredRegion;
+import dev.kvtransfer.api.transport.SendCompletion;
 import dev.kvtransfer.api.transport.Tags;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportException;
@@ -25,6 +27,7 @@ import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
 /**
@@ -242,12 +245,46 @@ public final class EmulatedOneSided implements AutoCloseable {
         c.send(Tags.RMA_ENTRIES_TAG, ctl.memory, entriesAt, (long) n * ENTRY_BYTES, remaining(deadline, peer));
         int replyAt = entriesAt + n * ENTRY_BYTES;
         awaitReply(c, ctl, replyAt, batchId, GO, first, deadline);
-        for (int i = 0; i < n; i++) {
-            int e = first + i;
-            c.send(Tags.RMA_DATA_TAG, batch.source(e), batch.sourceOffset(e), batch.length(e),
-                    remaining(deadline, peer));
-        }
+        sendAll(c, batch, first, n, deadline);
         awaitReply(c, ctl, replyAt, batchId, DONE, first, deadline);
+    }
+
+    /**
+     * Sends a wire batch's data messages: posted all at once where the transport posts sends
+     * ({@link Connection#sendAsync}), so the owner's transport takes one entry after another without a wake-up of
+     * this thread between them; from the first send it does not post, one after another. Returns once every send
+     * ended (the sources are the caller's again), throwing the first failure.
+     */
+    private static void sendAll(Connection c, WriteBatch batch, int first, int n, long deadline) {
+        String peer = c.peer();
+        Landing landing = new Landing();
+        RuntimeException failed = null;
+        try {
+            Duration timeout = remaining(deadline, peer);
+            while (landing.posted < n) {
+                int e = first + landing.posted;
+                if (!c.sendAsync(Tags.RMA_DATA_TAG, batch.source(e), batch.sourceOffset(e), batch.length(e),
+                        timeout, landing)) {
+                    break;
+                }
+                landing.posted++;
+            }
+            for (int i = landing.posted; i < n; i++) {
+                int e = first + i;
+                c.send(Tags.RMA_DATA_TAG, batch.source(e), batch.sourceOffset(e), batch.length(e),
+                        remaining(deadline, peer));
+            }
+        } catch (RuntimeException e) {
+            failed = e;
+        }
+        if (!landing.awaitAll(deadline + TimeUnit.SECONDS.toNanos(1))) {
+            throw new TransportException(ErrorCode.TIMEOUT, "write to " + peer + ": " + landing.pending() + " of "
+                    + landing.posted + " posted sends did not end by their deadline", failed);
+        }
+        if (failed != null) {
+            throw failed;
+        }
+        landing.check();
     }
 
     private void awaitReply(Connection c, ControlBuffer ctl, int at, long batchId, int expected, int first,
@@ -352,12 +389,29 @@ public final class EmulatedOneSided implements AutoCloseable {
                 }
                 acquired++;
             }
-            reply(c, ctl, replyAt, batchId, GO, 0, "", deadline);
-            for (int i = 0; i < n; i++) {
-                int at = i * ENTRY_BYTES;
-                c.recv(Tags.RMA_DATA_TAG, targets[i].memory(), b.getLong(at + 24), b.getLong(at + 32),
-                        remaining(deadline, c.peer()));
+            Landing landing = new Landing();
+            RuntimeException failed = null;
+            try {
+                post(c, targets, b, n, deadline, landing);
+                reply(c, ctl, replyAt, batchId, GO, 0, "", deadline);
+                for (int i = landing.posted; i < n; i++) {
+                    int at = i * ENTRY_BYTES;
+                    c.recv(Tags.RMA_DATA_TAG, targets[i].memory(), b.getLong(at + 24), b.getLong(at + 32),
+                            remaining(deadline, c.peer()));
+                }
+            } catch (RuntimeException e) {
+                failed = e;
             }
+            // Whatever happened, no posted receive may still write when the regions are released.
+            if (!landing.awaitAll(deadline + TimeUnit.SECONDS.toNanos(1))) {
+                acquired = 0; // kept: the regions' revocation then reports the batch still writing
+                throw new TransportException(ErrorCode.INTERNAL, "batch " + batchId + ": " + landing.pending()
+                        + " of " + landing.posted + " posted receives did not end by their deadline", failed);
+            }
+            if (failed != null) {
+                throw failed;
+            }
+            landing.check();
             release(targets, acquired);
             acquired = 0;
             reply(c, ctl, replyAt, batchId, DONE, 0, "", deadline);
@@ -368,6 +422,79 @@ public final class EmulatedOneSided implements AutoCloseable {
                     name + ": one-sided write from " + c.peer() + " failed: " + e.getMessage(), e));
         } finally {
             release(targets, acquired);
+        }
+    }
+
+    /**
+     * Posts the batch's data receives, in entry order, where the transport posts receives
+     * ({@link Connection#recvAsync}): each entry's receive is then waiting before its message arrives, and the
+     * transport places the entries one after another without a hand-off to this worker between them. Stops at the
+     * first receive the transport does not post; the caller receives the rest itself (posted and blocking
+     * receives of one tag take its messages in the order they were posted).
+     *
+     * {@link Landing#posted} counts the receives posted, also when posting throws.
+     */
+    private static void post(Connection c, RegionRegistry.Registration[] targets, ByteBuffer b, int n, long deadline,
+                             Landing landing) {
+        Duration timeout = remaining(deadline, c.peer());
+        while (landing.posted < n) {
+            int at = landing.posted * ENTRY_BYTES;
+            if (!c.recvAsync(Tags.RMA_DATA_TAG, targets[landing.posted].memory(), b.getLong(at + 24),
+                    b.getLong(at + 32), timeout, landing)) {
+                return;
+            }
+            landing.posted++;
+        }
+    }
+
+    /** The posted data sends or receives of one batch: counts them down and keeps the first failure. */
+    private static final class Landing implements RecvCompletion, SendCompletion {
+        private final AtomicInteger ended = new AtomicInteger();
+        private final Thread waiter = Thread.currentThread();
+        private volatile TransportException failure;
+        /** Receives posted so far (the serving thread only). */
+        int posted;
+
+        @Override
+        public void sent(TransportException f) {
+            completed(f);
+        }
+
+        @Override
+        public void completed(TransportException f) {
+            if (f != null && failure == null) {
+                failure = f;
+            }
+            ended.incrementAndGet();
+            LockSupport.unpark(waiter);
+        }
+
+        /**
+         * Waits until every posted receive ended (each has the batch's deadline), at most until {@code until}.
+         *
+         * @return false when some had not ended by then
+         */
+        boolean awaitAll(long until) {
+            while (ended.get() < posted) {
+                long left = until - System.nanoTime();
+                if (left <= 0) {
+                    return false;
+                }
+                LockSupport.parkNanos(this, left);
+            }
+            return true;
+        }
+
+        int pending() {
+            return posted - ended.get();
+        }
+
+        /** Throws the first failure of a posted receive. */
+        void check() {
+            TransportException f = failure;
+            if (f != null) {
+                throw f;
+            }
         }
     }
 
