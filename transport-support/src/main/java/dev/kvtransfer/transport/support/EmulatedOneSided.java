@@ -430,9 +430,8 @@ public final class EmulatedOneSided implements AutoCloseable {
      * ({@link Connection#recvAsync}): each entry's receive is then waiting before its message arrives, and the
      * transport places the entries one after another without a hand-off to this worker between them. Stops at the
      * first receive the transport does not post; the caller receives the rest itself (posted and blocking
-     * receives of one tag take its messages in the order they were posted).
-     *
-     * {@link Landing#posted} counts the receives posted, also when posting throws.
+     * receives of one tag take its messages in the order they were posted). {@link Landing#posted} counts the
+     * receives posted, also when posting throws.
      */
     private static void post(Connection c, RegionRegistry.Registration[] targets, ByteBuffer b, int n, long deadline,
                              Landing landing) {
@@ -452,7 +451,7 @@ public final class EmulatedOneSided implements AutoCloseable {
         private final AtomicInteger ended = new AtomicInteger();
         private final Thread waiter = Thread.currentThread();
         private volatile TransportException failure;
-        /** Receives posted so far (the serving thread only). */
+        /** Sends or receives posted so far (the posting thread only). */
         int posted;
 
         @Override
@@ -470,7 +469,7 @@ public final class EmulatedOneSided implements AutoCloseable {
         }
 
         /**
-         * Waits until every posted receive ended (each has the batch's deadline), at most until {@code until}.
+         * Waits until every posted operation ended (each has the batch's deadline), at most until {@code until}.
          *
          * @return false when some had not ended by then
          */
@@ -489,7 +488,7 @@ public final class EmulatedOneSided implements AutoCloseable {
             return posted - ended.get();
         }
 
-        /** Throws the first failure of a posted receive. */
+        /** Throws the first failure of a posted operation. */
         void check() {
             TransportException f = failure;
             if (f != null) {
