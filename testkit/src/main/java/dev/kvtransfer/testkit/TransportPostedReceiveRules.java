@@ -5,6 +5,7 @@ import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.RecvCompletion;
+import dev.kvtransfer.api.transport.SendCompletion;
 import dev.kvtransfer.api.transport.TransportCapability;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportException;
@@ -32,11 +33,16 @@ public abstract class TransportPostedReceiveRules extends TransportLifecycleRule
     /** How long a posted receive's callback gets to come once its outcome is due. */
     protected static final Duration POSTED_BOUND = Duration.ofSeconds(30);
 
-    /** A callback that counts its calls and keeps the first outcome. */
-    protected static final class Outcome implements RecvCompletion {
+    /** A callback, of a posted receive or a posted send, that counts its calls and keeps the first outcome. */
+    protected static final class Outcome implements RecvCompletion, SendCompletion {
         private final AtomicInteger calls = new AtomicInteger();
         private volatile TransportException failure;
         private volatile boolean ended;
+
+        @Override
+        public void sent(TransportException f) {
+            completed(f);
+        }
 
         @Override
         public void completed(TransportException f) {
@@ -62,7 +68,8 @@ public abstract class TransportPostedReceiveRules extends TransportLifecycleRule
         }
     }
 
-    private static void awaitEnded(List<Outcome> outcomes) {
+    /** Waits, bounded by {@link #POSTED_BOUND}, until every callback was called. */
+    protected static void awaitEnded(List<Outcome> outcomes) {
         Awaitility.await().pollInterval(Duration.ofMillis(2)).atMost(POSTED_BOUND)
                 .until(() -> outcomes.stream().allMatch(Outcome::ended));
     }

@@ -3,9 +3,6 @@ package dev.kvtransfer.testkit;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
-import dev.kvtransfer.api.transport.SendCompletion;
-import dev.kvtransfer.api.transport.TransportException;
-import org.awaitility.Awaitility;
 import org.junit.jupiter.api.Test;
 
 import java.time.Duration;
@@ -13,7 +10,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Future;
-import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
@@ -24,41 +20,6 @@ import static org.assertj.core.api.Assertions.assertThat;
  * is bounded ({@link #POSTED_BOUND}); every payload is checked byte by byte.
  */
 public abstract class TransportPostedSendRules extends TransportPostedReceiveRules {
-    /** A send callback that counts its calls and keeps the first outcome. */
-    protected static final class Sent implements SendCompletion {
-        private final AtomicInteger calls = new AtomicInteger();
-        private volatile TransportException failure;
-        private volatile boolean ended;
-
-        @Override
-        public void sent(TransportException f) {
-            if (calls.getAndIncrement() == 0) {
-                failure = f;
-                ended = true;
-            }
-        }
-
-        /** @return whether it was called */
-        public boolean ended() {
-            return ended;
-        }
-
-        /** @return how many times it was called */
-        public int calls() {
-            return calls.get();
-        }
-
-        /** @return the failure it was called with (null: sent) */
-        public TransportException failure() {
-            return failure;
-        }
-    }
-
-    private static void awaitSent(List<Sent> outcomes) {
-        Awaitility.await().pollInterval(Duration.ofMillis(2)).atMost(POSTED_BOUND)
-                .until(() -> outcomes.stream().allMatch(Sent::ended));
-    }
-
     /**
      * A transport that does not post sends: {@code sendAsync} returns false, sends nothing (the next message of
      * the tag is the one a blocking send sends) and never calls the callback.
@@ -66,7 +27,7 @@ public abstract class TransportPostedSendRules extends TransportPostedReceiveRul
     private void assertNothingSentAndSendWorks(Connection ab, Connection ba, int tag) {
         MemoryBuffer src = buffer(4096);
         MemoryBuffer dst = buffer(4096);
-        Sent never = new Sent();
+        Outcome never = new Outcome();
         fill(src, 0, 4096, tag + 1);
         assertThat(ab.sendAsync(tag, src, 0, 4096, Duration.ofSeconds(5), never)).isFalse();
         fill(src, 0, 4096, tag);
@@ -85,14 +46,14 @@ public abstract class TransportPostedSendRules extends TransportPostedReceiveRul
         MemoryBuffer one = buffer(8);
         MemoryBuffer probe = buffer(8);
         fill(one, 0, 8, 8400);
-        Sent first = new Sent();
+        Outcome first = new Outcome();
         if (!ab.sendAsync(8400, one, 0, 8, Duration.ofSeconds(30), first)) {
             assertNothingSentAndSendWorks(ab, ba, 8401);
             return;
         }
         ba.recv(8400, probe, 0, 8, Duration.ofSeconds(30));
         verify(probe, 0, 8, 8400);
-        awaitSent(List.of(first));
+        awaitEnded(List.of(first));
         assertThat(first.failure()).isNull();
         int seed = 0;
         for (long size : sizes()) {
@@ -102,7 +63,7 @@ public abstract class TransportPostedSendRules extends TransportPostedReceiveRul
                 MemoryBuffer src = buffer(size + 3);
                 MemoryBuffer dst = buffer(size + 5);
                 fill(src, 3, size, s);
-                Sent o = new Sent();
+                Outcome o = new Outcome();
                 ExecutorService receiver = threads(1);
                 Future<?> received;
                 if (receiveFirst) {
@@ -114,15 +75,15 @@ public abstract class TransportPostedSendRules extends TransportPostedReceiveRul
                     received = receiver.submit(() -> ba.recv(tag, dst, 5, size, Duration.ofSeconds(60)));
                 }
                 get(received);
-                awaitSent(List.of(o));
+                awaitEnded(List.of(o));
                 assertThat(o.failure()).as("outcome of %s B, receive first: %s", size, receiveFirst).isNull();
                 verify(dst, 5, size, s);
                 // Exactly once: a later posted send on the same tag ends after it, and it was not called again.
-                Sent fence = new Sent();
+                Outcome fence = new Outcome();
                 assertThat(ab.sendAsync(tag, one, 0, 8, Duration.ofSeconds(30), fence)).isTrue();
                 ba.recv(tag, probe, 0, 8, Duration.ofSeconds(30));
                 verify(probe, 0, 8, 8400);
-                awaitSent(List.of(fence));
+                awaitEnded(List.of(fence));
                 assertThat(fence.failure()).isNull();
                 assertThat(o.calls()).as("calls of the callback of %s B", size).isEqualTo(1);
                 assertThat(fence.calls()).isEqualTo(1);
@@ -149,7 +110,7 @@ public abstract class TransportPostedSendRules extends TransportPostedReceiveRul
         for (int i = 0; i < n; i++) {
             fill(src, at[i], at[i + 1] - at[i], 85_000 + i);
         }
-        Sent probe = new Sent();
+        Outcome probe = new Outcome();
         if (!ab.sendAsync(8500, src, at[0], at[1], Duration.ofSeconds(60), probe)) {
             assertNothingSentAndSendWorks(ab, ba, 8501);
             return;
@@ -161,7 +122,7 @@ public abstract class TransportPostedSendRules extends TransportPostedReceiveRul
                 ba.recv(8500, dst, at[i], at[i + 1] - at[i], Duration.ofSeconds(60));
             }
         });
-        List<Sent> posted = new ArrayList<>();
+        List<Outcome> posted = new ArrayList<>();
         posted.add(probe);
         int blocking = 0;
         for (int i = 1; i < n; i++) {
@@ -169,14 +130,14 @@ public abstract class TransportPostedSendRules extends TransportPostedReceiveRul
                 ab.send(8500, src, at[i], at[i + 1] - at[i], Duration.ofSeconds(60));
                 blocking++;
             } else {
-                Sent o = new Sent();
+                Outcome o = new Outcome();
                 assertThat(ab.sendAsync(8500, src, at[i], at[i + 1] - at[i], Duration.ofSeconds(60), o)).isTrue();
                 posted.add(o);
             }
         }
         get(received);
-        awaitSent(posted);
-        for (Sent o : posted) {
+        awaitEnded(posted);
+        for (Outcome o : posted) {
             assertThat(o.failure()).isNull();
             assertThat(o.calls()).isEqualTo(1);
         }
