@@ -52,6 +52,9 @@ public final class TransferRequest {
      */
     private java.util.BitSet layerBits;
     private int layerPrefix;
+    /** Context side: run once when {@link #layerPrefix} reaches {@link #layerListenCount} or the request ends. */
+    private Runnable layerListener;
+    private int layerListenCount;
     private volatile boolean layerWise;
     private final CompletableFuture<Void> done = new CompletableFuture<>();
     /** 1 once handed to a transceiver ({@link #SUBMITTED}). */
@@ -328,6 +331,7 @@ public final class TransferRequest {
         if (localLayer < 0) {
             throw new IllegalArgumentException("localLayer = " + localLayer + ": must be >= 0");
         }
+        Runnable listener;
         synchronized (layers) {
             if (layerBits == null) {
                 layerBits = new java.util.BitSet();
@@ -337,7 +341,13 @@ public final class TransferRequest {
                 layerPrefix++;
             }
             layers.notifyAll();
+            if (layerListener == null || layerPrefix < layerListenCount) {
+                return;
+            }
+            listener = layerListener;
+            layerListener = null;
         }
+        listener.run();
     }
 
     /** @return whether {@code localLayer} was marked; under {@code layers} */
@@ -345,10 +355,16 @@ public final class TransferRequest {
         return layerBits != null && layerBits.get(localLayer);
     }
 
-    /** Wakes per-layer waiters (the request ended). */
+    /** Wakes per-layer waiters and runs a waiting layer listener (the request ended). */
     private void wakeLayerWaiters() {
+        Runnable listener;
         synchronized (layers) {
             layers.notifyAll();
+            listener = layerListener;
+            layerListener = null;
+        }
+        if (listener != null) {
+            listener.run();
         }
     }
 
@@ -563,6 +579,19 @@ public final class TransferRequest {
         public int layersReady() {
             synchronized (layers) {
                 return layerPrefix;
+            }
+        }
+
+        @Override
+        public boolean whenLayersReady(int count, Runnable action) {
+            Objects.requireNonNull(action, "action");
+            synchronized (layers) {
+                if (layerPrefix >= count || state.isTerminal()) {
+                    return true;
+                }
+                layerListener = action;
+                layerListenCount = count;
+                return false;
             }
         }
 

@@ -36,6 +36,11 @@ final class ContextDispatch {
     private volatile AgentRunner responder;
     private volatile ThreadPoolExecutor senders;
     private volatile ThreadPoolExecutor infoThreads;
+    /** Layer-wise moves waiting for the engine's next layer, holding no thread ({@link LayerPump}). */
+    private final java.util.Set<LayerPump> pumps = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    /** Wakes a waiting layer-wise move at its deadline; its one thread starts with the first such wait. */
+    private java.util.concurrent.ScheduledThreadPoolExecutor deadlines;
+    private boolean shutDown;
 
     ContextDispatch(TransferEnv env, ContextSend send) {
         this.env = env;
@@ -179,11 +184,46 @@ final class ContextDispatch {
         public void run() {
             busySenders.incrementAndGet();
             try {
-                send.finish(s);
+                if (s.layered) {
+                    // Layer by layer: a pump that gives this thread back whenever the next layer is not ready.
+                    LayerPump p = new LayerPump(send, s, this::resume, ContextDispatch.this::deadlines, pumps::remove);
+                    pumps.add(p);
+                    p.start();
+                } else {
+                    send.finish(s);
+                }
             } finally {
                 busySenders.decrementAndGet();
             }
         }
+
+        /** A later run of a layer-wise move, on a sender thread, counted busy like the first. */
+        private void resume(Runnable pump) {
+            senders.execute(() -> {
+                busySenders.incrementAndGet();
+                try {
+                    pump.run();
+                } finally {
+                    busySenders.decrementAndGet();
+                }
+            });
+        }
+    }
+
+    /** @return the deadline timer of waiting layer-wise moves, started on first use */
+    private synchronized java.util.concurrent.ScheduledExecutorService deadlines() {
+        if (shutDown) {
+            throw new RejectedExecutionException("the transceiver is closing");
+        }
+        if (deadlines == null) {
+            deadlines = new java.util.concurrent.ScheduledThreadPoolExecutor(1, r -> {
+                Thread t = new Thread(r, env.threadPrefix() + "-layer-deadlines");
+                t.setDaemon(true);
+                return t;
+            });
+            deadlines.setRemoveOnCancelPolicy(true);
+        }
+        return deadlines;
     }
 
     /** Interrupts the threads; what no thread took yet ends here. Does not wait. */
@@ -205,6 +245,18 @@ final class ContextDispatch {
                     send.drop(t.s, "the transceiver closed before a sender thread took the request");
                 }
             }
+        }
+        java.util.concurrent.ScheduledExecutorService timer;
+        synchronized (this) {
+            shutDown = true;
+            timer = deadlines;
+        }
+        if (timer != null) {
+            timer.shutdownNow();
+        }
+        // Layer-wise moves waiting for a layer (or queued to resume) end here, as untaken ones do.
+        for (LayerPump p : pumps) {
+            p.drop("the transceiver closed while the request waited for its next layer");
         }
     }
 

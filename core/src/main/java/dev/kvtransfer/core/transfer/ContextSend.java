@@ -251,34 +251,50 @@ final class ContextSend {
         Dispatch<Connection, TransferHandle> d = s.d;
         TransferHandle h = d.local();
         DefaultTransferSession session = s.session;
-        TransferTiming timing = s.timing;
         try {
             if (s.moves) {
                 move(h, session, s.push, s.layered);
             }
-            timing.postprocess(System.nanoTime());
-            long bytes = session.movedBytes();
-            int messages = session.messageCount();
-            long[] perPeer = session.peerBytesAfterClose(); // the session moves nothing more: no copy
-            List<Integer> peers = session.targets().peerRanks();
-            session.close();
-            dev.kvtransfer.core.CopyLedger ledger = session.copyLedger();
-            h.recordMessages(messages, session.isPush());
-            h.recordLedger(ledger);
-            long end = EpochClock.nowNanos();
-            h.succeed(bytes, end, () -> {
-                env.metrics().outcome(true, true, bytes);
-                env.metrics().messages(true, messages);
-                env.metrics().ledger(true, ledger);
-                env.metrics().completed(true, end - h.startedEpochNanos(end), peers, perPeer);
-                if (env.timing() != null) {
-                    env.timing().submit(true, timing);
-                }
-            });
+            complete(s);
         } catch (RuntimeException e) {
             failed(d, e, session);
         } finally {
             session.close();
+        }
+    }
+
+    /** Completes a request whose share moved (or had nothing to move); throws what fails it. */
+    void complete(Signalled s) {
+        TransferHandle h = s.d.local();
+        DefaultTransferSession session = s.session;
+        TransferTiming timing = s.timing;
+        timing.postprocess(System.nanoTime());
+        long bytes = session.movedBytes();
+        int messages = session.messageCount();
+        long[] perPeer = session.peerBytesAfterClose(); // the session moves nothing more: no copy
+        List<Integer> peers = session.targets().peerRanks();
+        session.close();
+        dev.kvtransfer.core.CopyLedger ledger = session.copyLedger();
+        h.recordMessages(messages, session.isPush());
+        h.recordLedger(ledger);
+        long end = EpochClock.nowNanos();
+        h.succeed(bytes, end, () -> {
+            env.metrics().outcome(true, true, bytes);
+            env.metrics().messages(true, messages);
+            env.metrics().ledger(true, ledger);
+            env.metrics().completed(true, end - h.startedEpochNanos(end), peers, perPeer);
+            if (env.timing() != null) {
+                env.timing().submit(true, timing);
+            }
+        });
+    }
+
+    /** Fails a signalled request whose move failed, and closes its session. */
+    void failMove(Signalled s, RuntimeException e) {
+        try {
+            failed(s.d, e, s.session);
+        } finally {
+            s.session.close();
         }
     }
 
@@ -332,15 +348,14 @@ final class ContextSend {
      * written), the whole request at once or layer by layer as the engine marks layers ready.
      */
     void move(TransferHandle h, DefaultTransferSession session, boolean push, boolean layered) {
-        if (session.reusedBlocks() == session.totalBlocks() && env.selfCache().recurrentState() == null) {
+        if (nothingToMove(session)) {
             // The generation side holds every block already: nothing moves (both sides know it). A hybrid model's
             // recurrent states are not blocks: they move whatever the reuse.
             return;
         }
         CacheState self = env.selfCache();
-        int pp = self.ppRank(env.selfIndex());
-        int first = self.firstLayer(pp);
-        int count = self.layerCount(pp);
+        int first = self.firstLayer(self.ppRank(env.selfIndex()));
+        int count = layerCount();
         long deadline = session.deadlineNanos();
         if (!layered && h.layerWise() && !h.awaitLayersReady(count, deadline)) {
             // The formatter moves whole requests only: wait for the last layer, then move all of them.
@@ -355,38 +370,62 @@ final class ContextSend {
                 env.formatter().format(session);
             }
         } else {
-            TargetRanks t = session.targets();
             for (int l = 0; l < count; l++) {
                 if (!h.awaitLayersReady(l + 1, deadline)) {
                     throw layersNotReady(h, l + 1);
                 }
-                int g = first + l;
-                PushTrace.at("ctx", h.requestId(), "ready-seen", l);
-                if (push) {
-                    env.formatter().push(session, g, 1);
-                    PushTrace.at("ctx", h.requestId(), "pushed", l);
-                    for (int k = 0; k < t.size(); k++) {
-                        if (holds(session.peerCacheState(), t.peerRanks().get(k), g)) {
-                            session.sendLayerWritten(k, g);
-                        }
-                    }
-                } else {
-                    env.formatter().format(session, g, 1);
-                }
+                moveLayer(h, session, push, l);
             }
         }
+        endMove(session, push);
+    }
+
+    /** @return whether this rank's share of a request moves nothing (the generation side holds every block) */
+    boolean nothingToMove(DefaultTransferSession session) {
+        return session.reusedBlocks() == session.totalBlocks() && env.selfCache().recurrentState() == null;
+    }
+
+    /** @return the local layers this rank moves */
+    int layerCount() {
+        CacheState self = env.selfCache();
+        return self.layerCount(self.ppRank(env.selfIndex()));
+    }
+
+    /**
+     * Moves local layer {@code l} (ready already): pushes it and tells each peer that holds it, or formats it.
+     */
+    void moveLayer(TransferHandle h, DefaultTransferSession session, boolean push, int l) {
+        CacheState self = env.selfCache();
+        int g = self.firstLayer(self.ppRank(env.selfIndex())) + l;
+        PushTrace.at("ctx", h.requestId(), "ready-seen", l);
         if (push) {
-            PushTrace.at("ctx", h.requestId(), "before-done", -1);
+            env.formatter().push(session, g, 1);
+            PushTrace.at("ctx", h.requestId(), "pushed", l);
+            TargetRanks t = session.targets();
+            for (int k = 0; k < t.size(); k++) {
+                if (holds(session.peerCacheState(), t.peerRanks().get(k), g)) {
+                    session.sendLayerWritten(k, g);
+                }
+            }
+        } else {
+            env.formatter().format(session, g, 1);
+        }
+    }
+
+    /** The end of a move: every peer's done notice (push) or the part checksums (pull). */
+    void endMove(DefaultTransferSession session, boolean push) {
+        if (push) {
+            PushTrace.at("ctx", session.requestId(), "before-done", -1);
             for (int k = 0; k < session.targets().size(); k++) {
                 session.sendPushDone(k);
             }
-            PushTrace.at("ctx", h.requestId(), "done-sent", -1);
+            PushTrace.at("ctx", session.requestId(), "done-sent", -1);
         } else {
             session.sendChecksums();
         }
     }
 
-    private KvTransferException layersNotReady(TransferHandle h, int needed) {
+    KvTransferException layersNotReady(TransferHandle h, int needed) {
         return new KvTransferException(ErrorCode.TIMEOUT, h.requestId(), "context rank " + env.selfIndex() + ": "
                 + h.layersReady() + " of " + needed + " layers were marked ready before the deadline", null);
     }

@@ -89,6 +89,18 @@ public interface TransferHandle {
     int layersReady();
 
     /**
+     * Context side, layer-wise, without a waiting thread: when local layers {@code [0, count)} are ready or the
+     * request ended, returns true at once; else keeps {@code action} (replacing one kept before) and runs it once,
+     * on the thread that marks the layer or ends the request, when either happens. The action must be short (hand
+     * the work to a pool).
+     *
+     * @param count  layers needed
+     * @param action what to run later
+     * @return true when nothing needs waiting for ({@code action} is not kept)
+     */
+    boolean whenLayersReady(int count, Runnable action);
+
+    /**
      * Generation side: a local layer has arrived (wakes {@code awaitLayer} waiters).
      *
      * @param localLayer the rank-local layer

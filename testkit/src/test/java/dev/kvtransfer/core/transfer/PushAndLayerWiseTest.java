@@ -52,8 +52,13 @@ class PushAndLayerWiseTest {
 
     private LocalInstance start(String name, TransportProvider p, TransceiverConfig.TransferMode mode,
                                 Duration timeout) {
+        return start(name, p, mode, timeout, TransceiverConfig.DEFAULT_SEND_CONCURRENCY);
+    }
+
+    private LocalInstance start(String name, TransportProvider p, TransceiverConfig.TransferMode mode,
+                                Duration timeout, int senders) {
         TransceiverConfig c = TransceiverConfig.builder().transferBufferBytes(1 << 20).transferMode(mode)
-                .kvTransferTimeout(timeout).build();
+                .kvTransferTimeout(timeout).sendConcurrency(senders).build();
         LocalInstance i = LocalInstance.builder(name, STATE).transport(p, TransportConfig.builder()
                 .property(LoopbackTransportProvider.FABRIC_PROPERTY, "push").build()).config(c).blocksPerRank(64)
                 .start();
@@ -179,6 +184,81 @@ class PushAndLayerWiseTest {
         verify(gen, q);
         assertThat(q.ctx[0].isLayerWise()).isTrue();
         free(ctx, gen, q);
+    }
+
+    @Test
+    void aLayerWiseRequestWhoseBlocksTheGenerationSideHoldsEndsWithoutWaitingForLayers() {
+        for (TransceiverConfig.TransferMode mode : TransceiverConfig.TransferMode.values()) {
+            LocalInstance ctx = start("ctx-" + mode, new LoopbackTransportProvider(),
+                    TransceiverConfig.TransferMode.PULL, Duration.ofSeconds(30), 1);
+            LocalInstance gen = start("gen-" + mode, new LoopbackTransportProvider(), mode, Duration.ofSeconds(30));
+            Req q = prepare(ctx, gen, 750 + mode.ordinal(), 8 * 5, 5);
+            for (int r = 0; r < 2; r++) {
+                ctx.transceiver(r).respondAndSendLayerWise(q.ctx[r]);
+                gen.transceiver(r).requestAndReceiveAsync(q.gen[r]);
+            }
+            // No layer is ever marked: nothing moves, so nothing waits for one.
+            awaitDone(q);
+            verify(gen, q);
+            for (int r = 0; r < 2; r++) {
+                assertThat(q.ctx[r].state()).isEqualTo(RequestState.CONTEXT_COMPLETE);
+                assertThat(q.gen[r].kvCacheSize()).isZero();
+            }
+            free(ctx, gen, q);
+        }
+    }
+
+    @Test
+    void layerWisePushRequestsBeyondTheSenderThreadsEachMoveALayerAsSoonAsItIsReady() throws Exception {
+        layerWiseBeyondSenders(TransceiverConfig.TransferMode.PUSH);
+    }
+
+    @Test
+    void layerWisePullRequestsBeyondTheSenderThreadsEachMoveALayerAsSoonAsItIsReady() throws Exception {
+        layerWiseBeyondSenders(TransceiverConfig.TransferMode.PULL);
+    }
+
+    /**
+     * Three layer-wise requests in flight on a context instance with one sender thread: a request waiting for its
+     * engine's next layer holds no thread, so each request's first layer reaches the generation side while every
+     * request still waits for its second (a thread held per request moved only the first request's layers until
+     * its last one).
+     */
+    private void layerWiseBeyondSenders(TransceiverConfig.TransferMode mode) throws Exception {
+        LocalInstance ctx = start("ctx", new LoopbackTransportProvider(), TransceiverConfig.TransferMode.PULL,
+                Duration.ofSeconds(30), 1);
+        LocalInstance gen = start("gen", new LoopbackTransportProvider(), mode, Duration.ofSeconds(30));
+        Req[] qs = {prepare(ctx, gen, 700, 8 * 9, 0), prepare(ctx, gen, 701, 8 * 5, 0),
+            prepare(ctx, gen, 702, 8 * 7, 0)};
+        for (Req q : qs) {
+            for (int r = 0; r < 2; r++) {
+                ctx.transceiver(r).respondAndSendLayerWise(q.ctx[r]);
+                gen.transceiver(r).requestAndReceiveAsync(q.gen[r]);
+            }
+        }
+        int layers = STATE.layerCount(0);
+        for (int l = 0; l < layers; l++) {
+            for (Req q : qs) {
+                for (int r = 0; r < 2; r++) {
+                    q.ctx[r].layerReady(l);
+                }
+            }
+            for (Req q : qs) {
+                for (int r = 0; r < 2; r++) {
+                    assertThat(q.gen[r].awaitLayer(l, BOUND)).as("request %d, rank %d: layer %d after it is ready",
+                            q.id, r, l).isTrue();
+                    if (l < layers - 1) {
+                        assertThat(q.ctx[r].isDone()).as("request %d, rank %d done before its last layer", q.id, r)
+                                .isFalse();
+                    }
+                }
+            }
+        }
+        awaitDone(qs);
+        for (Req q : qs) {
+            verify(gen, q);
+            free(ctx, gen, q);
+        }
     }
 
     @Test
