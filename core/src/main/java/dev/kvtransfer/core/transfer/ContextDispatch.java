@@ -184,8 +184,11 @@ final class ContextDispatch {
         public void run() {
             busySenders.incrementAndGet();
             try {
-                if (s.layered) {
-                    // Layer by layer: a pump that gives this thread back whenever the next layer is not ready.
+                if (s.layered && s.push) {
+                    // Layer by layer: a pump that gives this thread back whenever the next layer is not ready. Only
+                    // for writes: a pull's layer is a send that waits for the generation side's receive, which may
+                    // wait for a staging slot another request holds; interleaving more requests than those slots
+                    // would park every sender thread on a request that cannot receive yet (LayerPump).
                     LayerPump p = new LayerPump(send, s, this::resume, ContextDispatch.this::deadlines, pumps::remove);
                     pumps.add(p);
                     p.start();

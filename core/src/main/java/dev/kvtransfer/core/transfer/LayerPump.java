@@ -22,6 +22,12 @@ import java.util.function.Supplier;
  * counter: a wake during a run makes that run look again instead of starting another), so its layers still go out
  * in order from one thread at a time.
  *
+ * <p>Only for layer-wise pushes (one-sided writes, including a local pull that moves as writes): a pull's layer is a
+ * two-sided send that waits for the generation side's receive, and that receive may wait for one of the generation
+ * side's {@code recvSlots} staging slots. With every request's first layer moving at once, the sends of requests
+ * without a slot took every sender thread and the requests holding the slots never got their next layer sent: four
+ * layer-wise pulls over UCX on two slots timed out. A pull keeps its sender thread from its first layer to its last.
+ *
  * <p>It ends once: moved (the done notices or checksums, then the request completes), failed (the layers did not
  * come by the session's deadline, the request ended, a move failed), or dropped by a shutdown.
  */

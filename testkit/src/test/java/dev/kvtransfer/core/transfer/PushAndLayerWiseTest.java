@@ -208,26 +208,18 @@ class PushAndLayerWiseTest {
         }
     }
 
-    @Test
-    void layerWisePushRequestsBeyondTheSenderThreadsEachMoveALayerAsSoonAsItIsReady() throws Exception {
-        layerWiseBeyondSenders(TransceiverConfig.TransferMode.PUSH);
-    }
-
-    @Test
-    void layerWisePullRequestsBeyondTheSenderThreadsEachMoveALayerAsSoonAsItIsReady() throws Exception {
-        layerWiseBeyondSenders(TransceiverConfig.TransferMode.PULL);
-    }
-
     /**
-     * Three layer-wise requests in flight on a context instance with one sender thread: a request waiting for its
+     * Three layer-wise pushes in flight on a context instance with one sender thread: a push waiting for its
      * engine's next layer holds no thread, so each request's first layer reaches the generation side while every
      * request still waits for its second (a thread held per request moved only the first request's layers until
-     * its last one).
+     * its last one). A layer-wise pull keeps its thread (see {@link LayerPump}).
      */
-    private void layerWiseBeyondSenders(TransceiverConfig.TransferMode mode) throws Exception {
+    @Test
+    void layerWisePushesBeyondTheSenderThreadsEachMoveALayerAsSoonAsItIsReady() throws Exception {
         LocalInstance ctx = start("ctx", new LoopbackTransportProvider(), TransceiverConfig.TransferMode.PULL,
                 Duration.ofSeconds(30), 1);
-        LocalInstance gen = start("gen", new LoopbackTransportProvider(), mode, Duration.ofSeconds(30));
+        LocalInstance gen = start("gen", new LoopbackTransportProvider(), TransceiverConfig.TransferMode.PUSH,
+                Duration.ofSeconds(30));
         Req[] qs = {prepare(ctx, gen, 700, 8 * 9, 0), prepare(ctx, gen, 701, 8 * 5, 0),
             prepare(ctx, gen, 702, 8 * 7, 0)};
         for (Req q : qs) {
