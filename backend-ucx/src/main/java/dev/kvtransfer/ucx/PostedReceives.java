@@ -9,12 +9,13 @@ import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Posted receives ({@code Connection.recvAsync}) of one manager: a fresh {@link UcxOp} per receive (UCX and the
- * callback own it; never a thread's reusable one), posted by the progress agent like a blocking receive; the op
- * calls its callback once it is done ({@link UcxOp#complete}). Nothing waits for it, and the agent may sleep in
- * epoll for as long as nothing happens, so the deadline is a timer: at the deadline the same cancel as a blocking
- * receive's runs on the agent ({@link TagMatcher#cancel}: UCX cancels the tagged receive, or it completes normally
- * when the message matched meanwhile). The timer's thread starts on the first post and ends at close.
+ * Posted receives and sends ({@code Connection.recvAsync}, {@code sendAsync}) of one manager: a fresh {@link UcxOp}
+ * per operation (UCX and the callback own it; never a thread's reusable one), posted by the progress agent like a
+ * blocking one; the op calls its callback once it is done ({@link UcxOp#complete}). Nothing waits for it, and the
+ * agent may sleep in epoll for as long as nothing happens, so the deadline is a timer: at the deadline the same
+ * cancel as a blocking call's runs on the agent ({@link TagMatcher#cancel}: UCX cancels the tagged receive, or it
+ * completes normally when the message matched meanwhile; a send is abandoned to the receiver). The timer's thread
+ * starts on the first post and ends at close.
  */
 final class PostedReceives {
     private final String name;

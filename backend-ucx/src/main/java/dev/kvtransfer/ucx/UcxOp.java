@@ -69,7 +69,7 @@ final class UcxOp extends UcxCallback implements UcxCommand {
 
     // ---- outcome ----
     volatile boolean done;
-    /** A posted receive's callback ({@link PostedReceives}), else null; called once, by {@link #complete}. */
+    /** A posted receive's or send's callback ({@link PostedReceives}), else null; called once, by {@link #complete}. */
     dev.kvtransfer.api.transport.RecvCompletion callback;
     /** A posted receive's deadline, cancelled when it completes. */
     java.util.concurrent.Future<?> deadlineTask;
@@ -227,7 +227,7 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         try {
             d.completed(f == null ? null : f.toException(describe()));
         } catch (RuntimeException | Error e) {
-            errors.report("recvAsync callback", e);
+            errors.report("posted " + (kind == SEND ? "send" : "receive") + " callback", e);
         }
     }
 

@@ -182,34 +182,28 @@ final class ContextDispatch {
 
         @Override
         public void run() {
-            busySenders.incrementAndGet();
-            try {
+            busy(() -> {
                 if (s.layered && s.push) {
-                    // Layer by layer: a pump that gives this thread back whenever the next layer is not ready. Only
-                    // for writes: a pull's layer is a send that waits for the generation side's receive, which may
-                    // wait for a staging slot another request holds; interleaving more requests than those slots
-                    // would park every sender thread on a request that cannot receive yet (LayerPump).
-                    LayerPump p = new LayerPump(send, s, this::resume, ContextDispatch.this::deadlines, pumps::remove);
+                    // A layer-wise push gives this thread back while it waits for a layer; a pull keeps it
+                    // (LayerPump says why).
+                    LayerPump p = new LayerPump(send, s, pump -> senders.execute(() -> busy(pump)),
+                            ContextDispatch.this::deadlines, pumps::remove);
                     pumps.add(p);
                     p.start();
                 } else {
                     send.finish(s);
                 }
-            } finally {
-                busySenders.decrementAndGet();
-            }
-        }
-
-        /** A later run of a layer-wise move, on a sender thread, counted busy like the first. */
-        private void resume(Runnable pump) {
-            senders.execute(() -> {
-                busySenders.incrementAndGet();
-                try {
-                    pump.run();
-                } finally {
-                    busySenders.decrementAndGet();
-                }
             });
+        }
+    }
+
+    /** Runs a move's work on a sender thread, counted in {@link #busySenders} while it runs. */
+    private void busy(Runnable work) {
+        busySenders.incrementAndGet();
+        try {
+            work.run();
+        } finally {
+            busySenders.decrementAndGet();
         }
     }
 

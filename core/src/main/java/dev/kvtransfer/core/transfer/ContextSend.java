@@ -248,23 +248,30 @@ final class ContextSend {
      * @param s a request {@link #signal} returned
      */
     void finish(Signalled s) {
-        Dispatch<Connection, TransferHandle> d = s.d;
-        TransferHandle h = d.local();
-        DefaultTransferSession session = s.session;
         try {
             if (s.moves) {
-                move(h, session, s.push, s.layered);
+                move(s.d.local(), s.session, s.push, s.layered);
             }
+        } catch (RuntimeException e) {
+            failMove(s, e);
+            return;
+        }
+        conclude(s);
+    }
+
+    /** Completes a request whose share moved (or had nothing to move), or fails it; closes its session. */
+    void conclude(Signalled s) {
+        try {
             complete(s);
         } catch (RuntimeException e) {
-            failed(d, e, session);
+            failed(s.d, e, s.session);
         } finally {
-            session.close();
+            s.session.close();
         }
     }
 
-    /** Completes a request whose share moved (or had nothing to move); throws what fails it. */
-    void complete(Signalled s) {
+    /** Completes a request whose share moved; throws what fails it. */
+    private void complete(Signalled s) {
         TransferHandle h = s.d.local();
         DefaultTransferSession session = s.session;
         TransferTiming timing = s.timing;

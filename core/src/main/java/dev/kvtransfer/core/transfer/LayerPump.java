@@ -127,15 +127,8 @@ final class LayerPump implements Runnable {
             }
             return;
         }
-        if (!end()) {
-            return; // dropped meanwhile
-        }
-        try {
-            send.complete(s);
-        } catch (RuntimeException e) {
-            send.failMove(s, e);
-        } finally {
-            s.session.close();
+        if (end()) { // else dropped meanwhile
+            send.conclude(s);
         }
     }
 
