@@ -185,8 +185,10 @@ final class TagMatcher {
         op.posted = true;
         op.beginPost();
         try {
-            op.request = c.sendEp.sendTaggedNonBlocking(op.address, op.length, UcxTags.data(c.outId, op.tag), op,
-                    op.memType);
+            long t = UcxTags.data(c.outId, op.tag);
+            op.request = op.iovAddresses != null
+                    ? c.sendEp.sendTaggedNonBlocking(op.iovAddresses, op.iovLengths, t, op, op.memType)
+                    : c.sendEp.sendTaggedNonBlocking(op.address, op.length, t, op, op.memType);
         } catch (UcxException e) {
             postFailed(op, e);
         } finally {
@@ -295,7 +297,9 @@ final class TagMatcher {
         op.posted = true;
         op.beginPost();
         try {
-            op.request = worker.recvTaggedNonBlocking(op.address, op.length, tag, mask, op, op.memType);
+            op.request = op.iovAddresses != null
+                    ? worker.recvTaggedNonBlocking(op.iovAddresses, op.iovLengths, tag, mask, op, op.memType)
+                    : worker.recvTaggedNonBlocking(op.address, op.length, tag, mask, op, op.memType);
         } catch (UcxException e) {
             postFailed(op, e);
         } finally {

@@ -24,7 +24,7 @@ import java.util.Set;
  *
  * <p>Fields are owned by one agent each, as marked; {@link #failure} is published to callers.
  */
-final class UcxConnection implements Connection {
+final class UcxConnection implements Connection, dev.kvtransfer.transport.support.VectoredMessages {
     final UcxConnectionManager manager;
     final String peer;
     /** The id this manager gave the peer: bits 32..62 of every tag the peer sends here. */
@@ -116,7 +116,7 @@ final class UcxConnection implements Connection {
             done.sent(null);
             return true;
         }
-        manager.postAsync(UcxOp.SEND, this, tag, buffer, offset, length, timeout, done::sent);
+        manager.postAsync(UcxOp.SEND, this, tag, buffer, offset, length, null, timeout, done::sent);
         return true;
     }
 
@@ -124,8 +124,56 @@ final class UcxConnection implements Connection {
     @Override
     public boolean recvAsync(int tag, MemoryBuffer buffer, long offset, long length, Duration timeout,
                              dev.kvtransfer.api.transport.RecvCompletion done) {
-        manager.postAsync(UcxOp.RECV, this, tag, buffer, offset, length, timeout, done);
+        manager.postAsync(UcxOp.RECV, this, tag, buffer, offset, length, null, timeout, done);
         return true;
+    }
+
+    /** Posted as one tagged message of UCX's IOV datatype (host memory only; else false, nothing sent). */
+    @Override
+    public boolean sendvAsync(int tag, MemoryBuffer[] buffers, long[] offsets, long[] lengths, int from, int count,
+                              Duration timeout, SendCompletion done) {
+        long[][] iov = iov(buffers, offsets, lengths, from, count);
+        if (iov == null) {
+            return false;
+        }
+        manager.postAsync(UcxOp.SEND, this, tag, buffers[from], offsets[from], lengths[from], iov, timeout,
+                Objects.requireNonNull(done, "done")::sent);
+        return true;
+    }
+
+    /** Posted as one receive of UCX's IOV datatype (host memory only; else false, nothing posted). */
+    @Override
+    public boolean recvvAsync(int tag, MemoryBuffer[] buffers, long[] offsets, long[] lengths, int from, int count,
+                              Duration timeout, dev.kvtransfer.api.transport.RecvCompletion done) {
+        long[][] iov = iov(buffers, offsets, lengths, from, count);
+        if (iov == null) {
+            return false;
+        }
+        manager.postAsync(UcxOp.RECV, this, tag, buffers[from], offsets[from], lengths[from], iov, timeout,
+                Objects.requireNonNull(done, "done"));
+        return true;
+    }
+
+    /** The ranges' addresses and lengths, each range checked against its buffer; null when one is not host memory. */
+    private static long[][] iov(MemoryBuffer[] buffers, long[] offsets, long[] lengths, int from, int count) {
+        if (count < 1) {
+            throw new IllegalArgumentException("a vectored message needs at least one range, not " + count);
+        }
+        Objects.checkFromIndexSize(from, count, buffers.length);
+        Objects.checkFromIndexSize(from, count, offsets.length);
+        Objects.checkFromIndexSize(from, count, lengths.length);
+        long[] addresses = new long[count];
+        long[] sizes = new long[count];
+        for (int i = 0; i < count; i++) {
+            MemoryBuffer b = buffers[from + i];
+            if (b.kind() == dev.kvtransfer.api.memory.MemoryKind.DEVICE) {
+                return null;
+            }
+            Objects.checkFromIndexSize(offsets[from + i], lengths[from + i], b.size());
+            addresses[i] = b.address() + offsets[from + i];
+            sizes[i] = lengths[from + i];
+        }
+        return new long[][] {addresses, sizes};
     }
 
     @Override

@@ -425,9 +425,9 @@ public final class UcxConnectionManager implements ConnectionManager {
     }
 
     /** A posted receive or send: a fresh op (this thread's reusable one is replaced: UCX and the callback own it). */
-    void postAsync(int kind, UcxConnection c, int tag, MemoryBuffer buffer, long offset, long length,
+    void postAsync(int kind, UcxConnection c, int tag, MemoryBuffer buffer, long offset, long length, long[][] iov,
                    Duration timeout, dev.kvtransfer.api.transport.RecvCompletion done) {
-        UcxOp op = op(kind, c, tag, buffer, offset, length);
+        UcxOp op = op(kind, c, tag, buffer, offset, length).vector(iov);
         ops.set(new UcxOp(matcher));
         posted.post(op, Objects.requireNonNull(timeout, "timeout"), Objects.requireNonNull(done, "done"));
     }

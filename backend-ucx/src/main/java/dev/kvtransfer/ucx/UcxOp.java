@@ -40,6 +40,9 @@ final class UcxOp extends UcxCallback implements UcxCommand {
     /** PUTS: the batch and its validated targets (index = entry). */
     dev.kvtransfer.api.transport.WriteBatch batch;
     RmaWriter.Target[] targets;
+    /** A vectored send or receive ({@link UcxConnection#sendvAsync}): its ranges' addresses and lengths, else null. */
+    long[] iovAddresses;
+    long[] iovLengths;
     /** A send its caller gave up on, being discarded by the receiver ({@link AbandonedSends}); agent thread. */
     boolean abandoned;
     /** The exchange that discards it. */
@@ -101,6 +104,8 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         this.pollOnce = false;
         this.batch = null;
         this.targets = null;
+        this.iovAddresses = null;
+        this.iovLengths = null;
         this.abandoned = false;
         this.discard = null;
         this.request = null;
@@ -119,6 +124,23 @@ final class UcxOp extends UcxCallback implements UcxCommand {
         this.waiter = Thread.currentThread();
         this.released = false;
         this.done = false;
+    }
+
+    /**
+     * Makes this op vectored: {@code iov[0]} the ranges' addresses, {@code iov[1]} their lengths (null: contiguous,
+     * as it was); its length becomes their total.
+     */
+    UcxOp vector(long[][] iov) {
+        if (iov != null) {
+            iovAddresses = iov[0];
+            iovLengths = iov[1];
+            long total = 0;
+            for (long n : iovLengths) {
+                total += n;
+            }
+            length = total;
+        }
+        return this;
     }
 
     String describe() {

@@ -42,7 +42,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * id, total bytes) and the entries ({@value #ENTRY_BYTES} bytes each: region id, 16-byte key, offset, length, the region's
  * address as the descriptor claims it);
  * the owner answers go or a refusal naming the entry ({@value #REPLY_BYTES}-byte reply with a reason); on go the
- * writer sends one data message per entry, which the owner receives into place, and the owner answers done. So a
+ * writer sends one data message per entry, which the owner receives into place, and the owner answers done. Where
+ * both ends' connections are {@link VectoredMessages} (the writer says so in the header's flags, the owner in its go
+ * reply), the batch's data is one message gathered from the sources and scattered into the targets instead. So a
  * batch costs two round trips plus its bytes; {@code write} returns after "done", which is remote completion.
  * Batches above {@value #MAX_ENTRIES} entries are split by the writer. One batch per (writer, owner) pair at a
  * time; batches of different writers are served concurrently (at most {@value #MAX_WORKERS} at once; a
@@ -73,6 +75,10 @@ public final class EmulatedOneSided implements AutoCloseable {
     private static final int GO = 0;
     private static final int DONE = 1;
     private static final int REFUSED = 2;
+    /** Header flag: the writer can send the batch's data as one vectored message ({@link VectoredMessages}). */
+    private static final long FLAG_VECTORED = 1;
+    /** The go reply's entry field when the owner posted one vectored receive for the whole batch. */
+    private static final int GO_VECTORED = 1;
 
     private final ConnectionManager manager;
     private final BufferManager buffers;
@@ -83,6 +89,7 @@ public final class EmulatedOneSided implements AutoCloseable {
     private final RegionRegistry regions = new RegionRegistry();
     private final Map<String, ReentrantLock> writerLocks = new ConcurrentHashMap<>();
     private final AtomicInteger refused = new AtomicInteger();
+    private final AtomicLong vectored = new AtomicLong();
     private final Object lifecycle = new Object();
     private Thread poller;
     private ThreadPoolExecutor workers;
@@ -109,6 +116,11 @@ public final class EmulatedOneSided implements AutoCloseable {
     /** @return batches this owner refused so far */
     public int refusedBatches() {
         return refused.get();
+    }
+
+    /** @return batches this owner received as one vectored data message ({@link VectoredMessages}) so far */
+    public long vectoredBatches() {
+        return vectored.get();
     }
 
     /** @return regions currently registered */
@@ -239,13 +251,16 @@ public final class EmulatedOneSided implements AutoCloseable {
         b.putInt(4, n);
         b.putLong(8, batchId);
         b.putLong(16, total);
-        b.putLong(24, 0);
+        b.putLong(24, c instanceof VectoredMessages ? FLAG_VECTORED : 0);
         String peer = c.peer();
         c.send(Tags.RMA_REQUEST_TAG, ctl.memory, 0, HEADER_BYTES, remaining(deadline, peer));
         c.send(Tags.RMA_ENTRIES_TAG, ctl.memory, entriesAt, (long) n * ENTRY_BYTES, remaining(deadline, peer));
         int replyAt = entriesAt + n * ENTRY_BYTES;
-        awaitReply(c, ctl, replyAt, batchId, GO, first, deadline);
-        sendAll(c, batch, first, n, deadline);
+        if (awaitReply(c, ctl, replyAt, batchId, GO, first, deadline) == GO_VECTORED) {
+            sendVectored(c, batch, first, n, deadline);
+        } else {
+            sendAll(c, batch, first, n, deadline);
+        }
         awaitReply(c, ctl, replyAt, batchId, DONE, first, deadline);
     }
 
@@ -277,6 +292,40 @@ public final class EmulatedOneSided implements AutoCloseable {
         } catch (RuntimeException e) {
             failed = e;
         }
+        awaitSends(landing, peer, deadline, failed);
+    }
+
+    /**
+     * Sends a wire batch's data as one message gathered from its entries' sources, as the owner's go reply asked
+     * (it posted one receive scattering the message into the entries' targets). Returns once the send ended.
+     */
+    private static void sendVectored(Connection c, WriteBatch batch, int first, int n, long deadline) {
+        String peer = c.peer();
+        MemoryBuffer[] sources = new MemoryBuffer[n];
+        long[] offsets = new long[n];
+        long[] lengths = new long[n];
+        for (int i = 0; i < n; i++) {
+            sources[i] = batch.source(first + i);
+            offsets[i] = batch.sourceOffset(first + i);
+            lengths[i] = batch.length(first + i);
+        }
+        Landing landing = new Landing();
+        RuntimeException failed = null;
+        try {
+            if (!(c instanceof VectoredMessages v) || !v.sendvAsync(Tags.RMA_DATA_TAG, sources, offsets, lengths, 0,
+                    n, remaining(deadline, peer), landing)) {
+                throw new TransportException(ErrorCode.INTERNAL, "write to " + peer + ": the owner took the batch as "
+                        + "one vectored message, which this connection did not send");
+            }
+            landing.posted = 1;
+        } catch (RuntimeException e) {
+            failed = e;
+        }
+        awaitSends(landing, peer, deadline, failed);
+    }
+
+    /** Waits for a batch's posted sends (a second past the deadline at most) and throws the first failure. */
+    private static void awaitSends(Landing landing, String peer, long deadline, RuntimeException failed) {
         if (!landing.awaitAll(deadline + TimeUnit.SECONDS.toNanos(1))) {
             throw new TransportException(ErrorCode.TIMEOUT, "write to " + peer + ": " + landing.pending() + " of "
                     + landing.posted + " posted sends did not end by their deadline", failed);
@@ -287,8 +336,9 @@ public final class EmulatedOneSided implements AutoCloseable {
         landing.check();
     }
 
-    private void awaitReply(Connection c, ControlBuffer ctl, int at, long batchId, int expected, int first,
-                            long deadline) {
+    /** @return the reply's entry field (for go: {@link #GO_VECTORED} or 0) */
+    private int awaitReply(Connection c, ControlBuffer ctl, int at, long batchId, int expected, int first,
+                           long deadline) {
         c.recv(Tags.RMA_REPLY_TAG, ctl.memory, at, REPLY_BYTES, remaining(deadline, c.peer()));
         ByteBuffer b = ctl.bytes;
         long id = b.getLong(at);
@@ -299,7 +349,7 @@ public final class EmulatedOneSided implements AutoCloseable {
                     + " while batch " + batchId + " was in flight");
         }
         if (status == expected) {
-            return;
+            return entry;
         }
         if (status >= REFUSED && status - REFUSED < ErrorCode.values().length) {
             ErrorCode code = ErrorCode.values()[status - REFUSED];
@@ -340,6 +390,7 @@ public final class EmulatedOneSided implements AutoCloseable {
                 int magic = b.getInt(0);
                 int n = b.getInt(4);
                 long batchId = b.getLong(8);
+                long flags = b.getLong(24);
                 if (magic != MAGIC || n < 1 || n > MAX_ENTRIES) {
                     // Not our protocol: nothing more of this batch is read (its entries would be unsized).
                     refused.incrementAndGet();
@@ -350,7 +401,7 @@ public final class EmulatedOneSided implements AutoCloseable {
                 }
                 Connection conn = c;
                 try {
-                    workers.execute(() -> serve(conn, batchId, n));
+                    workers.execute(() -> serve(conn, batchId, n, flags));
                 } catch (RuntimeException e) {
                     errors.onError(e);
                 }
@@ -361,7 +412,7 @@ public final class EmulatedOneSided implements AutoCloseable {
         }
     }
 
-    private void serve(Connection c, long batchId, int n) {
+    private void serve(Connection c, long batchId, int n, long flags) {
         long deadline = System.nanoTime() + nanos(opTimeout);
         RegionRegistry.Registration[] targets = new RegionRegistry.Registration[n];
         int acquired = 0;
@@ -392,9 +443,15 @@ public final class EmulatedOneSided implements AutoCloseable {
             Landing landing = new Landing();
             RuntimeException failed = null;
             try {
-                post(c, targets, b, n, deadline, landing);
-                reply(c, ctl, replyAt, batchId, GO, 0, "", deadline);
-                for (int i = landing.posted; i < n; i++) {
+                boolean one = (flags & FLAG_VECTORED) != 0 && c instanceof VectoredMessages v
+                        && postVectored(v, targets, b, n, deadline, landing, c.peer());
+                if (one) {
+                    vectored.incrementAndGet();
+                } else {
+                    post(c, targets, b, n, deadline, landing);
+                }
+                reply(c, ctl, replyAt, batchId, GO, one ? GO_VECTORED : 0, "", deadline);
+                for (int i = one ? n : landing.posted; i < n; i++) {
                     int at = i * ENTRY_BYTES;
                     c.recv(Tags.RMA_DATA_TAG, targets[i].memory(), b.getLong(at + 24), b.getLong(at + 32),
                             remaining(deadline, c.peer()));
@@ -444,6 +501,29 @@ public final class EmulatedOneSided implements AutoCloseable {
             }
             landing.posted++;
         }
+    }
+
+    /**
+     * Posts one receive that scatters the batch's single data message into every entry's target, where the
+     * connection can ({@link VectoredMessages}); {@link Landing#posted} is then 1.
+     *
+     * @return false when it did not post (nothing posted: the caller posts per entry)
+     */
+    private static boolean postVectored(VectoredMessages v, RegionRegistry.Registration[] targets, ByteBuffer b, int n,
+                                        long deadline, Landing landing, String peer) {
+        MemoryBuffer[] memory = new MemoryBuffer[n];
+        long[] offsets = new long[n];
+        long[] lengths = new long[n];
+        for (int i = 0; i < n; i++) {
+            memory[i] = targets[i].memory();
+            offsets[i] = b.getLong(i * ENTRY_BYTES + 24);
+            lengths[i] = b.getLong(i * ENTRY_BYTES + 32);
+        }
+        if (!v.recvvAsync(Tags.RMA_DATA_TAG, memory, offsets, lengths, 0, n, remaining(deadline, peer), landing)) {
+            return false;
+        }
+        landing.posted = 1;
+        return true;
     }
 
     /** The posted data sends or receives of one batch: counts them down and keeps the first failure. */

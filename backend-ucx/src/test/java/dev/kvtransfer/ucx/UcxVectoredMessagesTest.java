@@ -1,0 +1,248 @@
+package dev.kvtransfer.ucx;
+
+import dev.kvtransfer.api.ErrorCode;
+import dev.kvtransfer.api.memory.MemoryBuffer;
+import dev.kvtransfer.api.transport.Connection;
+import dev.kvtransfer.api.transport.RegisteredRegion;
+import dev.kvtransfer.api.transport.TransportConfig;
+import dev.kvtransfer.api.transport.TransportException;
+import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.transport.support.EmulatedOneSided;
+import dev.kvtransfer.transport.support.VectoredMessages;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import static dev.kvtransfer.ucx.UcxTestSupport.buffer;
+import static dev.kvtransfer.ucx.UcxTestSupport.fill;
+import static dev.kvtransfer.ucx.UcxTestSupport.verify;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+/**
+ * UCX's vectored messages ({@link VectoredMessages}, UCX's IOV datatype): a message gathered from ranges arrives
+ * whole in a plain receive, a plain message is scattered into a vectored receive's ranges, and vectored meets
+ * vectored, byte-exact, at eager and rendezvous sizes, in shared-memory and net (TCP) mode; a vectored receive of a
+ * message of another length ends {@code MALFORMED} once and the tag keeps moving; and the emulated one-sided write
+ * of a batch travels as one vectored message, every byte in place.
+ */
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class UcxVectoredMessagesTest {
+    /** Range lengths: one byte, odd sizes, an eager-sized and rendezvous-sized range in one message. */
+    private static final long[] LENGTHS = {1, (4 << 10) + 3, 128 << 10, 1 << 20, 17};
+    private static final long[] SMALL = {3, 5, 100};
+    private static final long GAP = 61;
+    private final List<UcxConnectionManager> managers = new ArrayList<>();
+    private final List<MemoryBuffer> buffers = new ArrayList<>();
+    private final List<Throwable> errors = new CopyOnWriteArrayList<>();
+
+    @AfterEach
+    void tearDown() {
+        for (UcxConnectionManager m : managers) {
+            m.close();
+        }
+        for (MemoryBuffer b : buffers) {
+            b.close();
+        }
+    }
+
+    private UcxConnectionManager manager(String name, String mode) {
+        UcxConnectionManager m = (UcxConnectionManager) new UcxTransportProvider().create(TransportConfig.builder()
+                .name(name).defaultTimeout(Duration.ofSeconds(30)).property("ucx.transports", mode)
+                .errorHandler(errors::add).build());
+        managers.add(m);
+        return m;
+    }
+
+    private MemoryBuffer buf(long bytes) {
+        MemoryBuffer b = buffer(bytes);
+        buffers.add(b);
+        return b;
+    }
+
+    private static long total(long[] lengths) {
+        long t = 0;
+        for (long n : lengths) {
+            t += n;
+        }
+        return t;
+    }
+
+    /** Offsets of the ranges in one buffer, {@link #GAP} bytes apart, in order or last range first. */
+    private static long[] offsets(long[] lengths, boolean reversed) {
+        long[] at = new long[lengths.length];
+        long pos = GAP;
+        for (int k = 0; k < lengths.length; k++) {
+            int i = reversed ? lengths.length - 1 - k : k;
+            at[i] = pos;
+            pos += lengths[i] + GAP;
+        }
+        return at;
+    }
+
+    private static MemoryBuffer[] same(MemoryBuffer b, int n) {
+        MemoryBuffer[] all = new MemoryBuffer[n];
+        java.util.Arrays.fill(all, b);
+        return all;
+    }
+
+    /** Counts a posted operation's outcomes. */
+    private static final class Outcome implements dev.kvtransfer.api.transport.SendCompletion,
+            dev.kvtransfer.api.transport.RecvCompletion {
+        final AtomicInteger calls = new AtomicInteger();
+        final List<TransportException> failures = new CopyOnWriteArrayList<>();
+
+        @Override
+        public void sent(TransportException f) {
+            completed(f);
+        }
+
+        @Override
+        public void completed(TransportException f) {
+            if (f != null) {
+                failures.add(f);
+            }
+            calls.incrementAndGet();
+        }
+
+        void awaitEnded() {
+            await("the posted operation's outcome").atMost(Duration.ofSeconds(20)).pollInterval(Duration.ofMillis(2))
+                    .until(() -> calls.get() > 0);
+        }
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"shm", "net"})
+    void gatheredAndScatteredMessagesArriveByteExact(String mode) {
+        UcxConnectionManager a = manager("v-a-" + mode, mode);
+        UcxConnectionManager b = manager("v-b-" + mode, mode);
+        VectoredMessages ab = (VectoredMessages) a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        for (long[] lengths : new long[][] {LENGTHS, SMALL}) {
+            int n = lengths.length;
+            long total = total(lengths);
+            long[] srcAt = offsets(lengths, false);
+            long[] dstAt = offsets(lengths, true);
+            MemoryBuffer src = buf(total + (n + 1) * GAP);
+            for (int i = 0; i < n; i++) {
+                fill(src, srcAt[i], lengths[i], 100 + i);
+            }
+            // Gathered, taken by a plain receive of the total.
+            MemoryBuffer whole = buf(total);
+            Outcome sent = new Outcome();
+            assertThat(ab.sendvAsync(300, same(src, n), srcAt, lengths, 0, n, Duration.ofSeconds(20), sent)).isTrue();
+            ba.recv(300, whole, 0, total, Duration.ofSeconds(20));
+            sent.awaitEnded();
+            assertThat(sent.failures).isEmpty();
+            long pos = 0;
+            for (int i = 0; i < n; i++) {
+                verify(whole, pos, lengths[i], 100 + i);
+                pos += lengths[i];
+            }
+            // A plain message scattered into ranges that lie last range first.
+            VectoredMessages baV = (VectoredMessages) ba;
+            Connection abC = (Connection) ab;
+            MemoryBuffer dst = buf(total + (n + 1) * GAP);
+            Outcome received = new Outcome();
+            assertThat(baV.recvvAsync(301, same(dst, n), dstAt, lengths, 0, n, Duration.ofSeconds(20), received))
+                    .isTrue();
+            abC.send(301, whole, 0, total, Duration.ofSeconds(20));
+            received.awaitEnded();
+            assertThat(received.failures).isEmpty();
+            for (int i = 0; i < n; i++) {
+                verify(dst, dstAt[i], lengths[i], 100 + i);
+            }
+            // Vectored to vectored, a range subset of the arrays (from = 1).
+            MemoryBuffer dst2 = buf(total + (n + 1) * GAP);
+            Outcome in = new Outcome();
+            Outcome out = new Outcome();
+            assertThat(baV.recvvAsync(302, same(dst2, n), dstAt, lengths, 1, n - 1, Duration.ofSeconds(20), in))
+                    .isTrue();
+            assertThat(ab.sendvAsync(302, same(src, n), srcAt, lengths, 1, n - 1, Duration.ofSeconds(20), out))
+                    .isTrue();
+            in.awaitEnded();
+            out.awaitEnded();
+            assertThat(in.failures).isEmpty();
+            assertThat(out.failures).isEmpty();
+            for (int i = 1; i < n; i++) {
+                verify(dst2, dstAt[i], lengths[i], 100 + i);
+            }
+            assertThat(in.calls.get() + out.calls.get() + sent.calls.get() + received.calls.get()).isEqualTo(4);
+        }
+        assertThat(errors).isEmpty();
+    }
+
+    @Test
+    void aVectoredReceiveOfAMessageOfAnotherLengthEndsMalformedOnceAndTheTagKeepsMoving() {
+        UcxConnectionManager a = manager("vm-a", "shm");
+        UcxConnectionManager b = manager("vm-b", "shm");
+        Connection ab = a.connection(b.localAddress());
+        VectoredMessages ba = (VectoredMessages) b.connection(a.localAddress());
+        long total = total(LENGTHS);
+        int n = LENGTHS.length;
+        MemoryBuffer dst = buf(total + (n + 1) * GAP);
+        long[] dstAt = offsets(LENGTHS, true);
+        Outcome r = new Outcome();
+        assertThat(ba.recvvAsync(400, same(dst, n), dstAt, LENGTHS, 0, n, Duration.ofSeconds(20), r)).isTrue();
+        MemoryBuffer longer = buf(total + 1);
+        fill(longer, 0, total + 1, 7);
+        ab.send(400, longer, 0, total + 1, Duration.ofSeconds(20));
+        r.awaitEnded();
+        assertThat(r.failures).singleElement().satisfies(e -> assertThat(e.code()).as(e.getMessage())
+                .isEqualTo(ErrorCode.MALFORMED));
+        // The tag goes on: a message of the right length scatters into the same ranges.
+        MemoryBuffer right = buf(total);
+        long pos = 0;
+        for (int i = 0; i < n; i++) {
+            fill(right, pos, LENGTHS[i], 200 + i);
+            pos += LENGTHS[i];
+        }
+        Outcome r2 = new Outcome();
+        assertThat(ba.recvvAsync(400, same(dst, n), dstAt, LENGTHS, 0, n, Duration.ofSeconds(20), r2)).isTrue();
+        ab.send(400, right, 0, total, Duration.ofSeconds(20));
+        r2.awaitEnded();
+        assertThat(r2.failures).isEmpty();
+        for (int i = 0; i < n; i++) {
+            verify(dst, dstAt[i], LENGTHS[i], 200 + i);
+        }
+        assertThat(r.calls.get()).isEqualTo(1);
+    }
+
+    @Test
+    void anEmulatedWriteBatchTravelsAsOneVectoredMessage() throws Exception {
+        UcxConnectionManager a = manager("vw-a", "shm");
+        UcxConnectionManager b = manager("vw-b", "shm");
+        int entries = 64;
+        long entry = 32 << 10;
+        MemoryBuffer region = buf(entries * entry);
+        RegisteredRegion r = b.register(region);
+        MemoryBuffer src = buf(entries * entry);
+        WriteBatch batch = new WriteBatch();
+        for (int i = 0; i < entries; i++) {
+            fill(src, i * entry, entry, 300 + i);
+            batch.add(src, i * entry, r.descriptor(), (entries - 1 - i) * entry, entry); // last entry first
+        }
+        Connection ab = a.connection(b.localAddress());
+        ab.write(batch, Duration.ofSeconds(20));
+        for (int i = 0; i < entries; i++) {
+            verify(region, (entries - 1 - i) * entry, entry, 300 + i);
+        }
+        java.lang.reflect.Field f = UcxConnectionManager.class.getDeclaredField("emulated");
+        f.setAccessible(true);
+        EmulatedOneSided owner = (EmulatedOneSided) f.get(b);
+        assertThat(owner.vectoredBatches()).as("batches the owner took as one vectored message").isEqualTo(1);
+        ab.write(batch, Duration.ofSeconds(20));
+        assertThat(owner.vectoredBatches()).isEqualTo(2);
+        r.close();
+        assertThat(errors).isEmpty();
+    }
+}
