@@ -3,7 +3,6 @@ package dev.kvtransfer.ucx;
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
-import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -57,9 +56,7 @@ class UcxAbandonedSendTest {
     }
 
     private UcxConnectionManager manager(String name, String mode) {
-        UcxConnectionManager m = (UcxConnectionManager) new UcxTransportProvider().create(TransportConfig.builder()
-                .name(name).defaultTimeout(Duration.ofSeconds(30)).property("ucx.transports", mode)
-                .errorHandler(errors::add).build());
+        UcxConnectionManager m = UcxTestSupport.manager(name, mode, errors);
         managers.add(m);
         return m;
     }

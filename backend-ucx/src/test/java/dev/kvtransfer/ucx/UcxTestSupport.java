@@ -19,6 +19,16 @@ final class UcxTestSupport {
         return TransportConfig.builder().name(name).defaultTimeout(Duration.ofSeconds(30)).build();
     }
 
+    /**
+     * A manager in a mode ({@code ucx.transports}: shm or net) whose background errors go to {@code errors}; the
+     * caller closes it.
+     */
+    static UcxConnectionManager manager(String name, String mode, java.util.List<Throwable> errors) {
+        return (UcxConnectionManager) new UcxTransportProvider().create(TransportConfig.builder().name(name)
+                .defaultTimeout(Duration.ofSeconds(30)).property("ucx.transports", mode).errorHandler(errors::add)
+                .build());
+    }
+
     /** Host memory for this module's tests (core's page-aligned off-heap buffers, the project's one host type). */
     static final HostBufferManager MEMORY = new HostBufferManager();
 

@@ -4,7 +4,6 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.RegisteredRegion;
-import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.transport.support.EmulatedOneSided;
@@ -56,9 +55,7 @@ class UcxVectoredMessagesTest {
     }
 
     private UcxConnectionManager manager(String name, String mode) {
-        UcxConnectionManager m = (UcxConnectionManager) new UcxTransportProvider().create(TransportConfig.builder()
-                .name(name).defaultTimeout(Duration.ofSeconds(30)).property("ucx.transports", mode)
-                .errorHandler(errors::add).build());
+        UcxConnectionManager m = UcxTestSupport.manager(name, mode, errors);
         managers.add(m);
         return m;
     }

@@ -39,7 +39,7 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * <p>Protocol per batch, on the writer's connection (control tags {@link Tags#RMA_REQUEST_TAG} ..
  * {@link Tags#RMA_DATA_TAG}): the writer sends a {@value #HEADER_BYTES}-byte header (magic, entry count, batch
- * id, total bytes) and the entries ({@value #ENTRY_BYTES} bytes each: region id, 16-byte key, offset, length, the region's
+ * id, total bytes, flags) and the entries ({@value #ENTRY_BYTES} bytes each: region id, 16-byte key, offset, length, the region's
  * address as the descriptor claims it);
  * the owner answers go or a refusal naming the entry ({@value #REPLY_BYTES}-byte reply with a reason); on go the
  * writer sends one data message per entry, which the owner receives into place, and the owner answers done. Where
