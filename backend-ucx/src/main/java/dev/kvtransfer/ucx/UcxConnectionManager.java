@@ -8,6 +8,7 @@ import dev.kvtransfer.api.transport.ConnectionManager;
 import dev.kvtransfer.api.transport.RegisteredRegion;
 import dev.kvtransfer.api.transport.WriteBatch;
 import dev.kvtransfer.api.transport.TransportClosedException;
+import dev.kvtransfer.api.transport.TransportCapability;
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportException;
 import org.agrona.concurrent.AgentRunner;
@@ -84,7 +85,7 @@ public final class UcxConnectionManager implements ConnectionManager {
     private volatile Throwable agentFailure;
     /** One-sided writes over tagged messages ({@code ucx.oneSided=emulated}), else null (native RMA). */
     private final dev.kvtransfer.transport.support.EmulatedOneSided emulated;
-    private volatile java.util.Set<dev.kvtransfer.api.transport.TransportCapability> capabilities;
+    private volatile Set<TransportCapability> capabilities;
 
     /**
      * Starts a manager: context, worker, listener and progress agent.
@@ -246,29 +247,32 @@ public final class UcxConnectionManager implements ConnectionManager {
     }
 
     /**
-     * @return cross-process, peer-failure detection and one-sided writes, {@code NATIVE_ONE_SIDED_WRITE} when this
-     *         manager writes by UCX RMA ({@code ucx.oneSided=native}, or {@code auto} resolved to native: see
-     *         {@link UcxSettings#oneSidedReason()}), plus {@code DEVICE_MEMORY} where this UCX accepts CUDA memory
+     * @return cross-process, peer-failure detection, one-sided writes; {@code NATIVE_ONE_SIDED_WRITE} when this manager
+     *         writes by UCX RMA ({@link UcxSettings#oneSidedReason()}); {@code DEVICE_MEMORY} for CUDA memory
      */
     @Override
-    public java.util.Set<dev.kvtransfer.api.transport.TransportCapability> capabilities() {
-        java.util.Set<dev.kvtransfer.api.transport.TransportCapability> known = capabilities;
+    public Set<TransportCapability> capabilities() {
+        Set<TransportCapability> known = capabilities;
         if (known != null) {
             return known; // asked once per request by core: made once
         }
-        java.util.EnumSet<dev.kvtransfer.api.transport.TransportCapability> c = java.util.EnumSet.of(
-                dev.kvtransfer.api.transport.TransportCapability.CROSS_PROCESS,
-                dev.kvtransfer.api.transport.TransportCapability.PEER_FAILURE_DETECTION,
-                dev.kvtransfer.api.transport.TransportCapability.ONE_SIDED_WRITE,
-                dev.kvtransfer.api.transport.TransportCapability.AUTHENTICATED);
+        java.util.EnumSet<TransportCapability> c = java.util.EnumSet.of(TransportCapability.CROSS_PROCESS,
+                TransportCapability.PEER_FAILURE_DETECTION, TransportCapability.ONE_SIDED_WRITE,
+                TransportCapability.AUTHENTICATED);
         if (emulated == null) {
-            c.add(dev.kvtransfer.api.transport.TransportCapability.NATIVE_ONE_SIDED_WRITE);
+            c.add(TransportCapability.NATIVE_ONE_SIDED_WRITE);
         }
         if (cudaMemory) {
-            c.add(dev.kvtransfer.api.transport.TransportCapability.DEVICE_MEMORY);
+            c.add(TransportCapability.DEVICE_MEMORY);
         }
-        capabilities = java.util.Collections.unmodifiableSet(c);
+        capabilities = Collections.unmodifiableSet(c);
         return capabilities;
+    }
+
+    /** Every peer of a shm-mode manager is of this host: see {@link UcxSettings#oneCopyWrites()}. */
+    @Override
+    public boolean oneCopyWritesFrom(String address) {
+        return settings.oneCopyWrites();
     }
 
     /** @return background errors reported to the configuration's error handler so far */

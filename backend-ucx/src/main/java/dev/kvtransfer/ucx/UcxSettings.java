@@ -450,6 +450,19 @@ public final class UcxSettings {
         return cma;
     }
 
+    /**
+     * Whether a peer's one-sided write lands in this manager's memory in one pass: emulated writes in shared-memory
+     * mode with CMA, where the owner reads each batch (one vectored message) from the writer's memory with
+     * {@code process_vm_readv}, and every peer is of this host (shm mode refuses others). Core then moves a pull
+     * between instances of this host as one-sided writes ({@code ConnectionManager.oneCopyWritesFrom}). The owner
+     * checks every entry against its registration, so no memory of it is exposed to the writer.
+     *
+     * @return whether writes come with one copy
+     */
+    public boolean oneCopyWrites() {
+        return emulatedOneSided && sharedMemory && cma;
+    }
+
     /** @return heartbeat interval of control connections, ms */
     public long livenessIntervalMillis() {
         return livenessIntervalMillis;

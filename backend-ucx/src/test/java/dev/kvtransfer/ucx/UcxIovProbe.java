@@ -20,14 +20,15 @@ import java.util.concurrent.atomic.AtomicInteger;
  * A probe of raw jucx, not of this backend: how fast one batch of {@code n} entries of {@code k} KiB moves between
  * two processes when each entry is its own posted tagged message ({@code each}), when the batch is one message of
  * UCX's IOV datatype ({@code iov}: {@code sendTaggedNonBlocking(long[], long[], ...)} against a vectored receive
- * whose entries lie in reverse order), and when it is one contiguous message of the same bytes ({@code contig}).
+ * whose entries lie in reverse order), when it is one contiguous message of the same bytes ({@code contig}), and
+ * when each entry is its own message and each side waits for one before it posts the next ({@code seq}).
  * The receiver prints GB/s per round of 8 batches (the first round is a warm-up and not printed). Both processes
  * busy-progress one worker each. The decision it informed: docs/decisions/2026-12-05-gathered-small-entries-in-
  * emulated-writes.md.
  *
  * <pre>
- * java -cp ... dev.kvtransfer.ucx.UcxIovProbe KIB N each|iov|contig ROUNDS recv ADDRFILE &amp;
- * java -cp ... dev.kvtransfer.ucx.UcxIovProbe KIB N each|iov|contig ROUNDS send ADDRFILE
+ * java -cp ... dev.kvtransfer.ucx.UcxIovProbe KIB N each|iov|contig|seq ROUNDS recv ADDRFILE &amp;
+ * java -cp ... dev.kvtransfer.ucx.UcxIovProbe KIB N each|iov|contig|seq ROUNDS send ADDRFILE
  * </pre>
  */
 public final class UcxIovProbe {
@@ -94,6 +95,18 @@ public final class UcxIovProbe {
                             w.recvTaggedNonBlocking(addr, sizes, TAG, -1L, done);
                         } else {
                             ep.sendTaggedNonBlocking(addr, sizes, TAG, done);
+                        }
+                    } else if (mode.equals("seq")) {
+                        for (int i = 0; i < n; i++) {
+                            left.incrementAndGet();
+                            if (ep == null) {
+                                w.recvTaggedNonBlocking(addr[i], entry, TAG, -1L, done);
+                            } else {
+                                ep.sendTaggedNonBlocking(addr[i], entry, TAG, done);
+                            }
+                            while (left.get() > 0) {
+                                w.progress();
+                            }
                         }
                     } else if (mode.equals("each")) {
                         left.addAndGet(n);

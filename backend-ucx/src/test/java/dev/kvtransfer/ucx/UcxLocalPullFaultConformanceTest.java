@@ -1,0 +1,31 @@
+package dev.kvtransfer.ucx;
+
+import dev.kvtransfer.api.transport.TransportProvider;
+import dev.kvtransfer.core.TransceiverConfig;
+import dev.kvtransfer.testkit.TransceiverFaultConformanceTest;
+
+/**
+ * The testkit's fault rules over UCX with its defaults (shared memory with CMA): the instances of this JVM are local,
+ * so their pulls move as one-copy writes ({@link UcxSettings#oneCopyWrites()}), each batch one vectored message the
+ * owner reads by CMA, whatever their size (control messages lost, delayed or refused, peers lost, deadlines). The two
+ * rules that fault a payload message check instead that this path sends none
+ * ({@link UcxTransceiverFaultConformanceTest} runs them without CMA).
+ */
+class UcxLocalPullFaultConformanceTest extends TransceiverFaultConformanceTest {
+    @Override
+    protected TransportProvider provider() {
+        return new UcxTransportProvider();
+    }
+
+    /** One-copy pulls: rules 4.3 and 4.4 check that no payload message is sent and the bytes are exact. */
+    @Override
+    protected boolean payloadAsMessages() {
+        return false;
+    }
+
+    /** The suite's requests are a few 64 KiB blocks: one copy at any size, so that every pull takes it. */
+    @Override
+    protected TransceiverConfig.Builder transceiverConfig() {
+        return super.transceiverConfig().localOneCopyMinBytes(0);
+    }
+}
