@@ -141,12 +141,15 @@ final class UcxConnection implements Connection, dev.kvtransfer.transport.suppor
         return true;
     }
 
-    /** Posted as one receive of UCX's IOV datatype (host memory only; else false, nothing posted). */
+    /**
+     * Posted as one receive of UCX's IOV datatype where this manager takes vectored writes
+     * ({@link UcxSettings#vectoredWrites()}, off by default); else false, nothing posted (host memory only, too).
+     */
     @Override
     public boolean recvvAsync(int tag, MemoryBuffer[] buffers, long[] offsets, long[] lengths, int from, int count,
                               Duration timeout, dev.kvtransfer.api.transport.RecvCompletion done) {
         long[][] iov = iov(buffers, offsets, lengths, from, count);
-        if (iov == null) {
+        if (iov == null || !manager.settings().vectoredWrites()) {
             return false;
         }
         manager.postAsync(UcxOp.RECV, this, tag, buffers[from], offsets[from], lengths[from], iov, timeout,

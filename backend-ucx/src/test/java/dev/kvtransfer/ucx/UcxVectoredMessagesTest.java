@@ -30,9 +30,11 @@ import static org.awaitility.Awaitility.await;
 /**
  * UCX's vectored messages ({@link VectoredMessages}, UCX's IOV datatype): a message gathered from ranges arrives
  * whole in a plain receive, a plain message is scattered into a vectored receive's ranges, and vectored meets
- * vectored, byte-exact, at eager and rendezvous sizes, in shared-memory and net (TCP) mode; a vectored receive of a
- * message of another length ends {@code MALFORMED} once and the tag keeps moving; and the emulated one-sided write
- * of a batch travels as one vectored message, every byte in place.
+ * vectored, byte-exact, at eager and rendezvous sizes, in shared-memory mode with CMA; a vectored receive of a
+ * message of another length ends {@code MALFORMED} once and the tag keeps moving; the emulated one-sided write of a
+ * batch travels as one vectored message, every byte in place; all with {@code ucx.vectoredWrites} on. Without it
+ * (the default), in net mode or shm without CMA a vectored receive is refused (nothing posted) and a vectored send
+ * still arrives whole.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class UcxVectoredMessagesTest {
@@ -54,8 +56,17 @@ class UcxVectoredMessagesTest {
         }
     }
 
+    /** A manager with {@code ucx.vectoredWrites} on. */
     private UcxConnectionManager manager(String name, String mode) {
-        UcxConnectionManager m = UcxTestSupport.manager(name, mode, errors);
+        return manager(name, mode, true, true);
+    }
+
+    private UcxConnectionManager manager(String name, String mode, boolean cma, boolean vectored) {
+        UcxConnectionManager m = (UcxConnectionManager) new UcxTransportProvider().create(
+                dev.kvtransfer.api.transport.TransportConfig.builder().name(name).defaultTimeout(Duration.ofSeconds(30))
+                        .property(UcxSettings.TRANSPORTS, mode).property(UcxSettings.CMA, Boolean.toString(cma))
+                        .property(UcxSettings.VECTORED_WRITES, Boolean.toString(vectored))
+                        .errorHandler(errors::add).build());
         managers.add(m);
         return m;
     }
@@ -118,8 +129,45 @@ class UcxVectoredMessagesTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"shm", "net"})
-    void gatheredAndScatteredMessagesArriveByteExact(String mode) {
+    @ValueSource(strings = {"shm-default", "net", "shm-nocma"})
+    void withoutVectoredWritesAVectoredReceiveIsRefusedAndAVectoredSendArrivesWhole(String mode) {
+        String transports = mode.startsWith("shm") ? "shm" : "net";
+        boolean cma = !mode.equals("shm-nocma");
+        boolean vectored = !mode.equals("shm-default");
+        UcxConnectionManager a = manager("vn-a-" + mode, transports, cma, vectored);
+        UcxConnectionManager b = manager("vn-b-" + mode, transports, cma, vectored);
+        VectoredMessages ab = (VectoredMessages) a.connection(b.localAddress());
+        Connection ba = b.connection(a.localAddress());
+        assertThat(b.settings().vectoredWrites()).isFalse();
+        int n = LENGTHS.length;
+        long total = total(LENGTHS);
+        MemoryBuffer dst = buf(total + (n + 1) * GAP);
+        Outcome refused = new Outcome();
+        assertThat(((VectoredMessages) ba).recvvAsync(500, same(dst, n), offsets(LENGTHS, true), LENGTHS, 0, n,
+                Duration.ofSeconds(20), refused)).as("a vectored receive here").isFalse();
+        long[] srcAt = offsets(LENGTHS, false);
+        MemoryBuffer src = buf(total + (n + 1) * GAP);
+        for (int i = 0; i < n; i++) {
+            fill(src, srcAt[i], LENGTHS[i], 600 + i);
+        }
+        MemoryBuffer whole = buf(total);
+        Outcome sent = new Outcome();
+        assertThat(ab.sendvAsync(500, same(src, n), srcAt, LENGTHS, 0, n, Duration.ofSeconds(20), sent)).isTrue();
+        ba.recv(500, whole, 0, total, Duration.ofSeconds(20));
+        sent.awaitEnded();
+        assertThat(sent.failures).isEmpty();
+        long pos = 0;
+        for (int i = 0; i < n; i++) {
+            verify(whole, pos, LENGTHS[i], 600 + i);
+            pos += LENGTHS[i];
+        }
+        assertThat(refused.calls.get()).as("a refused receive never ends").isZero();
+        assertThat(errors).isEmpty();
+    }
+
+    @Test
+    void gatheredAndScatteredMessagesArriveByteExact() {
+        String mode = "shm";
         UcxConnectionManager a = manager("v-a-" + mode, mode);
         UcxConnectionManager b = manager("v-b-" + mode, mode);
         VectoredMessages ab = (VectoredMessages) a.connection(b.localAddress());
