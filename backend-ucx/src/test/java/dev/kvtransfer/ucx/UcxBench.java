@@ -48,7 +48,10 @@ import java.util.regex.Pattern;
  * {@code -e} (error handling: TCP). With {@code --runs N} everything repeats N times and the table shows
  * min / median / max per cell, the ratio of medians to perftest's default, all from the same run.
  *
- * <p>Usage: {@code UcxBench [--runs 3] [--sizes 1m,16m,64m] [--bytes 1g] [--warmup 3] [--streams 1]
+ * With {@code --window N} each stream keeps N posted sends ({@code Connection.sendAsync}) outstanding and the
+ * receiver N posted receives ({@code recvAsync}), as {@code tag_bw} keeps a window; the default 1 is blocking calls.
+ *
+ * <p>Usage: {@code UcxBench [--runs 3] [--sizes 1m,16m,64m] [--bytes 1g] [--warmup 3] [--streams 1] [--window 1]
  * [--variants shm,nocma,net] [--lat-iters 20000] [--set ucx.key=value ...] [--put] [--perftest ucx_perftest | --no-perftest] [--role idle]}.
  * Exit code 0 when every transfer verified.
  */
@@ -93,8 +96,8 @@ public final class UcxBench {
         Options o = Options.parse(args);
         String tls = System.getenv("UCX_TLS");
         out.printf(Locale.ROOT, "UCX_TLS=%s; runs=%d; sizes=%s; bytes per size=%d; warmup=%d; streams=%d; "
-                        + "variants=%s; lat-iters=%d; load average %s%n", tls == null ? "(unset)" : tls, o.runs,
-                o.sizes, o.bytes, o.warmup, o.streams, o.variants, o.latIters, loadAverage());
+                        + "window=%d; variants=%s; lat-iters=%d; load average %s%n", tls == null ? "(unset)" : tls,
+                o.runs, o.sizes, o.bytes, o.warmup, o.streams, o.window, o.variants, o.latIters, loadAverage());
         Results res = new Results();
         Map<String, Set<String>> transports = new LinkedHashMap<>();
         boolean verified = true;
@@ -166,7 +169,7 @@ public final class UcxBench {
         boolean ok = true;
         long maxSize = o.sizes.stream().mapToLong(Long::longValue).max().orElse(8);
         List<String> childArgs = new ArrayList<>(List.of("--role", "receiver", "--variants", variant, "--streams",
-                Integer.toString(o.streams)));
+                Integer.toString(o.streams), "--window", Integer.toString(o.window)));
         SETTINGS.forEach((k, v) -> childArgs.addAll(List.of("--set", k + "=" + v)));
         try (ChildJvm child = ChildJvm.start(UcxBench.class, "1g", childArgs);
              ConnectionManager m = new UcxTransportProvider().create(config("bench-sender", variant))) {
@@ -187,7 +190,7 @@ public final class UcxBench {
                     List<Future<Boolean>> fs = new ArrayList<>();
                     for (int s = 0; s < o.streams; s++) {
                         int k = s;
-                        fs.add(pool.submit(() -> stream(c, bufs[k], k, size, o.warmup, count, start)));
+                        fs.add(pool.submit(() -> stream(c, bufs[k], k, size, o.warmup, count, start, o.window)));
                     }
                     start.await(120, TimeUnit.SECONDS); // every stream warmed up
                     long t0 = System.nanoTime();
@@ -279,7 +282,7 @@ public final class UcxBench {
     }
 
     private static boolean stream(Connection c, MemoryBuffer buf, int k, long size, long warmup, long count,
-                                  CyclicBarrier start) throws Exception {
+                                  CyclicBarrier start, int window) throws Exception {
         MemoryBuffer small = alloc(8);
         try {
             fillPattern(buf, size, size + k);
@@ -288,9 +291,14 @@ public final class UcxBench {
             }
             c.recv(ACK + k, small, 0, 8);
             start.await(120, TimeUnit.SECONDS);
+            Window w = new Window(window);
             for (long i = 0; i < count; i++) {
-                c.send(DATA + k, buf, 0, size);
+                // Every message of a stream leaves the same buffer: a posted send only reads it.
+                if (window == 1 || !w.post(() -> c.sendAsync(DATA + k, buf, 0, size, Duration.ofMinutes(10), w))) {
+                    c.send(DATA + k, buf, 0, size);
+                }
             }
+            w.drain();
             c.recv(ACK + k, small, 0, 8);
             start.await(600, TimeUnit.SECONDS);
             c.recv(STATUS + k, small, 0, 8);
@@ -458,9 +466,15 @@ public final class UcxBench {
                                 c.recv(DATA + k, bufs[k], 0, size);
                             }
                             c.send(ACK + k, st, 0, 8);
+                            Window w = new Window(o.window);
                             for (long i = 0; i < count; i++) {
-                                c.recv(DATA + k, bufs[k], 0, size);
+                                // Posted receives into one buffer land the same bytes; the last one is checked.
+                                if (o.window == 1 || !w.post(() -> c.recvAsync(DATA + k, bufs[k], 0, size,
+                                        Duration.ofMinutes(10), w))) {
+                                    c.recv(DATA + k, bufs[k], 0, size);
+                                }
                             }
+                            w.drain();
                             c.send(ACK + k, st, 0, 8);
                             st.asByteBuffer().putLong(0, checkPattern(bufs[k], size, size + k) ? 1 : 0);
                             c.send(STATUS + k, st, 0, 8);
@@ -624,6 +638,62 @@ public final class UcxBench {
         }
     }
 
+    /**
+     * Keeps at most {@code size} posted sends or receives of one stream outstanding ({@code --window}): a post waits
+     * for a slot, {@link #drain} for all of them; a failed one fails the stream.
+     */
+    static final class Window implements dev.kvtransfer.api.transport.SendCompletion,
+            dev.kvtransfer.api.transport.RecvCompletion {
+        private final int size;
+        private final java.util.concurrent.Semaphore slots;
+        private volatile dev.kvtransfer.api.transport.TransportException failure;
+
+        Window(int size) {
+            this.size = size;
+            this.slots = new java.util.concurrent.Semaphore(size);
+        }
+
+        /** @return whether the transport posted it (else nothing posted and the slot is given back) */
+        boolean post(java.util.function.BooleanSupplier poster) throws InterruptedException {
+            check();
+            if (!slots.tryAcquire(10, TimeUnit.MINUTES)) {
+                throw new IllegalStateException("no posted operation ended in 10 minutes");
+            }
+            if (!poster.getAsBoolean()) {
+                slots.release();
+                return false;
+            }
+            return true;
+        }
+
+        void drain() throws InterruptedException {
+            if (!slots.tryAcquire(size, 10, TimeUnit.MINUTES)) {
+                throw new IllegalStateException("posted operations did not end in 10 minutes");
+            }
+            slots.release(size);
+            check();
+        }
+
+        private void check() {
+            if (failure != null) {
+                throw failure;
+            }
+        }
+
+        @Override
+        public void sent(dev.kvtransfer.api.transport.TransportException f) {
+            completed(f);
+        }
+
+        @Override
+        public void completed(dev.kvtransfer.api.transport.TransportException f) {
+            if (f != null) {
+                failure = f;
+            }
+            slots.release();
+        }
+    }
+
     /** Parsed command line. */
     static final class Options {
         String role = "compare";
@@ -632,6 +702,8 @@ public final class UcxBench {
         int warmup = 3;
         int runs = 3;
         int streams = 1;
+        /** Posted sends (and receives on the receiver) kept outstanding per stream; 1: blocking calls. */
+        int window = 1;
         int latIters = 20_000;
         List<String> variants = List.of("shm");
         String perftest = "ucx_perftest";
@@ -655,6 +727,7 @@ public final class UcxBench {
                     case "--warmup" -> o.warmup = Integer.parseInt(args[++i]);
                     case "--runs" -> o.runs = Integer.parseInt(args[++i]);
                     case "--streams" -> o.streams = Integer.parseInt(args[++i]);
+                    case "--window" -> o.window = Integer.parseInt(args[++i]);
                     case "--lat-iters" -> o.latIters = Integer.parseInt(args[++i]);
                     case "--variants" -> o.variants = List.of(args[++i].split(","));
                     case "--perftest" -> o.perftest = args[++i];
