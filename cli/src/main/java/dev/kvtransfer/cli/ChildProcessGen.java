@@ -51,6 +51,8 @@ final class ChildProcessGen implements GenSide {
             cmd.add("--metrics-port=" + metricsPort);
         }
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT);
+        // The worker's stdout carries the protocol: UCX logs (to stdout by default) go to stderr instead.
+        pb.environment().putIfAbsent("UCX_LOG_FILE", "stderr");
         try {
             process = pb.start();
         } catch (IOException e) {
@@ -81,6 +83,8 @@ final class ChildProcessGen implements GenSide {
                     if (fut != null) {
                         fut.complete(t);
                     }
+                } else if (WorkerProtocol.nativeLogLine(line)) {
+                    System.err.println(line); // not a reply
                 } else {
                     replies.add(line);
                 }

@@ -36,6 +36,18 @@ final class WorkerProtocol {
     static final String QUIT = "QUIT";
     static final String BYE = "BYE";
 
+    /**
+     * Whether a line on the worker's stdout is a native library's log line rather than a reply: UCX prints
+     * {@code [seconds.micros] [host:pid:thread] file:line UCX LEVEL message} there unless {@code UCX_LOG_FILE} sends it
+     * elsewhere (the demo sets it to stderr). Every reply starts with one of the words above.
+     *
+     * @param line a line the worker printed
+     * @return whether it is a log line to pass through, not a reply
+     */
+    static boolean nativeLogLine(String line) {
+        return line.startsWith("[");
+    }
+
     private WorkerProtocol() {
     }
 
