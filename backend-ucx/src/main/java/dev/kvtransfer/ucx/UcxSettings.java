@@ -473,9 +473,10 @@ public final class UcxSettings {
     }
 
     /**
-     * Whether a peer's one-sided write lands in this manager's memory in one pass: emulated writes in shared-memory
-     * mode with CMA, where the owner reads each batch (one vectored message) from the writer's memory with
-     * {@code process_vm_readv}, and every peer is of this host (shm mode refuses others). Core then moves a pull
+     * Whether a peer's one-sided write lands in this manager's memory in one pass: emulated writes with
+     * {@value #VECTORED_WRITES} on, in shared-memory mode with CMA, where the owner reads each batch (one vectored
+     * message) from the writer's memory with {@code process_vm_readv}, and every peer is of this host (shm mode
+     * refuses others). Off by default with vectored writes, so a default pull stays on messages. Core then moves a pull
      * between instances of this host as one-sided writes ({@code ConnectionManager.oneCopyWritesFrom}). The owner
      * checks every entry against its registration, so no memory of it is exposed to the writer.
      *
