@@ -68,8 +68,8 @@ public final class UcxSettings {
     /**
      * Property: whether an emulated write batch may travel as one vectored (IOV) message and, with it, a pull between
      * local instances as one-sided writes (default {@code false}). Off because a vectored receive is not always read
-     * by the owner alone: in 1 of 3 and 1 of 6 rounds of {@code UcxLateWriteTest} a writer stopped mid-batch and
-     * resumed after the revocation still wrote the batch into the reused memory.
+     * by the owner alone: {@code UcxLateWriteTest} saw a writer stopped mid-batch and resumed after the revocation
+     * still write its batch into the reused memory ({@link #vectoredWrites()}).
      */
     public static final String VECTORED_WRITES = "ucx.vectoredWrites";
     /** Property: milliseconds between heartbeats on an idle control connection. */
@@ -278,7 +278,7 @@ public final class UcxSettings {
             ucx.put("TLS", SHM_TLS + (cma ? ",cma" : ""));
             if (cma && vectoredWrites) {
                 // The receiver reads rendezvous itself (CMA get) where UCX can, vectored receives included: fewer of
-                // them wait on their sender (not all: see VECTORED_WRITES).
+                // them wait on their sender (not all: see vectoredWrites()).
                 ucx.putIfAbsent("RNDV_SCHEME", "get_zcopy");
             }
         }
@@ -487,26 +487,16 @@ public final class UcxSettings {
     }
 
     /**
-     * Whether this manager takes an emulated write batch as one vectored message ({@value #VECTORED_WRITES} on, in
-     * shared-memory mode with CMA): see {@link #receiverReadsRendezvous()}.
+     * Whether this manager takes an emulated write batch as one vectored message: {@value #VECTORED_WRITES} on, in
+     * shared-memory mode with CMA, where the setting also asks UCX to let receivers read rendezvous themselves
+     * ({@code RNDV_SCHEME=get_zcopy}, unless {@code ucx.config.RNDV_SCHEME} says otherwise). Even so a receive matched
+     * by a writer that then stalled may outlive its deadline and take the writer's bytes after the region was revoked
+     * and reused; hence off by default (docs/decisions, 2026-12-06).
      *
      * @return whether vectored receives are posted
      */
     public boolean vectoredWrites() {
-        return vectoredWrites && receiverReadsRendezvous();
-    }
-
-    /**
-     * Whether rendezvous are read by their receiver where UCX can ({@code process_vm_readv}): shared-memory mode with
-     * CMA and {@value #VECTORED_WRITES} set UCX's {@code RNDV_SCHEME=get_zcopy} unless {@code ucx.config.RNDV_SCHEME}
-     * says otherwise. It made a stalled writer's late vectored batch rarer, not impossible: with it, 1 of 6 rounds of
-     * {@code UcxLateWriteTest} still saw a receive matched by a writer that then stalled outlive its deadline and take
-     * the writer's bytes after the region was revoked and reused; without it, 1 of 3.
-     *
-     * @return whether receives read their rendezvous themselves
-     */
-    public boolean receiverReadsRendezvous() {
-        return sharedMemory && cma && "get_zcopy".equals(ucxConfig.get("RNDV_SCHEME"));
+        return vectoredWrites && sharedMemory && cma;
     }
 
     /** @return heartbeat interval of control connections, ms */

@@ -4,8 +4,8 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.RegisteredRegion;
-import dev.kvtransfer.api.transport.TransportException;
 import dev.kvtransfer.api.transport.WriteBatch;
+import dev.kvtransfer.testkit.PostedOutcome;
 import dev.kvtransfer.transport.support.EmulatedOneSided;
 import dev.kvtransfer.transport.support.VectoredMessages;
 import org.junit.jupiter.api.AfterEach;
@@ -19,13 +19,11 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 
 import static dev.kvtransfer.ucx.UcxTestSupport.buffer;
 import static dev.kvtransfer.ucx.UcxTestSupport.fill;
 import static dev.kvtransfer.ucx.UcxTestSupport.verify;
 import static org.assertj.core.api.Assertions.assertThat;
-import static org.awaitility.Awaitility.await;
 
 /**
  * UCX's vectored messages ({@link VectoredMessages}, UCX's IOV datatype): a message gathered from ranges arrives
@@ -121,8 +119,8 @@ class UcxVectoredMessagesTest {
         assertThat(ab.sendvAsync(tag, same(src, n), srcAt, lengths, 0, n, Duration.ofSeconds(20), sent)).isTrue();
         ba.recv(tag, whole, 0, total, Duration.ofSeconds(20));
         sent.awaitEnded();
-        assertThat(sent.failures).isEmpty();
-        assertThat(sent.calls.get()).isEqualTo(1);
+        assertThat(sent.failure()).isNull();
+        assertThat(sent.calls()).isEqualTo(1);
         long pos = 0;
         for (int i = 0; i < n; i++) {
             verify(whole, pos, lengths[i], seed + i);
@@ -131,28 +129,10 @@ class UcxVectoredMessagesTest {
         return whole;
     }
 
-    /** Counts a posted operation's outcomes. */
-    private static final class Outcome implements dev.kvtransfer.api.transport.SendCompletion,
-            dev.kvtransfer.api.transport.RecvCompletion {
-        final AtomicInteger calls = new AtomicInteger();
-        final List<TransportException> failures = new CopyOnWriteArrayList<>();
-
-        @Override
-        public void sent(TransportException f) {
-            completed(f);
-        }
-
-        @Override
-        public void completed(TransportException f) {
-            if (f != null) {
-                failures.add(f);
-            }
-            calls.incrementAndGet();
-        }
-
+    /** A posted operation's callback: {@link PostedOutcome}, awaited with this test's bound. */
+    private static final class Outcome extends PostedOutcome {
         void awaitEnded() {
-            await("the posted operation's outcome").atMost(Duration.ofSeconds(20)).pollInterval(Duration.ofMillis(2))
-                    .until(() -> calls.get() > 0);
+            awaitEnded(Duration.ofSeconds(20));
         }
     }
 
@@ -175,7 +155,7 @@ class UcxVectoredMessagesTest {
                 Duration.ofSeconds(20), refused)).as("a vectored receive here").isFalse();
         long[] srcAt = offsets(LENGTHS, false);
         gatheredIntoAPlainReceive(ab, ba, 500, LENGTHS, buf(total + (n + 1) * GAP), srcAt, 600);
-        assertThat(refused.calls.get()).as("a refused receive never ends").isZero();
+        assertThat(refused.calls()).as("a refused receive never ends").isZero();
         assertThat(errors).isEmpty();
     }
 
@@ -202,7 +182,7 @@ class UcxVectoredMessagesTest {
                     .isTrue();
             abC.send(301, whole, 0, total, Duration.ofSeconds(20));
             received.awaitEnded();
-            assertThat(received.failures).isEmpty();
+            assertThat(received.failure()).isNull();
             for (int i = 0; i < n; i++) {
                 verify(dst, dstAt[i], lengths[i], 100 + i);
             }
@@ -216,12 +196,12 @@ class UcxVectoredMessagesTest {
                     .isTrue();
             in.awaitEnded();
             out.awaitEnded();
-            assertThat(in.failures).isEmpty();
-            assertThat(out.failures).isEmpty();
+            assertThat(in.failure()).isNull();
+            assertThat(out.failure()).isNull();
             for (int i = 1; i < n; i++) {
                 verify(dst2, dstAt[i], lengths[i], 100 + i);
             }
-            assertThat(in.calls.get() + out.calls.get() + received.calls.get()).isEqualTo(3);
+            assertThat(in.calls() + out.calls() + received.calls()).isEqualTo(3);
         }
         assertThat(errors).isEmpty();
     }
@@ -242,7 +222,7 @@ class UcxVectoredMessagesTest {
         fill(longer, 0, total + 1, 7);
         ab.send(400, longer, 0, total + 1, Duration.ofSeconds(20));
         r.awaitEnded();
-        assertThat(r.failures).singleElement().satisfies(e -> assertThat(e.code()).as(e.getMessage())
+        assertThat(r.failure()).isNotNull().satisfies(e -> assertThat(e.code()).as(e.getMessage())
                 .isEqualTo(ErrorCode.MALFORMED));
         // The tag goes on: a message of the right length scatters into the same ranges.
         MemoryBuffer right = buf(total);
@@ -255,11 +235,11 @@ class UcxVectoredMessagesTest {
         assertThat(ba.recvvAsync(400, same(dst, n), dstAt, LENGTHS, 0, n, Duration.ofSeconds(20), r2)).isTrue();
         ab.send(400, right, 0, total, Duration.ofSeconds(20));
         r2.awaitEnded();
-        assertThat(r2.failures).isEmpty();
+        assertThat(r2.failure()).isNull();
         for (int i = 0; i < n; i++) {
             verify(dst, dstAt[i], LENGTHS[i], 200 + i);
         }
-        assertThat(r.calls.get()).isEqualTo(1);
+        assertThat(r.calls()).isEqualTo(1);
     }
 
     @Test

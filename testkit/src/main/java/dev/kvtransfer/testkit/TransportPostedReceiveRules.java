@@ -4,8 +4,6 @@ import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.memory.MemoryBuffer;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.api.transport.ConnectionManager;
-import dev.kvtransfer.api.transport.RecvCompletion;
-import dev.kvtransfer.api.transport.SendCompletion;
 import dev.kvtransfer.api.transport.TransportCapability;
 import dev.kvtransfer.api.transport.TransportClosedException;
 import dev.kvtransfer.api.transport.TransportException;
@@ -18,7 +16,6 @@ import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Future;
 import java.util.concurrent.ThreadLocalRandom;
-import java.util.concurrent.atomic.AtomicInteger;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
@@ -34,38 +31,7 @@ public abstract class TransportPostedReceiveRules extends TransportLifecycleRule
     protected static final Duration POSTED_BOUND = Duration.ofSeconds(30);
 
     /** A callback, of a posted receive or a posted send, that counts its calls and keeps the first outcome. */
-    protected static final class Outcome implements RecvCompletion, SendCompletion {
-        private final AtomicInteger calls = new AtomicInteger();
-        private volatile TransportException failure;
-        private volatile boolean ended;
-
-        @Override
-        public void sent(TransportException f) {
-            completed(f);
-        }
-
-        @Override
-        public void completed(TransportException f) {
-            if (calls.getAndIncrement() == 0) {
-                failure = f;
-                ended = true;
-            }
-        }
-
-        /** @return whether it was called */
-        public boolean ended() {
-            return ended;
-        }
-
-        /** @return how many times it was called */
-        public int calls() {
-            return calls.get();
-        }
-
-        /** @return the failure it was called with (null: done) */
-        public TransportException failure() {
-            return failure;
-        }
+    protected static final class Outcome extends PostedOutcome {
     }
 
     /** Waits, bounded by {@link #POSTED_BOUND}, until every callback was called. */
