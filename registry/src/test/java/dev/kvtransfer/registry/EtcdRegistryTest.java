@@ -35,13 +35,15 @@ class EtcdRegistryTest {
 
     @Test
     void leasesWatchesDuplicatesAndForeignEntries(@TempDir Path dir) throws Exception {
+        // gen-0 outlives the test on a 10 s lease; ctx-0, whose death the test watches, has etcd's shortest (2 s).
+        // (With 2 s for gen-0 too, a CI host that stalled etcd's lease renewals for 2 s expired gen-0 mid-test.)
         try (EtcdServer etcd = new EtcdServer(dir).start();
-             EtcdRegistry a = EtcdRegistry.open(etcd.registryUrl(), RegistryAuth.of(SECRET), Duration.ofSeconds(2));
+             EtcdRegistry a = EtcdRegistry.open(etcd.registryUrl(), RegistryAuth.of(SECRET), Duration.ofSeconds(10));
              EtcdRegistry router = EtcdRegistry.open(etcd.registryUrl(), RegistryAuth.of(SECRET),
-                     Duration.ofSeconds(2))) {
+                     Duration.ofSeconds(10))) {
             List<Registry.Event> events = new CopyOnWriteArrayList<>();
             AutoCloseable w = router.watch(events::add);
-            assertThat(a.register(record("gen-0", InstanceRecord.GENERATION, 1))).isEqualTo(2000);
+            assertThat(a.register(record("gen-0", InstanceRecord.GENERATION, 1))).isEqualTo(10_000);
             EtcdRegistry ctxProcess = EtcdRegistry.open(etcd.registryUrl(), RegistryAuth.of(SECRET),
                     Duration.ofSeconds(2));
             ctxProcess.register(record("ctx-0", InstanceRecord.CONTEXT, 5));
