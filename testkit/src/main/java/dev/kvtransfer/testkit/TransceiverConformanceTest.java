@@ -63,7 +63,8 @@ import static org.awaitility.Awaitility.await;
  *     asks for times out on the context side ({@code TIMEOUT});</li>
  * <li>one failing request (block counts that disagree) fails on both sides and the others complete;</li>
  * <li>status checks agree across the status group and report each request once;</li>
- * <li>after close no buffer (every buffer manager closes), connection or thread remains.</li>
+ * <li>after close no buffer (every buffer manager closes), connection or thread remains;</li>
+ * <li>pulls that two context ranks serve in opposite orders both arrive, on one receive slot (rule 17).</li>
  * </ol>
  * Every test closes its instances; a leaked buffer fails the close.
  */
@@ -673,6 +674,45 @@ public abstract class TransceiverConformanceTest {
         assertThat(messages).as("payload messages of %s", p.name()).isPositive();
         assertThat(bytes / messages).as("bytes per payload message on %s (%d bytes, %d messages): the rule must move "
                 + "messages of at least 1 MiB", p.name(), bytes, messages).isGreaterThanOrEqualTo(LARGE_MESSAGE);
+        assertThat(backgroundErrors).isEmpty();
+    }
+
+    /**
+     * Rule 17: two pulls that the two context ranks of one generation rank serve in opposite orders both arrive
+     * exactly, with one sender thread per context rank ({@code sendConcurrency=1}) and one receive slot on the
+     * generation rank ({@code recvSlots=1}). Each context rank's thread is busy with the request the other one
+     * serves second, so a generation rank that waited for its slot would hold it for a request whose other half
+     * cannot come: a staging slot must never be waited for by a request whose senders are not moving it. Messages
+     * of 1 MiB and more (sends that wait for the receiver on a rendezvous transport).
+     */
+    @Test
+    public void required_spec3_17_pullsServedInOppositeOrdersByTwoContextRanksBothArrive() {
+        LayoutPair base = grid().supported().stream().filter(q -> q.ctx().worldSize() == 2 && q.gen().worldSize() == 1
+                && !q.ctx().attentionDpEnabled() && q.ctx().recurrentState() == null
+                && q.ctx().windowGroups() == null).findFirst().orElse(workhorsePair());
+        LayoutPair p = LayoutGrid.of(List.of(base)).withBlocksOfAtLeast(LARGE_MESSAGE).supported().get(0);
+        TransceiverConfig c = transceiverConfig().chunkBytes(4L << 20).transferBufferBytes(8L << 20)
+                .sendConcurrency(1).recvSlots(1).kvTransferTimeout(Duration.ofSeconds(20))
+                .transferMode(TransceiverConfig.TransferMode.PULL).build();
+        LocalInstance ctx = start("ctx", p.ctx(), c, 32, messageConfig());
+        LocalInstance gen = start("gen", p.gen(), c, 32, messageConfig());
+        int tpb = p.ctx().tokensPerBlock();
+        Transfer a = prepare(ctx, gen, p.ctx(), p.gen(), tpb * 3, tpb * 3, 0);
+        Transfer b = prepare(ctx, gen, p.ctx(), p.gen(), tpb * 3 - 1, tpb * 3 - 1, 0);
+        // Context rank 0 serves a first, rank 1 b first; each rank's second request queues behind its first.
+        ctx.transceiver(a.ctxRanks.get(0)).respondAndSendAsync(a.ctx.get(0));
+        ctx.transceiver(b.ctxRanks.get(1)).respondAndSendAsync(b.ctx.get(1));
+        request(gen, a);
+        request(gen, b);
+        await().atMost(bound()).until(() -> a.ctx.get(0).transferStart().isPresent()
+                && b.ctx.get(1).transferStart().isPresent());
+        ctx.transceiver(b.ctxRanks.get(0)).respondAndSendAsync(b.ctx.get(0));
+        ctx.transceiver(a.ctxRanks.get(1)).respondAndSendAsync(a.ctx.get(1));
+        awaitEnded(List.of(a, b));
+        assertExact(gen, a);
+        assertExact(gen, b);
+        free(ctx, gen, a);
+        free(ctx, gen, b);
         assertThat(backgroundErrors).isEmpty();
     }
 
