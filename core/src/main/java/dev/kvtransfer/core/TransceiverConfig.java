@@ -31,7 +31,7 @@ public final class TransceiverConfig {
     public static final String P_SEND_CONCURRENCY = PREFIX + "sendConcurrency";
     /** How long the context responder waits for the info behind a header on an idle connection; 0 = never. */
     public static final String P_RESPONDER_INFO_WAIT_MICROS = PREFIX + "responderInfoWaitMicros";
-    /** Receive slots of the buffer pool. */
+    /** Receive slots of the buffer pool allocated up front (with dynamic buffers on, more are added as needed). */
     public static final String P_RECV_SLOTS = PREFIX + "recvSlots";
     /** Whether parts to/from different peers move concurrently. */
     public static final String P_PARALLEL_RECEIVE = PREFIX + "parallelReceive";

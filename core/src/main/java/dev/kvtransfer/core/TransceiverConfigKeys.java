@@ -32,7 +32,8 @@ public final class TransceiverConfigKeys {
                     "How long the context responder waits for the request info behind a header on an idle connection, "
                             + "over a transport that does not post receives (unused over Aeron, UCX, loopback)."),
             new ConfigKey(P_RECV_SLOTS, Integer.toString(DEFAULT_RECV_SLOTS), "[1, 1024]",
-                    "Receive slots of the buffer pool."),
+                    "Receive slots of the buffer pool allocated up front; with dynamic buffers on, a receive that "
+                            + "finds every slot held gets a new one."),
             new ConfigKey(P_PARALLEL_RECEIVE, Boolean.toString(DEFAULT_PARALLEL_RECEIVE), "true | false",
                     "Whether parts to and from different peers move concurrently."),
             new ConfigKey(P_ALLOW_DYNAMIC_BUFFERS, Boolean.toString(DEFAULT_ALLOW_DYNAMIC_BUFFERS), "true | false",

@@ -31,7 +31,9 @@ import java.util.concurrent.locks.ReentrantLock;
  *   <li>{@link #acquire} takes the lowest free slot of a direction, or waits for one until its deadline
  *       ({@link ErrorCode#TIMEOUT} naming the direction and the wait). Waiters are served first come, first
  *       served: a returned slot is handed straight to the longest waiter, so a stream of fast acquirers cannot
- *       starve a slow one. An interrupted wait fails with {@link ErrorCode#CANCELLED} (interrupt flag kept).</li>
+ *       starve a slow one. An interrupted wait fails with {@link ErrorCode#CANCELLED} (interrupt flag kept).
+ *       Receives do not wait while dynamic buffers are on: with every receive slot held, the pool grows by one
+ *       (allocated then, not pre-touched, kept until the pool closes; {@link #slotCount} counts it).</li>
  *   <li>{@link Slot#carve} cuts the slot into consecutive slices, without padding, while the running total fits;
  *       from the first part that does not fit on, every part gets a dynamic buffer of its size (or, with dynamic
  *       allocation off, the call fails with {@link ErrorCode#INTERNAL} naming the part). {@link Slot#covered()}
@@ -218,6 +220,9 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
                         return hand(new PoolSlot(direction, i, set.memory[i]));
                     }
                 }
+                if (direction == Direction.RECV && allowDynamic) {
+                    return hand(grow(set));
+                }
             }
             Waiter w = new Waiter(lock.newCondition());
             set.waiters.add(w);
@@ -265,6 +270,23 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
      */
     public void onWait(java.util.function.ObjLongConsumer<Direction> listener) {
         this.waitListener = Objects.requireNonNull(listener, "listener");
+    }
+
+    /*
+     * A receive never waits for a slot (with dynamic buffers on): a generation rank that waited could hold its only
+     * free slot for a request whose senders are busy with another request, the one waiting for that slot (two
+     * context ranks serving two pulls in opposite orders; SPEC 3.17), and both would wait out their deadline. The
+     * new slot is allocated now, not pre-touched (its pages come as a receive writes them), and kept for later
+     * receives until the pool closes. Receives held at once are bounded by the generation request threads.
+     */
+    private PoolSlot grow(SlotSet set) {
+        MemoryBuffer m = buffers.allocate(slotBytes, stagingKind);
+        int i = set.memory.length;
+        set.memory = java.util.Arrays.copyOf(set.memory, i + 1);
+        set.memory[i] = m;
+        set.taken = java.util.Arrays.copyOf(set.taken, i + 1);
+        set.taken[i] = true;
+        return new PoolSlot(set.direction, i, m);
     }
 
     private PoolSlot hand(PoolSlot s) {
@@ -345,8 +367,9 @@ public final class DefaultTransferBufferPool implements TransferBufferPool, Auto
 
     private static final class SlotSet {
         final Direction direction;
-        final MemoryBuffer[] memory;
-        final boolean[] taken;
+        /** Guarded by the pool's lock; a receive set grows when every slot is held ({@link #grow}). */
+        volatile MemoryBuffer[] memory;
+        boolean[] taken;
         final ArrayDeque<Waiter> waiters = new ArrayDeque<>();
 
         SlotSet(Direction direction, MemoryBuffer[] memory) {

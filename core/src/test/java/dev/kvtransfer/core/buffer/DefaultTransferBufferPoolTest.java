@@ -125,7 +125,8 @@ class DefaultTransferBufferPoolTest {
 
     @Test
     void acquireTimesOutNamingTheDirectionAndTheWait() {
-        try (DefaultTransferBufferPool pool = new DefaultTransferBufferPool(mm, 64, 1, 1, true)) {
+        // Receives wait only with dynamic buffers off (with them on the receive set grows instead).
+        try (DefaultTransferBufferPool pool = new DefaultTransferBufferPool(mm, 64, 1, 1, false)) {
             Slot held = pool.acquire(Direction.RECV, LONG);
             long t0 = System.nanoTime();
             assertThatThrownBy(() -> pool.acquire(Direction.RECV, Duration.ofMillis(200)))
@@ -138,6 +139,41 @@ class DefaultTransferBufferPoolTest {
             pool.acquire(Direction.SEND, Duration.ZERO).close();
             held.close();
         }
+        try (DefaultTransferBufferPool pool = new DefaultTransferBufferPool(mm, 64, 1, 1, true)) {
+            Slot held = pool.acquire(Direction.SEND, LONG);
+            assertThatThrownBy(() -> pool.acquire(Direction.SEND, Duration.ofMillis(50)))
+                    .isInstanceOfSatisfying(KvTransferException.class,
+                            e -> assertThat(e.code()).isEqualTo(ErrorCode.TIMEOUT))
+                    .hasMessageContaining("SEND");
+            held.close();
+        }
+    }
+
+    @Test
+    void aReceiveWithEverySlotHeldGetsANewSlotThatStaysInThePool() {
+        try (DefaultTransferBufferPool pool = new DefaultTransferBufferPool(mm, 64, 1, 1, true)) {
+            Slot first = pool.acquire(Direction.RECV, LONG);
+            Slot second = pool.acquire(Direction.RECV, Duration.ZERO); // no wait, no timeout
+            assertThat(pool.slotCount(Direction.RECV)).isEqualTo(2);
+            assertThat(pool.freeSlots(Direction.RECV)).isZero();
+            MemoryBuffer[] a = first.carve(new long[] {64});
+            MemoryBuffer[] b = second.carve(new long[] {40, 24});
+            assertThat(second.covered()).as("the new slot is a full slot").isEqualTo(2);
+            assertThat(b[0].address()).isNotEqualTo(a[0].address());
+            assertThat(b[1].address()).isEqualTo(b[0].address() + 40);
+            first.close();
+            second.close();
+            assertThat(pool.freeSlots(Direction.RECV)).isEqualTo(2);
+            // Kept: the next two receives reuse both slots, nothing new is allocated.
+            long buffers = mm.outstandingBuffers();
+            Slot c = pool.acquire(Direction.RECV, Duration.ZERO);
+            Slot d = pool.acquire(Direction.RECV, Duration.ZERO);
+            assertThat(pool.slotCount(Direction.RECV)).isEqualTo(2);
+            assertThat(mm.outstandingBuffers()).isEqualTo(buffers);
+            c.close();
+            d.close();
+        }
+        assertThat(mm.outstandingBuffers()).isZero();
     }
 
     @Test
