@@ -64,7 +64,8 @@ import static org.awaitility.Awaitility.await;
  * <li>one failing request (block counts that disagree) fails on both sides and the others complete;</li>
  * <li>status checks agree across the status group and report each request once;</li>
  * <li>after close no buffer (every buffer manager closes), connection or thread remains;</li>
- * <li>pulls that two context ranks serve in opposite orders both arrive, on one receive slot (rule 17).</li>
+ * <li>pulls that two context ranks serve in opposite orders both arrive, on one receive slot (rule 17), and,
+ *     where the transport posts receives, with one generation request thread (clause 3.18, optional).</li>
  * </ol>
  * Every test closes its instances; a leaked buffer fails the close.
  */
@@ -687,11 +688,28 @@ public abstract class TransceiverConformanceTest {
      */
     @Test
     public void required_spec3_17_pullsServedInOppositeOrdersByTwoContextRanksBothArrive() {
+        pullsInOppositeOrders(transceiverConfig());
+    }
+
+    /**
+     * Clause 3.18, rule 17 with one generation request thread ({@code requestThreadsPerPeerInstance=1}), so the
+     * generation rank receives one request at a time: a context rank must not start a pull's sends before its
+     * requester's receive started ({@code RequestInfo.FLAG_PULL_GO}), or its thread waits for the request that has
+     * no generation thread while the one that has it waits for this rank. Optional: it needs a transport that posts
+     * receives ({@code Connection.recvAsync}), for the context rank waits for the go with no thread; a backend's
+     * suite runs it by overriding this method with {@code @Test} and calling {@code super} (UCX, Aeron and loopback
+     * do).
+     */
+    protected void optional_spec3_18_pullsServedInOppositeOrdersArriveWithOneGenerationRequestThread() {
+        pullsInOppositeOrders(transceiverConfig().requestThreadsPerPeerInstance(1));
+    }
+
+    private void pullsInOppositeOrders(TransceiverConfig.Builder config) {
         LayoutPair base = grid().supported().stream().filter(q -> q.ctx().worldSize() == 2 && q.gen().worldSize() == 1
                 && !q.ctx().attentionDpEnabled() && q.ctx().recurrentState() == null
                 && q.ctx().windowGroups() == null).findFirst().orElse(workhorsePair());
         LayoutPair p = LayoutGrid.of(List.of(base)).withBlocksOfAtLeast(LARGE_MESSAGE).supported().get(0);
-        TransceiverConfig c = transceiverConfig().chunkBytes(4L << 20).transferBufferBytes(8L << 20)
+        TransceiverConfig c = config.chunkBytes(4L << 20).transferBufferBytes(8L << 20)
                 .sendConcurrency(1).recvSlots(1).kvTransferTimeout(Duration.ofSeconds(20))
                 .transferMode(TransceiverConfig.TransferMode.PULL).build();
         LocalInstance ctx = start("ctx", p.ctx(), c, 32, messageConfig());

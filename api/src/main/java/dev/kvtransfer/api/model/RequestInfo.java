@@ -72,9 +72,16 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
      * new version: an older reader refuses the unknown flag). Set with part checksums on a request that grants.
      */
     public static final int FLAG_PROGRESS_NOTICES = 16;
+    /**
+     * Flag: a pull whose context ranks send only once the requester said {@code go} on the data tag (a
+     * {@code PushNoticeFlyweight} of type {@code GO}, sent when its receive starts), so a context sender thread never
+     * waits for a receiver that is not receiving (format version 4; no new version: an older reader refuses the
+     * unknown flag). Set on pulls above the inline size.
+     */
+    public static final int FLAG_PULL_GO = 32;
     /** Flags this version knows. */
     public static final int KNOWN_FLAGS = FLAG_PART_CHECKSUMS | FLAG_NO_COALESCE | FLAG_PARTIAL_REUSE
-            | FLAG_TOKENS_CHECKSUM | FLAG_PROGRESS_NOTICES;
+            | FLAG_TOKENS_CHECKSUM | FLAG_PROGRESS_NOTICES | FLAG_PULL_GO;
     private static final int WIRE_TAG = 0x52; // 'R'
 
     /**
@@ -346,6 +353,11 @@ public record RequestInfo(long requestId, int indexFromEnd, long[] lastBlockKey,
     /** @return whether the requester takes progress notices of a push ({@link #FLAG_PROGRESS_NOTICES}) */
     public boolean progressNotices() {
         return (flags & FLAG_PROGRESS_NOTICES) != 0;
+    }
+
+    /** @return whether the context ranks wait for the requester's go before they send ({@link #FLAG_PULL_GO}) */
+    public boolean pullGo() {
+        return (flags & FLAG_PULL_GO) != 0;
     }
 
     /** @return whether the requester holds the leading tokens of block {@code reusedBlocks} (partial reuse) */

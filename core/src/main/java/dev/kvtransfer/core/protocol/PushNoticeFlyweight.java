@@ -9,6 +9,7 @@ import java.nio.ByteBuffer;
  * previous notice, which follow (when not 0) in one message of {@link PushEntryFlyweight#LENGTH} bytes each.
  * {@link #TYPE_ABORT}: the context side failed, value = the {@code ErrorCode} ordinal. {@link #TYPE_PROGRESS}: part
  * of a batch was written (to a requester that set {@code RequestInfo.FLAG_PROGRESS_NOTICES}); its entries follow.
+ * {@link #TYPE_GO} goes the other way, generation to context, for a pull ({@code RequestInfo.FLAG_PULL_GO}).
  */
 public final class PushNoticeFlyweight extends Flyweight {
     /** Bytes of a notice. */
@@ -21,6 +22,11 @@ public final class PushNoticeFlyweight extends Flyweight {
     public static final int TYPE_ABORT = 3;
     /** Part of a large batch was written; its entries follow, and more writes come. */
     public static final int TYPE_PROGRESS = 4;
+    /**
+     * Generation to context, the other way: the requester's receive of a pull started (it holds its thread and
+     * staging), so this context rank may send; only for a request whose info set {@code RequestInfo.FLAG_PULL_GO}.
+     */
+    public static final int TYPE_GO = 5;
 
     static final int TYPE_OFFSET = 0;
     static final int LAYER_OFFSET = 4;

@@ -207,6 +207,11 @@ public final class CacheReceiver implements AutoCloseable {
             }
             if (session != null) {
                 try {
+                    if (job.goPeers != null && !job.push) {
+                        for (int peer : job.goPeers) {
+                            session.sendNotice(peer, dev.kvtransfer.core.protocol.PushNoticeFlyweight.TYPE_GO, 0, 0);
+                        }
+                    }
                     receive(job, session);
                 } finally {
                     session.close();

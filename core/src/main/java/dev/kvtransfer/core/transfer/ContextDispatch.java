@@ -38,6 +38,8 @@ final class ContextDispatch {
     private volatile ThreadPoolExecutor infoThreads;
     /** Layer-wise moves waiting for the engine's next layer, holding no thread ({@link LayerPump}). */
     private final java.util.Set<LayerPump> pumps = java.util.concurrent.ConcurrentHashMap.newKeySet();
+    /** Pulls waiting for their requesters' go, holding no thread ({@link PullGo}). */
+    private final java.util.Set<PullGo> goWaits = java.util.concurrent.ConcurrentHashMap.newKeySet();
     /** Wakes a waiting layer-wise move at its deadline; its one thread starts with the first such wait. */
     private java.util.concurrent.ScheduledThreadPoolExecutor deadlines;
     private boolean shutDown;
@@ -114,6 +116,11 @@ final class ContextDispatch {
         if (closing || h.layerWise() || !senders.getQueue().isEmpty()) {
             return false;
         }
+        for (int i = 0; i < d.asked().size(); i++) {
+            if (d.asked().get(i).info().pullGo()) {
+                return false; // it waits for the requester's go (PullGo), with no thread
+            }
+        }
         // Every block of the prompt (this rank's share may be smaller): no copy of the block ids.
         long bytes = (long) BlockDistribution.blocksFor(h.promptLength(), env.selfCache().tokensPerBlock())
                 * env.cache().layout().blockBytes();
@@ -161,29 +168,79 @@ final class ContextDispatch {
         if (s == null) {
             return;
         }
+        if (s.go != null) {
+            // A pull whose requesters say go when their receive started: wait for it with no thread (PullGo), or
+            // on the sender thread where the transport does not post receives.
+            if (PullGo.post(send, s, env.buffers(), this::afterGo, goWaits)) {
+                return;
+            }
+            queue(new MoveTask(s, true, null));
+            return;
+        }
         if (!s.moves) {
             send.finish(s); // nothing to move: the request completes here
             return;
         }
+        queue(new MoveTask(s, false, null));
+    }
+
+    /** Every go of a pull came (a transport thread), or one failed: its move, or its failure, goes to a sender. */
+    private void afterGo(ContextSend.Signalled s, KvTransferException failure) {
+        queue(new MoveTask(s, false, failure));
+    }
+
+    private void queue(MoveTask t) {
         try {
-            senders.execute(new MoveTask(s));
+            senders.execute(t);
         } catch (RejectedExecutionException e) {
-            send.drop(s, "the transceiver is closing");
+            t.dropped("the transceiver is closing");
         }
     }
 
-    /** A signalled request waiting for a sender thread to move it; recognisable when a shutdown drops it. */
+    /**
+     * A signalled request waiting for a sender thread to move it (or to fail, after its go failed); recognisable when
+     * a shutdown drops it.
+     */
     private final class MoveTask implements Runnable {
         final ContextSend.Signalled s;
+        /** Wait for the requesters' go on the sender thread first (a transport that does not post receives). */
+        final boolean awaitGo;
+        /** Why the request fails instead (its go did not come), or null. */
+        final KvTransferException failure;
 
-        MoveTask(ContextSend.Signalled s) {
+        MoveTask(ContextSend.Signalled s, boolean awaitGo, KvTransferException failure) {
             this.s = s;
+            this.awaitGo = awaitGo;
+            this.failure = failure;
+        }
+
+        /** Ends the request that no sender thread will run. */
+        void dropped(String why) {
+            if (failure != null) {
+                send.failMove(s, failure);
+            } else {
+                send.drop(s, why);
+            }
         }
 
         @Override
         public void run() {
             busy(() -> {
-                if (s.layered && s.push) {
+                if (failure != null) {
+                    send.failMove(s, failure);
+                    return;
+                }
+                if (awaitGo) {
+                    try {
+                        PullGo.awaitBlocking(s, env.buffers());
+                    } catch (RuntimeException e) {
+                        send.failMove(s, e);
+                        return;
+                    }
+                }
+                if (!s.moves) {
+                    send.finish(s);
+                } else if (s.layered && s.push) {
                     // A layer-wise push gives this thread back while it waits for a layer; a pull keeps it
                     // (LayerPump says why).
                     LayerPump p = new LayerPump(send, s, pump -> senders.execute(() -> busy(pump)),
@@ -239,7 +296,7 @@ final class ContextDispatch {
             // peer gets an abort notice, a pull peer sees the transport close).
             for (Runnable r : s.shutdownNow()) {
                 if (r instanceof MoveTask t) {
-                    send.drop(t.s, "the transceiver closed before a sender thread took the request");
+                    t.dropped("the transceiver closed before a sender thread took the request");
                 }
             }
         }
@@ -251,9 +308,13 @@ final class ContextDispatch {
         if (timer != null) {
             timer.shutdownNow();
         }
-        // Layer-wise moves waiting for a layer (or queued to resume) end here, as untaken ones do.
+        // Layer-wise moves waiting for a layer (or queued to resume) end here, as untaken ones do; so do pulls
+        // waiting for their requesters' go.
         for (LayerPump p : pumps) {
             p.drop("the transceiver closed while the request waited for its next layer");
+        }
+        for (PullGo g : goWaits) {
+            g.drop("the transceiver closed while the request waited for its requester's go");
         }
     }
 

@@ -95,15 +95,18 @@ final class ContextSend {
         final boolean layered;
         /** Whether this rank moves bytes for the request ({@code needSendCache}); else it only signals. */
         final boolean moves;
+        /** A pull: per counterpart, whether its go comes before anything moves ({@link PullGo}); null for none. */
+        final boolean[] go;
 
         Signalled(Dispatch<Connection, TransferHandle> d, DefaultTransferSession session, TransferTiming timing,
-                boolean push, boolean layered, boolean moves) {
+                boolean push, boolean layered, boolean moves, boolean[] go) {
             this.d = d;
             this.session = session;
             this.timing = timing;
             this.push = push;
             this.layered = layered;
             this.moves = moves;
+            this.go = go;
         }
     }
 
@@ -115,6 +118,14 @@ final class ContextSend {
     void send(Dispatch<Connection, TransferHandle> d) {
         Signalled s = signal(d);
         if (s != null) {
+            if (s.go != null) {
+                try {
+                    PullGo.awaitBlocking(s, env.buffers()); // never inline: serveInline refuses such a pull
+                } catch (RuntimeException e) {
+                    failMove(s, e);
+                    return;
+                }
+            }
             finish(s);
         }
     }
@@ -230,8 +241,17 @@ final class ContextSend {
                 }
             }
             timing.preparation(System.nanoTime());
+            boolean[] go = null;
+            for (int i = 0; i < n && !push; i++) {
+                if (asked.get(i).info().pullGo()) {
+                    if (go == null) {
+                        go = new boolean[n];
+                    }
+                    go[i] = true;
+                }
+            }
             return new Signalled(d, session, timing, push, layered,
-                    env.formatter().needSendCache(env.selfCache(), env.selfIndex(), d.peerCache()));
+                    env.formatter().needSendCache(env.selfCache(), env.selfIndex(), d.peerCache()), go);
         } catch (RuntimeException e) {
             failed(d, e, session);
             if (session != null) {

@@ -130,6 +130,13 @@ final class GenerationHandshake {
         if (!grants.isEmpty() && env.config().partChecksums()) {
             flags |= RequestInfo.FLAG_PROGRESS_NOTICES; // checks what was written while the rest is written
         }
+        if (grants.isEmpty() && (long) (totalBlocks - reused) * env.cache().layout().blockBytes()
+                > CacheSender.INLINE_SEND_BYTES) {
+            // A pull above the inline size: the context ranks send once this rank's receive started (go), so no
+            // context sender thread waits for a receive that waits for a thread (core README, pulls and threads).
+            flags |= RequestInfo.FLAG_PULL_GO;
+            job.goPeers = positions;
+        }
         // Taken over, not copied: the request's own arrays (never changed after it was built) and fresh ones.
         RequestInfo info = RequestInfo.ofOwnedArrays(id, totalBlocks - 1, h.lastBlockKey(), env.selfState(), tag,
                 env.config().chunkBytes(), reused, h.blockHashes(), h.blockIds(), params.requestToken(), nonce,

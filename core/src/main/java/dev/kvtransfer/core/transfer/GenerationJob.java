@@ -20,6 +20,8 @@ final class GenerationJob {
     boolean layered;
     /** The ready signals' receives were posted: {@link PostedReady} carries the request on, not its thread. */
     boolean posted;
+    /** A pull with {@code FLAG_PULL_GO}: the peer positions its receive tells go when it starts; else null. */
+    int[] goPeers;
     /** Push: bytes the context ranks wrote into this rank's blocks (checked). */
     long pushedBytes;
     /** Push: write entries the context ranks reported. */
