@@ -41,8 +41,9 @@ final class PullGo {
     private int outstanding = 1;
     private boolean over;
 
-    private PullGo(ContextSend send, ContextSend.Signalled s, BiConsumer<ContextSend.Signalled, KvTransferException> onEnd,
-                   Set<PullGo> waiting, MemoryBuffer buffer) {
+    private PullGo(ContextSend send, ContextSend.Signalled s,
+                   BiConsumer<ContextSend.Signalled, KvTransferException> onEnd, Set<PullGo> waiting,
+                   MemoryBuffer buffer) {
         this.send = send;
         this.s = s;
         this.onEnd = onEnd;
