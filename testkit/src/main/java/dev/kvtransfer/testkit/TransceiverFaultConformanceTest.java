@@ -57,7 +57,8 @@ import static org.assertj.core.api.Assertions.assertThat;
  *       than the deadline), serving again afterwards;</li>
  *   <li>{@code spec4_10} refused connects ({@code NETWORK}, fast); {@code spec4_11} a dropped request info
  *       ({@code TIMEOUT} on both sides); {@code spec4_12} duplicated request headers and infos (tolerated: the
- *       request completes).</li>
+ *       request completes); {@code spec4_13} a request info late after its header (served); {@code spec4_14} a
+ *       pull's go dropped ({@code TIMEOUT} on both sides, the context side naming the go).</li>
  * </ul>
  */
 @RuleBound(seconds = 180, suiteSeconds = 600)
@@ -538,6 +539,47 @@ public abstract class TransceiverFaultConformanceTest {
         for (Transfer t : ts) {
             assertExact(gen, t);
             free(ctx, gen, t);
+        }
+    }
+
+    @Test
+    public void required_spec4_14_droppedGoOfAPullTimesOutTheContextSideNamingItAndServingGoesOn() throws Exception {
+        // A pull above 256 KiB of the requester's blocks waits on the context side for the requester's go (a 16-byte
+        // notice on the data tag, RequestInfo.FLAG_PULL_GO). Every go lost: nothing moves, the context side fails
+        // TIMEOUT naming the missing go and its generation rank, the generation side TIMEOUT waiting for the data.
+        LocalInstance[] p = pairFaultyGen();
+        LocalInstance ctx = p[0];
+        LocalInstance gen = p[1];
+        faults.inject(new Fault(Fault.Kind.DROP, m -> m.tag() >= Tags.FIRST_DATA_TAG && m.length() == 16,
+                Fault.UNLIMITED, Duration.ZERO));
+        Transfer hit = transfer(ctx, gen, 16 * 10);
+        if (!payloadAsMessages()) {
+            // A pull that moves as one-sided writes into the requester's pool is a push underneath: no go is sent.
+            TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+            assertExact(gen, hit);
+            assertThat(faults.injected(Fault.Kind.DROP)).as("gos on a pull that moves as writes").isZero();
+            free(ctx, gen, hit);
+            return;
+        }
+        TransferFixture.awaitEnded(List.of(hit), deadline().plus(slack()));
+        assertThat(faults.injected(Fault.Kind.DROP)).as("gos dropped").isGreaterThanOrEqualTo(1);
+        for (TransferRequest r : hit.all()) {
+            assertThat(r.state()).as("%s", r).isEqualTo(RequestState.TRANS_ERROR);
+            assertThat(r.error().orElseThrow().code()).as("%s", r).isEqualTo(ErrorCode.TIMEOUT);
+        }
+        for (TransferRequest r : hit.ctx) {
+            assertThat(r.error().orElseThrow().getMessage()).as("%s", r).contains("no go from generation rank");
+        }
+        faults.clear();
+        free(ctx, gen, hit);
+        List<Transfer> later = new ArrayList<>();
+        for (int blocks : new int[] {10, 3}) {
+            later.add(transfer(ctx, gen, 16 * blocks));
+        }
+        TransferFixture.awaitEnded(later, deadline().plus(slack()));
+        for (Transfer ok : later) {
+            assertExact(gen, ok);
+            free(ctx, gen, ok);
         }
     }
 }
