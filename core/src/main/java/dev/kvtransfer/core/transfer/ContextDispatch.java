@@ -21,7 +21,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * owned by the transceiver's lifecycle: the responder agent, the {@link CacheSender#INFO_READERS} info threads and
  * the {@code sendConcurrency} sender threads. The one dispatch policy: a request's ready signals go out on the
  * dispatching thread at once; its move runs inline on the info thread that completed it when that cannot delay
- * anything ({@link #serveInline}), else on a sender thread ({@link #submit}).
+ * anything ({@link #serveInline}), else on a sender thread ({@link #submit}), a pull above the inline size only
+ * once its requesters said go ({@link PullGo}).
  *
  * <p>Started once, under the owner's lock; the rest is thread-safe.
  */
