@@ -172,7 +172,7 @@ final class ContextDispatch {
         if (s.go != null) {
             // A pull whose requesters say go when their receive started: wait for it with no thread (PullGo), or
             // on the sender thread where the transport does not post receives.
-            if (PullGo.post(send, s, env.buffers(), this::afterGo, goWaits)) {
+            if (PullGo.post(send, s, send.control(), this::afterGo, goWaits)) {
                 return;
             }
             queue(new MoveTask(s, true, null));
@@ -233,7 +233,7 @@ final class ContextDispatch {
                 }
                 if (awaitGo) {
                     try {
-                        PullGo.awaitBlocking(s, env.buffers());
+                        PullGo.awaitBlocking(s, send.control());
                     } catch (RuntimeException e) {
                         send.failMove(s, e);
                         return;

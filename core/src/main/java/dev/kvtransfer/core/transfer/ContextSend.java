@@ -111,23 +111,21 @@ final class ContextSend {
     }
 
     /**
-     * Sends a dispatched request on the calling thread: {@link #signal}, then {@link #finish}.
+     * Sends a dispatched request on the calling thread: {@link #signal}, then {@link #finish}. Never a pull that waits
+     * for its requester's go ({@code ContextDispatch.serveInline} leaves those to {@link PullGo}).
      *
      * @param d the request
      */
     void send(Dispatch<Connection, TransferHandle> d) {
         Signalled s = signal(d);
         if (s != null) {
-            if (s.go != null) {
-                try {
-                    PullGo.awaitBlocking(s, env.buffers()); // never inline: serveInline refuses such a pull
-                } catch (RuntimeException e) {
-                    failMove(s, e);
-                    return;
-                }
-            }
             finish(s);
         }
+    }
+
+    /** @return the reused control buffers (a pull's go lands in one: {@link PullGo}) */
+    ControlBuffers control() {
+        return control;
     }
 
     /**

@@ -455,9 +455,10 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
      */
     public void sendNotice(int peerIndex, int type, int layer, long value) {
         Connection conn = connection(peerIndex);
-        try (MemoryBuffer m = bufferManager.allocate(PushNoticeFlyweight.LENGTH, dev.kvtransfer.api.memory.MemoryKind.HOST)) {
-            new PushNoticeFlyweight().wrap(m.asByteBuffer(), 0).write(type, layer, value);
-            conn.send(tags[peerIndex], m, 0, PushNoticeFlyweight.LENGTH, remaining("sending a notification"));
+        try (ControlBuffers.Lease m = controlBuffer(PushNoticeFlyweight.LENGTH)) {
+            new PushNoticeFlyweight().wrap(m.bytes(), 0).write(type, layer, value);
+            conn.send(tags[peerIndex], m.buffer(), 0, PushNoticeFlyweight.LENGTH, remaining("sending a notification"));
+            m.reusable();
         }
     }
 
@@ -625,8 +626,8 @@ public final class DefaultTransferSession implements TransferSession, AutoClosea
         return n;
     }
 
-    /** A buffer for a checksum list: a reused one when the session has {@link ControlBuffers}. */
-    ControlBuffers.Lease checksumBuffer(long bytes) {
+    /** A buffer for a control message (a checksum list, a notice): a reused one with {@link ControlBuffers}. */
+    ControlBuffers.Lease controlBuffer(long bytes) {
         return (control != null ? control : ControlBuffers.unpooled(bufferManager)).acquire(bytes);
     }
 

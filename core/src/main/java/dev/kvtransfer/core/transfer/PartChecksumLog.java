@@ -80,7 +80,7 @@ final class PartChecksumLog {
             }
             checkSettled(s, p);
             long len = PartChecksumsFlyweight.length(n);
-            try (ControlBuffers.Lease lease = s.checksumBuffer(len)) {
+            try (ControlBuffers.Lease lease = s.controlBuffer(len)) {
                 f.wrap(lease.bytes(), 0).write(crcs[p], n);
                 Connection conn = s.peerConnectionOf(p);
                 try {
@@ -107,7 +107,7 @@ final class PartChecksumLog {
             Connection conn = s.peerConnectionOf(p);
             int peerRank = s.targets().peerRanks().get(p);
             long len = PartChecksumsFlyweight.length(n);
-            try (ControlBuffers.Lease lease = s.checksumBuffer(len)) {
+            try (ControlBuffers.Lease lease = s.controlBuffer(len)) {
                 try {
                     conn.recv(s.peerTag(p), lease.buffer(), 0, len, s.remaining("receiving part checksums"));
                 } catch (KvTransferException e) {

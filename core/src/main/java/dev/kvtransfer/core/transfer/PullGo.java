@@ -2,9 +2,6 @@ package dev.kvtransfer.core.transfer;
 
 import dev.kvtransfer.api.ErrorCode;
 import dev.kvtransfer.api.KvTransferException;
-import dev.kvtransfer.api.memory.BufferManager;
-import dev.kvtransfer.api.memory.MemoryBuffer;
-import dev.kvtransfer.api.memory.MemoryKind;
 import dev.kvtransfer.api.transport.Connection;
 import dev.kvtransfer.core.protocol.PushNoticeFlyweight;
 
@@ -21,7 +18,7 @@ import java.util.function.BiConsumer;
  * free, while the requests on those threads waited for this rank (core README, pulls and threads).
  *
  * <p>Exactly once: the request goes on (every go arrived) or fails (a receive's TIMEOUT, PEER_LOST or close,
- * something else than a go, the transceiver closing). The buffer goes back when no receive can touch it any more.
+ * something else than a go, the transceiver closing). The lease goes back (to the control pool) when no receive can touch it any more.
  * A transport that does not post receives gets the blocking wait on the sender thread ({@link #awaitBlocking}).
  */
 final class PullGo {
@@ -32,23 +29,26 @@ final class PullGo {
     /** Told once: the request and null (every go came), or the failure. */
     private final BiConsumer<ContextSend.Signalled, KvTransferException> onEnd;
     private final Set<PullGo> waiting;
-    private final MemoryBuffer buffer;
+    /** The gos' landing place, one notice per counterpart; back to the pool once no receive can touch it. */
+    private final ControlBuffers.Lease lease;
     private int expected;
     private int arrived;
     /** Stray messages taken where a go was due (a duplicated request info: SPEC 4.12), per request. */
     private int skipped;
     /** Receives not ended, plus the poster's own token while it posts. */
     private int outstanding = 1;
+    /** Whether every receive ended normally (the lease may then be reused). */
+    private boolean clean = true;
     private boolean over;
 
     private PullGo(ContextSend send, ContextSend.Signalled s,
                    BiConsumer<ContextSend.Signalled, KvTransferException> onEnd, Set<PullGo> waiting,
-                   MemoryBuffer buffer) {
+                   ControlBuffers.Lease lease) {
         this.send = send;
         this.s = s;
         this.onEnd = onEnd;
         this.waiting = waiting;
-        this.buffer = buffer;
+        this.lease = lease;
     }
 
     /**
@@ -58,11 +58,10 @@ final class PullGo {
      * @param waiting the requests waiting for their go (a shutdown drops them); this one is in it until it ends
      * @return false when the transport does not post receives (nothing posted: wait with {@link #awaitBlocking})
      */
-    static boolean post(ContextSend send, ContextSend.Signalled s, BufferManager buffers,
+    static boolean post(ContextSend send, ContextSend.Signalled s, ControlBuffers control,
                         BiConsumer<ContextSend.Signalled, KvTransferException> onEnd, Set<PullGo> waiting) {
         int n = s.go.length;
-        PullGo w = new PullGo(send, s, onEnd, waiting, buffers.allocate((long) n * PushNoticeFlyweight.LENGTH,
-                MemoryKind.HOST));
+        PullGo w = new PullGo(send, s, onEnd, waiting, control.acquire((long) n * PushNoticeFlyweight.LENGTH));
         for (boolean g : s.go) {
             w.expected += g ? 1 : 0;
         }
@@ -86,12 +85,13 @@ final class PullGo {
                 boolean posted = w.postOne(ii, left);
                 if (!posted && first) {
                     waiting.remove(w);
-                    w.buffer.close(); // nothing was posted
+                    w.lease.reusable(); // nothing was posted
+                    w.lease.close();
                     return false;
                 }
                 if (!posted) {
                     // A transport that posted the first but not this one: wait for it here, then as if posted.
-                    c.recv(tag, w.buffer, (long) i * PushNoticeFlyweight.LENGTH,
+                    c.recv(tag, w.lease.buffer(), (long) i * PushNoticeFlyweight.LENGTH,
                             PushNoticeFlyweight.LENGTH, left);
                     w.ended(i, null);
                 }
@@ -108,7 +108,7 @@ final class PullGo {
     }
 
     private boolean postOne(int i, Duration left) {
-        return s.d.asked().get(i).conn().recvAsync(s.d.asked().get(i).info().dataTag(), buffer,
+        return s.d.asked().get(i).conn().recvAsync(s.d.asked().get(i).info().dataTag(), lease.buffer(),
                 (long) i * PushNoticeFlyweight.LENGTH, PushNoticeFlyweight.LENGTH, left, f -> ended(i, f));
     }
 
@@ -118,15 +118,15 @@ final class PullGo {
      *
      * @throws KvTransferException when one did not come by the deadline, or something else came
      */
-    static void awaitBlocking(ContextSend.Signalled s, BufferManager buffers) {
-        try (MemoryBuffer m = buffers.allocate(PushNoticeFlyweight.LENGTH, MemoryKind.HOST)) {
+    static void awaitBlocking(ContextSend.Signalled s, ControlBuffers control) {
+        try (ControlBuffers.Lease m = control.acquire(PushNoticeFlyweight.LENGTH)) {
             for (int i = 0; i < s.go.length; i++) {
                 if (!s.go[i]) {
                     continue;
                 }
                 for (int skipped = 0; ; skipped++) {
                     try {
-                        s.d.asked().get(i).conn().recv(s.d.asked().get(i).info().dataTag(), m, 0,
+                        s.d.asked().get(i).conn().recv(s.d.asked().get(i).info().dataTag(), m.buffer(), 0,
                                 PushNoticeFlyweight.LENGTH, s.session.remaining("waiting for the go of generation rank "
                                         + rank(s, i)));
                         break;
@@ -138,6 +138,7 @@ final class PullGo {
                 }
                 check(s, i, m, 0);
             }
+            m.reusable();
         }
     }
 
@@ -161,6 +162,7 @@ final class PullGo {
         int repost = -1;
         synchronized (this) {
             outstanding--;
+            clean &= failure == null;
             if (!over && i >= 0) {
                 if (failure != null && failure.code() == ErrorCode.MALFORMED && skipped < MAX_SKIPPED) {
                     // Not the go's size: a stray message on the tag (a duplicated request info the intake ignored,
@@ -172,7 +174,7 @@ final class PullGo {
                     fail = noGo(s, i, failure);
                 } else {
                     try {
-                        check(s, i, buffer, (long) i * PushNoticeFlyweight.LENGTH);
+                        check(s, i, lease, i * PushNoticeFlyweight.LENGTH);
                         go = ++arrived == expected;
                     } catch (KvTransferException e) {
                         fail = e;
@@ -181,6 +183,9 @@ final class PullGo {
                 over = fail != null || go;
             }
             release = outstanding == 0;
+            if (release && clean) {
+                lease.reusable();
+            }
         }
         if (repost >= 0) {
             KvTransferException again = null;
@@ -207,12 +212,12 @@ final class PullGo {
             onEnd.accept(s, fail);
         }
         if (release) {
-            buffer.close();
+            lease.close();
         }
     }
 
-    private static void check(ContextSend.Signalled s, int i, MemoryBuffer m, long at) {
-        int type = new PushNoticeFlyweight().wrap(m.asByteBuffer(), Math.toIntExact(at)).type();
+    private static void check(ContextSend.Signalled s, int i, ControlBuffers.Lease m, int at) {
+        int type = new PushNoticeFlyweight().wrap(m.bytes(), at).type();
         if (type != PushNoticeFlyweight.TYPE_GO) {
             throw new KvTransferException(ErrorCode.MALFORMED, s.d.requestId(), "generation rank " + rank(s, i)
                     + " sent a notice of type " + type + " where its go (" + PushNoticeFlyweight.TYPE_GO
