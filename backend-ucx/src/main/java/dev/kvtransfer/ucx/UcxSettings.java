@@ -236,16 +236,8 @@ public final class UcxSettings {
             case "auto" -> this.sharedMemory = !tlsGiven && isLoopback(config.host());
             default -> throw bad(TRANSPORTS, mode, "must be 'auto', 'shm' or 'net'");
         }
-        String cmaValue = config.property(CMA, "true").trim();
-        if (!cmaValue.equals("true") && !cmaValue.equals("false")) {
-            throw bad(CMA, cmaValue, "must be 'true' or 'false'");
-        }
-        this.cma = cmaValue.equals("true");
-        String vectoredValue = config.property(VECTORED_WRITES, "false").trim();
-        if (!vectoredValue.equals("true") && !vectoredValue.equals("false")) {
-            throw bad(VECTORED_WRITES, vectoredValue, "must be 'true' or 'false'");
-        }
-        this.vectoredWrites = vectoredValue.equals("true");
+        this.cma = flag(config, CMA, true);
+        this.vectoredWrites = flag(config, VECTORED_WRITES, false);
         String oneSided = config.property(ONE_SIDED, "auto").trim();
         if (!oneSided.equals("auto") && !oneSided.equals("native") && !oneSided.equals("emulated")) {
             throw bad(ONE_SIDED, oneSided, "must be 'auto', 'native' or 'emulated'");
@@ -391,6 +383,14 @@ public final class UcxSettings {
             throw bad(key, Long.toString(v), "must be in [" + min + ", " + max + "]");
         }
         return v;
+    }
+
+    private static boolean flag(TransportConfig c, String key, boolean dflt) {
+        String v = c.property(key, Boolean.toString(dflt)).trim();
+        if (!v.equals("true") && !v.equals("false")) {
+            throw bad(key, v, "must be 'true' or 'false'");
+        }
+        return v.equals("true");
     }
 
     private static IllegalArgumentException bad(String key, String value, String why) {
