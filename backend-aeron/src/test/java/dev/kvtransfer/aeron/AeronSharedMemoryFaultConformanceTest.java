@@ -1,7 +1,6 @@
 package dev.kvtransfer.aeron;
 
 import dev.kvtransfer.api.transport.TransportProvider;
-import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.testkit.TransceiverFaultConformanceTest;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -32,15 +31,9 @@ class AeronSharedMemoryFaultConformanceTest extends TransceiverFaultConformanceT
         return new AeronTransportProvider();
     }
 
-    /** One-copy pulls: rules 4.3 and 4.4 check that no payload message is sent and the bytes are exact. */
+    /** One-copy pulls of every size: rules 4.3 and 4.4 check that no payload message is sent, bytes exact. */
     @Override
     protected boolean payloadAsMessages() {
         return false;
-    }
-
-    /** The suite's requests are a few 64 KiB blocks: one copy at any size, so that every pull takes it. */
-    @Override
-    protected TransceiverConfig.Builder transceiverConfig() {
-        return super.transceiverConfig().localOneCopyMinBytes(0);
     }
 }

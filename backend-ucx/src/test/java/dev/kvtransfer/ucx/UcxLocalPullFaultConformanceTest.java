@@ -2,7 +2,6 @@ package dev.kvtransfer.ucx;
 
 import dev.kvtransfer.api.transport.TransportConfig;
 import dev.kvtransfer.api.transport.TransportProvider;
-import dev.kvtransfer.core.TransceiverConfig;
 import dev.kvtransfer.testkit.TransceiverFaultConformanceTest;
 
 /**
@@ -23,15 +22,9 @@ class UcxLocalPullFaultConformanceTest extends TransceiverFaultConformanceTest {
         return TransportConfig.builder().property(UcxSettings.VECTORED_WRITES, "true").build();
     }
 
-    /** One-copy pulls: rules 4.3 and 4.4 check that no payload message is sent and the bytes are exact. */
+    /** One-copy pulls of every size: rules 4.3 and 4.4 check that no payload message is sent, bytes exact. */
     @Override
     protected boolean payloadAsMessages() {
         return false;
-    }
-
-    /** The suite's requests are a few 64 KiB blocks: one copy at any size, so that every pull takes it. */
-    @Override
-    protected TransceiverConfig.Builder transceiverConfig() {
-        return super.transceiverConfig().localOneCopyMinBytes(0);
     }
 }

@@ -103,7 +103,8 @@ public abstract class TransceiverFaultConformanceTest {
      * Whether the transceiver over this transport moves a pull's payload as messages on data tags (the default).
      * Override with false where pulls move as one-copy writes into the generation pools (a shared-memory path): rules
      * 4.3 and 4.4 fault a payload message, and there is none; they check instead that none is sent and that the
-     * bytes arrive exact, so the claim is tested rather than skipped.
+     * bytes arrive exact, so the claim is tested rather than skipped. With false, {@link #transceiverConfig()} also
+     * moves pulls of every size as one-copy writes ({@code kvtransfer.localOneCopyMinBytes=0}).
      *
      * @return false when no payload travels as a message
      */
@@ -128,9 +129,11 @@ public abstract class TransceiverFaultConformanceTest {
      *         a rule sets); an override starts from these
      */
     protected TransceiverConfig.Builder transceiverConfig() {
-        return TransceiverConfig.builder().backend(provider().name()).transferBufferBytes(8 << 20)
-                .chunkBytes(chunk).kvTransferTimeout(deadline()).senderFutureTimeout(Duration.ofMillis(200))
-                .partChecksums(true);
+        TransceiverConfig.Builder b = TransceiverConfig.builder().backend(provider().name())
+                .transferBufferBytes(8 << 20).chunkBytes(chunk).kvTransferTimeout(deadline())
+                .senderFutureTimeout(Duration.ofMillis(200)).partChecksums(true);
+        // Where pulls move as one-copy writes, the suite's pulls (a few 64 KiB blocks) all take that path.
+        return payloadAsMessages() ? b : b.localOneCopyMinBytes(0);
     }
 
     private TransceiverConfig config() {
